@@ -1,0 +1,117 @@
+// A model of PyTorch's autograd engine at the level that decides when gradient hooks fire:
+// graph tasks (outer and nested), dependency counting, the ready queue ordered by sequence number,
+// AccumulateGrad nodes with their post hooks, torch.autograd.grad (which executes no
+// AccumulateGrad), custom Functions whose backward runs nested graph tasks, and final callbacks
+// queued on the innermost running graph task. Mirrors torch/csrc/autograd/engine.cpp (1.13/2.x):
+// Engine::execute, compute_dependencies, evaluate_function, CompareNodeTaskTime,
+// exec_post_processing, queue_callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hookstream {
+
+class AutogradEngine;
+
+// What a node of the graph is. Ops and Functions carry a sequence number taken at creation, as
+// torch::autograd::Node does (at::sequence_number::get_and_increment()); AccumulateGrad nodes use
+// UINT64_MAX so they run as soon as they are ready (accumulate_grad.cpp).
+enum class NodeKind { Op, Accumulate, Function, Root };
+
+struct GradEdge {
+  int node = -1;      // -1: input does not require grad (an invalid edge)
+  bool defined = true;  // whether the gradient sent along this edge is defined
+};
+
+struct GradNode {
+  NodeKind kind = NodeKind::Op;
+  uint64_t sequence_nr = 0;
+  std::string label;
+  std::vector<int> next;  // next_edges(): node ids, -1 for an input that does not require grad
+  int parameter = -1;     // Accumulate: index into ModelStructure::parameters; -1 a non-parameter leaf
+  // Function: runs when the node executes; returns, for each next edge, whether its gradient is
+  // defined (a custom Function may return None for an input).
+  std::function<std::vector<bool>(AutogradEngine&)> backward;
+};
+
+// A tensor as far as autograd is concerned.
+struct SimTensor {
+  int grad_fn = -1;  // node whose output this is (for a leaf that requires grad: its AccumulateGrad)
+  bool requires_grad() const { return grad_fn >= 0; }
+};
+
+// One graph task as the engine runs it.
+struct GraphTaskInfo {
+  int id = 0;
+  int depth = 0;          // 0 for the outer backward, 1+ for reentrant (nested) tasks
+  int parent = -1;
+  std::string label;      // e.g. "outer backward", "checkpoint(layer 3)", "tiled_mlp chunk 2 (layer 3)"
+  bool accumulates = true;  // false for torch.autograd.grad: AccumulateGrad nodes do not execute
+};
+
+struct AccumulateEvent {
+  int parameter = -1;
+  int task = -1;
+  bool gradient_defined = true;
+};
+
+class AutogradEngine {
+ public:
+  using HookListener = std::function<void(const AccumulateEvent&)>;
+
+  // One AccumulateGrad node per parameter is created up front (node id == parameter index).
+  explicit AutogradEngine(size_t parameter_count);
+
+  // ---- building the graph (forward) ----
+  // Grad mode, as torch.no_grad() / enable_grad() toggle it: with grad disabled, ops create no node.
+  bool grad_enabled() const { return grad_enabled_; }
+  void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
+  // A leaf that requires grad: a parameter (index >= 0) or another leaf (-1). Parameters keep one
+  // AccumulateGrad node for the whole run, as DDP holds it (reducer.cpp grad_accumulators_).
+  SimTensor parameter_leaf(int parameter);
+  SimTensor fresh_leaf(const std::string& label);
+  // An op over inputs; the output requires grad iff grad mode is on and some input requires it.
+  SimTensor op(const std::string& label, const std::vector<SimTensor>& inputs);
+  // A custom autograd.Function: like op(), but `backward` runs when the node executes.
+  SimTensor function(const std::string& label, const std::vector<SimTensor>& inputs,
+                     std::function<std::vector<bool>(AutogradEngine&)> backward);
+  const GradNode& node(int id) const { return nodes_[static_cast<size_t>(id)]; }
+  // Accumulators reachable from `outputs` (Reducer::search_unused_parameters' traversal).
+  std::vector<bool> reachable_parameters(const std::vector<SimTensor>& outputs, size_t parameter_count) const;
+
+  // ---- running backward ----
+  // torch.autograd.backward(roots): a graph task (nested when called from inside a backward).
+  void backward(const std::vector<SimTensor>& roots, const std::string& label);
+  // torch.autograd.grad(roots, inputs): executes only what leads to `inputs`, and no AccumulateGrad.
+  void grad(const std::vector<SimTensor>& roots, const std::vector<SimTensor>& inputs,
+            const std::string& label);
+  // Engine::queue_callback: runs when the innermost running graph task finishes.
+  void queue_callback(std::function<void()> callback);
+  int current_task() const { return running_.empty() ? -1 : running_.back(); }
+  const GraphTaskInfo& task(int id) const { return tasks_[static_cast<size_t>(id)]; }
+  const std::vector<GraphTaskInfo>& tasks() const { return tasks_; }
+  void set_hook_listener(HookListener listener) { listener_ = std::move(listener); }
+  // Drops the nodes of a finished iteration but keeps the parameters' accumulators.
+  void clear_graph();
+
+ private:
+  int add_node(GradNode node);
+  void run_task(int root, const std::vector<int>& capture_targets, const std::string& label,
+                bool accumulates);
+
+  std::vector<GradNode> nodes_;
+  size_t parameter_count_ = 0;  // nodes [0, parameter_count_) are the parameters' accumulators
+  uint64_t next_sequence_nr_ = 0;
+  bool grad_enabled_ = true;
+  std::vector<GraphTaskInfo> tasks_;
+  std::vector<int> running_;
+  std::vector<std::vector<std::function<void()>>> callbacks_;  // per running task
+  HookListener listener_;
+};
+
+}  // namespace hookstream

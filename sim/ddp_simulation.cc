@@ -1,0 +1,524 @@
+#include "sim/ddp_simulation.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <map>
+#include <set>
+
+#include "sim/forward_graph.h"
+
+namespace hookstream {
+
+std::vector<ReducerParameter> reducer_parameters(const ModelStructure& structure) {
+  std::vector<ReducerParameter> out;
+  out.reserve(structure.ddp_parameters.size());
+  for (int index : structure.ddp_parameters) {
+    const Parameter& p = structure.parameters[static_cast<size_t>(index)];
+    // Gradients (and so bucket bytes) have the parameter's dtype; quantized weights never train.
+    out.push_back(ReducerParameter{p.name, p.numel() * dtype_bytes(p.dtype), static_cast<int>(p.dtype)});
+  }
+  return out;
+}
+
+ReducerOptions reducer_options(const Plan& plan) {
+  ReducerOptions options;
+  if (plan.ddp_bucket_cap_mb) {
+    options.bucket_bytes_cap = static_cast<int64_t>(*plan.ddp_bucket_cap_mb * 1024 * 1024);
+  }
+  options.find_unused_parameters = plan.find_unused_parameters();
+  options.static_graph = plan.static_graph;
+  options.gradient_as_bucket_view = plan.gradient_as_bucket_view;
+  return options;
+}
+
+namespace {
+
+// Where each parameter's gradient stood when the Reducer read it. Mirrors what reducer.cpp does
+// with .grad: mark_variable_ready copies the gradient into the bucket; finalize_backward copies the
+// reduced bucket back over .grad; AccumulateGrad adds into .grad at any time.
+struct GradientLedger {
+  struct Entry {
+    int before_mark = 0;      // contributions in .grad when it was copied into the bucket
+    int lost = 0;             // arrived between the copy and finalize: overwritten by finalize
+    int after_finalize = 0;   // arrived after finalize: stay local to this rank
+    bool marked = false;
+    std::set<std::string> tasks;  // graph tasks whose hooks fired for it
+  };
+  std::vector<Entry> entries;  // by parameter index
+  bool finalized = false;
+
+  explicit GradientLedger(size_t n) : entries(n) {}
+  void reset() {
+    for (auto& e : entries) e = Entry{};
+    finalized = false;
+  }
+  void contribute(int parameter) {
+    Entry& e = entries[static_cast<size_t>(parameter)];
+    if (finalized) {
+      ++e.after_finalize;
+    } else if (e.marked) {
+      ++e.lost;
+    } else {
+      ++e.before_mark;
+    }
+  }
+  int total(int parameter) const {
+    const Entry& e = entries[static_cast<size_t>(parameter)];
+    return e.before_mark + e.lost + e.after_finalize;
+  }
+};
+
+struct StepKey {
+  int iteration = 0;
+  int micro_step = 0;
+  bool operator<(const StepKey& o) const {
+    return iteration != o.iteration ? iteration < o.iteration : micro_step < o.micro_step;
+  }
+  bool operator==(const StepKey& o) const { return iteration == o.iteration && micro_step == o.micro_step; }
+};
+
+struct RankOutcome {
+  std::vector<Finding> findings;
+  std::vector<std::pair<StepKey, Collective>> collectives;
+  bool stopped = false;  // raised an error: issues nothing after it
+  StepKey stopped_at;
+  std::map<StepKey, BucketAssignment> rebuilds;
+  std::optional<BucketAssignment> rebuilt;
+  // Per iteration: parameters (DDP index) that received no gradient contribution at all.
+  std::map<int, std::vector<int>> no_contribution;
+  std::vector<StepTrace> steps;
+};
+
+std::string task_text(const GraphTaskInfo& task) {
+  return task.depth == 0 ? task.label : fmt::format("{} (nested, depth {})", task.label, task.depth);
+}
+
+class RankSimulator {
+ public:
+  RankSimulator(const Plan& plan, const ModelStructure& structure, int rank,
+                const std::map<StepKey, BucketAssignment>* broadcast, bool record)
+      : plan_(plan),
+        structure_(structure),
+        rank_(rank),
+        broadcast_(broadcast),
+        record_(record),
+        engine_(structure.parameters.size()),
+        reducer_(reducer_parameters(structure), reducer_options(plan)),
+        ledger_(structure.parameters.size()) {}
+
+  RankOutcome run() {
+    reducer_.set_queue_callback([this](std::function<void()> cb) { engine_.queue_callback(std::move(cb)); });
+    ReducerModel::Observer observer;
+    observer.on_mark = [this](int ddp_index) {
+      auto& e = ledger_.entries[static_cast<size_t>(structure_.ddp_parameters[static_cast<size_t>(ddp_index)])];
+      e.marked = true;
+    };
+    observer.on_finalize = [this] { ledger_.finalized = true; };
+    reducer_.set_observer(observer);
+    engine_.set_hook_listener([this](const AccumulateEvent& event) { on_accumulate(event); });
+
+    for (int it = 0; it < plan_.iterations && !outcome_.stopped; ++it) {
+      ledger_.reset();
+      for (int micro = 0; micro < plan_.gradient_accumulation_steps && !outcome_.stopped; ++micro) {
+        run_step(it, micro);
+      }
+      if (!outcome_.stopped) evaluate_iteration(it);
+    }
+    if (!outcome_.stopped && reducer_.require_finalize()) {
+      // The next synced forward's rebuild_buckets() would raise it.
+      raise_unfinished(StepKey{plan_.iterations, 0});
+    }
+    return std::move(outcome_);
+  }
+
+ private:
+  void run_step(int iteration, int micro) {
+    step_ = StepKey{iteration, micro};
+    const bool synced = micro == plan_.gradient_accumulation_steps - 1;  // no_sync() for the others
+    engine_.clear_graph();
+    current_ = StepTrace{};
+    current_.rank = rank_;
+    current_.iteration = iteration;
+    current_.micro_step = micro;
+    current_.synced = synced;
+    reducer_.clear_collectives();
+    try {
+      // distributed.py forward: prepare_for_forward under sync; rebuild_buckets at every
+      // grad-enabled forward (it is where the prior-iteration check lives).
+      if (synced) reducer_.prepare_for_forward();
+      std::optional<BucketAssignment> broadcast;
+      if (broadcast_) {
+        auto found = broadcast_->find(step_);
+        if (found != broadcast_->end()) broadcast = found->second;
+      }
+      if (auto rebuilt = reducer_.rebuild_buckets(broadcast)) {
+        outcome_.rebuilds[step_] = *rebuilt;
+        outcome_.rebuilt = *rebuilt;
+      }
+      ForwardContext context;
+      context.plan = &plan_;
+      context.structure = &structure_;
+      context.rank = rank_;
+      context.iteration = iteration;
+      context.on_manual_accumulate = [this](int parameter) { ledger_.contribute(parameter); };
+      ForwardOutputs outputs = record_forward(engine_, context);
+      SimTensor loss_input = outputs.logits;
+      const ReducerOptions options = reducer_options(plan_);
+      const bool dynamic_find_unused = options.find_unused_parameters && !options.static_graph;
+      if (synced) {
+        std::vector<bool> reachable;
+        if (dynamic_find_unused) {
+          std::vector<bool> by_parameter = engine_.reachable_parameters({outputs.logits}, structure_.parameters.size());
+          reachable.resize(structure_.ddp_parameters.size());
+          for (size_t i = 0; i < structure_.ddp_parameters.size(); ++i) {
+            reachable[i] = by_parameter[static_cast<size_t>(structure_.ddp_parameters[i])];
+          }
+        }
+        reducer_.prepare_for_backward(dynamic_find_unused ? &reachable : nullptr);
+        // _DDPSink wraps the outputs when find_unused (non-static) or in static graph's first
+        // iteration; there its backward queues delay_all_reduce on the outer graph task.
+        if (dynamic_find_unused || (options.static_graph && reducer_.num_iterations() == 1)) {
+          const bool delay = options.static_graph && reducer_.num_iterations() == 1;
+          loss_input = engine_.function("_DDPSink", {loss_input}, [this, delay](AutogradEngine& engine) {
+            if (delay) engine.queue_callback([this] { reducer_.delay_all_reduce(); });
+            return std::vector<bool>{true};
+          });
+        }
+      }
+      SimTensor loss = engine_.op("loss", {loss_input});
+      if (!loss.requires_grad()) {
+        raise_no_graph();
+      } else {
+        engine_.backward({loss}, "outer backward");
+      }
+    } catch (const ReducerError& error) {
+      raise(error);
+    }
+    for (const auto& c : reducer_.collectives()) outcome_.collectives.emplace_back(step_, c);
+    if (record_) {
+      current_.collectives = reducer_.collectives();
+      current_.tasks = engine_.tasks();
+      outcome_.steps.push_back(current_);
+    }
+  }
+
+  void on_accumulate(const AccumulateEvent& event) {
+    if (event.parameter < 0) return;  // a non-parameter leaf (checkpoint input, x_shard)
+    if (event.gradient_defined) ledger_.contribute(event.parameter);
+    const Parameter& p = structure_.parameters[static_cast<size_t>(event.parameter)];
+    if (p.ddp_index < 0) return;
+    const GraphTaskInfo& task = engine_.task(event.task);
+    ledger_.entries[static_cast<size_t>(event.parameter)].tasks.insert(task_text(task));
+    fired_tasks_[p.ddp_index].push_back(task_text(task));
+    if (record_) {
+      current_.firings.push_back(HookFiring{p.ddp_index, event.parameter, event.task, task.depth, task.label,
+                                            reducer_.expect_autograd_hooks()});
+    }
+    // DDP's hook is a post hook on the AccumulateGrad node: it runs after the accumulation.
+    reducer_.autograd_hook(p.ddp_index);
+  }
+
+  Finding base_finding(VerdictKind kind, int ddp_index) const {
+    Finding f;
+    f.kind = kind;
+    f.rank = rank_;
+    f.iteration = step_.iteration;
+    f.micro_step = step_.micro_step;
+    f.ddp_index = ddp_index;
+    if (ddp_index >= 0) {
+      const Parameter& p = structure_.ddp_parameter(ddp_index);
+      f.parameter = p.name;
+      f.layer = p.layer;
+    }
+    return f;
+  }
+
+  void raise(const ReducerError& error) {
+    if (error.kind() == VerdictKind::UnfinishedReduction) {
+      raise_unfinished(step_);
+      return;
+    }
+    Finding f = base_finding(error.kind(), error.ddp_index());
+    f.phase = Phase::Backward;
+    f.error_text = error.what();
+    auto fired = fired_tasks_.find(error.ddp_index());
+    if (fired != fired_tasks_.end()) f.graph_tasks = fired->second;
+    if (error.kind() == VerdictKind::MarkedReadyTwice) {
+      const bool unused_first = std::find(reducer_.unused_parameters().begin(), reducer_.unused_parameters().end(),
+                                          error.ddp_index()) != reducer_.unused_parameters().end();
+      if (unused_first && f.graph_tasks.size() == 1) {
+        f.graph_tasks.insert(f.graph_tasks.begin(), "find_unused_parameters: marked as unused at the first hook");
+        f.explanation =
+            "find_unused_parameters=True found no path from the outputs to this parameter (its reentrant "
+            "checkpoint ran the layer under no_grad), so the Reducer marked it ready as unused at the first "
+            "hook; then the nested backward fired its hook and marked it again.";
+      } else {
+        f.explanation = fmt::format(
+            "its AccumulateGrad hook fired in {} graph tasks of one iteration; each firing marks the "
+            "parameter ready and the Reducer allows one mark per iteration.",
+            f.graph_tasks.size());
+      }
+    } else if (error.kind() == VerdictKind::StaticGraphChanged) {
+      f.explanation = "with static_graph=True the Reducer expects each parameter's hook to fire exactly as "
+                      "often as in the first iteration; here it fired more often.";
+    }
+    outcome_.findings.push_back(std::move(f));
+    stop();
+  }
+
+  void raise_unfinished(const StepKey& at) {
+    const std::vector<int> unmarked = reducer_.unmarked_parameters();
+    Finding f = base_finding(VerdictKind::UnfinishedReduction, unmarked.empty() ? -1 : unmarked.front());
+    f.iteration = at.iteration;
+    f.micro_step = at.micro_step;
+    f.phase = Phase::Forward;
+    std::vector<std::string> names;
+    for (int i : unmarked) names.push_back(structure_.ddp_parameter(i).name);
+    f.error_text = prior_reduction_error_text(rank_, unmarked, names);
+    f.explanation = fmt::format(
+        "{} parameter(s) never had their hook fire (or not as often as expected) in iteration {}, so their "
+        "bucket never completed and finalize_backward never ran; the next forward raises, and the other "
+        "ranks wait in the collective until the timeout.",
+        unmarked.size(), at.iteration - 1);
+    f.graph_tasks = {"none: no hook fired for this parameter"};
+    outcome_.findings.push_back(std::move(f));
+    outcome_.stopped = true;
+    outcome_.stopped_at = at;
+  }
+
+  void raise_no_graph() {
+    Finding f = base_finding(VerdictKind::NoGradient, structure_.ddp_parameters.empty() ? -1 : 0);
+    f.phase = Phase::Backward;
+    f.error_text = "element 0 of tensors does not require grad and does not have a grad_fn";
+    f.explanation =
+        "no trainable parameter is connected to the loss: every checkpointed region whose inputs do not "
+        "require grad (frozen embeddings without enable_input_require_grads) has no backward.";
+    outcome_.findings.push_back(std::move(f));
+    stop();
+  }
+
+  void stop() {
+    outcome_.stopped = true;
+    outcome_.stopped_at = step_;
+  }
+
+  void evaluate_iteration(int iteration) {
+    if (reducer_.require_finalize()) return;  // reported by the next forward
+    std::vector<int> no_contribution;
+    bool divergence_reported = false;
+    for (size_t ddp = 0; ddp < structure_.ddp_parameters.size(); ++ddp) {
+      const int parameter = structure_.ddp_parameters[ddp];
+      const auto& e = ledger_.entries[static_cast<size_t>(parameter)];
+      const int total = ledger_.total(parameter);
+      if (total == 0) {
+        no_contribution.push_back(static_cast<int>(ddp));
+        continue;
+      }
+      const bool wrong = !e.marked || e.lost > 0 || (e.after_finalize > 0 && plan_.world_size > 1);
+      if (!wrong || divergence_reported) continue;
+      divergence_reported = true;
+      step_ = StepKey{iteration, plan_.gradient_accumulation_steps - 1};
+      Finding f = base_finding(VerdictKind::SilentDivergence, static_cast<int>(ddp));
+      f.phase = Phase::AfterBackward;
+      f.graph_tasks.assign(e.tasks.begin(), e.tasks.end());
+      if (!e.marked) {
+        f.error_text = "no error: replicas diverge (this gradient is never all-reduced)";
+        f.explanation = fmt::format("its {} gradient contribution(s) arrived while the Reducer expected no hooks.", total);
+      } else {
+        f.error_text = "no error: replicas diverge";
+        f.explanation = fmt::format(
+            "the Reducer copied this gradient into its bucket after {} of {} contributions; {} more arrived before "
+            "finalize_backward overwrote .grad with the reduced bucket (lost) and {} after it (added locally, never "
+            "all-reduced). finalize_backward ran when the last bucket completed, at the end of the graph task "
+            "running then.",
+            e.before_mark, total, e.lost, e.after_finalize);
+      }
+      outcome_.findings.push_back(std::move(f));
+    }
+    outcome_.no_contribution[iteration] = std::move(no_contribution);
+  }
+
+  const Plan& plan_;
+  const ModelStructure& structure_;
+  int rank_;
+  const std::map<StepKey, BucketAssignment>* broadcast_;
+  bool record_;
+  AutogradEngine engine_;
+  ReducerModel reducer_;
+  GradientLedger ledger_;
+  StepKey step_;
+  StepTrace current_;
+  std::map<int, std::vector<std::string>> fired_tasks_;
+  RankOutcome outcome_;
+};
+
+// Everything about a rank's plan that shapes its hook schedule; ranks with equal keys behave
+// identically and are simulated once.
+std::string schedule_key(const Plan& plan, int rank) {
+  std::string key;
+  for (int it = 0; it < plan.iterations; ++it) {
+    key += fmt::format("{}:", plan.tiled_shards_for(rank, it));
+    for (int layer = 0; layer < plan.model.num_hidden_layers; ++layer) key += char('0' + plan.checkpoint_count(layer, rank, it));
+    key += fmt::format("|{};", fmt::join(plan.unused_modules_for(rank, it), ","));
+  }
+  return key;
+}
+
+void replica_split_findings(const Plan& plan, const ModelStructure& structure, std::vector<Finding>& findings) {
+  if (plan.device_map == DeviceMap::PerRank || plan.world_size < 2) return;
+  Finding f;
+  f.kind = VerdictKind::ReplicaSplit;
+  f.rank = 0;
+  for (int r = 0; r < plan.world_size; ++r) f.ranks.push_back(r);
+  f.phase = Phase::Forward;
+  const bool quantized = plan.load_in_4bit || plan.load_in_8bit;
+  if (quantized) {
+    // accelerate's Accelerator.prepare_model refuses quantized models placed on another device.
+    f.error_text =
+        "You can't train a model that has been loaded in 8-bit or 4-bit precision on a different device than "
+        "the one you're training on. Make sure you loaded the model on the correct device using for example "
+        "`device_map={'':torch.cuda.current_device()}`";
+  } else {
+    f.error_text =
+        "DistributedDataParallel device_ids and output_device arguments only work with single-device/"
+        "multiple-device GPU modules or CPU modules, but got device_ids [LOCAL_RANK], output_device LOCAL_RANK, "
+        "and module parameters {device(type='cuda', index=0), device(type='cuda', index=1), ...}.";
+  }
+  f.explanation =
+      "device_map spreads one replica over several GPUs, so layers (and their gradients) live on devices other "
+      "than the rank's own; DDP expects one full replica per rank on one device.";
+  f.graph_tasks = {"none: the run stops before the first backward"};
+  if (!structure.ddp_parameters.empty()) {
+    f.ddp_index = 0;
+    f.parameter = structure.ddp_parameter(0).name;
+    f.layer = structure.ddp_parameter(0).layer;
+  }
+  findings.push_back(std::move(f));
+}
+
+}  // namespace
+
+DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, const DdpSimulationOptions& options) {
+  DdpSimulation result;
+  {
+    ReducerModel initial(reducer_parameters(structure), reducer_options(plan));
+    result.initial_buckets = initial.buckets();
+  }
+  replica_split_findings(plan, structure, result.findings);
+  if (!result.findings.empty()) return result;
+  if (structure.ddp_parameters.empty()) return result;
+
+  // Ranks whose plan is identical behave identically: simulate one per class.
+  std::map<std::string, size_t> class_of_key;
+  for (int r = 0; r < plan.world_size; ++r) {
+    const std::string key = schedule_key(plan, r);
+    auto [it, inserted] = class_of_key.emplace(key, result.rank_classes.size());
+    if (inserted) result.rank_classes.emplace_back();
+    result.rank_classes[it->second].push_back(r);
+  }
+  std::vector<RankOutcome> outcomes;
+  outcomes.reserve(result.rank_classes.size());
+  for (size_t c = 0; c < result.rank_classes.size(); ++c) {
+    const int rank = result.rank_classes[c].front();
+    const std::map<StepKey, BucketAssignment>* broadcast = c == 0 ? nullptr : &outcomes.front().rebuilds;
+    outcomes.push_back(RankSimulator(plan, structure, rank, broadcast, options.record_steps).run());
+  }
+  result.rebuilt_buckets = outcomes.front().rebuilt;
+
+  // Collectives must match across ranks; a rank that stopped leaves the others waiting.
+  std::vector<Finding> mismatch(outcomes.size());
+  std::vector<bool> has_mismatch(outcomes.size(), false);
+  for (size_t a = 0; a < outcomes.size(); ++a) {
+    for (size_t b = 0; b < outcomes.size(); ++b) {
+      if (a == b || has_mismatch[a]) continue;
+      const auto& la = outcomes[a].collectives;
+      const auto& lb = outcomes[b].collectives;
+      size_t i = 0;
+      while (i < la.size() && i < lb.size() && la[i].first == lb[i].first && la[i].second == lb[i].second) ++i;
+      if (i >= la.size()) continue;  // a issues nothing that b lacks
+      Finding f;
+      f.kind = VerdictKind::CollectiveMismatch;
+      f.rank = result.rank_classes[a].front();
+      f.iteration = la[i].first.iteration;
+      f.micro_step = la[i].first.micro_step;
+      f.phase = Phase::Backward;
+      const int other = result.rank_classes[b].front();
+      f.error_text = "no error at first: rank " + std::to_string(f.rank) + " blocks in '" + la[i].second.what +
+                     "' until the process group timeout";
+      if (i >= lb.size()) {
+        f.explanation = fmt::format("rank {} never issues it: {}", other,
+                                    outcomes[b].stopped ? "it stopped earlier with an error" : "its backward issues fewer collectives");
+      } else {
+        f.explanation = fmt::format("rank {} issues '{}' at that point instead", other, lb[i].second.what);
+      }
+      mismatch[a] = f;
+      has_mismatch[a] = true;
+    }
+  }
+
+  for (size_t c = 0; c < outcomes.size(); ++c) {
+    std::vector<Finding> findings = std::move(outcomes[c].findings);
+    if (has_mismatch[c]) {
+      // The hang comes first: drop what this rank would only reach after it.
+      const Finding& m = mismatch[c];
+      findings.erase(std::remove_if(findings.begin(), findings.end(), [&](const Finding& f) {
+                       return StepKey{f.iteration, f.micro_step} < StepKey{m.iteration, m.micro_step} ? false : true;
+                     }),
+                     findings.end());
+      findings.push_back(m);
+    }
+    for (Finding& f : findings) {
+      f.ranks = result.rank_classes[c];
+      result.findings.push_back(std::move(f));
+    }
+  }
+
+  // no_gradient: trainable parameters no rank produced a gradient for, in an iteration without
+  // errors. One finding (the first parameter, in DDP order) names how many share the cause.
+  for (const auto& [iteration, params] : outcomes.front().no_contribution) {
+    std::vector<int> missing;
+    for (int ddp : params) {
+      bool everywhere = true;
+      for (const auto& o : outcomes) {
+        auto it = o.no_contribution.find(iteration);
+        everywhere = everywhere && it != o.no_contribution.end() &&
+                     std::find(it->second.begin(), it->second.end(), ddp) != it->second.end();
+      }
+      const Parameter& p = structure.ddp_parameter(ddp);
+      if (everywhere && !module_unused(plan.unused_modules_for(0, iteration), p.module)) missing.push_back(ddp);
+    }
+    if (missing.empty()) continue;
+    const Parameter& p = structure.ddp_parameter(missing.front());
+    Finding f;
+    f.kind = VerdictKind::NoGradient;
+    f.rank = 0;
+    for (int r = 0; r < plan.world_size; ++r) f.ranks.push_back(r);
+    f.iteration = iteration;
+    f.phase = Phase::AfterBackward;
+    f.ddp_index = missing.front();
+    f.parameter = p.name;
+    f.layer = p.layer;
+    f.error_text = "no error: the parameter's .grad stays None";
+    f.explanation = fmt::format(
+        "no graph task produced a gradient for this trainable parameter on any rank ({} trainable parameter(s) "
+        "in all); e.g. a reentrant checkpoint whose inputs do not require grad has no backward.",
+        missing.size());
+    f.graph_tasks = {"none"};
+    result.findings.push_back(std::move(f));
+    break;
+  }
+
+  std::stable_sort(result.findings.begin(), result.findings.end(), [](const Finding& a, const Finding& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
+    if (a.iteration != b.iteration) return a.iteration < b.iteration;
+    return a.micro_step < b.micro_step;
+  });
+  if (options.record_steps) {
+    for (auto& o : outcomes) {
+      for (auto& s : o.steps) result.steps.push_back(std::move(s));
+    }
+  }
+  return result;
+}
+
+}  // namespace hookstream

@@ -1,0 +1,56 @@
+// Runs a plan through the autograd-engine model and the Reducer model for every rank, iteration
+// and micro-step, and turns what happens into findings with evidence.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/autograd_engine.h"
+#include "sim/model_structure.h"
+#include "sim/plan.h"
+#include "sim/reducer_model.h"
+#include "sim/verdict.h"
+
+namespace hookstream {
+
+struct HookFiring {
+  int ddp_index = -1;
+  int parameter = -1;
+  int task = -1;
+  int depth = 0;
+  std::string task_label;
+  bool expected = false;  // the Reducer expected hooks at that moment (otherwise ignored)
+};
+
+struct StepTrace {
+  int rank = 0;  // representative rank of its class
+  int iteration = 0;
+  int micro_step = 0;
+  bool synced = true;
+  std::vector<HookFiring> firings;
+  std::vector<Collective> collectives;
+  std::vector<GraphTaskInfo> tasks;
+};
+
+struct DdpSimulationOptions {
+  bool record_steps = false;  // keep per-step hook firings (for reports, timelines and tests)
+};
+
+struct DdpSimulation {
+  std::vector<Finding> findings;            // sorted by rank, iteration, micro-step
+  std::vector<std::vector<int>> rank_classes;  // ranks that behave identically (same per-rank plan)
+  BucketAssignment initial_buckets;
+  std::optional<BucketAssignment> rebuilt_buckets;
+  std::vector<StepTrace> steps;              // when record_steps
+  bool ok() const { return findings.empty(); }
+};
+
+DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure,
+                           const DdpSimulationOptions& options = {});
+
+// The Reducer's view of a model's DDP parameters.
+std::vector<ReducerParameter> reducer_parameters(const ModelStructure& structure);
+ReducerOptions reducer_options(const Plan& plan);
+
+}  // namespace hookstream

@@ -1,0 +1,386 @@
+// Reads a Hugging Face config.json into ModelConfig. Only the fields that decide which parameters
+// exist (and therefore which gradient hooks DDP registers) are read; everything else in the file is
+// ignored, as transformers' PretrainedConfig keeps unknown keys without using them.
+#include "sim/model_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/input_error.h"
+
+namespace hookstream {
+namespace {
+
+using nlohmann::json;
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+// A value as the user wrote it, for "got ..." in messages. Strings keep their quotes.
+std::string shown(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+// Where decoder fields are looked up: `text_config` first (multimodal configs nest the decoder
+// there), then the top level. transformers' composite configs do the same via get_text_config().
+class ConfigReader {
+ public:
+  ConfigReader(const json& root, std::string source) : root_(root), source_(std::move(source)) {
+    auto it = root_.find("text_config");
+    if (it != root_.end() && !it->is_null()) {
+      if (!it->is_object()) fail("text_config", "expected an object", shown(*it));
+      text_ = &*it;
+    }
+  }
+
+  bool has_text_config() const { return text_ != nullptr; }
+  const std::string& source() const { return source_; }
+
+  // Finds `key` in text_config, then at the top level; null values count as absent (HF writes
+  // `"head_dim": null` to mean "derive it"). Returns the dotted name used in messages.
+  const json* find(const std::string& key, std::string* dotted) const {
+    if (text_ != nullptr) {
+      if (const json* value = find_in(*text_, key)) {
+        *dotted = "text_config." + key;
+        return value;
+      }
+    }
+    *dotted = key;
+    return find_in(root_, key);
+  }
+
+  int positive_int(const std::string& key) const {
+    std::string dotted;
+    const json* value = find(key, &dotted);
+    if (value == nullptr) fail(key, "missing; expected a positive integer");
+    return to_positive_int(*value, dotted);
+  }
+
+  std::optional<int> optional_positive_int(const std::string& key) const {
+    std::string dotted;
+    const json* value = find(key, &dotted);
+    if (value == nullptr) return std::nullopt;
+    return to_positive_int(*value, dotted);
+  }
+
+  std::optional<bool> optional_bool(const std::string& key) const {
+    std::string dotted;
+    const json* value = find(key, &dotted);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_boolean()) fail(dotted, "expected true or false", shown(*value));
+    return value->get<bool>();
+  }
+
+  std::string optional_string(const json& object, const std::string& key,
+                              const std::string& dotted) const {
+    const json* value = find_in(object, key);
+    if (value == nullptr) return "";
+    if (!value->is_string()) fail(dotted, "expected a string", shown(*value));
+    return value->get<std::string>();
+  }
+
+  int to_positive_int(const json& value, const std::string& dotted) const {
+    if (!value.is_number_integer()) fail(dotted, "expected a positive integer", shown(value));
+    const auto number = value.get<std::int64_t>();
+    if (number <= 0 || number > std::numeric_limits<int>::max()) {
+      fail(dotted, "expected a positive integer", shown(value));
+    }
+    return static_cast<int>(number);
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& expected,
+                         const std::string& got = "") const {
+    std::string what = "key \"" + key + "\": " + expected;
+    if (!got.empty()) what += ", got " + got;
+    throw InputError(source_, what);
+  }
+
+  static const json* find_in(const json& object, const std::string& key) {
+    auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  const json& root() const { return root_; }
+
+ private:
+  const json& root_;
+  const json* text_ = nullptr;
+  std::string source_;
+};
+
+DType parse_dtype(const ConfigReader& reader) {
+  // transformers >= 4.56 writes `dtype`; older files write `torch_dtype`. Prefer the newer key.
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    std::string dotted;
+    const json* value = reader.find(key, &dotted);
+    if (value == nullptr) continue;
+    if (value->is_string()) {
+      const std::string name = lower(value->get<std::string>());
+      if (name == "bfloat16" || name == "torch.bfloat16") return DType::BFloat16;
+      if (name == "float16" || name == "torch.float16") return DType::Float16;
+      if (name == "float32" || name == "torch.float32") return DType::Float32;
+    }
+    reader.fail(dotted, "expected \"bfloat16\", \"float16\" or \"float32\"", shown(*value));
+  }
+  return DType::BFloat16;  // the dtype every bundled model ships in; HF loads float32 if absent
+}
+
+// Qwen2-family decoders hard-code bias=True on q/k/v (transformers' Qwen2Attention ignores
+// `attention_bias`); Qwen3-family decoders add a per-head RMSNorm on q and k (Qwen3Attention).
+bool has_qkv_bias_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen2"); }
+bool has_qk_norm_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen3"); }
+
+bool is_vision_language_type(const std::string& model_type) {
+  return model_type == "qwen3_vl" || model_type == "qwen3_vl_moe" || model_type == "qwen2_5_vl" ||
+         model_type == "qwen2_vl";
+}
+
+VisionTowerConfig parse_vision(const ConfigReader& reader, const json& vision, int text_hidden) {
+  auto fail = [&](const std::string& key, const std::string& expected, const json* got) {
+    reader.fail("vision_config." + key, expected, got ? shown(*got) : "");
+  };
+  auto get_int = [&](std::initializer_list<const char*> keys, std::optional<int> fallback) -> int {
+    for (const char* key : keys) {
+      if (const json* value = ConfigReader::find_in(vision, key)) {
+        return reader.to_positive_int(*value, std::string("vision_config.") + key);
+      }
+    }
+    if (!fallback) fail(*keys.begin(), "missing; expected a positive integer", nullptr);
+    return *fallback;
+  };
+
+  VisionTowerConfig tower;
+  tower.depth = get_int({"depth", "num_hidden_layers"}, std::nullopt);
+  // Qwen2-VL spells the ViT width `embed_dim` and uses `hidden_size` for the merger's output
+  // (the text width); Qwen2.5-VL / Qwen3-VL spell the width `hidden_size` and the output
+  // `out_hidden_size`.
+  const bool has_embed_dim = ConfigReader::find_in(vision, "embed_dim") != nullptr;
+  if (has_embed_dim) {
+    tower.hidden_size = get_int({"embed_dim"}, std::nullopt);
+    tower.out_hidden_size = get_int({"out_hidden_size", "hidden_size"}, text_hidden);
+  } else {
+    tower.hidden_size = get_int({"hidden_size"}, std::nullopt);
+    tower.out_hidden_size = get_int({"out_hidden_size"}, text_hidden);
+  }
+  if (ConfigReader::find_in(vision, "intermediate_size") == nullptr &&
+      ConfigReader::find_in(vision, "mlp_ratio") != nullptr) {
+    const json& ratio = vision["mlp_ratio"];
+    if (!ratio.is_number() || ratio.get<double>() <= 0) fail("mlp_ratio", "expected a positive number", &ratio);
+    tower.intermediate_size = static_cast<int>(tower.hidden_size * ratio.get<double>());
+  } else {
+    tower.intermediate_size = get_int({"intermediate_size"}, std::nullopt);
+  }
+  tower.num_heads = get_int({"num_heads", "num_attention_heads"}, std::nullopt);
+  tower.in_channels = get_int({"in_channels", "in_chans"}, 3);
+  tower.patch_size = get_int({"patch_size"}, 14);
+  tower.temporal_patch_size = get_int({"temporal_patch_size"}, 1);
+  tower.spatial_merge_size = get_int({"spatial_merge_size"}, 1);
+  if (ConfigReader::find_in(vision, "num_position_embeddings") != nullptr) {
+    tower.num_position_embeddings = get_int({"num_position_embeddings"}, std::nullopt);
+  }
+  if (const json* indexes = ConfigReader::find_in(vision, "deepstack_visual_indexes")) {
+    const std::string expected = "expected a list of block indices in [0, " + std::to_string(tower.depth) + ")";
+    if (!indexes->is_array()) fail("deepstack_visual_indexes", expected, indexes);
+    for (const json& index : *indexes) {
+      if (!index.is_number_integer() || index.get<std::int64_t>() < 0 || index.get<std::int64_t>() >= tower.depth) {
+        fail("deepstack_visual_indexes", expected, &index);
+      }
+      tower.deepstack_visual_indexes.push_back(index.get<int>());
+    }
+  }
+  if (tower.hidden_size % tower.num_heads != 0) {
+    reader.fail("vision_config.num_heads",
+                "expected a divisor of vision_config hidden size " + std::to_string(tower.hidden_size),
+                std::to_string(tower.num_heads));
+  }
+  return tower;
+}
+
+std::string data_dir() {
+  const char* from_env = std::getenv("HOOKSTREAM_DATA_DIR");
+  if (from_env != nullptr && *from_env != '\0') return from_env;
+  return HOOKSTREAM_DATA_DIR;
+}
+
+// Hugging Face ids and spellings that name a bundled preset under a different file name.
+// Keys are lower case, after the organisation prefix and ".json" were removed.
+const std::vector<std::pair<std::string, std::string>>& preset_aliases() {
+  static const std::vector<std::pair<std::string, std::string>> aliases = {
+      {"llama3.1-8b", "Llama-3.1-8B"},
+      {"llama-3-1-8b", "Llama-3.1-8B"},
+      {"llama3.1-70b", "Llama-3.1-70B"},
+      {"llama-3-1-70b", "Llama-3.1-70B"},
+      {"qwen2.5-7b", "Qwen2.5-7B"},
+      {"qwen2-5-7b", "Qwen2.5-7B"},
+      {"qwen3-vl-4b", "Qwen3-VL-4B"},
+      {"qwen3vl-4b", "Qwen3-VL-4B"},
+  };
+  return aliases;
+}
+
+// The spellings to try for `name`, most literal first: as given, without the HF organisation,
+// without "Meta-" (Meta-Llama-3.1-8B is the old repo name of Llama-3.1-8B) and without
+// "-Instruct" (instruction-tuned checkpoints share the base model's architecture).
+std::vector<std::string> preset_candidates(std::string name) {
+  if (ends_with(lower(name), ".json")) name.resize(name.size() - 5);
+  std::vector<std::string> candidates = {name};
+  const auto slash = name.rfind('/');
+  if (slash != std::string::npos && name.find('/') == slash) name = name.substr(slash + 1);
+  candidates.push_back(name);
+  if (starts_with(lower(name), "meta-")) name = name.substr(5);
+  candidates.push_back(name);
+  if (ends_with(lower(name), "-instruct")) name.resize(name.size() - 9);
+  candidates.push_back(name);
+  for (const auto& [alias, preset] : preset_aliases()) {
+    if (alias == lower(name)) candidates.push_back(preset);
+  }
+  return candidates;
+}
+
+}  // namespace
+
+std::string to_string(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "float32";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float16: return "float16";
+  }
+  return "unknown";
+}
+
+int dtype_bytes(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::parse_error& error) {
+    // nlohmann's message already names the line/column (or byte) where parsing stopped.
+    std::string message = error.what();
+    const auto bracket = message.find("] ");
+    if (starts_with(message, "[json.exception") && bracket != std::string::npos) {
+      message = message.substr(bracket + 2);
+    }
+    throw InputError(source, "malformed JSON: " + message);
+  }
+  if (!root.is_object()) throw InputError(source, "expected a JSON object (a Hugging Face config.json), got " + shown(root));
+
+  const ConfigReader reader(root, source);
+  ModelConfig config;
+  config.source = source;
+  config.model_type = reader.optional_string(root, "model_type", "model_type");
+  if (const json* architectures = ConfigReader::find_in(root, "architectures")) {
+    if (!architectures->is_array() || (!architectures->empty() && !(*architectures)[0].is_string())) {
+      reader.fail("architectures", "expected a list of class names", shown(*architectures));
+    }
+    if (!architectures->empty()) config.architecture = (*architectures)[0].get<std::string>();
+  }
+
+  config.hidden_size = reader.positive_int("hidden_size");
+  config.intermediate_size = reader.positive_int("intermediate_size");
+  config.num_hidden_layers = reader.positive_int("num_hidden_layers");
+  config.num_attention_heads = reader.positive_int("num_attention_heads");
+  config.num_key_value_heads =
+      reader.optional_positive_int("num_key_value_heads").value_or(config.num_attention_heads);
+  config.vocab_size = reader.positive_int("vocab_size");
+  if (auto head_dim = reader.optional_positive_int("head_dim")) {
+    config.head_dim = *head_dim;
+  } else if (config.hidden_size % config.num_attention_heads != 0) {
+    reader.fail("num_attention_heads",
+                "expected a divisor of hidden_size " + std::to_string(config.hidden_size) +
+                    " (or an explicit head_dim)",
+                std::to_string(config.num_attention_heads));
+  } else {
+    config.head_dim = config.hidden_size / config.num_attention_heads;
+  }
+  if (config.num_attention_heads % config.num_key_value_heads != 0) {
+    reader.fail("num_key_value_heads",
+                "expected a divisor of num_attention_heads " + std::to_string(config.num_attention_heads),
+                std::to_string(config.num_key_value_heads));
+  }
+  config.tie_word_embeddings = reader.optional_bool("tie_word_embeddings").value_or(false);
+  config.torch_dtype = parse_dtype(reader);
+
+  std::string decoder_type = config.model_type;
+  if (reader.has_text_config()) {
+    std::string nested = reader.optional_string(root["text_config"], "model_type", "text_config.model_type");
+    if (!nested.empty()) decoder_type = nested;
+  }
+  config.attention_bias =
+      has_qkv_bias_by_type(decoder_type) || reader.optional_bool("attention_bias").value_or(false);
+  config.qk_norm = has_qk_norm_by_type(decoder_type) || has_qk_norm_by_type(config.model_type);
+
+  // transformers >= 4.52 nests the decoder of *ForConditionalGeneration models under
+  // `model.language_model` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llava...).
+  if (reader.has_text_config() &&
+      (ends_with(config.architecture, "ForConditionalGeneration") || is_vision_language_type(config.model_type))) {
+    config.text_prefix = "model.language_model";
+  }
+  if (const json* vision = ConfigReader::find_in(root, "vision_config")) {
+    if (!vision->is_object()) reader.fail("vision_config", "expected an object", shown(*vision));
+    config.vision = parse_vision(reader, *vision, config.hidden_size);
+  }
+  return config;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw InputError("", "cannot read " + path + ": " + std::strerror(EISDIR));
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError("", "cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse_model_config(text.str(), path);
+}
+
+std::string preset_dir() { return data_dir() + "/presets"; }
+
+std::vector<std::string> list_presets() {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(preset_dir(), error)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end(),
+            [](const std::string& a, const std::string& b) { return lower(a) < lower(b); });
+  return names;
+}
+
+std::optional<std::string> find_preset(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  const std::vector<std::string> presets = list_presets();
+  for (const std::string& candidate : preset_candidates(name)) {
+    for (const std::string& preset : presets) {
+      if (lower(preset) == lower(candidate)) return preset_dir() + "/" + preset + ".json";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace hookstream

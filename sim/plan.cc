@@ -1,0 +1,1062 @@
+// Reads a training plan: axolotl-style YAML plus a `hookstream:` section (docs/plan-format.md).
+// Three passes: --set edits are applied to the YAML tree, the tree is converted key by key into a
+// Plan (unknown keys and wrong types fail here, with the line they are on), then cross-key rules are
+// checked against the resolved model. Every failure is one InputError line.
+#include "sim/plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "sim/input_error.h"
+
+namespace hookstream {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ----------------------------------------------------------------------------------------------
+// Keys
+// ----------------------------------------------------------------------------------------------
+
+// PEFT's names for the seven linear projections of a Llama/Qwen decoder layer, in module order;
+// axolotl's `lora_target_linear: true` targets all of them.
+const std::vector<std::string> kLinearProjections = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                     "gate_proj", "up_proj", "down_proj"};
+
+// Top-level axolotl keys that shape the hook schedule.
+const std::vector<std::string>& schedule_keys() {
+  static const std::vector<std::string> keys = {
+      "base_model", "sequence_len", "micro_batch_size", "gradient_accumulation_steps", "adapter",
+      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear",
+      "load_in_4bit", "load_in_8bit", "gradient_checkpointing", "gradient_checkpointing_kwargs",
+      "activation_offloading", "tiled_mlp", "tiled_mlp_num_shards", "ddp_find_unused_parameters",
+      "ddp_bucket_cap_mb", "device_map", "unfrozen_parameters", "base_model_config"};
+  return keys;
+}
+
+// Common axolotl keys accepted so that real axolotl configs load, with no effect on the hook
+// schedule. Their values are not checked.
+const std::vector<std::string>& no_effect_keys() {
+  static const std::vector<std::string> keys = {
+      "datasets", "output_dir", "learning_rate", "num_epochs", "max_steps", "optimizer",
+      "lr_scheduler", "warmup_steps", "bf16", "fp16", "tf32", "flash_attention", "sdp_attention",
+      "sample_packing", "pad_to_sequence_len", "seed", "logging_steps", "save_steps", "val_set_size",
+      "special_tokens", "wandb_project", "strict", "chat_template", "model_type", "tokenizer_type",
+      "trust_remote_code"};
+  return keys;
+}
+
+const std::vector<std::string>& hookstream_keys() {
+  static const std::vector<std::string> keys = {
+      "world_size", "iterations", "static_graph", "gradient_as_bucket_view", "checkpoint_layers",
+      "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs",
+      "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
+      "rank_overrides", "iteration_overrides"};
+  return keys;
+}
+
+const std::vector<std::string>& override_keys() {
+  static const std::vector<std::string> keys = {"sequence_len", "tiled_mlp_num_shards",
+                                                "checkpoint_twice_layers", "unused_modules"};
+  return keys;
+}
+
+const std::vector<std::string>& checkpointing_kwargs_keys() {
+  static const std::vector<std::string> keys = {"use_reentrant"};
+  return keys;
+}
+
+std::vector<std::string> top_level_keys() {
+  std::vector<std::string> keys = schedule_keys();
+  keys.insert(keys.end(), no_effect_keys().begin(), no_effect_keys().end());
+  keys.push_back("hookstream");
+  return keys;
+}
+
+bool contains(const std::vector<std::string>& keys, const std::string& key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// ----------------------------------------------------------------------------------------------
+// "did you mean"
+// ----------------------------------------------------------------------------------------------
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+// Damerau-Levenshtein distance (optimal string alignment: a transposition counts as one edit).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The closest known key, if it is close enough to be a typo: at most a third of the key's
+// length in edits (at least 2), so "sequence_length" finds "sequence_len" but "foo" finds nothing.
+std::string closest_key(const std::string& key, const std::vector<std::string>& known) {
+  const std::string wanted = lower(key);
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, wanted.size() / 3) + 1;
+  for (const std::string& candidate : known) {
+    const size_t distance = edit_distance(wanted, lower(candidate));
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+// `level` is "" for the top level, else the dotted section ("hookstream", ...).
+std::string unknown_key_message(const std::string& key, const std::string& level,
+                                const std::vector<std::string>& known) {
+  std::string message = "unknown key \"" + key + "\"";
+  if (!level.empty()) message += " in " + level;
+  if (level.empty() && contains(hookstream_keys(), key)) {
+    return message + "; did you mean `hookstream." + key + "`? (it belongs in the hookstream: section)";
+  }
+  if (level == "hookstream" && contains(top_level_keys(), key)) {
+    return message + "; did you mean the top-level `" + key + "`? (it is an axolotl key)";
+  }
+  const std::string suggestion = closest_key(key, known);
+  if (!suggestion.empty()) message += "; did you mean `" + suggestion + "`?";
+  return message;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Locations and typed reads
+// ----------------------------------------------------------------------------------------------
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) text += (i ? separator : "") + parts[i];
+  return text;
+}
+
+// Where a value came from: the plan file (with the line yaml-cpp recorded) or a --set option.
+class Origin {
+ public:
+  Origin(std::string source, std::vector<std::string> set_paths)
+      : source_(std::move(source)), set_paths_(std::move(set_paths)) {}
+
+  const std::string& source() const { return source_; }
+
+  bool from_set(const std::string& path) const {
+    for (const std::string& set : set_paths_) {
+      if (path == set || path.rfind(set + ".", 0) == 0) return true;
+    }
+    return false;
+  }
+
+  // A mapping that --set had to create (hookstream.rank_overrides.3 for
+  // hookstream.rank_overrides.3.sequence_len) has no position in the file.
+  bool created_by_set(const std::string& path) const {
+    for (const std::string& set : set_paths_) {
+      if (set.rfind(path + ".", 0) == 0) return true;
+    }
+    return false;
+  }
+
+  std::string at(const YAML::Node& node, const std::string& path) const {
+    if (from_set(path)) return "--set";
+    const YAML::Mark mark = node.Mark();
+    if (mark.is_null() || mark.line < 0) return created_by_set(path) ? "--set" : source_;
+    return source_ + ":" + std::to_string(mark.line + 1);
+  }
+
+ private:
+  std::string source_;
+  std::vector<std::string> set_paths_;
+};
+
+std::string shown(const YAML::Node& node) {
+  if (node.IsNull()) return "null";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  std::string text = node.Scalar();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return "\"" + text + "\"";
+}
+
+[[noreturn]] void fail_type(const Origin& origin, const YAML::Node& node, const std::string& path,
+                            const std::string& expected) {
+  throw InputError(origin.at(node, path),
+                   "key \"" + path + "\": expected " + expected + ", got " + shown(node));
+}
+
+long long read_integer(const Origin& origin, const YAML::Node& node, const std::string& path,
+                       const std::string& expected) {
+  long long value = 0;
+  if (!node.IsScalar() || !YAML::convert<long long>::decode(node, value)) {
+    fail_type(origin, node, path, expected);
+  }
+  return value;
+}
+
+int read_int(const Origin& origin, const YAML::Node& node, const std::string& path, int min, int max) {
+  const std::string expected = max == std::numeric_limits<int>::max()
+                                   ? "an integer >= " + std::to_string(min)
+                                   : "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  const long long value = read_integer(origin, node, path, expected);
+  if (value < min || value > max) fail_type(origin, node, path, expected);
+  return static_cast<int>(value);
+}
+
+int read_positive(const Origin& origin, const YAML::Node& node, const std::string& path) {
+  return read_int(origin, node, path, 1, std::numeric_limits<int>::max());
+}
+
+bool read_bool(const Origin& origin, const YAML::Node& node, const std::string& path) {
+  bool value = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+    fail_type(origin, node, path, "true or false");
+  }
+  return value;
+}
+
+double read_positive_number(const Origin& origin, const YAML::Node& node, const std::string& path) {
+  double value = 0;
+  if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) ||
+      value <= 0) {
+    fail_type(origin, node, path, "a number > 0");
+  }
+  return value;
+}
+
+std::string read_string(const Origin& origin, const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar()) fail_type(origin, node, path, "a string");
+  return node.Scalar();
+}
+
+std::vector<std::string> read_string_list(const Origin& origin, const YAML::Node& node,
+                                          const std::string& path) {
+  if (!node.IsSequence()) fail_type(origin, node, path, "a list of strings");
+  std::vector<std::string> values;
+  for (const YAML::Node& item : node) {
+    if (!item.IsScalar() || item.Scalar().empty()) fail_type(origin, item, path, "a list of non-empty strings");
+    values.push_back(item.Scalar());
+  }
+  return values;
+}
+
+std::vector<int> read_layer_list(const Origin& origin, const YAML::Node& node, const std::string& path) {
+  if (!node.IsSequence()) fail_type(origin, node, path, "a list of layer indices");
+  std::vector<int> layers;
+  for (const YAML::Node& item : node) {
+    layers.push_back(read_int(origin, item, path, 0, std::numeric_limits<int>::max()));
+  }
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  return layers;
+}
+
+// Calls `visit(key, key_node, value)` for each entry of a mapping, rejecting non-string keys,
+// duplicates and keys not in `known` (`level` names the section in messages).
+void for_each_entry(const Origin& origin, const YAML::Node& map, const std::string& prefix,
+                    const std::vector<std::string>& known, const std::string& level,
+                    const std::function<void(const std::string&, const YAML::Node&)>& visit) {
+  std::set<std::string> seen;
+  for (const auto& entry : map) {
+    const YAML::Node& key_node = entry.first;
+    if (!key_node.IsScalar()) throw InputError(origin.at(key_node, prefix), "expected a string key in " + (level.empty() ? std::string("the plan") : level));
+    const std::string key = key_node.Scalar();
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (!known.empty() && !contains(known, key)) {
+      throw InputError(origin.at(key_node, path), unknown_key_message(key, level, known));
+    }
+    if (!seen.insert(key).second) throw InputError(origin.at(key_node, path), "duplicate key \"" + path + "\"");
+    if (entry.second.IsNull()) continue;  // `key:` with no value means unset, as in axolotl
+    visit(key, entry.second);
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Conversion: YAML tree -> Plan
+// ----------------------------------------------------------------------------------------------
+
+// What the conversion learned beyond the Plan fields: which keys were explicit (several rules
+// depend on "unset" vs "false") and where each key was, for cross-key messages.
+struct Draft {
+  Plan plan;
+  std::optional<bool> gradient_checkpointing;
+  std::optional<bool> load_in_4bit;
+  std::optional<bool> use_reentrant;
+  bool checkpointing_forces_reentrant = false;
+  bool lora_target_linear = false;
+  std::string base_model_config;
+  std::map<std::string, std::string> where;  // dotted key -> "FILE:LINE" or "--set"
+};
+
+class Converter {
+ public:
+  Converter(const Origin& origin, Draft& draft) : origin_(origin), draft_(draft), plan_(draft.plan) {}
+
+  void top_level(const YAML::Node& root) {
+    for_each_entry(origin_, root, "", top_level_keys(), "", [&](const std::string& key, const YAML::Node& value) {
+      draft_.where[key] = origin_.at(value, key);
+      if (key == "hookstream") return hookstream_section(value);
+      if (contains(no_effect_keys(), key) || key == "lora_dropout") return;
+      axolotl_key(key, value);
+    });
+  }
+
+ private:
+  void axolotl_key(const std::string& key, const YAML::Node& value) {
+    if (key == "base_model") plan_.base_model = read_string(origin_, value, key);
+    else if (key == "base_model_config") draft_.base_model_config = read_string(origin_, value, key);
+    else if (key == "sequence_len") plan_.sequence_len = read_positive(origin_, value, key);
+    else if (key == "micro_batch_size") plan_.micro_batch_size = read_positive(origin_, value, key);
+    else if (key == "gradient_accumulation_steps") plan_.gradient_accumulation_steps = read_positive(origin_, value, key);
+    else if (key == "adapter") plan_.adapter = adapter(value, key);
+    else if (key == "lora_r") plan_.lora_r = read_positive(origin_, value, key);
+    else if (key == "lora_alpha") plan_.lora_alpha = read_positive_number(origin_, value, key);
+    else if (key == "lora_target_modules") plan_.lora_target_modules = target_modules(value, key);
+    else if (key == "lora_target_linear") draft_.lora_target_linear = read_bool(origin_, value, key);
+    else if (key == "load_in_4bit") draft_.load_in_4bit = plan_.load_in_4bit = read_bool(origin_, value, key);
+    else if (key == "load_in_8bit") plan_.load_in_8bit = read_bool(origin_, value, key);
+    else if (key == "gradient_checkpointing") gradient_checkpointing(value, key);
+    else if (key == "gradient_checkpointing_kwargs") checkpointing_kwargs(value, key);
+    else if (key == "activation_offloading") activation_offloading(value, key);
+    else if (key == "tiled_mlp") plan_.tiled_mlp = read_bool(origin_, value, key);
+    else if (key == "tiled_mlp_num_shards") plan_.tiled_mlp_num_shards = read_positive(origin_, value, key);
+    else if (key == "ddp_find_unused_parameters") plan_.ddp_find_unused_parameters = read_bool(origin_, value, key);
+    else if (key == "ddp_bucket_cap_mb") plan_.ddp_bucket_cap_mb = read_positive_number(origin_, value, key);
+    else if (key == "device_map") plan_.device_map = device_map(value, key);
+    else if (key == "unfrozen_parameters") plan_.unfrozen_parameters = regex_list(value, key);
+  }
+
+  Adapter adapter(const YAML::Node& value, const std::string& key) {
+    const std::string name = lower(read_string(origin_, value, key));
+    if (name == "lora") return Adapter::Lora;
+    if (name == "qlora") return Adapter::Qlora;
+    if (name.empty() || name == "none") return Adapter::None;
+    fail_type(origin_, value, key, "\"lora\", \"qlora\" or empty");
+  }
+
+  // PEFT also takes a single string (matched as a regex against module names); a plain name is
+  // the common case and the only one hookstream models.
+  std::vector<std::string> target_modules(const YAML::Node& value, const std::string& key) {
+    if (value.IsScalar()) return {read_string(origin_, value, key)};
+    return read_string_list(origin_, value, key);
+  }
+
+  // axolotl: true/false, or the legacy spellings "offload" / "offload_disk", which its validator
+  // rewrites to gradient_checkpointing: true + activation_offloading. "unsloth" is the older
+  // axolotl spelling that swapped in Unsloth_Offloaded_Gradient_Checkpointer: a custom
+  // autograd.Function that recomputes the layer under no_grad and calls backward() inside its own
+  // backward, i.e. reentrant checkpointing whatever use_reentrant says.
+  void gradient_checkpointing(const YAML::Node& value, const std::string& key) {
+    if (value.IsScalar()) {
+      const std::string text = lower(value.Scalar());
+      if (text == "unsloth") {
+        draft_.gradient_checkpointing = true;
+        plan_.activation_offloading = true;
+        draft_.checkpointing_forces_reentrant = true;
+        return;
+      }
+      if (text == "offload" || text == "offload_disk") {
+        draft_.gradient_checkpointing = true;
+        plan_.activation_offloading = true;
+        return;
+      }
+    }
+    bool enabled = false;
+    if (!value.IsScalar() || !YAML::convert<bool>::decode(value, enabled)) {
+      fail_type(origin_, value, key, "true, false, \"offload\", \"offload_disk\" or \"unsloth\"");
+    }
+    draft_.gradient_checkpointing = enabled;
+  }
+
+  void checkpointing_kwargs(const YAML::Node& value, const std::string& key) {
+    if (!value.IsMap()) fail_type(origin_, value, key, "a mapping (use_reentrant: true|false)");
+    for_each_entry(origin_, value, key, checkpointing_kwargs_keys(), key,
+                   [&](const std::string& name, const YAML::Node& item) {
+                     const std::string path = key + "." + name;
+                     draft_.where[path] = origin_.at(item, path);
+                     draft_.use_reentrant = read_bool(origin_, item, path);
+                   });
+  }
+
+  // axolotl: true (TRL's saved-tensor offloading), "legacy" (CPU_Offloaded_Gradient_Checkpointer,
+  // a custom Function that runs a nested backward, i.e. reentrant) or "disk".
+  void activation_offloading(const YAML::Node& value, const std::string& key) {
+    if (value.IsScalar()) {
+      const std::string text = lower(value.Scalar());
+      if (text == "legacy") {
+        plan_.activation_offloading = true;
+        draft_.checkpointing_forces_reentrant = true;
+        return;
+      }
+      if (text == "disk") {
+        plan_.activation_offloading = true;
+        return;
+      }
+    }
+    bool enabled = false;
+    if (!value.IsScalar() || !YAML::convert<bool>::decode(value, enabled)) {
+      fail_type(origin_, value, key, "true, false, \"legacy\" or \"disk\"");
+    }
+    plan_.activation_offloading = enabled;
+  }
+
+  // A mapping (e.g. axolotl's own {"": LOCAL_RANK}) or "ddp" places the whole model on this
+  // rank's GPU; accelerate's strategies spread one replica over several GPUs.
+  DeviceMap device_map(const YAML::Node& value, const std::string& key) {
+    if (value.IsMap()) return DeviceMap::PerRank;
+    const std::string expected = "\"auto\", \"balanced\", \"sequential\", \"ddp\" or a mapping";
+    if (!value.IsScalar()) fail_type(origin_, value, key, expected);
+    const std::string name = lower(value.Scalar());
+    if (name == "auto") return DeviceMap::Auto;
+    if (name == "balanced") return DeviceMap::Balanced;
+    if (name == "sequential") return DeviceMap::Sequential;
+    if (name == "ddp") return DeviceMap::PerRank;
+    fail_type(origin_, value, key, expected);
+  }
+
+  // Checked with std::regex (ECMAScript), close to but not identical to Python's `re`.
+  std::vector<std::string> regex_list(const YAML::Node& value, const std::string& key) {
+    std::vector<std::string> patterns = read_string_list(origin_, value, key);
+    size_t index = 0;
+    for (const YAML::Node& item : value) {
+      try {
+        std::regex compiled(patterns[index]);
+      } catch (const std::regex_error& error) {
+        fail_type(origin_, item, key, "a list of regular expressions (" + std::string(error.what()) + ")");
+      }
+      ++index;
+    }
+    return patterns;
+  }
+
+  void hookstream_section(const YAML::Node& section) {
+    const std::string prefix = "hookstream";
+    if (!section.IsMap()) fail_type(origin_, section, prefix, "a mapping");
+    for_each_entry(origin_, section, prefix, hookstream_keys(), prefix,
+                   [&](const std::string& key, const YAML::Node& value) {
+                     const std::string path = prefix + "." + key;
+                     draft_.where[path] = origin_.at(value, path);
+                     hookstream_key(key, value, path);
+                   });
+  }
+
+  void hookstream_key(const std::string& key, const YAML::Node& value, const std::string& path) {
+    if (key == "world_size") plan_.world_size = read_int(origin_, value, path, 1, 65536);
+    else if (key == "iterations") plan_.iterations = read_int(origin_, value, path, 1, 1000);
+    else if (key == "static_graph") plan_.static_graph = read_bool(origin_, value, path);
+    else if (key == "gradient_as_bucket_view") plan_.gradient_as_bucket_view = read_bool(origin_, value, path);
+    else if (key == "checkpoint_layers") plan_.checkpoint_layers = checkpoint_layers(value, path);
+    else if (key == "checkpoint_twice_layers") plan_.checkpoint_twice_layers = read_layer_list(origin_, value, path);
+    else if (key == "tiled_mlp_backward") plan_.tiled_mlp_backward = tiled_backward(value, path);
+    else if (key == "tiled_mlp_weights_as_inputs") plan_.tiled_mlp_weights_as_inputs = read_bool(origin_, value, path);
+    else if (key == "enable_input_require_grads") plan_.enable_input_require_grads = read_bool(origin_, value, path);
+    else if (key == "train_vision_tower") plan_.train_vision_tower = read_bool(origin_, value, path);
+    else if (key == "vision_inputs") plan_.vision_inputs = read_bool(origin_, value, path);
+    else if (key == "unused_modules") plan_.unused_modules = read_string_list(origin_, value, path);
+    else if (key == "rank_overrides") plan_.rank_overrides = overrides(value, path);
+    else if (key == "iteration_overrides") plan_.iteration_overrides = overrides(value, path);
+  }
+
+  // "all" means every decoder layer (the same as leaving the key out with checkpointing on).
+  std::optional<std::vector<int>> checkpoint_layers(const YAML::Node& value, const std::string& path) {
+    if (value.IsScalar() && lower(value.Scalar()) == "all") return std::nullopt;
+    if (!value.IsSequence() || value.size() == 0) fail_type(origin_, value, path, "\"all\" or a non-empty list of layer indices");
+    return read_layer_list(origin_, value, path);
+  }
+
+  TiledBackward tiled_backward(const YAML::Node& value, const std::string& path) {
+    const std::string expected = "per_chunk_backward, grad_then_backward or function_returns_grads";
+    if (!value.IsScalar()) fail_type(origin_, value, path, expected);
+    const std::string name = lower(value.Scalar());
+    if (name == "per_chunk_backward") return TiledBackward::BackwardPerChunk;
+    if (name == "grad_then_backward") return TiledBackward::GradThenBackward;
+    if (name == "function_returns_grads") return TiledBackward::FunctionReturnsGrads;
+    fail_type(origin_, value, path, expected);
+  }
+
+  std::map<int, PlanOverride> overrides(const YAML::Node& value, const std::string& path) {
+    if (!value.IsMap()) fail_type(origin_, value, path, "a mapping from index to overrides");
+    std::map<int, PlanOverride> result;
+    for (const auto& entry : value) {
+      const YAML::Node& key_node = entry.first;
+      const std::string key_text = key_node.IsScalar() ? key_node.Scalar() : "";
+      const std::string entry_path = path + "." + key_text;
+      const int index = read_int(origin_, key_node, entry_path, 0, std::numeric_limits<int>::max());
+      if (result.count(index)) throw InputError(origin_.at(key_node, entry_path), "duplicate key \"" + entry_path + "\"");
+      draft_.where[path + "." + std::to_string(index)] = origin_.at(key_node, entry_path);
+      result[index] = override_entry(entry.second, entry_path, path + "." + std::to_string(index));
+    }
+    return result;
+  }
+
+  PlanOverride override_entry(const YAML::Node& value, const std::string& path, const std::string& canonical) {
+    PlanOverride result;
+    if (value.IsNull()) return result;
+    if (!value.IsMap()) fail_type(origin_, value, path, "a mapping of " + join(override_keys(), ", "));
+    for_each_entry(origin_, value, path, override_keys(), path, [&](const std::string& key, const YAML::Node& item) {
+      const std::string item_path = path + "." + key;
+      draft_.where[canonical + "." + key] = origin_.at(item, item_path);
+      if (key == "sequence_len") result.sequence_len = read_positive(origin_, item, item_path);
+      else if (key == "tiled_mlp_num_shards") result.tiled_mlp_num_shards = read_positive(origin_, item, item_path);
+      else if (key == "checkpoint_twice_layers") result.checkpoint_twice_layers = read_layer_list(origin_, item, item_path);
+      else if (key == "unused_modules") result.unused_modules = read_string_list(origin_, item, item_path);
+    });
+    return result;
+  }
+
+  const Origin& origin_;
+  Draft& draft_;
+  Plan& plan_;
+};
+
+// ----------------------------------------------------------------------------------------------
+// --set
+// ----------------------------------------------------------------------------------------------
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, separator)) parts.push_back(part);
+  if (!text.empty() && text.back() == separator) parts.push_back("");
+  return parts;
+}
+
+bool is_index(const std::string& text) {
+  return !text.empty() && text.size() < 10 && std::all_of(text.begin(), text.end(), ::isdigit);
+}
+
+// Checks a dotted --set key against the same key tables the file is checked against.
+void check_set_key(const std::vector<std::string>& parts, const std::string& key) {
+  auto unknown = [&](size_t depth, const std::string& level, const std::vector<std::string>& known) {
+    throw InputError("--set", unknown_key_message(parts[depth], level, known) + " (in \"" + key + "\")");
+  };
+  auto leaf_at = [&](size_t depth) {
+    if (parts.size() > depth + 1) {
+      throw InputError("--set", "key \"" + join({parts.begin(), parts.begin() + depth + 1}, ".") + "\" has no sub-keys (in \"" + key + "\")");
+    }
+  };
+  for (const std::string& part : parts) {
+    if (part.empty()) throw InputError("--set", "empty key component in \"" + key + "\"");
+  }
+  const std::string& top = parts[0];
+  if (!contains(top_level_keys(), top)) unknown(0, "", top_level_keys());
+  if (contains(no_effect_keys(), top)) return;
+  if (top == "gradient_checkpointing_kwargs") {
+    if (parts.size() > 1 && !contains(checkpointing_kwargs_keys(), parts[1])) unknown(1, top, checkpointing_kwargs_keys());
+    return leaf_at(1);
+  }
+  if (top != "hookstream") return leaf_at(0);
+  if (parts.size() == 1) return;
+  if (!contains(hookstream_keys(), parts[1])) unknown(1, top, hookstream_keys());
+  if (parts[1] != "rank_overrides" && parts[1] != "iteration_overrides") return leaf_at(1);
+  if (parts.size() == 2) return;
+  if (!is_index(parts[2])) {
+    throw InputError("--set", "key \"" + join({parts.begin(), parts.begin() + 3}, ".") + "\": expected a non-negative integer index");
+  }
+  if (parts.size() > 3 && !contains(override_keys(), parts[3])) unknown(3, "hookstream." + parts[1] + "." + parts[2], override_keys());
+  leaf_at(3);
+}
+
+// Applies one "key=value" to the tree; returns the dotted key.
+std::string apply_set(YAML::Node& root, const std::string& assignment) {
+  const auto equals = assignment.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    throw InputError("--set", "expected KEY=VALUE, got \"" + assignment + "\"");
+  }
+  const std::string key = assignment.substr(0, equals);
+  const std::vector<std::string> parts = split(key, '.');
+  check_set_key(parts, key);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(equals + 1));
+  } catch (const YAML::Exception& error) {
+    throw InputError("--set", "key \"" + key + "\": malformed YAML value: " + error.msg);
+  }
+  YAML::Node current = root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node child = current[parts[i]];
+    if (!child.IsDefined() || child.IsNull()) {
+      current[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      child.reset(current[parts[i]]);
+    } else if (!child.IsMap()) {
+      throw InputError("--set", "key \"" + join({parts.begin(), parts.begin() + i + 1}, ".") +
+                                    "\" is not a mapping in the plan, cannot set \"" + key + "\"");
+    }
+    current.reset(child);
+  }
+  current[parts.back()] = value;
+  return key;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Model resolution
+// ----------------------------------------------------------------------------------------------
+
+std::string plan_directory(const std::string& source) {
+  const fs::path parent = fs::path(source).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+std::string normalized(const fs::path& path) { return fs::absolute(path).lexically_normal().string(); }
+
+// A path to a config.json or a directory holding one; relative paths are tried against the plan's
+// directory first, then the working directory.
+std::optional<std::string> config_path(const std::string& value, const std::string& plan_dir) {
+  std::vector<fs::path> candidates;
+  if (fs::path(value).is_absolute()) {
+    candidates.push_back(value);
+  } else {
+    candidates.push_back(fs::path(plan_dir) / value);
+    candidates.push_back(value);
+  }
+  std::error_code error;
+  for (const fs::path& candidate : candidates) {
+    if (fs::is_regular_file(candidate, error)) return normalized(candidate);
+    if (fs::is_directory(candidate, error) && fs::is_regular_file(candidate / "config.json", error)) {
+      return normalized(candidate / "config.json");
+    }
+  }
+  return std::nullopt;
+}
+
+void resolve_model(Draft& draft, const LoadOptions& options) {
+  Plan& plan = draft.plan;
+  std::string key = "base_model";
+  std::string value = plan.base_model;
+  std::string where = draft.where.count(key) ? draft.where[key] : plan.source;
+  if (options.model_path) {
+    key = "--model";
+    value = *options.model_path;
+    where = "--model";
+  } else if (!draft.base_model_config.empty()) {
+    // axolotl loads the config from base_model_config when it is given (weights from base_model).
+    key = "base_model_config";
+    value = draft.base_model_config;
+    where = draft.where[key];
+  }
+  if (value.empty()) {
+    throw InputError(plan.source, "key \"base_model\": missing; expected a preset name, a Hugging Face id "
+                                  "of a preset, or a path to a config.json (presets: " + join(list_presets(), ", ") + ")");
+  }
+  const std::string dir = options.model_path ? "." : plan_directory(plan.source);
+  if (auto path = config_path(value, dir)) {
+    plan.model = load_model_config(*path);
+    plan.base_model = *path;
+    return;
+  }
+  if (auto preset = find_preset(value)) {
+    plan.model = load_model_config(*preset);
+    plan.model.source = "preset:" + fs::path(*preset).stem().string();
+    plan.base_model = value;
+    return;
+  }
+  throw InputError(where, "key \"" + key + "\": cannot resolve \"" + value +
+                              "\": not a config.json, a directory containing one, or a preset (presets: " +
+                              join(list_presets(), ", ") + ")");
+}
+
+// ----------------------------------------------------------------------------------------------
+// Cross-key rules
+// ----------------------------------------------------------------------------------------------
+
+class Validator {
+ public:
+  explicit Validator(Draft& draft) : draft_(draft), plan_(draft.plan) {}
+
+  void run() {
+    adapter_rules();
+    checkpointing_rules();
+    layer_rules("hookstream.checkpoint_twice_layers", plan_.checkpoint_twice_layers);
+    override_rules("hookstream.rank_overrides", plan_.rank_overrides, plan_.world_size, "world_size");
+    override_rules("hookstream.iteration_overrides", plan_.iteration_overrides, plan_.iterations, "iterations");
+    tiled_rules();
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    auto it = draft_.where.find(key);
+    throw InputError(it != draft_.where.end() ? it->second : plan_.source, "key \"" + key + "\": " + what);
+  }
+
+  void adapter_rules() {
+    if (plan_.adapter == Adapter::Qlora) {
+      // axolotl refuses qlora without load_in_4bit; an unset load_in_4bit is taken as implied.
+      if (draft_.load_in_4bit == false) fail("load_in_4bit", "adapter: qlora requires load_in_4bit: true, got false");
+      if (plan_.load_in_8bit) fail("load_in_8bit", "adapter: qlora loads the base model in 4 bit; load_in_8bit must be false");
+      plan_.load_in_4bit = true;
+    }
+    if (plan_.load_in_4bit && plan_.load_in_8bit) fail("load_in_8bit", "load_in_4bit and load_in_8bit are exclusive");
+    if (draft_.lora_target_linear) {
+      std::vector<std::string> modules = kLinearProjections;
+      for (const std::string& name : plan_.lora_target_modules) {
+        if (!contains(modules, name)) modules.push_back(name);
+      }
+      plan_.lora_target_modules = modules;
+    }
+    if (plan_.adapter != Adapter::None && plan_.lora_target_modules.empty()) {
+      fail("adapter", std::string(plan_.adapter == Adapter::Lora ? "lora" : "qlora") +
+                          " needs lora_target_modules (or lora_target_linear: true)");
+    }
+  }
+
+  void checkpointing_rules() {
+    // checkpoint_layers says which layers are checkpointed, so it implies checkpointing; an
+    // explicit `gradient_checkpointing: false` next to it is a contradiction.
+    if (plan_.checkpoint_layers || draft_.where.count("hookstream.checkpoint_layers")) {
+      if (draft_.gradient_checkpointing == false) {
+        fail("hookstream.checkpoint_layers", "is set but gradient_checkpointing is false (checkpoint_layers implies gradient checkpointing)");
+      }
+      draft_.gradient_checkpointing = true;
+    }
+    plan_.gradient_checkpointing = draft_.gradient_checkpointing.value_or(false);
+    // axolotl's normalize_config fills use_reentrant: true only when unfrozen_parameters is unset;
+    // otherwise its trainer builder falls back to use_reentrant: false.
+    plan_.use_reentrant = draft_.use_reentrant.value_or(plan_.unfrozen_parameters.empty());
+    if (draft_.checkpointing_forces_reentrant) plan_.use_reentrant = true;
+    if (plan_.activation_offloading && !plan_.gradient_checkpointing) {
+      fail("activation_offloading", "requires gradient_checkpointing (axolotl refuses activation offloading without it)");
+    }
+    if (plan_.checkpoint_layers) layer_rules("hookstream.checkpoint_layers", *plan_.checkpoint_layers);
+  }
+
+  void layer_rules(const std::string& key, const std::vector<int>& layers) {
+    const int count = plan_.model.num_hidden_layers;
+    for (int layer : layers) {
+      if (layer >= count) {
+        fail(key, "layer " + std::to_string(layer) + " is out of range: the model has " + std::to_string(count) +
+                      " decoder layers (0.." + std::to_string(count - 1) + ")");
+      }
+      if (key.find("checkpoint_twice_layers") != std::string::npos && !plan_.layer_checkpointed(layer)) {
+        fail(key, "layer " + std::to_string(layer) + " is not checkpointed (gradient_checkpointing / checkpoint_layers)");
+      }
+    }
+  }
+
+  void override_rules(const std::string& key, const std::map<int, PlanOverride>& overrides, int limit,
+                      const std::string& limit_name) {
+    for (const auto& [index, entry] : overrides) {
+      const std::string entry_key = key + "." + std::to_string(index);
+      if (index >= limit) {
+        fail(entry_key, "index " + std::to_string(index) + " is out of range: " + limit_name + " is " + std::to_string(limit));
+      }
+      if (entry.checkpoint_twice_layers) layer_rules(entry_key + ".checkpoint_twice_layers", *entry.checkpoint_twice_layers);
+    }
+  }
+
+  // Shards split the sequence, so there can't be more shards than tokens. Checked for every
+  // distinct (rank, iteration) combination the overrides produce, plus one with no override.
+  void tiled_rules() {
+    if (plan_.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads && !plan_.tiled_mlp_weights_as_inputs) {
+      fail("hookstream.tiled_mlp_backward", "function_returns_grads requires hookstream.tiled_mlp_weights_as_inputs: true "
+                                            "(a Function can only return gradients for its inputs)");
+    }
+    if (!plan_.tiled_mlp) return;
+    for (int rank : sample_indices(plan_.rank_overrides, plan_.world_size)) {
+      for (int iteration : sample_indices(plan_.iteration_overrides, plan_.iterations)) {
+        const int shards = plan_.tiled_shards_for(rank, iteration);
+        const int sequence = plan_.sequence_len_for(rank, iteration);
+        if (shards > sequence) {
+          fail(shard_key(rank, iteration), "tiled_mlp_num_shards " + std::to_string(shards) + " exceeds sequence_len " +
+                                               std::to_string(sequence) + " (rank " + std::to_string(rank) +
+                                               ", iteration " + std::to_string(iteration) + ")");
+        }
+      }
+    }
+  }
+
+  static std::vector<int> sample_indices(const std::map<int, PlanOverride>& overrides, int limit) {
+    std::vector<int> indices;
+    for (const auto& entry : overrides) indices.push_back(entry.first);
+    for (int index = 0; index < limit; ++index) {
+      if (!overrides.count(index)) {
+        indices.push_back(index);
+        break;
+      }
+    }
+    return indices;
+  }
+
+  std::string shard_key(int rank, int iteration) const {
+    const std::string by_iteration = "hookstream.iteration_overrides." + std::to_string(iteration) + ".tiled_mlp_num_shards";
+    const std::string by_rank = "hookstream.rank_overrides." + std::to_string(rank) + ".tiled_mlp_num_shards";
+    if (draft_.where.count(by_iteration)) return by_iteration;
+    if (draft_.where.count(by_rank)) return by_rank;
+    return "tiled_mlp_num_shards";
+  }
+
+  Draft& draft_;
+  Plan& plan_;
+};
+
+// ----------------------------------------------------------------------------------------------
+// Override precedence: iteration override, then rank override, then the plan.
+// ----------------------------------------------------------------------------------------------
+
+template <typename T>
+std::optional<T> overridden(const Plan& plan, int rank, int iteration, std::optional<T> PlanOverride::*field) {
+  auto by_iteration = plan.iteration_overrides.find(iteration);
+  if (by_iteration != plan.iteration_overrides.end() && by_iteration->second.*field) return by_iteration->second.*field;
+  auto by_rank = plan.rank_overrides.find(rank);
+  if (by_rank != plan.rank_overrides.end() && by_rank->second.*field) return by_rank->second.*field;
+  return std::nullopt;
+}
+
+// ----------------------------------------------------------------------------------------------
+// YAML output
+// ----------------------------------------------------------------------------------------------
+
+std::string to_string(TiledBackward mode) {
+  switch (mode) {
+    case TiledBackward::BackwardPerChunk: return "per_chunk_backward";
+    case TiledBackward::GradThenBackward: return "grad_then_backward";
+    case TiledBackward::FunctionReturnsGrads: return "function_returns_grads";
+  }
+  return "";
+}
+
+std::string to_string(DeviceMap map) {
+  switch (map) {
+    case DeviceMap::PerRank: return "ddp";
+    case DeviceMap::Auto: return "auto";
+    case DeviceMap::Balanced: return "balanced";
+    case DeviceMap::Sequential: return "sequential";
+  }
+  return "";
+}
+
+void emit_string(YAML::Emitter& out, const std::string& key, const std::string& value) {
+  out << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+}
+
+void emit_strings(YAML::Emitter& out, const std::string& key, const std::vector<std::string>& values) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& value : values) out << YAML::DoubleQuoted << value;
+  out << YAML::EndSeq;
+}
+
+void emit_ints(YAML::Emitter& out, const std::string& key, const std::vector<int>& values) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (int value : values) out << value;
+  out << YAML::EndSeq;
+}
+
+// Shortest text that reads back as the same double.
+void emit_number(YAML::Emitter& out, const std::string& key, double value) {
+  out << YAML::Key << key << YAML::Value << fmt::format("{}", value);
+}
+
+template <typename T>
+void emit(YAML::Emitter& out, const std::string& key, const T& value) {
+  out << YAML::Key << key << YAML::Value << value;
+}
+
+void emit_overrides(YAML::Emitter& out, const std::string& key, const std::map<int, PlanOverride>& overrides) {
+  if (overrides.empty()) return;
+  out << YAML::Key << key << YAML::Value << YAML::BeginMap;
+  for (const auto& [index, entry] : overrides) {
+    out << YAML::Key << index << YAML::Value << YAML::BeginMap;
+    if (entry.sequence_len) emit(out, "sequence_len", *entry.sequence_len);
+    if (entry.tiled_mlp_num_shards) emit(out, "tiled_mlp_num_shards", *entry.tiled_mlp_num_shards);
+    if (entry.checkpoint_twice_layers) emit_ints(out, "checkpoint_twice_layers", *entry.checkpoint_twice_layers);
+    if (entry.unused_modules) emit_strings(out, "unused_modules", *entry.unused_modules);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+}
+
+void emit_axolotl_keys(YAML::Emitter& out, const Plan& plan) {
+  const Plan defaults;
+  emit_string(out, "base_model", plan.base_model);
+  emit(out, "sequence_len", plan.sequence_len);
+  emit(out, "micro_batch_size", plan.micro_batch_size);
+  emit(out, "gradient_accumulation_steps", plan.gradient_accumulation_steps);
+  if (plan.adapter != Adapter::None) {
+    emit(out, "adapter", std::string(plan.adapter == Adapter::Lora ? "lora" : "qlora"));
+    emit(out, "lora_r", plan.lora_r);
+    emit_number(out, "lora_alpha", plan.lora_alpha);
+    emit_strings(out, "lora_target_modules", plan.lora_target_modules);
+  } else {
+    if (plan.lora_r != defaults.lora_r) emit(out, "lora_r", plan.lora_r);
+    if (plan.lora_alpha != defaults.lora_alpha) emit_number(out, "lora_alpha", plan.lora_alpha);
+    if (!plan.lora_target_modules.empty()) emit_strings(out, "lora_target_modules", plan.lora_target_modules);
+  }
+  if (plan.load_in_4bit) emit(out, "load_in_4bit", true);
+  if (plan.load_in_8bit) emit(out, "load_in_8bit", true);
+  if (plan.gradient_checkpointing) emit(out, "gradient_checkpointing", true);
+  if (plan.use_reentrant != plan.unfrozen_parameters.empty()) {
+    out << YAML::Key << "gradient_checkpointing_kwargs" << YAML::Value << YAML::BeginMap;
+    emit(out, "use_reentrant", plan.use_reentrant);
+    out << YAML::EndMap;
+  }
+  if (plan.activation_offloading) emit(out, "activation_offloading", true);
+  if (plan.tiled_mlp) emit(out, "tiled_mlp", true);
+  if (plan.tiled_mlp_num_shards) emit(out, "tiled_mlp_num_shards", *plan.tiled_mlp_num_shards);
+  if (plan.ddp_find_unused_parameters) emit(out, "ddp_find_unused_parameters", *plan.ddp_find_unused_parameters);
+  if (plan.ddp_bucket_cap_mb) emit_number(out, "ddp_bucket_cap_mb", *plan.ddp_bucket_cap_mb);
+  if (plan.device_map != DeviceMap::PerRank) emit(out, "device_map", to_string(plan.device_map));
+  if (!plan.unfrozen_parameters.empty()) emit_strings(out, "unfrozen_parameters", plan.unfrozen_parameters);
+}
+
+void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
+  const Plan defaults;
+  out << YAML::Key << "hookstream" << YAML::Value << YAML::BeginMap;
+  emit(out, "world_size", plan.world_size);
+  emit(out, "iterations", plan.iterations);
+  if (plan.static_graph) emit(out, "static_graph", true);
+  if (plan.gradient_as_bucket_view) emit(out, "gradient_as_bucket_view", true);
+  if (plan.checkpoint_layers) emit_ints(out, "checkpoint_layers", *plan.checkpoint_layers);
+  if (!plan.checkpoint_twice_layers.empty()) emit_ints(out, "checkpoint_twice_layers", plan.checkpoint_twice_layers);
+  if (plan.tiled_mlp_backward != defaults.tiled_mlp_backward) emit(out, "tiled_mlp_backward", to_string(plan.tiled_mlp_backward));
+  if (plan.tiled_mlp_weights_as_inputs) emit(out, "tiled_mlp_weights_as_inputs", true);
+  if (plan.enable_input_require_grads) emit(out, "enable_input_require_grads", *plan.enable_input_require_grads);
+  if (plan.train_vision_tower) emit(out, "train_vision_tower", *plan.train_vision_tower);
+  if (plan.vision_inputs != defaults.vision_inputs) emit(out, "vision_inputs", plan.vision_inputs);
+  if (!plan.unused_modules.empty()) emit_strings(out, "unused_modules", plan.unused_modules);
+  emit_overrides(out, "rank_overrides", plan.rank_overrides);
+  emit_overrides(out, "iteration_overrides", plan.iteration_overrides);
+  out << YAML::EndMap;
+}
+
+std::vector<std::string> build_known_keys() {
+  std::vector<std::string> keys;
+  for (const std::string& key : schedule_keys()) {
+    if (key == "gradient_checkpointing_kwargs") {
+      for (const std::string& sub : checkpointing_kwargs_keys()) keys.push_back(key + "." + sub);
+    } else {
+      keys.push_back(key);
+    }
+  }
+  keys.insert(keys.end(), no_effect_keys().begin(), no_effect_keys().end());
+  for (const std::string& key : hookstream_keys()) {
+    if (key == "rank_overrides" || key == "iteration_overrides") {
+      const std::string index = key == "rank_overrides" ? "RANK" : "ITER";
+      for (const std::string& sub : override_keys()) keys.push_back("hookstream." + key + "." + index + "." + sub);
+    } else {
+      keys.push_back("hookstream." + key);
+    }
+  }
+  return keys;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// Plan helpers
+// ------------------------------------------------------------------------------------------------
+
+bool Plan::layer_checkpointed(int layer) const {
+  if (!gradient_checkpointing) return false;
+  if (!checkpoint_layers) return true;
+  return std::binary_search(checkpoint_layers->begin(), checkpoint_layers->end(), layer);
+}
+
+int Plan::checkpoint_count(int layer, int rank, int iteration) const {
+  if (!layer_checkpointed(layer)) return 0;
+  const std::vector<int> twice =
+      overridden(*this, rank, iteration, &PlanOverride::checkpoint_twice_layers).value_or(checkpoint_twice_layers);
+  return std::find(twice.begin(), twice.end(), layer) != twice.end() ? 2 : 1;
+}
+
+int Plan::sequence_len_for(int rank, int iteration) const {
+  return overridden(*this, rank, iteration, &PlanOverride::sequence_len).value_or(sequence_len);
+}
+
+// DeepSpeed ALST's TiledMLP picks ceil(seqlen / hidden_size) shards when none is given.
+int Plan::tiled_shards_for(int rank, int iteration) const {
+  if (!tiled_mlp) return 1;
+  if (auto shards = overridden(*this, rank, iteration, &PlanOverride::tiled_mlp_num_shards)) return *shards;
+  if (tiled_mlp_num_shards) return *tiled_mlp_num_shards;
+  const int sequence = sequence_len_for(rank, iteration);
+  if (model.hidden_size <= 0) return 1;
+  return std::max(1, (sequence + model.hidden_size - 1) / model.hidden_size);
+}
+
+std::vector<std::string> Plan::unused_modules_for(int rank, int iteration) const {
+  return overridden(*this, rank, iteration, &PlanOverride::unused_modules).value_or(unused_modules);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Loading
+// ------------------------------------------------------------------------------------------------
+
+Plan parse_plan(const std::string& yaml_text, const std::string& source, const LoadOptions& options) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& error) {
+    throw InputError(source + ":" + std::to_string(error.mark.line + 1) + ":" + std::to_string(error.mark.column + 1),
+                     "malformed YAML: " + error.msg);
+  }
+  if (!root.IsDefined() || root.IsNull()) throw InputError(source, "the plan is empty; expected a mapping with at least base_model");
+  if (!root.IsMap()) throw InputError(source + ":1", "expected a mapping of plan keys at the top level, got " + shown(root));
+
+  std::vector<std::string> set_paths;
+  for (const std::string& assignment : options.set) set_paths.push_back(apply_set(root, assignment));
+
+  const Origin origin(source, set_paths);
+  Draft draft;
+  draft.plan.source = source;
+  Converter(origin, draft).top_level(root);
+  if (options.world_size) {
+    if (*options.world_size < 1 || *options.world_size > 65536) {
+      throw InputError("--world-size", "expected an integer in [1, 65536], got " + std::to_string(*options.world_size));
+    }
+    draft.plan.world_size = *options.world_size;
+    draft.where["hookstream.world_size"] = "--world-size";
+  }
+  resolve_model(draft, options);
+  Validator(draft).run();
+  return draft.plan;
+}
+
+Plan load_plan(const std::string& path, const LoadOptions& options) {
+  std::error_code ignored;
+  if (fs::is_directory(path, ignored)) throw InputError("", "cannot read " + path + ": Is a directory");
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError("", "cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse_plan(text.str(), path, options);
+}
+
+std::string to_yaml(const Plan& plan) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  emit_axolotl_keys(out, plan);
+  emit_hookstream_keys(out, plan);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+const std::vector<std::string>& known_plan_keys() {
+  static const std::vector<std::string> keys = build_known_keys();
+  return keys;
+}
+
+}  // namespace hookstream

@@ -1,0 +1,129 @@
+// A training plan: model + the training strategy that decides the gradient-hook schedule.
+// Users write it as axolotl-style YAML (axolotl's key names wherever axolotl has one) plus a
+// `hookstream:` section for what axolotl cannot say. See docs/plan-format.md.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/model_config.h"
+
+namespace hookstream {
+
+enum class Adapter { None, Lora, Qlora };
+enum class CheckpointMode { None, Reentrant, NonReentrant };
+
+// How a tiled MLP (Arctic Long Sequence Training / DeepSpeed TiledMLP style autograd.Function)
+// produces parameter gradients in its backward.
+enum class TiledBackward {
+  // torch.autograd.backward() on every recomputed chunk: one nested graph task per chunk, each
+  // firing the weights' AccumulateGrad hooks.
+  BackwardPerChunk,
+  // torch.autograd.grad() for all chunks but the last (no AccumulateGrad runs, no hook), the summed
+  // weight grads written to .grad, then backward() on the last chunk: hooks fire once, nested.
+  GradThenBackward,
+  // torch.autograd.grad() for every chunk; the Function returns the summed weight gradients as the
+  // gradients of its weight inputs: the accumulators run once, in the outer graph task.
+  FunctionReturnsGrads,
+};
+
+// axolotl's `device_map`: one full replica per rank (DDP as intended) or one replica spread over
+// several GPUs (accelerate's "auto"/"balanced"/"sequential").
+enum class DeviceMap { PerRank, Auto, Balanced, Sequential };
+
+// Values a single rank (or a single iteration) may override.
+struct PlanOverride {
+  std::optional<int> sequence_len;
+  std::optional<int> tiled_mlp_num_shards;
+  std::optional<std::vector<int>> checkpoint_twice_layers;
+  std::optional<std::vector<std::string>> unused_modules;
+};
+
+struct Plan {
+  std::string source;  // the YAML file, for messages
+
+  // --- the model -------------------------------------------------------------------------------
+  std::string base_model;  // preset name, HF id that matches a preset, or path to config.json
+  ModelConfig model;
+
+  // --- axolotl keys ----------------------------------------------------------------------------
+  int sequence_len = 2048;
+  int micro_batch_size = 1;
+  int gradient_accumulation_steps = 1;
+  Adapter adapter = Adapter::None;
+  int lora_r = 8;
+  double lora_alpha = 16;
+  // PEFT's target module names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj);
+  // `lora_target_linear: true` expands to all seven.
+  std::vector<std::string> lora_target_modules;
+  bool load_in_4bit = false;
+  bool load_in_8bit = false;
+  bool gradient_checkpointing = false;
+  // HF's gradient_checkpointing_kwargs.use_reentrant; transformers defaults it to true.
+  bool use_reentrant = true;
+  bool activation_offloading = false;
+  bool tiled_mlp = false;
+  std::optional<int> tiled_mlp_num_shards;  // unset: ceil(sequence_len / hidden_size) as ALST does
+  // HF Trainer: unset means false when gradient checkpointing is on, true otherwise.
+  std::optional<bool> ddp_find_unused_parameters;
+  std::optional<double> ddp_bucket_cap_mb;  // unset: DDP's 25 MiB default (and the 1 MiB first bucket)
+  DeviceMap device_map = DeviceMap::PerRank;
+  std::vector<std::string> unfrozen_parameters;  // axolotl: regexes of parameters left trainable
+
+  // --- hookstream: section ---------------------------------------------------------------------
+  int world_size = 1;
+  int iterations = 3;  // optimizer steps simulated (each has gradient_accumulation_steps micro-steps)
+  bool static_graph = false;
+  bool gradient_as_bucket_view = false;
+  // Which decoder layers run under checkpoint; empty with gradient_checkpointing = all layers.
+  std::optional<std::vector<int>> checkpoint_layers;
+  // Layers whose checkpointed function is run twice in one forward (PyTorch's CheckpointTwiceModule).
+  std::vector<int> checkpoint_twice_layers;
+  TiledBackward tiled_mlp_backward = TiledBackward::BackwardPerChunk;
+  bool tiled_mlp_weights_as_inputs = false;  // the custom Function receives the MLP weights as inputs
+  // PEFT/HF `model.enable_input_require_grads()`: the embedding output requires grad even when the
+  // embedding is frozen, so the first reentrant checkpoint has a backward.
+  // Unset: true with an adapter (PEFT's PeftModel calls it when gradient checkpointing is on),
+  // false otherwise.
+  std::optional<bool> enable_input_require_grads;
+  // Unset: trainable in a full fine-tune, frozen with an adapter.
+  std::optional<bool> train_vision_tower;
+  bool vision_inputs = true;        // the batch carries images (vision tower used in forward)
+  // Modules present in the model but not used in forward (e.g. "lm_head", "model.layers.3.mlp").
+  std::vector<std::string> unused_modules;
+  std::map<int, PlanOverride> rank_overrides;       // key: rank
+  std::map<int, PlanOverride> iteration_overrides;  // key: iteration (0-based)
+
+  // --- derived helpers -------------------------------------------------------------------------
+  bool find_unused_parameters() const {
+    return ddp_find_unused_parameters.value_or(!gradient_checkpointing);
+  }
+  bool input_require_grads() const {
+    return enable_input_require_grads.value_or(adapter != Adapter::None);
+  }
+  bool vision_tower_trainable() const { return train_vision_tower.value_or(adapter == Adapter::None); }
+  bool layer_checkpointed(int layer) const;
+  int checkpoint_count(int layer, int rank, int iteration) const;  // 0, 1 or 2
+  int sequence_len_for(int rank, int iteration) const;
+  int tiled_shards_for(int rank, int iteration) const;  // 1 when tiled_mlp is off
+  std::vector<std::string> unused_modules_for(int rank, int iteration) const;
+};
+
+struct LoadOptions {
+  std::optional<std::string> model_path;  // --model CONFIG.json overrides base_model
+  std::optional<int> world_size;          // --world-size
+  std::vector<std::string> set;           // --set key=value (dotted keys, YAML values)
+};
+
+// Reads, overrides and validates a plan. Throws InputError (one line: file, key or line, expected).
+Plan load_plan(const std::string& path, const LoadOptions& options = {});
+Plan parse_plan(const std::string& yaml_text, const std::string& source,
+                const LoadOptions& options = {});
+// Renders the plan back to YAML (only keys that differ from defaults, stable order).
+std::string to_yaml(const Plan& plan);
+// The set of keys a plan accepts (dotted), for --set validation and "did you mean".
+const std::vector<std::string>& known_plan_keys();
+
+}  // namespace hookstream

@@ -1,0 +1,193 @@
+#include "sim/report.h"
+
+#include <fmt/format.h>
+#include <map>
+
+namespace hookstream {
+
+namespace {
+
+struct Style {
+  bool on;
+  std::string red() const { return on ? "\033[1;31m" : ""; }
+  std::string green() const { return on ? "\033[1;32m" : ""; }
+  std::string bold() const { return on ? "\033[1m" : ""; }
+  std::string dim() const { return on ? "\033[2m" : ""; }
+  std::string reset() const { return on ? "\033[0m" : ""; }
+};
+
+const char* adapter_text(Adapter a) {
+  switch (a) {
+    case Adapter::None: return "full fine-tune";
+    case Adapter::Lora: return "LoRA";
+    case Adapter::Qlora: return "QLoRA";
+  }
+  return "";
+}
+
+const char* tiled_text(TiledBackward t) {
+  switch (t) {
+    case TiledBackward::BackwardPerChunk: return "per_chunk_backward";
+    case TiledBackward::GradThenBackward: return "grad_then_backward";
+    case TiledBackward::FunctionReturnsGrads: return "function_returns_grads";
+  }
+  return "";
+}
+
+std::string first_line(const std::string& text, size_t limit = 160) {
+  std::string line = text.substr(0, text.find('\n'));
+  if (line.size() > limit) line = line.substr(0, limit - 3) + "...";
+  return line;
+}
+
+std::string fix_inline(const std::vector<FixChange>& changes) {
+  std::string out;
+  for (size_t i = 0; i < changes.size(); ++i) out += (i ? ", " : "") + changes[i].key + ": " + changes[i].value;
+  return out;
+}
+
+}  // namespace
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "";
+  std::string out;
+  size_t i = 0;
+  while (i < ranks.size()) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string fix_yaml(const std::vector<FixChange>& changes) {
+  // Group dotted keys under their parents, keeping first-seen order.
+  std::vector<std::string> parents;
+  std::map<std::string, std::vector<std::string>> children;
+  std::string top;
+  for (const auto& c : changes) {
+    const auto dot = c.key.find('.');
+    if (dot == std::string::npos) {
+      top += c.key + ": " + c.value + "\n";
+      continue;
+    }
+    const std::string parent = c.key.substr(0, dot);
+    if (!children.count(parent)) parents.push_back(parent);
+    children[parent].push_back("  " + c.key.substr(dot + 1) + ": " + c.value);
+  }
+  std::string out = top;
+  for (const auto& p : parents) {
+    out += p + ":\n";
+    for (const auto& line : children[p]) out += line + "\n";
+  }
+  return out;
+}
+
+std::string render_text(const VerifyResult& r, bool colour) {
+  const Style s{colour};
+  const Plan& plan = r.plan;
+  std::string out;
+  const std::string model = plan.base_model.empty() ? plan.model.source : plan.base_model;
+  std::string adapter = adapter_text(plan.adapter);
+  if (plan.adapter != Adapter::None) adapter += fmt::format(" r={} on {}", plan.lora_r, fmt::join(plan.lora_target_modules, ","));
+  out += fmt::format("{}plan{}     {}: {}, {}, {} layers, {} trainable tensors, {} rank(s), {} iteration(s) x {} micro-step(s)\n",
+                     s.bold(), s.reset(), plan.source, model, adapter, plan.model.num_hidden_layers,
+                     r.structure.ddp_parameters.size(), plan.world_size, plan.iterations, plan.gradient_accumulation_steps);
+  std::string ckpt = "off";
+  if (plan.gradient_checkpointing) {
+    ckpt = plan.use_reentrant ? "reentrant" : "non-reentrant";
+    if (plan.activation_offloading) ckpt += " + CPU offload";
+  }
+  std::string tiled = plan.tiled_mlp ? fmt::format("{} ({} shards at rank 0)", tiled_text(plan.tiled_mlp_backward), plan.tiled_shards_for(0, 0)) : "off";
+  out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s)\n",
+                     s.bold(), s.reset(), ckpt, tiled, plan.find_unused_parameters() ? "true" : "false",
+                     plan.static_graph ? "true" : "false", r.simulation.initial_buckets.buckets.size());
+  if (r.ok()) {
+    out += fmt::format("{}OK{}       every rank marks every trainable parameter ready exactly once per iteration; replicas stay in sync\n",
+                       s.green(), s.reset());
+    return out;
+  }
+  for (const Finding& f : r.simulation.findings) {
+    out += fmt::format("{}FAIL{}     {}{}{}  rank {}, iteration {}{}, {}\n", s.red(), s.reset(), s.bold(), to_string(f.kind), s.reset(),
+                       ranks_text(f.ranks.empty() ? std::vector<int>{f.rank} : f.ranks), f.iteration,
+                       plan.gradient_accumulation_steps > 1 ? fmt::format(" micro-step {}", f.micro_step) : "",
+                       to_string(f.phase));
+    if (!f.parameter.empty()) {
+      out += fmt::format("  parameter  #{} {}{}\n", f.ddp_index, f.parameter, f.layer >= 0 ? fmt::format(" (layer {})", f.layer) : "");
+    }
+    if (!f.graph_tasks.empty()) out += fmt::format("  hooks from {}\n", fmt::join(f.graph_tasks, "; "));
+    if (!f.explanation.empty()) out += fmt::format("  why        {}\n", f.explanation);
+    out += fmt::format("  PyTorch    {}{}{}\n", s.dim(), first_line(f.error_text), s.reset());
+  }
+  if (!r.fixes.empty()) {
+    out += fmt::format("{}fixes{}    (each re-verified by simulating every rank and iteration)\n", s.bold(), s.reset());
+    for (size_t i = 0; i < r.fixes.size(); ++i) {
+      out += fmt::format("  {}. {}{}{}  # {}\n", i + 1, s.green(), fix_inline(r.fixes[i].changes), s.reset(), r.fixes[i].rationale);
+    }
+  } else {
+    out += "fixes    none of the usual changes makes this plan pass\n";
+  }
+  for (const auto& rej : r.rejected) {
+    out += fmt::format("  {}not a fix: {} -> still {}{}\n", s.dim(), fix_inline(rej.changes), rej.outcome, s.reset());
+  }
+  return out;
+}
+
+nlohmann::json finding_json(const Finding& f) {
+  nlohmann::json j;
+  j["verdict"] = to_string(f.kind);
+  j["rank"] = f.rank;
+  j["ranks"] = f.ranks.empty() ? std::vector<int>{f.rank} : f.ranks;
+  j["iteration"] = f.iteration;
+  j["micro_step"] = f.micro_step;
+  j["phase"] = to_string(f.phase);
+  if (f.ddp_index >= 0) {
+    j["parameter"] = {{"index", f.ddp_index}, {"name", f.parameter}, {"layer", f.layer}};
+  } else {
+    j["parameter"] = nullptr;
+  }
+  j["graph_tasks"] = f.graph_tasks;
+  j["error_text"] = f.error_text;
+  j["explanation"] = f.explanation;
+  return j;
+}
+
+nlohmann::json render_json(const VerifyResult& r) {
+  nlohmann::json j;
+  j["schema"] = "hookstream.verify/1";
+  j["plan"] = r.plan.source;
+  j["model"] = r.plan.base_model.empty() ? r.plan.model.source : r.plan.base_model;
+  j["world_size"] = r.plan.world_size;
+  j["iterations"] = r.plan.iterations;
+  j["trainable_parameters"] = r.structure.ddp_parameters.size();
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const auto& b : r.simulation.initial_buckets.buckets) buckets.push_back(b);
+  j["initial_buckets"] = buckets;
+  if (r.simulation.rebuilt_buckets) {
+    nlohmann::json rebuilt = nlohmann::json::array();
+    for (const auto& b : r.simulation.rebuilt_buckets->buckets) rebuilt.push_back(b);
+    j["rebuilt_buckets"] = rebuilt;
+  } else {
+    j["rebuilt_buckets"] = nullptr;
+  }
+  j["ok"] = r.ok();
+  j["findings"] = nlohmann::json::array();
+  for (const auto& f : r.simulation.findings) j["findings"].push_back(finding_json(f));
+  j["fixes"] = nlohmann::json::array();
+  for (const auto& fix : r.fixes) {
+    nlohmann::json changes = nlohmann::json::array();
+    for (const auto& c : fix.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
+    j["fixes"].push_back({{"changes", changes}, {"yaml", fix_yaml(fix.changes)}, {"rationale", fix.rationale}, {"verified", true}});
+  }
+  j["rejected_fixes"] = nlohmann::json::array();
+  for (const auto& rej : r.rejected) {
+    nlohmann::json changes = nlohmann::json::array();
+    for (const auto& c : rej.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
+    j["rejected_fixes"].push_back({{"changes", changes}, {"still", rej.outcome}});
+  }
+  return j;
+}
+
+}  // namespace hookstream

@@ -1,0 +1,19 @@
+// Renders a VerifyResult: a text report a person reads in ten seconds (ANSI colour only when asked),
+// and JSON with the schema in docs/verify-json.md. Output is deterministic.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "sim/verify.h"
+
+namespace hookstream {
+
+std::string render_text(const VerifyResult& result, bool colour);
+nlohmann::json render_json(const VerifyResult& result);
+nlohmann::json finding_json(const Finding& finding);
+std::string ranks_text(const std::vector<int>& ranks);
+// The YAML lines a fix changes, e.g. "gradient_checkpointing_kwargs:\n  use_reentrant: false".
+std::string fix_yaml(const std::vector<FixChange>& changes);
+
+}  // namespace hookstream

@@ -1,0 +1,48 @@
+#include "sim/verdict.h"
+
+namespace hookstream {
+
+namespace {
+struct KindName {
+  VerdictKind kind;
+  const char* name;
+};
+constexpr KindName kKindNames[] = {
+    {VerdictKind::Ok, "ok"},
+    {VerdictKind::MarkedReadyTwice, "marked_ready_twice"},
+    {VerdictKind::SilentDivergence, "silent_divergence"},
+    {VerdictKind::UnfinishedReduction, "unfinished_reduction"},
+    {VerdictKind::StaticGraphChanged, "static_graph_changed"},
+    {VerdictKind::NoGradient, "no_gradient"},
+    {VerdictKind::CollectiveMismatch, "collective_mismatch"},
+    {VerdictKind::ReplicaSplit, "replica_split"},
+};
+}  // namespace
+
+const char* to_string(VerdictKind kind) {
+  for (const auto& entry : kKindNames) {
+    if (entry.kind == kind) return entry.name;
+  }
+  return "unknown";
+}
+
+bool parse_verdict_kind(const std::string& text, VerdictKind& kind) {
+  for (const auto& entry : kKindNames) {
+    if (text == entry.name) {
+      kind = entry.kind;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* to_string(Phase phase) {
+  switch (phase) {
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::AfterBackward: return "after_backward";
+  }
+  return "unknown";
+}
+
+}  // namespace hookstream

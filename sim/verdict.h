@@ -1,0 +1,43 @@
+// What a check concluded, with its evidence. Shared by the simulator (predicted) and the runtime's
+// real-DDP oracle (observed), so the two can be compared field by field.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hookstream {
+
+enum class VerdictKind {
+  Ok,
+  MarkedReadyTwice,     // RuntimeError "Expected to mark a variable ready only once ..."
+  SilentDivergence,     // no error, but gradients reduced before all local contributions arrived
+  UnfinishedReduction,  // a bucket never completed: error at the next synced forward
+  StaticGraphChanged,   // static_graph=True and a hook fired more often than in iteration 0
+  NoGradient,           // a trainable parameter gets no gradient at all
+  CollectiveMismatch,   // ranks issue different collective sequences: a hang until the timeout
+  ReplicaSplit,         // one DDP replica spread over several GPUs by device_map
+};
+
+const char* to_string(VerdictKind kind);            // snake_case as in the JSON schema: "marked_ready_twice"
+bool parse_verdict_kind(const std::string& text, VerdictKind& kind);
+
+// Where in the run a finding happened.
+enum class Phase { Forward, Backward, AfterBackward };
+const char* to_string(Phase phase);
+
+struct Finding {
+  VerdictKind kind = VerdictKind::Ok;
+  int rank = 0;
+  std::vector<int> ranks;  // every rank with this same finding (rank is the first of them)
+  int iteration = 0;   // optimizer step (0-based)
+  int micro_step = 0;  // within gradient accumulation (0-based)
+  Phase phase = Phase::Backward;
+  int ddp_index = -1;       // DDP's parameter index (what the Reducer prints)
+  std::string parameter;    // fully qualified name
+  int layer = -1;           // decoder layer, -1 outside the stack
+  std::vector<std::string> graph_tasks;  // the graph tasks whose hooks fired for this parameter
+  std::string error_text;   // the text PyTorch raises, or "no error: ..." with the reason
+  std::string explanation;  // one or two sentences: why
+};
+
+}  // namespace hookstream

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages hookstream builds against. Idempotent: when everything is present
+# it only checks (dpkg-query) and returns in well under a second.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libboost-graph-dev libfmt-dev libcli11-dev catch2 nlohmann-json3-dev libyaml-cpp-dev
+  libsqlite3-dev zlib1g-dev
+  libtorch-dev libgloo-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "hookstream setup: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "hookstream setup: need root to install packages (run as root or with sudo)" >&2
+    exit 2
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
