@@ -234,6 +234,8 @@ bool module_unused(const std::vector<std::string>& unused, const std::string& mo
   for (const std::string& entry_raw : unused) {
     const std::string entry = strip_peft_prefix(entry_raw);
     if (path == entry) return true;
+    // A module path covers everything below it.
+    if (path.size() > entry.size() && path.compare(0, entry.size(), entry) == 0 && path[entry.size()] == '.') return true;
     // A leaf name ("lm_head", "down_proj") matches every module of that name.
     if (path.size() > entry.size() && path.compare(path.size() - entry.size(), entry.size(), entry) == 0 &&
         path[path.size() - entry.size() - 1] == '.') {

@@ -424,7 +424,7 @@ TEST_CASE("base_model_config is where axolotl reads the config from", "[plan]") 
   REQUIRE(plan.model.vision.has_value());
 }
 
-TEST_CASE("--set edits the tree before conversion", "[plan]") {
+TEST_CASE("the set option edits the tree before conversion", "[plan]") {
   const std::string yaml = "base_model: tiny-llama\ngradient_checkpointing: true\nhookstream:\n  world_size: 4\n";
   const Plan plan = parse(yaml, with_set({"sequence_len=4096", "gradient_checkpointing_kwargs.use_reentrant=false",
                                           "hookstream.static_graph=true", "hookstream.rank_overrides.3.sequence_len=1000",
@@ -463,7 +463,7 @@ TEST_CASE("--set edits the tree before conversion", "[plan]") {
         "--set: key \"hookstream.rank_overrides.9\": index 9 is out of range: world_size is 4");
 }
 
-TEST_CASE("--world-size overrides hookstream.world_size", "[plan]") {
+TEST_CASE("the world-size option overrides hookstream.world_size", "[plan]") {
   LoadOptions options;
   options.world_size = 16;
   CHECK(parse("base_model: tiny-llama\nhookstream: {world_size: 2}\n", options).world_size == 16);

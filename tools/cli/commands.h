@@ -13,7 +13,7 @@ namespace hookstream {
 struct VerifyArgs {
   std::string plan;
   std::string model;
-  int world_size = 0;
+  int world_size = -1;  // -1: not given
   std::vector<std::string> set;
   std::string format = "text";
   std::string output;
@@ -23,7 +23,7 @@ struct VerifyArgs {
 struct OracleArgs {
   std::string plan;
   std::string model;
-  int world_size = 0;
+  int world_size = -1;  // -1: not given
   std::vector<std::string> set;
   std::string format = "text";
   int timeout_seconds = 120;

@@ -45,7 +45,7 @@ void emit(const std::string& text, const std::string& output_path) {
 int run_verify(const VerifyArgs& args) {
   LoadOptions load;
   if (!args.model.empty()) load.model_path = args.model;
-  if (args.world_size) load.world_size = args.world_size;
+  if (args.world_size != -1) load.world_size = args.world_size;
   load.set = args.set;
   const PlanSource source = read_plan_source(args.plan, load);
   const VerifyResult result = verify_plan(source);
