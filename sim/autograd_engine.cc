@@ -61,7 +61,7 @@ SimTensor AutogradEngine::function(const std::string& label, const std::vector<S
   GradNode node;
   node.kind = backward ? NodeKind::Function : NodeKind::Op;
   node.sequence_nr = next_sequence_nr_++;
-  node.label = label;
+  if (backward) node.label = label;  // plain ops keep no label: they are many and never shown
   node.next.reserve(inputs.size());
   for (const auto& t : inputs) node.next.push_back(t.grad_fn);
   node.backward = std::move(backward);
@@ -147,24 +147,36 @@ void AutogradEngine::run_task(int root, const std::vector<int>& capture_targets,
   info.accumulates = accumulates;
   tasks_.push_back(info);
 
-  // compute_dependencies: count incoming edges of every node reachable from the root.
-  const size_t n = nodes_.size();
+  // compute_dependencies: count incoming edges of every node reachable from the root. Nodes get
+  // task-local indices so the cost is proportional to this task's graph, not to every node ever
+  // recorded (nested tasks are many and small).
+  // Task-local indices live in local_index_ (one slot per node). Tasks nest strictly, so a nested
+  // task saves the slots it overwrites (shared AccumulateGrad nodes) and restores them at its end.
+  if (local_index_.size() < nodes_.size()) local_index_.resize(nodes_.size(), -1);
+  if (visit_stamp_.size() < nodes_.size()) visit_stamp_.resize(nodes_.size(), 0);
+  const uint64_t stamp = ++stamp_counter_;
+  std::vector<std::pair<int, int>> saved_slots;
+  std::vector<int> order{root};
+  auto claim = [&](int node, int index) {
+    const int previous = local_index_[static_cast<size_t>(node)];
+    if (previous != -1) saved_slots.emplace_back(node, previous);
+    local_index_[static_cast<size_t>(node)] = index;
+    visit_stamp_[static_cast<size_t>(node)] = stamp;
+  };
+  claim(root, 0);
+  for (size_t cursor = 0; cursor < order.size(); ++cursor) {
+    for (int next : nodes_[static_cast<size_t>(order[cursor])].next) {
+      if (next < 0 || visit_stamp_[static_cast<size_t>(next)] == stamp) continue;
+      claim(next, static_cast<int>(order.size()));
+      order.push_back(next);
+    }
+  }
+  auto local_of = [this](int node) { return static_cast<size_t>(local_index_[static_cast<size_t>(node)]); };
+  const size_t n = order.size();
   std::vector<int> dependencies(n, 0);
-  std::vector<char> seen(n, 0);
-  std::vector<int> order;  // reachable nodes, for the grad() needed-marking below
-  std::vector<int> stack{root};
-  seen[static_cast<size_t>(root)] = 1;
-  while (!stack.empty()) {
-    const int id = stack.back();
-    stack.pop_back();
-    order.push_back(id);
+  for (int id : order) {
     for (int next : nodes_[static_cast<size_t>(id)].next) {
-      if (next < 0) continue;
-      ++dependencies[static_cast<size_t>(next)];
-      if (!seen[static_cast<size_t>(next)]) {
-        seen[static_cast<size_t>(next)] = 1;
-        stack.push_back(next);
-      }
+      if (next >= 0) ++dependencies[local_of(next)];
     }
   }
 
@@ -172,61 +184,69 @@ void AutogradEngine::run_task(int root, const std::vector<int>& capture_targets,
   // execute; the captured AccumulateGrad nodes themselves do not.
   std::vector<char> needed;
   if (!accumulates) {
-    needed.assign(n, 0);
+    std::vector<std::vector<int>> predecessors(n);
+    for (size_t k = 0; k < n; ++k) {
+      for (int next : nodes_[static_cast<size_t>(order[k])].next) {
+        if (next >= 0) predecessors[local_of(next)].push_back(static_cast<int>(k));
+      }
+    }
     std::vector<char> leads(n, 0);
-    for (int c : capture_targets) leads[static_cast<size_t>(c)] = 1;
-    // Reverse topological fixpoint over the reachable subgraph (small graphs: iterate to stability).
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      for (auto it = order.rbegin(); it != order.rend(); ++it) {
-        const int id = *it;
-        if (leads[static_cast<size_t>(id)]) continue;
-        for (int next : nodes_[static_cast<size_t>(id)].next) {
-          if (next >= 0 && leads[static_cast<size_t>(next)]) {
-            leads[static_cast<size_t>(id)] = 1;
-            changed = true;
-            break;
-          }
+    std::vector<int> frontier;
+    for (int c : capture_targets) {
+      if (visit_stamp_[static_cast<size_t>(c)] != stamp) continue;  // not reachable from the root
+      const size_t k = local_of(c);
+      if (!leads[k]) {
+        leads[k] = 1;
+        frontier.push_back(static_cast<int>(k));
+      }
+    }
+    while (!frontier.empty()) {
+      const int k = frontier.back();
+      frontier.pop_back();
+      for (int p : predecessors[static_cast<size_t>(k)]) {
+        if (!leads[static_cast<size_t>(p)]) {
+          leads[static_cast<size_t>(p)] = 1;
+          frontier.push_back(p);
         }
       }
     }
-    for (int id : order) {
-      const bool is_capture = nodes_[static_cast<size_t>(id)].kind == NodeKind::Accumulate;
-      needed[static_cast<size_t>(id)] = leads[static_cast<size_t>(id)] && !is_capture;
+    needed.assign(n, 0);
+    for (size_t k = 0; k < n; ++k) {
+      needed[k] = leads[k] && nodes_[static_cast<size_t>(order[k])].kind != NodeKind::Accumulate;
     }
   }
 
   running_.push_back(info.id);
   callbacks_.emplace_back();
   std::vector<char> buffer_defined(n, 0);
-  buffer_defined[static_cast<size_t>(root)] = 1;
+  buffer_defined[0] = 1;
   std::priority_queue<ReadyEntry, std::vector<ReadyEntry>, CompareReady> ready;
   ready.push({nodes_[static_cast<size_t>(root)].sequence_nr, root});
   while (!ready.empty()) {
     const int id = ready.top().node;
     ready.pop();
-    const bool defined = buffer_defined[static_cast<size_t>(id)] != 0;
+    const bool defined = buffer_defined[local_of(id)] != 0;
     if (nodes_[static_cast<size_t>(id)].kind == NodeKind::Accumulate) {
       // AccumulateGrad runs its post hooks even for an undefined gradient (engine.cpp
       // call_function always calls call_post_hooks): that is where DDP's hook lives.
       if (accumulates && listener_) listener_(AccumulateEvent{nodes_[static_cast<size_t>(id)].parameter, info.id, defined});
       continue;
     }
-    const std::vector<int> next = nodes_[static_cast<size_t>(id)].next;  // copy: backward may add nodes
-    std::vector<bool> outputs_defined(next.size(), defined);
-    if (nodes_[static_cast<size_t>(id)].kind == NodeKind::Function) {
-      auto backward_fn = nodes_[static_cast<size_t>(id)].backward;
+    std::vector<bool> outputs_defined;
+    const bool is_function = nodes_[static_cast<size_t>(id)].kind == NodeKind::Function;
+    if (is_function) {
+      auto backward_fn = nodes_[static_cast<size_t>(id)].backward;  // may append nodes: no references kept
       outputs_defined = backward_fn(*this);
-      outputs_defined.resize(next.size(), false);
+      outputs_defined.resize(nodes_[static_cast<size_t>(id)].next.size(), false);
     }
-    for (size_t i = 0; i < next.size(); ++i) {
-      const int target = next[i];
+    const size_t edges = nodes_[static_cast<size_t>(id)].next.size();
+    for (size_t i = 0; i < edges; ++i) {
+      const int target = nodes_[static_cast<size_t>(id)].next[i];
       if (target < 0) continue;
-      if (static_cast<size_t>(target) >= dependencies.size()) continue;
-      const bool is_ready = --dependencies[static_cast<size_t>(target)] == 0;
-      if (!accumulates && !needed[static_cast<size_t>(target)]) continue;
-      if (outputs_defined[i]) buffer_defined[static_cast<size_t>(target)] = 1;
+      const size_t k = local_of(target);
+      const bool is_ready = --dependencies[k] == 0;
+      if (!accumulates && !needed[k]) continue;
+      if (is_function ? outputs_defined[i] : defined) buffer_defined[k] = 1;
       if (is_ready) ready.push({nodes_[static_cast<size_t>(target)].sequence_nr, target});
     }
   }
@@ -237,11 +257,13 @@ void AutogradEngine::run_task(int root, const std::vector<int>& capture_targets,
   }
   callbacks_.pop_back();
   running_.pop_back();
+  // Give the outer task its slots back; the rest of this task's slots are dead.
+  for (int node : order) local_index_[static_cast<size_t>(node)] = -1;
+  for (auto it = saved_slots.rbegin(); it != saved_slots.rend(); ++it) local_index_[static_cast<size_t>(it->first)] = it->second;
 }
 
-void AutogradEngine::clear_graph() {
-  nodes_.resize(parameter_count_);
-  tasks_.clear();
-}
+void AutogradEngine::clear_graph() { nodes_.resize(parameter_count_); }
+
+void AutogradEngine::clear_tasks() { tasks_.clear(); }
 
 }  // namespace hookstream

@@ -96,8 +96,11 @@ class AutogradEngine {
   const GraphTaskInfo& task(int id) const { return tasks_[static_cast<size_t>(id)]; }
   const std::vector<GraphTaskInfo>& tasks() const { return tasks_; }
   void set_hook_listener(HookListener listener) { listener_ = std::move(listener); }
-  // Drops the nodes of a finished iteration but keeps the parameters' accumulators.
+  // Drops the nodes of a finished step but keeps the parameters' accumulators.
   void clear_graph();
+  // Forgets the graph tasks run so far (their ids restart at 0).
+  void clear_tasks();
+  // Plain ops take their label as a view: it is not stored (see function()).
 
  private:
   int add_node(GradNode node);
@@ -108,6 +111,9 @@ class AutogradEngine {
   size_t parameter_count_ = 0;  // nodes [0, parameter_count_) are the parameters' accumulators
   uint64_t next_sequence_nr_ = 0;
   bool grad_enabled_ = true;
+  std::vector<uint64_t> visit_stamp_;  // per node: the traversal that last visited it
+  std::vector<int> local_index_;       // per node: its index in the running task, -1 if none
+  uint64_t stamp_counter_ = 0;
   std::vector<GraphTaskInfo> tasks_;
   std::vector<int> running_;
   std::vector<std::vector<std::function<void()>>> callbacks_;  // per running task

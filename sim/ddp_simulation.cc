@@ -42,7 +42,7 @@ struct GradientLedger {
     int lost = 0;             // arrived between the copy and finalize: overwritten by finalize
     int after_finalize = 0;   // arrived after finalize: stay local to this rank
     bool marked = false;
-    std::set<std::string> tasks;  // graph tasks whose hooks fired for it
+    std::vector<int> tasks;  // graph tasks (ids of this iteration) whose hooks fired for it
   };
   std::vector<Entry> entries;  // by parameter index
   bool finalized = false;
@@ -119,6 +119,7 @@ class RankSimulator {
 
     for (int it = 0; it < plan_.iterations && !outcome_.stopped; ++it) {
       ledger_.reset();
+      engine_.clear_tasks();
       for (int micro = 0; micro < plan_.gradient_accumulation_steps && !outcome_.stopped; ++micro) {
         run_step(it, micro);
       }
@@ -142,6 +143,7 @@ class RankSimulator {
     current_.micro_step = micro;
     current_.synced = synced;
     reducer_.clear_collectives();
+    fired_tasks_.clear();
     try {
       // distributed.py forward: prepare_for_forward under sync; rebuild_buckets at every
       // grad-enabled forward (it is where the prior-iteration check lives).
@@ -208,11 +210,20 @@ class RankSimulator {
     const Parameter& p = structure_.parameters[static_cast<size_t>(event.parameter)];
     if (p.ddp_index < 0) return;
     const GraphTaskInfo& task = engine_.task(event.task);
-    ledger_.entries[static_cast<size_t>(event.parameter)].tasks.insert(task_text(task));
-    fired_tasks_[p.ddp_index].push_back(task_text(task));
+    std::vector<int>& tasks = ledger_.entries[static_cast<size_t>(event.parameter)].tasks;
+    if (tasks.empty() || tasks.back() != event.task) tasks.push_back(event.task);
+    fired_tasks_[p.ddp_index].push_back(event.task);
     if (record_) {
-      current_.firings.push_back(HookFiring{p.ddp_index, event.parameter, event.task, task.depth, task.label,
-                                            reducer_.expect_autograd_hooks()});
+      HookFiring firing;
+      firing.micro_step = step_.micro_step;
+      firing.ddp_index = p.ddp_index;
+      firing.parameter = event.parameter;
+      firing.task = event.task;
+      firing.depth = task.depth;
+      firing.graph_task = task.label;
+      firing.grad_defined = event.gradient_defined;
+      firing.expected = reducer_.expect_autograd_hooks();
+      current_.firings.push_back(std::move(firing));
     }
     // DDP's hook is a post hook on the AccumulateGrad node: it runs after the accumulation.
     reducer_.autograd_hook(p.ddp_index);
@@ -242,7 +253,7 @@ class RankSimulator {
     f.phase = Phase::Backward;
     f.error_text = error.what();
     auto fired = fired_tasks_.find(error.ddp_index());
-    if (fired != fired_tasks_.end()) f.graph_tasks = fired->second;
+    if (fired != fired_tasks_.end()) f.graph_tasks = task_texts(fired->second);
     if (error.kind() == VerdictKind::MarkedReadyTwice) {
       const bool unused_first = std::find(reducer_.unused_parameters().begin(), reducer_.unused_parameters().end(),
                                           error.ddp_index()) != reducer_.unused_parameters().end();
@@ -272,9 +283,7 @@ class RankSimulator {
     f.iteration = at.iteration;
     f.micro_step = at.micro_step;
     f.phase = Phase::Forward;
-    std::vector<std::string> names;
-    for (int i : unmarked) names.push_back(structure_.ddp_parameter(i).name);
-    f.error_text = prior_reduction_error_text(rank_, unmarked, names);
+    f.error_text = prior_reduction_error_text(rank_, unmarked, plan_.static_graph);
     f.explanation = fmt::format(
         "{} parameter(s) never had their hook fire (or not as often as expected) in iteration {}, so their "
         "bucket never completed and finalize_backward never ran; the next forward raises, and the other "
@@ -287,14 +296,26 @@ class RankSimulator {
   }
 
   void raise_no_graph() {
-    Finding f = base_finding(VerdictKind::NoGradient, structure_.ddp_parameters.empty() ? -1 : 0);
+    // loss.backward() itself raises: no parameter in particular, all of them.
+    Finding f = base_finding(VerdictKind::NoGradient, -1);
     f.phase = Phase::Backward;
     f.error_text = "element 0 of tensors does not require grad and does not have a grad_fn";
-    f.explanation =
-        "no trainable parameter is connected to the loss: every checkpointed region whose inputs do not "
-        "require grad (frozen embeddings without enable_input_require_grads) has no backward.";
+    f.explanation = fmt::format(
+        "none of the {} trainable parameters is connected to the loss: a reentrant checkpoint whose inputs "
+        "do not require grad (frozen embeddings without enable_input_require_grads) records no backward.",
+        structure_.ddp_parameters.size());
+    f.graph_tasks = {"none: loss.backward() raises before any graph task runs"};
     outcome_.findings.push_back(std::move(f));
     stop();
+  }
+
+  std::vector<std::string> task_texts(const std::vector<int>& task_ids) const {
+    std::vector<std::string> out;
+    for (int id : task_ids) {
+      std::string text = task_text(engine_.task(id));
+      if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
+    }
+    return out;
   }
 
   void stop() {
@@ -320,7 +341,7 @@ class RankSimulator {
       step_ = StepKey{iteration, plan_.gradient_accumulation_steps - 1};
       Finding f = base_finding(VerdictKind::SilentDivergence, static_cast<int>(ddp));
       f.phase = Phase::AfterBackward;
-      f.graph_tasks.assign(e.tasks.begin(), e.tasks.end());
+      f.graph_tasks = task_texts(e.tasks);
       if (!e.marked) {
         f.error_text = "no error: replicas diverge (this gradient is never all-reduced)";
         f.explanation = fmt::format("its {} gradient contribution(s) arrived while the Reducer expected no hooks.", total);
@@ -348,7 +369,7 @@ class RankSimulator {
   GradientLedger ledger_;
   StepKey step_;
   StepTrace current_;
-  std::map<int, std::vector<std::string>> fired_tasks_;
+  std::map<int, std::vector<int>> fired_tasks_;  // this step: DDP index -> graph tasks that fired it
   RankOutcome outcome_;
 };
 
@@ -411,7 +432,7 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
   // Ranks whose plan is identical behave identically: simulate one per class.
   std::map<std::string, size_t> class_of_key;
   for (int r = 0; r < plan.world_size; ++r) {
-    const std::string key = schedule_key(plan, r);
+    const std::string key = options.deduplicate_ranks ? schedule_key(plan, r) : std::to_string(r);
     auto [it, inserted] = class_of_key.emplace(key, result.rank_classes.size());
     if (inserted) result.rank_classes.emplace_back();
     result.rank_classes[it->second].push_back(r);
@@ -425,11 +446,24 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
   }
   result.rebuilt_buckets = outcomes.front().rebuilt;
 
-  // Collectives must match across ranks; a rank that stopped leaves the others waiting.
+  // Collectives must match across ranks; a rank that stopped leaves the others waiting. Classes
+  // with identical collective logs are compared once.
+  std::map<std::string, size_t> first_with_log;  // serialized log -> first class with it
+  std::vector<size_t> log_representative(outcomes.size());
+  std::vector<size_t> distinct;
+  for (size_t c = 0; c < outcomes.size(); ++c) {
+    std::string serialized;
+    for (const auto& [key, collective] : outcomes[c].collectives) {
+      serialized += fmt::format("{}.{}:{}:{};", key.iteration, key.micro_step, collective.what, collective.bytes);
+    }
+    auto [it, inserted] = first_with_log.emplace(std::move(serialized), c);
+    if (inserted) distinct.push_back(c);
+    log_representative[c] = it->second;
+  }
   std::vector<Finding> mismatch(outcomes.size());
   std::vector<bool> has_mismatch(outcomes.size(), false);
-  for (size_t a = 0; a < outcomes.size(); ++a) {
-    for (size_t b = 0; b < outcomes.size(); ++b) {
+  for (size_t a : distinct) {
+    for (size_t b : distinct) {
       if (a == b || has_mismatch[a]) continue;
       const auto& la = outcomes[a].collectives;
       const auto& lb = outcomes[b].collectives;
@@ -453,6 +487,19 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
       }
       mismatch[a] = f;
       has_mismatch[a] = true;
+    }
+  }
+  for (size_t c = 0; c < outcomes.size(); ++c) {
+    const size_t r = log_representative[c];
+    if (r != c && has_mismatch[r]) {
+      mismatch[c] = mismatch[r];
+      const std::string old_subject = "rank " + std::to_string(mismatch[r].rank) + " blocks";
+      mismatch[c].rank = result.rank_classes[c].front();
+      const size_t at = mismatch[c].error_text.find(old_subject);
+      if (at != std::string::npos) {
+        mismatch[c].error_text.replace(at, old_subject.size(), "rank " + std::to_string(mismatch[c].rank) + " blocks");
+      }
+      has_mismatch[c] = true;
     }
   }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/autograd_engine.h"
+#include "sim/hook_firing.h"
 #include "sim/model_structure.h"
 #include "sim/plan.h"
 #include "sim/reducer_model.h"
@@ -14,14 +15,6 @@
 
 namespace hookstream {
 
-struct HookFiring {
-  int ddp_index = -1;
-  int parameter = -1;
-  int task = -1;
-  int depth = 0;
-  std::string task_label;
-  bool expected = false;  // the Reducer expected hooks at that moment (otherwise ignored)
-};
 
 struct StepTrace {
   int rank = 0;  // representative rank of its class
@@ -35,6 +28,9 @@ struct StepTrace {
 
 struct DdpSimulationOptions {
   bool record_steps = false;  // keep per-step hook firings (for reports, timelines and tests)
+  // Ranks with identical per-rank plans behave identically and are simulated once. Off: every rank
+  // is simulated (benchmarks use it to measure the per-rank cost).
+  bool deduplicate_ranks = true;
 };
 
 struct DdpSimulation {

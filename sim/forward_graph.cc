@@ -42,7 +42,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       for (int pass = 0; pass < count; ++pass) hidden = checkpointed_layer(layer, hidden, pass, count);
     }
     hidden = norm(model_.final_norm, hidden, "model.norm");
-    SimTensor logits = unused("lm_head") ? hidden : param_op("lm_head", model_.lm_head, {hidden});
+    SimTensor logits = unused("lm_head") ? SimTensor{} : param_op("lm_head", model_.lm_head, {hidden});
     return ForwardOutputs{logits, nullptr};
   }
 
@@ -66,7 +66,8 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
   // nn.Linear, or PEFT's lora.Linear: result = base_layer(x); result += lora_B(lora_A(dropout(x))) * scaling.
   SimTensor linear(const LinearUse& use, SimTensor x, const std::string& path) {
-    if (unused(path)) return x;
+    // A skipped projection contributes zeros: nothing behind it gets a gradient through it.
+    if (unused(path)) return SimTensor{};
     // F.linear with bias is addmm(bias, x, weight.t()): the bias gradient is sent first.
     std::vector<SimTensor> inputs{leaf(use.bias), x, leaf(use.weight)};
     SimTensor result = engine_.op(path, inputs);

@@ -142,10 +142,9 @@ class ReducerModel {
   QueueCallback queue_callback_;
 };
 
-// The exact texts PyTorch raises, kept in one place (reducer.cpp, 1.13.1 as observed).
+// The exact texts PyTorch raises in a default run, kept in one place (reducer.cpp, 1.13.1 as observed).
 std::string marked_twice_error_text(int ddp_index, const std::string& name);
-std::string prior_reduction_error_text(int rank, const std::vector<int>& unmarked,
-                                       const std::vector<std::string>& names);
-std::string static_graph_changed_error_text(int ddp_index, const std::string& name);
+std::string prior_reduction_error_text(int rank, const std::vector<int>& unmarked, bool static_graph);
+std::string static_graph_changed_error_text();
 
 }  // namespace hookstream

@@ -36,6 +36,14 @@ bool parse_verdict_kind(const std::string& text, VerdictKind& kind) {
   return false;
 }
 
+std::string error_text_for_rank(const Finding& finding, int rank) {
+  std::string text = finding.error_text;
+  const std::string from = "for rank " + std::to_string(finding.rank) + ":";
+  const size_t at = text.find(from);
+  if (at != std::string::npos && rank != finding.rank) text.replace(at, from.size(), "for rank " + std::to_string(rank) + ":");
+  return text;
+}
+
 const char* to_string(Phase phase) {
   switch (phase) {
     case Phase::Forward: return "forward";

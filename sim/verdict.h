@@ -40,4 +40,8 @@ struct Finding {
   std::string explanation;  // one or two sentences: why
 };
 
+// A finding shared by several ranks keeps the text of its first rank; the Reducer's
+// prior-iteration error names the rank ("... for rank 3: ..."). This gives the text as `rank` sees it.
+std::string error_text_for_rank(const Finding& finding, int rank);
+
 }  // namespace hookstream

@@ -101,6 +101,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
   result.structure = build_model_structure(result.plan);
   DdpSimulationOptions sim_options;
   sim_options.record_steps = options.record_steps;
+  sim_options.deduplicate_ranks = options.deduplicate_ranks;
   result.simulation = simulate_ddp(result.plan, result.structure, sim_options);
   if (result.ok() || !options.search_fixes) return result;
 

@@ -46,6 +46,7 @@ struct VerifyResult {
 struct VerifyOptions {
   bool search_fixes = true;
   bool record_steps = false;
+  bool deduplicate_ranks = true;  // see DdpSimulationOptions
 };
 
 VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options = {});

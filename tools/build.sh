@@ -3,5 +3,5 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S "$here" -B "$here/build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake -S "$here" -B "$here/build" -DCMAKE_BUILD_TYPE=Release -DHOOKSTREAM_WITH_TORCH=ON "$@" >/dev/null
 cmake --build "$here/build" -j "$jobs"

@@ -1,0 +1,92 @@
+// Benchmark for `hookstream verify` (issue: DDP verifier speed targets).
+//   - a Llama-3.1-70B LoRA plan (80 layers, 7 target projections, 8 ranks, 3 iterations): < 100 ms
+//   - the same at 1,024 ranks: < 2 s
+//   - time against parameters x ranks x iterations: linear
+// Ranks whose plans are identical are simulated once (they behave identically), so the rank sweep
+// gives every rank its own sequence length (and so its own tiled-MLP shard count) to force one
+// simulation per rank: the worst case. Prints a Markdown table on stdout.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fmt/format.h>
+#include <string>
+#include <vector>
+
+#include "sim/verify.h"
+
+using namespace hookstream;
+
+namespace {
+
+std::string plan_yaml(const std::string& model, int ranks, int iterations, bool distinct_ranks, bool failing) {
+  std::string yaml = fmt::format(
+      "base_model: {}\nsequence_len: 16384\nadapter: lora\nlora_r: 16\nlora_target_linear: true\n"
+      "gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: {}\n"
+      "tiled_mlp: true\nddp_find_unused_parameters: false\n"
+      "hookstream:\n  world_size: {}\n  iterations: {}\n  tiled_mlp_backward: {}\n",
+      model, failing ? "true" : "false", ranks, iterations, failing ? "per_chunk_backward" : "grad_then_backward");
+  if (distinct_ranks) {
+    yaml += "  rank_overrides:\n";
+    for (int r = 1; r < ranks; ++r) yaml += fmt::format("    {}:\n      sequence_len: {}\n", r, 16384 + (r % 8) * 8192 + r);
+  }
+  return yaml;
+}
+
+struct Timing {
+  double median_ms;
+  size_t trainable;
+  size_t simulated_ranks;
+  bool ok;
+};
+
+Timing measure(const std::string& yaml, bool fixes, int repeats, bool deduplicate = true) {
+  std::vector<double> ms;
+  Timing t{};
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    VerifyOptions options;
+    options.search_fixes = fixes;
+    options.deduplicate_ranks = deduplicate;
+    const VerifyResult r = verify_plan(PlanSource{yaml, "bench.yaml", {}}, options);
+    const auto end = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+    t.trainable = r.structure.ddp_parameters.size();
+    t.simulated_ranks = r.simulation.rank_classes.size();
+    t.ok = r.ok();
+  }
+  std::sort(ms.begin(), ms.end());
+  t.median_ms = ms[ms.size() / 2];
+  return t;
+}
+
+}  // namespace
+
+int main() {
+  std::printf("| case | trainable tensors | ranks (simulated) | iterations | verify median (ms) |\n");
+  std::printf("|---|---|---|---|---|\n");
+  auto row = [](const std::string& name, const Timing& t, int ranks, int iterations) {
+    std::printf("| %s | %zu | %d (%zu) | %d | %.2f |\n", name.c_str(), t.trainable, ranks, t.simulated_ranks,
+                iterations, t.median_ms);
+    std::fflush(stdout);
+  };
+  row("Llama-3.1-70B LoRA, passing plan", measure(plan_yaml("Llama-3.1-70B", 8, 3, false, false), true, 9), 8, 3);
+  row("Llama-3.1-70B LoRA, failing plan + fix search",
+      measure(plan_yaml("Llama-3.1-70B", 8, 3, false, true), true, 5), 8, 3);
+  row("Llama-3.1-70B LoRA, 8 distinct ranks", measure(plan_yaml("Llama-3.1-70B", 8, 3, true, false), false, 5), 8, 3);
+  row("Llama-3.1-70B LoRA, 1,024 identical ranks",
+      measure(plan_yaml("Llama-3.1-70B", 1024, 3, false, false), true, 5), 1024, 3);
+  row("Llama-3.1-70B LoRA, 1,024 distinct ranks",
+      measure(plan_yaml("Llama-3.1-70B", 1024, 3, true, false), false, 3), 1024, 3);
+  // Linearity: every rank simulated (no de-duplication), one factor at a time.
+  const std::string every = " (every rank simulated)";
+  for (const char* model : {"Llama-3.1-8B", "Llama-3.1-70B"}) {
+    row(fmt::format("scaling: {} LoRA{}", model, every), measure(plan_yaml(model, 64, 3, false, false), false, 3, false), 64, 3);
+  }
+  for (int ranks : {64, 256, 1024}) {
+    row("scaling: ranks" + every, measure(plan_yaml("Llama-3.1-70B", ranks, 3, false, false), false, 3, false), ranks, 3);
+  }
+  for (int iterations : {1, 3, 9}) {
+    row("scaling: iterations" + every, measure(plan_yaml("Llama-3.1-70B", 64, iterations, false, false), false, 3, false), 64, iterations);
+  }
+  return 0;
+}

@@ -1,0 +1,345 @@
+#include "runtime/oracle_model.h"
+
+#include "sim/forward_graph.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "runtime/checkpoint.h"
+#include "runtime/tiled_mlp.h"
+
+namespace hookstream {
+
+namespace {
+
+
+at::Generator generator_for(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+
+// splitmix64: independent streams per (seed, rank, iteration, micro-step) without global state.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+
+struct OracleModel::StepView {
+  StepPosition position;
+  std::vector<std::string> unused;
+  int sequence_len = 0;
+  int shards = 1;
+  // The simulator's matching rule (sim/forward_graph.h), so both skip the same modules.
+  bool skipped(const std::string& path) const { return !unused.empty() && module_unused(unused, path); }
+};
+
+OracleModel::OracleModel(const Plan& plan, uint64_t seed)
+    : plan_(plan), seed_(seed), structure_(build_model_structure(plan)) {
+  at::Generator gen = generator_for(seed);
+  torch::NoGradGuard no_grad;
+  for (const Parameter& p : structure_.parameters) {
+    at::Tensor t = at::randn(p.shape, gen, at::kFloat);
+    const bool norm = p.shape.size() == 1 && p.name.find("norm") != std::string::npos;
+    if (norm) {
+      t = 1.0 + 0.1 * t;
+    } else if (p.shape.size() == 1) {
+      t = 0.1 * t;  // biases
+    } else {
+      // Fan-in scaling keeps activations O(1). LoRA B is random, not PEFT's zeros, so that LoRA A
+      // gets non-zero gradients and the gradient comparisons have something to compare.
+      int64_t fan_in = 1;
+      for (size_t d = 1; d < p.shape.size(); ++d) fan_in *= p.shape[d];
+      t = t / std::sqrt(static_cast<double>(fan_in));
+    }
+    t.requires_grad_(p.trainable);
+    parameters_.push_back(t);
+  }
+}
+
+std::vector<at::Tensor> OracleModel::ddp_parameters() const {
+  std::vector<at::Tensor> result;
+  for (int index : structure_.ddp_parameters) result.push_back(parameters_[index]);
+  return result;
+}
+
+std::vector<std::string> OracleModel::ddp_parameter_names() const {
+  std::vector<std::string> result;
+  for (int index : structure_.ddp_parameters) result.push_back(structure_.parameters[index].name);
+  return result;
+}
+
+Batch OracleModel::make_batch(const StepPosition& position) const {
+  const uint64_t stream = mix(mix(mix(seed_ ^ 0x5eedULL) + static_cast<uint64_t>(position.rank)) +
+                              static_cast<uint64_t>(position.iteration) * 1000003ULL +
+                              static_cast<uint64_t>(position.micro_step));
+  at::Generator gen = generator_for(stream);
+  const int64_t batch = plan_.micro_batch_size;
+  const int64_t seq = plan_.sequence_len_for(position.rank, position.iteration);
+  const int64_t vocab = plan_.model.vocab_size;
+  Batch b;
+  b.input_ids = at::randint(vocab, {batch, seq}, gen, at::kLong);
+  b.labels = at::randint(vocab, {batch, seq}, gen, at::kLong);
+  if (plan_.model.vision && plan_.vision_inputs) {
+    const VisionTowerConfig& v = *plan_.model.vision;
+    const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
+    const int64_t merged_tokens = std::min<int64_t>(2, seq);
+    const int64_t features = int64_t(v.in_channels) * v.temporal_patch_size * v.patch_size * v.patch_size;
+    b.pixels = at::randn({merged_tokens * merge, features}, gen, at::kFloat);
+  }
+  return b;
+}
+
+std::string OracleModel::linear_path(const LinearUse& use) const {
+  std::string path = structure_.parameters[use.weight].module;
+  const std::string base = ".base_layer";
+  if (path.size() > base.size() && path.compare(path.size() - base.size(), base.size(), base) == 0) {
+    path.resize(path.size() - base.size());
+  }
+  return path;
+}
+
+// y = x W^T + b, plus PEFT's LoRA branch scale * B(A(x)) (peft/tuners/lora/layer.py Linear.forward).
+// A skipped linear contributes zeros; a skipped lora_A/lora_B module drops the branch.
+at::Tensor OracleModel::linear(const at::Tensor& x, const LinearUse& use, const ParameterTable& p,
+                               const StepView& step) const {
+  const Parameter& weight = structure_.parameters[use.weight];
+  const std::string path = linear_path(use);
+  if (step.skipped(path)) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = weight.shape[0];
+    return at::zeros(sizes, x.options());
+  }
+  at::Tensor w = p[use.weight];
+  if (w.dim() > 2) w = w.reshape({w.size(0), -1});  // Conv3d patch embedding as a linear map
+  at::Tensor y = at::linear(x, w, use.bias >= 0 ? p[use.bias] : at::Tensor());
+  if (use.lora_a >= 0 && use.lora_b >= 0 && !step.skipped(structure_.parameters[use.lora_a].module) &&
+      !step.skipped(structure_.parameters[use.lora_b].module)) {
+    const double scale = plan_.lora_alpha / static_cast<double>(plan_.lora_r);
+    y = y + scale * at::linear(at::linear(x, p[use.lora_a]), p[use.lora_b]);
+  }
+  return y;
+}
+
+at::Tensor OracleModel::rms_norm(const at::Tensor& x, int weight, const ParameterTable& p) const {
+  if (weight < 0) return x;
+  const at::Tensor variance = x.pow(2).mean(-1, /*keepdim=*/true);
+  return x * at::rsqrt(variance + 1e-6) * p[weight];
+}
+
+at::Tensor OracleModel::attention(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p,
+                                  const StepView& step) const {
+  const ModelConfig& m = plan_.model;
+  const int64_t heads = m.num_attention_heads;
+  const int64_t kv_heads = m.num_key_value_heads > 0 ? m.num_key_value_heads : heads;
+  const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.hidden_size / heads;
+  const int64_t batch = x.size(0), seq = x.size(1);
+  const at::Tensor normed =
+      step.skipped(structure_.parameters[layer.input_norm].module) ? x : rms_norm(x, layer.input_norm, p);
+  at::Tensor q = linear(normed, layer.q, p, step).view({batch, seq, heads, head_dim});
+  at::Tensor k = linear(normed, layer.k, p, step).view({batch, seq, kv_heads, head_dim});
+  at::Tensor v = linear(normed, layer.v, p, step).view({batch, seq, kv_heads, head_dim});
+  if (layer.q_norm >= 0 && !step.skipped(structure_.parameters[layer.q_norm].module)) q = rms_norm(q, layer.q_norm, p);
+  if (layer.k_norm >= 0 && !step.skipped(structure_.parameters[layer.k_norm].module)) k = rms_norm(k, layer.k_norm, p);
+  q = q.transpose(1, 2);
+  // Grouped-query attention: each kv head serves heads / kv_heads query heads.
+  k = k.transpose(1, 2).repeat_interleave(heads / kv_heads, 1);
+  v = v.transpose(1, 2).repeat_interleave(heads / kv_heads, 1);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
+  const at::Tensor causal = at::ones({seq, seq}, at::kBool).triu(1);
+  scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
+  const at::Tensor context = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({batch, seq, heads * head_dim});
+  return linear(context, layer.o, p, step);
+}
+
+at::Tensor OracleModel::mlp(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p,
+                            const StepView& step) const {
+  // SwiGLU: down(silu(gate(x)) * up(x)) (transformers LlamaMLP). Python evaluates left to right;
+  // C++ leaves operand order unspecified, so sequence it: the creation order of autograd nodes
+  // decides the order of hook firings.
+  const at::Tensor gate = at::silu(linear(x, layer.gate, p, step));
+  const at::Tensor up = linear(x, layer.up, p, step);
+  return linear(gate * up, layer.down, p, step);
+}
+
+std::vector<int> OracleModel::mlp_trainable_weights(const DecoderLayerUse& layer, const StepView& step) const {
+  std::vector<int> result;
+  for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) {
+    if (step.skipped(linear_path(*use))) continue;
+    for (int index : {use->weight, use->bias, use->lora_a, use->lora_b}) {
+      if (index < 0 || !structure_.parameters[index].trainable) continue;
+      if ((index == use->lora_a || index == use->lora_b) && step.skipped(structure_.parameters[index].module)) continue;
+      result.push_back(index);
+    }
+  }
+  return result;
+}
+
+// The trainable parameters the layer's real autograd graph reaches in this step: what a
+// non-reentrant checkpoint keeps as inputs of its node. Mirrors decoder_layer()'s skipping; a tiled
+// MLP's captured weights are not reachable (its Function runs under no_grad and does not take them).
+std::vector<int> OracleModel::layer_graph_parameters(const DecoderLayerUse& layer, const StepView& step) const {
+  std::vector<int> result;
+  auto add = [&](int index) {
+    if (index >= 0 && structure_.parameters[index].trainable && !step.skipped(structure_.parameters[index].module)) {
+      result.push_back(index);
+    }
+  };
+  auto add_linear = [&](const LinearUse& use) {
+    if (step.skipped(linear_path(use))) return;
+    for (int index : {use.weight, use.bias, use.lora_a, use.lora_b}) add(index);
+  };
+  if (!step.skipped(layer.path + ".self_attn")) {
+    add(layer.input_norm);
+    add_linear(layer.q);
+    add_linear(layer.k);
+    add_linear(layer.v);
+    add_linear(layer.o);
+    add(layer.q_norm);
+    add(layer.k_norm);
+  }
+  if (!step.skipped(layer.path + ".mlp")) {
+    add(layer.post_attention_norm);
+    const bool tiled_inputs = plan_.tiled_mlp_weights_as_inputs ||
+                              plan_.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads;
+    if (!plan_.tiled_mlp || tiled_inputs) {
+      for (int index : mlp_trainable_weights(layer, step)) result.push_back(index);
+    }
+  }
+  std::sort(result.begin(), result.end());
+  result.erase(std::unique(result.begin(), result.end()), result.end());
+  return result;
+}
+
+// LlamaDecoderLayer.forward: x + attn(input_layernorm(x)); h + mlp(post_attention_layernorm(h)).
+// `inputs_table` is what a tiled MLP passes as its weight inputs (recomputation copies inside a
+// non-reentrant checkpoint); the computation itself always reads `p`.
+at::Tensor OracleModel::decoder_layer(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p,
+                                      const ParameterTable& inputs_table, const StepView& step,
+                                      HookRecorder* recorder) const {
+  at::Tensor h = x;
+  if (!step.skipped(layer.path + ".self_attn")) h = h + attention(x, layer, p, step);
+  if (!step.skipped(layer.path + ".mlp")) {
+    const at::Tensor normed = step.skipped(structure_.parameters[layer.post_attention_norm].module)
+                                  ? h
+                                  : rms_norm(h, layer.post_attention_norm, p);
+    if (plan_.tiled_mlp) {
+      TiledMlpSpec spec;
+      spec.mlp = [this, &layer, step](const at::Tensor& shard, const ParameterTable& table) {
+        return mlp(shard, layer, table, step);
+      };
+      spec.weights_table = parameters_;
+      spec.weights = mlp_trainable_weights(layer, step);
+      spec.shards = step.shards;
+      spec.strategy = plan_.tiled_mlp_backward;
+      spec.weights_as_inputs = plan_.tiled_mlp_weights_as_inputs;
+      spec.recorder = recorder;
+      spec.layer = layer.index;
+      h = h + tiled_mlp(normed, spec, inputs_table);
+    } else {
+      h = h + mlp(normed, layer, p, step);
+    }
+  }
+  return h;
+}
+
+at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step) const {
+  const VisionTowerConfig& v = *plan_.model.vision;
+  auto layer_norm = [&](const at::Tensor& x, int weight, int bias) {
+    return at::layer_norm(x, {x.size(-1)}, weight >= 0 ? p[weight] : at::Tensor(), bias >= 0 ? p[bias] : at::Tensor());
+  };
+  at::Tensor x = linear(pixels, structure_.vision_patch_embed, p, step);  // [patches, hidden]
+  const int64_t heads = v.num_heads > 0 ? v.num_heads : 1;
+  const int64_t head_dim = v.hidden_size / heads;
+  for (const VisionBlockUse& block : structure_.vision_blocks) {
+    if (step.skipped(block.path)) continue;
+    const int64_t patches = x.size(0);
+    const at::Tensor qkv = linear(layer_norm(x, block.norm1_weight, block.norm1_bias), block.qkv, p, step)
+                               .view({patches, 3, heads, head_dim})
+                               .permute({1, 2, 0, 3});  // [3, heads, patches, head_dim]
+    const at::Tensor scores = at::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
+    const at::Tensor context = at::matmul(at::softmax(scores, -1), qkv[2]).permute({1, 0, 2}).reshape({patches, -1});
+    x = x + linear(context, block.proj, p, step);
+    x = x + linear(at::gelu(linear(layer_norm(x, block.norm2_weight, block.norm2_bias), block.fc1, p, step)),
+                   block.fc2, p, step);
+  }
+  // Patch merger: norm per patch, spatial_merge_size^2 patches concatenated, then a 2-layer MLP
+  // into the text hidden size (Qwen-VL's PatchMerger).
+  const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
+  at::Tensor merged = layer_norm(x, structure_.vision_merger_norm_weight, structure_.vision_merger_norm_bias)
+                          .reshape({x.size(0) / merge, x.size(1) * merge});
+  return linear(at::gelu(linear(merged, structure_.vision_merger_fc1, p, step)), structure_.vision_merger_fc2, p, step);
+}
+
+at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position, HookRecorder* recorder) const {
+  StepView step;
+  step.position = position;
+  step.unused = plan_.unused_modules_for(position.rank, position.iteration);
+  step.sequence_len = static_cast<int>(batch.input_ids.size(1));
+  step.shards = std::max(1, plan_.tiled_shards_for(position.rank, position.iteration));
+  const ModelConfig& m = plan_.model;
+  const ParameterTable& p = parameters_;
+  const int64_t batch_size = batch.input_ids.size(0), seq = batch.input_ids.size(1);
+
+  const Parameter& embed = structure_.parameters[structure_.embed];
+  at::Tensor hidden;
+  if (step.skipped(embed.module)) {
+    hidden = at::randn({batch_size, seq, int64_t(m.hidden_size)}, generator_for(seed_ + 17), at::kFloat);
+  } else {
+    hidden = p[structure_.embed].index_select(0, batch.input_ids.flatten()).view({batch_size, seq, m.hidden_size});
+  }
+  // PEFT's enable_input_require_grads(): a forward hook on the input embeddings doing
+  // output.requires_grad_(True), so that a reentrant checkpoint over frozen embeddings has a backward.
+  if (plan_.input_require_grads() && !hidden.requires_grad()) hidden.requires_grad_(true);
+
+  if (batch.pixels.defined() && !structure_.vision_blocks.empty() && !step.skipped("model.visual")) {
+    const at::Tensor image = vision(batch.pixels, p, step);  // [merged tokens, hidden]
+    const int64_t tokens = std::min<int64_t>(image.size(0), seq);
+    const at::Tensor head = hidden.narrow(1, 0, tokens) + image.narrow(0, 0, tokens).unsqueeze(0);
+    hidden = tokens < seq ? at::cat({head, hidden.narrow(1, tokens, seq - tokens)}, 1) : head;
+  }
+
+  for (const DecoderLayerUse& layer : structure_.layers) {
+    if (step.skipped(layer.path)) continue;
+    const int count = plan_.checkpoint_count(layer.index, position.rank, position.iteration);
+    if (count == 0) {
+      hidden = decoder_layer(hidden, layer, p, p, step, recorder);
+      continue;
+    }
+    const std::string label = "checkpoint(layer " + std::to_string(layer.index) + ")";
+    // Twice: the checkpointed function applied twice in sequence (PyTorch's CheckpointTwiceModule
+    // in test_distributed's DDP tests), both wrappers over the same parameters.
+    for (int application = 0; application < count; ++application) {
+      if (plan_.use_reentrant) {
+        LayerFunction fn = [this, &layer, step, recorder](const at::Tensor& x, const ParameterTable& table) {
+          return decoder_layer(x, layer, table, table, step, recorder);
+        };
+        hidden = checkpoint_reentrant(hidden, fn, p, recorder, label);
+      } else {
+        // The recomputation runs on parameter copies (`table`), but a tiled MLP inside still
+        // computes with the real weights (it recomputes through the module, like ALST's TiledMLP).
+        LayerFunction fn = [this, &layer, step, recorder](const at::Tensor& x, const ParameterTable& table) {
+          return decoder_layer(x, layer, table, table, step, recorder);
+        };
+        hidden = checkpoint_non_reentrant(hidden, fn, p, layer_graph_parameters(layer, step), recorder, label);
+      }
+    }
+  }
+
+  if (!step.skipped(structure_.parameters[structure_.final_norm].module)) hidden = rms_norm(hidden, structure_.final_norm, p);
+  const std::string head_path = m.tie_word_embeddings ? "lm_head" : structure_.parameters[structure_.lm_head].module;
+  at::Tensor loss;
+  if (step.skipped(head_path)) {
+    loss = hidden.pow(2).mean();
+  } else {
+    const at::Tensor logits = at::linear(hidden, p[structure_.lm_head]);
+    loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), batch.labels.reshape({-1}));
+  }
+  return loss / static_cast<double>(std::max(1, plan_.gradient_accumulation_steps));
+}
+
+}  // namespace hookstream

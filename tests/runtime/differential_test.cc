@@ -1,0 +1,42 @@
+// The differential test: every plan in tests/plans/ddp runs through the simulator and through the
+// real c10d Reducer (the oracle: one process per rank over Gloo); per rank, the first verdict and
+// the parameter it names must be the same.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "runtime/differential.h"
+#include "runtime/oracle.h"
+#include "sim/verify.h"
+
+using namespace hookstream;
+
+namespace {
+std::vector<std::string> plan_files() {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/ddp")) {
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+}  // namespace
+
+TEST_CASE("the simulator agrees with the real Reducer on every plan of the matrix", "[differential]") {
+  const std::vector<std::string> files = plan_files();
+  REQUIRE(files.size() >= 40);
+  for (const std::string& file : files) {
+    DYNAMIC_SECTION(std::filesystem::path(file).filename().string()) {
+      VerifyOptions options;
+      options.search_fixes = false;
+      const VerifyResult predicted = verify_plan(read_plan_source(file, {}), options);
+      OracleOptions oracle_options;
+      oracle_options.worker_path = HOOKSTREAM_ORACLE_WORKER;
+      const OracleResult observed = run_oracle(predicted.plan, oracle_options);
+      const DifferentialReport report = compare_with_oracle(predicted.plan, predicted.simulation, observed);
+      INFO(file << "\n" << report.describe());
+      CHECK(report.agree());
+    }
+  }
+}
