@@ -61,50 +61,6 @@ struct ReentrantCheckpointFunction : torch::autograd::Function<ReentrantCheckpoi
   }
 };
 
-struct NonReentrantCheckpointFunction : torch::autograd::Function<NonReentrantCheckpointFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, at::TensorList graph_params,
-                            c10::intrusive_ptr<LayerCall> call) {
-    ctx->saved_data["call"] = c10::IValue::make_capsule(call);
-    std::vector<at::Tensor> saved{hidden};
-    saved.insert(saved.end(), graph_params.begin(), graph_params.end());
-    ctx->save_for_backward(saved);
-    torch::NoGradGuard no_grad;
-    return call->layer(hidden, call->params);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto call = call_of(ctx);
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor input = detached_like(saved[0]);
-    ParameterTable table = call->params;
-    std::vector<at::Tensor> wrt;
-    if (input.requires_grad()) wrt.push_back(input);
-    for (size_t k = 0; k < call->graph_params.size(); ++k) {
-      at::Tensor copy = detached_like(saved[1 + k]);
-      table[call->graph_params[k]] = copy;
-      wrt.push_back(copy);
-    }
-    at::Tensor output;
-    {
-      torch::AutoGradMode enable_grad(true);
-      output = call->layer(input, table);
-    }
-    variable_list grads;
-    if (output.requires_grad() && !wrt.empty()) {
-      GraphTaskScope scope(call->recorder, call->label);
-      grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
-                                    /*create_graph=*/false, /*allow_unused=*/true);
-    } else {
-      grads.assign(wrt.size(), at::Tensor());
-    }
-    variable_list result;
-    size_t next = 0;
-    result.push_back(input.requires_grad() ? grads[next++] : at::Tensor());
-    for (size_t k = 0; k < call->graph_params.size(); ++k) result.push_back(grads[next++]);
-    result.push_back(at::Tensor());  // the LayerCall
-    return result;
-  }
-};
 
 }  // namespace
 
@@ -118,18 +74,5 @@ at::Tensor checkpoint_reentrant(const at::Tensor& hidden, LayerFunction layer, c
   return ReentrantCheckpointFunction::apply(hidden, call);
 }
 
-at::Tensor checkpoint_non_reentrant(const at::Tensor& hidden, LayerFunction layer, const ParameterTable& params,
-                                    const std::vector<int>& graph_params, HookRecorder* recorder,
-                                    std::string label) {
-  auto call = c10::make_intrusive<LayerCall>();
-  call->layer = std::move(layer);
-  call->params = params;
-  call->graph_params = graph_params;
-  call->recorder = recorder;
-  call->label = std::move(label);
-  std::vector<at::Tensor> inputs;
-  for (int index : graph_params) inputs.push_back(params[index]);
-  return NonReentrantCheckpointFunction::apply(hidden, at::TensorList(inputs), call);
-}
 
 }  // namespace hookstream

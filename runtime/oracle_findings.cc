@@ -129,6 +129,9 @@ bool classify_error(const Context& c, int rank, const WorkerError& error, std::v
   } else if (contains(text, "does not require grad and does not have a grad_fn")) {
     f.kind = VerdictKind::NoGradient;
     f.explanation = "the loss does not depend on any trainable parameter through autograd: " + first_line(text);
+  } else if (contains(text, "INTERNAL ASSERT FAILED") && contains(text, "reducer.cpp")) {
+    f.kind = VerdictKind::ReducerAssert;
+    f.explanation = "the Reducer hit one of its internal assertions: " + first_line(text);
   } else if (is_collective_failure(text)) {
     f.kind = VerdictKind::CollectiveMismatch;
     f.explanation = "this rank waited in a collective that the other ranks did not issue (or left).";

@@ -179,42 +179,6 @@ std::vector<int> OracleModel::mlp_trainable_weights(const DecoderLayerUse& layer
   return result;
 }
 
-// The trainable parameters the layer's real autograd graph reaches in this step: what a
-// non-reentrant checkpoint keeps as inputs of its node. Mirrors decoder_layer()'s skipping; a tiled
-// MLP's captured weights are not reachable (its Function runs under no_grad and does not take them).
-std::vector<int> OracleModel::layer_graph_parameters(const DecoderLayerUse& layer, const StepView& step) const {
-  std::vector<int> result;
-  auto add = [&](int index) {
-    if (index >= 0 && structure_.parameters[index].trainable && !step.skipped(structure_.parameters[index].module)) {
-      result.push_back(index);
-    }
-  };
-  auto add_linear = [&](const LinearUse& use) {
-    if (step.skipped(linear_path(use))) return;
-    for (int index : {use.weight, use.bias, use.lora_a, use.lora_b}) add(index);
-  };
-  if (!step.skipped(layer.path + ".self_attn")) {
-    add(layer.input_norm);
-    add_linear(layer.q);
-    add_linear(layer.k);
-    add_linear(layer.v);
-    add_linear(layer.o);
-    add(layer.q_norm);
-    add(layer.k_norm);
-  }
-  if (!step.skipped(layer.path + ".mlp")) {
-    add(layer.post_attention_norm);
-    const bool tiled_inputs = plan_.tiled_mlp_weights_as_inputs ||
-                              plan_.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads;
-    if (!plan_.tiled_mlp || tiled_inputs) {
-      for (int index : mlp_trainable_weights(layer, step)) result.push_back(index);
-    }
-  }
-  std::sort(result.begin(), result.end());
-  result.erase(std::unique(result.begin(), result.end()), result.end());
-  return result;
-}
-
 // LlamaDecoderLayer.forward: x + attn(input_layernorm(x)); h + mlp(post_attention_layernorm(h)).
 // `inputs_table` is what a tiled MLP passes as its weight inputs (recomputation copies inside a
 // non-reentrant checkpoint); the computation itself always reads `p`.
@@ -320,12 +284,15 @@ at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position
         };
         hidden = checkpoint_reentrant(hidden, fn, p, recorder, label);
       } else {
-        // The recomputation runs on parameter copies (`table`), but a tiled MLP inside still
-        // computes with the real weights (it recomputes through the module, like ALST's TiledMLP).
-        LayerFunction fn = [this, &layer, step, recorder](const at::Tensor& x, const ParameterTable& table) {
-          return decoder_layer(x, layer, table, table, step, recorder);
-        };
-        hidden = checkpoint_non_reentrant(hidden, fn, p, layer_graph_parameters(layer, step), recorder, label);
+        // torch.utils.checkpoint(use_reentrant=False) records the ordinary autograd graph and only
+        // refills saved activations in saved-tensor unpack hooks, by a recomputation whose graph is
+        // never backwarded (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator). Its
+        // hooks are therefore exactly those of the un-checkpointed layer, in the same order. LibTorch
+        // 1.13's C++ API has no saved-tensor hooks, and a custom Function that recomputes and
+        // returns parameter gradients reorders the hooks (random differential runs caught it naming
+        // another parameter), so the oracle runs the layer as recorded: exact for hooks, no memory
+        // saving (which the oracle does not need).
+        hidden = decoder_layer(hidden, layer, p, p, step, recorder);
       }
     }
   }

@@ -62,7 +62,6 @@ class OracleModel {
   at::Tensor mlp(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p, const StepView& step) const;
   at::Tensor vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step) const;
   std::vector<int> mlp_trainable_weights(const DecoderLayerUse& layer, const StepView& step) const;
-  std::vector<int> layer_graph_parameters(const DecoderLayerUse& layer, const StepView& step) const;
   std::string linear_path(const LinearUse& use) const;
 
   Plan plan_;

@@ -218,6 +218,19 @@ void AutogradEngine::run_task(int root, const std::vector<int>& capture_targets,
 
   running_.push_back(info.id);
   callbacks_.emplace_back();
+  // An exception (an error the Reducer raises in a hook or callback) unwinds through here as it
+  // does through Engine::execute: leave the engine's stacks as they were before this task.
+  struct TaskGuard {
+    AutogradEngine& engine;
+    const std::vector<int>& order;
+    const std::vector<std::pair<int, int>>& saved;
+    ~TaskGuard() {
+      engine.callbacks_.pop_back();
+      engine.running_.pop_back();
+      for (int node : order) engine.local_index_[static_cast<size_t>(node)] = -1;
+      for (auto it = saved.rbegin(); it != saved.rend(); ++it) engine.local_index_[static_cast<size_t>(it->first)] = it->second;
+    }
+  } guard{*this, order, saved_slots};
   std::vector<char> buffer_defined(n, 0);
   buffer_defined[0] = 1;
   std::priority_queue<ReadyEntry, std::vector<ReadyEntry>, CompareReady> ready;
@@ -255,11 +268,6 @@ void AutogradEngine::run_task(int root, const std::vector<int>& capture_targets,
     auto callback = callbacks_.back()[i];
     callback();
   }
-  callbacks_.pop_back();
-  running_.pop_back();
-  // Give the outer task its slots back; the rest of this task's slots are dead.
-  for (int node : order) local_index_[static_cast<size_t>(node)] = -1;
-  for (auto it = saved_slots.rbegin(); it != saved_slots.rend(); ++it) local_index_[static_cast<size_t>(it->first)] = it->second;
 }
 
 void AutogradEngine::clear_graph() { nodes_.resize(parameter_count_); }

@@ -177,15 +177,17 @@ class RankSimulator {
           }
         }
         reducer_.prepare_for_backward(dynamic_find_unused ? &reachable : nullptr);
-        // _DDPSink wraps the outputs when find_unused (non-static) or in static graph's first
-        // iteration; there its backward queues delay_all_reduce on the outer graph task.
-        if (dynamic_find_unused || (options.static_graph && reducer_.num_iterations() == 1)) {
-          const bool delay = options.static_graph && reducer_.num_iterations() == 1;
-          loss_input = engine_.function("_DDPSink", {loss_input}, [this, delay](AutogradEngine& engine) {
-            if (delay) engine.queue_callback([this] { reducer_.delay_all_reduce(); });
-            return std::vector<bool>{true};
-          });
-        }
+      }
+      // _DDPSink wraps the outputs of every grad-enabled forward, no_sync() included (distributed.py
+      // 1.13 tests only these two conditions), when find_unused (non-static) or while
+      // num_iterations == 1 under static graph; then its backward queues delay_all_reduce on the
+      // outer graph task.
+      if (dynamic_find_unused || (options.static_graph && reducer_.num_iterations() == 1)) {
+        const bool delay = options.static_graph && reducer_.num_iterations() == 1;
+        loss_input = engine_.function("_DDPSink", {loss_input}, [this, delay](AutogradEngine& engine) {
+          if (delay) engine.queue_callback([this] { reducer_.delay_all_reduce(); });
+          return std::vector<bool>{true};
+        });
       }
       SimTensor loss = engine_.op("loss", {loss_input});
       if (!loss.requires_grad()) {
@@ -269,6 +271,12 @@ class RankSimulator {
             "parameter ready and the Reducer allows one mark per iteration.",
             f.graph_tasks.size());
       }
+    } else if (error.kind() == VerdictKind::ReducerAssert) {
+      f.graph_tasks = {"outer backward (no_sync micro-step): _DDPSink's delay_all_reduce callback"};
+      f.explanation =
+          "static_graph with gradient accumulation: PyTorch 1.13's DDP applies _DDPSink while num_iterations == 1, "
+          "also inside no_sync(), so the next iteration's first micro-step queues delay_all_reduce again and "
+          "finalize_backward asserts. Seen with PyTorch 1.13.1; newer versions track the enqueued delay themselves.";
     } else if (error.kind() == VerdictKind::StaticGraphChanged) {
       f.explanation = "with static_graph=True the Reducer expects each parameter's hook to fire exactly as "
                       "often as in the first iteration; here it fired more often.";

@@ -215,6 +215,11 @@ void ReducerModel::delay_all_reduce() {
 }
 
 void ReducerModel::finalize_backward() {
+  // reducer.cpp finalize_backward begins with TORCH_INTERNAL_ASSERT(expect_autograd_hooks_). It
+  // fails when a finalize runs in a backward the Reducer was not prepared for: in 1.13, static
+  // graph + no_sync(), where _DDPSink is applied while num_iterations == 1 and so queues
+  // delay_all_reduce again in the next iteration's no_sync micro-step.
+  if (!expect_autograd_hooks_) throw ReducerError(VerdictKind::ReducerAssert, -1, reducer_assert_error_text());
   expect_autograd_hooks_ = false;
   require_finalize_ = false;
   if (observer_.on_finalize) observer_.on_finalize();
@@ -278,6 +283,12 @@ std::string prior_reduction_error_text(int rank, const std::vector<int>& unmarke
       "about which particular parameters did not receive gradient on this rank as part of this error",
       rank, indices);
   return text;
+}
+
+std::string reducer_assert_error_text() {
+  // The file and line are those of Debian's 1.13.1 build; other builds print their own.
+  return "expect_autograd_hooks_ INTERNAL ASSERT FAILED at \"./torch/csrc/distributed/c10d/reducer.cpp\":1490, "
+         "please report a bug to PyTorch. ";
 }
 
 std::string static_graph_changed_error_text() {

@@ -146,5 +146,6 @@ class ReducerModel {
 std::string marked_twice_error_text(int ddp_index, const std::string& name);
 std::string prior_reduction_error_text(int rank, const std::vector<int>& unmarked, bool static_graph);
 std::string static_graph_changed_error_text();
+std::string reducer_assert_error_text();
 
 }  // namespace hookstream

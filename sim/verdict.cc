@@ -16,6 +16,7 @@ constexpr KindName kKindNames[] = {
     {VerdictKind::NoGradient, "no_gradient"},
     {VerdictKind::CollectiveMismatch, "collective_mismatch"},
     {VerdictKind::ReplicaSplit, "replica_split"},
+    {VerdictKind::ReducerAssert, "reducer_internal_assert"},
 };
 }  // namespace
 

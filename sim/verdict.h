@@ -16,6 +16,7 @@ enum class VerdictKind {
   NoGradient,           // a trainable parameter gets no gradient at all
   CollectiveMismatch,   // ranks issue different collective sequences: a hang until the timeout
   ReplicaSplit,         // one DDP replica spread over several GPUs by device_map
+  ReducerAssert,        // the Reducer hits one of its own internal assertions (a PyTorch bug path)
 };
 
 const char* to_string(VerdictKind kind);            // snake_case as in the JSON schema: "marked_ready_twice"
