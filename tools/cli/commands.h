@@ -1,8 +1,9 @@
-// Argument structs and entry points of the CLI's subcommands.
+// The CLI's subcommands. Each lives in its own file and registers itself on the app; `run` is called
+// when that subcommand was parsed and returns the exit code (0 clear, 1 a check failed, 2 bad input).
 #pragma once
 
+#include <functional>
 #include <string>
-#include <vector>
 
 namespace CLI {
 class App;
@@ -10,30 +11,19 @@ class App;
 
 namespace hookstream {
 
-struct VerifyArgs {
-  std::string plan;
-  std::string model;
-  int world_size = -1;  // -1: not given
-  std::vector<std::string> set;
-  std::string format = "text";
-  std::string output;
-  bool no_colour = false;
+struct Command {
+  CLI::App* app = nullptr;   // nullptr: not available in this build
+  std::function<int()> run;
 };
 
-struct OracleArgs {
-  std::string plan;
-  std::string model;
-  int world_size = -1;  // -1: not given
-  std::vector<std::string> set;
-  std::string format = "text";
-  int timeout_seconds = 120;
-};
+Command register_verify_command(CLI::App& app);
+Command register_oracle_command(CLI::App& app);    // needs LibTorch
+Command register_simulate_command(CLI::App& app);  // streams, races, memory, time (issue 3)
+Command register_plan_command(CLI::App& app);      // plan search (issue 3)
+Command register_replay_command(CLI::App& app);    // trace import and analysis (issue 4)
 
-void emit(const std::string& text, const std::string& output_path);
-int run_verify(const VerifyArgs& args);
-// `hookstream oracle`: runs the plan's structure for real under c10d's Reducer (needs LibTorch);
-// returns nullptr when built without it.
-CLI::App* register_oracle_command(CLI::App& app, OracleArgs& args);
-int run_oracle_command(const OracleArgs& args);
+// Writes `text` to stdout, or atomically to `path` (temporary file + rename: a failed run never
+// leaves a partial file).
+void emit(const std::string& text, const std::string& path);
 
 }  // namespace hookstream

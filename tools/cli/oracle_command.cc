@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fmt/format.h>
 #include <iostream>
+#include <memory>
 
 #include "tools/cli/commands.h"
 
@@ -19,20 +20,18 @@
 namespace hookstream {
 
 #ifndef HOOKSTREAM_WITH_TORCH
-CLI::App* register_oracle_command(CLI::App&, OracleArgs&) { return nullptr; }
-int run_oracle_command(const OracleArgs&) { return 2; }
+Command register_oracle_command(CLI::App&) { return {}; }
 #else
 
-CLI::App* register_oracle_command(CLI::App& app, OracleArgs& args) {
-  CLI::App* cmd = app.add_subcommand("oracle", "run the plan's structure under the real c10d Reducer (tiny models, CPU)");
-  cmd->add_option("plan", args.plan, "training plan (axolotl-style YAML)")->required();
-  cmd->add_option("--model", args.model, "HF config.json (overrides base_model)");
-  cmd->add_option("--world-size", args.world_size, "number of ranks (overrides hookstream.world_size)");
-  cmd->add_option("--set", args.set, "override a plan key: key=value");
-  cmd->add_option("--format", args.format, "text or json")->check(CLI::IsMember({"text", "json"}));
-  cmd->add_option("--timeout", args.timeout_seconds, "seconds before the workers are stopped");
-  return cmd;
-}
+namespace {
+struct OracleArgs {
+  std::string plan;
+  std::string model;
+  int world_size = -1;  // -1: not given
+  std::vector<std::string> set;
+  std::string format = "text";
+  int timeout_seconds = 120;
+};
 
 int run_oracle_command(const OracleArgs& args) {
   LoadOptions load;
@@ -79,6 +78,19 @@ int run_oracle_command(const OracleArgs& args) {
   }
   if (!comparison.agree()) return 1;
   return observed.ok() ? 0 : 1;
+}
+}  // namespace
+
+Command register_oracle_command(CLI::App& app) {
+  auto args = std::make_shared<OracleArgs>();
+  CLI::App* cmd = app.add_subcommand("oracle", "run the plan's structure under the real c10d Reducer (tiny models, CPU)");
+  cmd->add_option("plan", args->plan, "training plan (axolotl-style YAML)")->required();
+  cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");
+  cmd->add_option("--world-size", args->world_size, "number of ranks (overrides hookstream.world_size)");
+  cmd->add_option("--set", args->set, "override a plan key: key=value");
+  cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--timeout", args->timeout_seconds, "seconds before the workers are stopped");
+  return Command{cmd, [args] { return run_oracle_command(*args); }};
 }
 
 #endif
