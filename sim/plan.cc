@@ -64,7 +64,7 @@ const std::vector<std::string>& hookstream_keys() {
       "world_size", "iterations", "static_graph", "gradient_as_bucket_view", "checkpoint_layers",
       "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs",
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
-      "rank_overrides", "iteration_overrides"};
+      "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration"};
   return keys;
 }
 
@@ -480,6 +480,9 @@ class Converter {
     else if (key == "unused_modules") plan_.unused_modules = read_string_list(origin_, value, path);
     else if (key == "rank_overrides") plan_.rank_overrides = overrides(value, path);
     else if (key == "iteration_overrides") plan_.iteration_overrides = overrides(value, path);
+    else if (key == "offload_protocol") plan_.offload_protocol = read_string(origin_, value, path);
+    else if (key == "gpu") plan_.gpu = read_string(origin_, value, path);
+    else if (key == "calibration") plan_.calibration = read_string(origin_, value, path);
   }
 
   // "all" means every decoder layer (the same as leaving the key out with checkpointing on).
@@ -938,6 +941,9 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.train_vision_tower) emit(out, "train_vision_tower", *plan.train_vision_tower);
   if (plan.vision_inputs != defaults.vision_inputs) emit(out, "vision_inputs", plan.vision_inputs);
   if (!plan.unused_modules.empty()) emit_strings(out, "unused_modules", plan.unused_modules);
+  if (plan.offload_protocol) emit(out, "offload_protocol", *plan.offload_protocol);
+  if (plan.gpu != defaults.gpu) emit(out, "gpu", plan.gpu);
+  if (plan.calibration) emit(out, "calibration", *plan.calibration);
   emit_overrides(out, "rank_overrides", plan.rank_overrides);
   emit_overrides(out, "iteration_overrides", plan.iteration_overrides);
   out << YAML::EndMap;

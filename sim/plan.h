@@ -93,6 +93,12 @@ struct Plan {
   bool vision_inputs = true;        // the batch carries images (vision tower used in forward)
   // Modules present in the model but not used in forward (e.g. "lm_head", "model.layers.3.mlp").
   std::vector<std::string> unused_modules;
+  // Streams, memory and time (see docs/plan-format.md): the offload stream protocol, by name (a
+  // file in protocols/) or path; unset: "none" without activation_offloading, "double_buffer_events"
+  // with it. The GPU, by name (a file in devices/) or path. Measured per-op durations, if any.
+  std::optional<std::string> offload_protocol;
+  std::string gpu = "H100-SXM";
+  std::optional<std::string> calibration;
   std::map<int, PlanOverride> rank_overrides;       // key: rank
   std::map<int, PlanOverride> iteration_overrides;  // key: iteration (0-based)
 
@@ -102,6 +108,9 @@ struct Plan {
   }
   bool input_require_grads() const {
     return enable_input_require_grads.value_or(adapter != Adapter::None);
+  }
+  std::string offload_protocol_name() const {
+    return offload_protocol.value_or(activation_offloading ? "double_buffer_events" : "none");
   }
   bool vision_tower_trainable() const { return train_vision_tower.value_or(adapter == Adapter::None); }
   bool layer_checkpointed(int layer) const;

@@ -616,7 +616,9 @@ TEST_CASE("known_plan_keys lists every accepted dotted key", "[plan]") {
   CHECK(has("datasets"));
   CHECK_FALSE(has("hookstream"));
   CHECK_FALSE(has("gradient_checkpointing_kwargs"));
-  CHECK(keys.size() == 22 + 26 + 12 + 8);  // axolotl, no-effect, hookstream, 2 x 4 overrides
+  CHECK(has("hookstream.offload_protocol"));
+  CHECK(has("hookstream.gpu"));
+  CHECK(keys.size() == 22 + 26 + 15 + 8);  // axolotl, no-effect, hookstream, 2 x 4 overrides
 }
 
 }  // namespace hookstream
