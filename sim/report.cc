@@ -124,7 +124,14 @@ std::string render_text(const VerifyResult& r, bool colour) {
   if (!r.fixes.empty()) {
     out += fmt::format("{}fixes{}    (each re-verified by simulating every rank and iteration)\n", s.bold(), s.reset());
     for (size_t i = 0; i < r.fixes.size(); ++i) {
-      out += fmt::format("  {}. {}{}{}  # {}\n", i + 1, s.green(), fix_inline(r.fixes[i].changes), s.reset(), r.fixes[i].rationale);
+      out += fmt::format("  {}. {}\n", i + 1, r.fixes[i].rationale);
+      std::string yaml = fix_yaml(r.fixes[i].changes);
+      size_t start = 0;
+      while (start < yaml.size()) {
+        const size_t end = yaml.find('\n', start);
+        out += fmt::format("       {}{}{}\n", s.green(), yaml.substr(start, end - start), s.reset());
+        start = end == std::string::npos ? yaml.size() : end + 1;
+      }
     }
   } else {
     out += "fixes    none of the usual changes makes this plan pass\n";
