@@ -90,40 +90,31 @@ std::vector<bool> AutogradEngine::reachable_parameters(const std::vector<SimTens
   return reached;
 }
 
-void AutogradEngine::backward(const std::vector<SimTensor>& roots, const std::string& label) {
+int AutogradEngine::root_of(const std::vector<SimTensor>& roots) {
   std::vector<int> root_nodes;
   for (const auto& r : roots) {
     if (r.grad_fn >= 0) root_nodes.push_back(r.grad_fn);
   }
-  if (root_nodes.empty()) return;
-  int root = root_nodes.front();
-  if (root_nodes.size() > 1) {
-    // Engine::execute adds a GraphRoot when there is more than one root edge.
-    GradNode graph_root;
-    graph_root.kind = NodeKind::Root;
-    graph_root.sequence_nr = kAccumulateSequenceNr;
-    graph_root.label = "GraphRoot";
-    graph_root.next = root_nodes;
-    root = add_node(std::move(graph_root));
-  }
-  run_task(root, {}, label, true);
+  if (root_nodes.empty()) return -1;
+  if (root_nodes.size() == 1) return root_nodes.front();
+  // Engine::execute adds a GraphRoot when there is more than one root edge.
+  GradNode graph_root;
+  graph_root.kind = NodeKind::Root;
+  graph_root.sequence_nr = kAccumulateSequenceNr;
+  graph_root.label = "GraphRoot";
+  graph_root.next = std::move(root_nodes);
+  return add_node(std::move(graph_root));
+}
+
+void AutogradEngine::backward(const std::vector<SimTensor>& roots, const std::string& label) {
+  const int root = root_of(roots);
+  if (root >= 0) run_task(root, {}, label, true);
 }
 
 void AutogradEngine::grad(const std::vector<SimTensor>& roots, const std::vector<SimTensor>& inputs,
                           const std::string& label) {
-  std::vector<int> root_nodes;
-  for (const auto& r : roots) {
-    if (r.grad_fn >= 0) root_nodes.push_back(r.grad_fn);
-  }
-  if (root_nodes.empty()) return;
-  int root = root_nodes.front();
-  if (root_nodes.size() > 1) {
-    GradNode graph_root;
-    graph_root.kind = NodeKind::Root;
-    graph_root.sequence_nr = kAccumulateSequenceNr;
-    graph_root.next = root_nodes;
-    root = add_node(std::move(graph_root));
-  }
+  const int root = root_of(roots);
+  if (root < 0) return;
   std::vector<int> captures;
   for (const auto& t : inputs) {
     if (t.grad_fn >= 0) captures.push_back(t.grad_fn);

@@ -104,6 +104,7 @@ class AutogradEngine {
 
  private:
   int add_node(GradNode node);
+  int root_of(const std::vector<SimTensor>& roots);  // -1 when no root requires grad
   void run_task(int root, const std::vector<int>& capture_targets, const std::string& label,
                 bool accumulates);
 

@@ -4,6 +4,8 @@
 // checked against the resolved model. Every failure is one InputError line.
 #include "sim/plan.h"
 
+#include "sim/closest_name.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -100,39 +102,6 @@ std::string lower(std::string text) {
   return text;
 }
 
-// Damerau-Levenshtein distance (optimal string alignment: a transposition counts as one edit).
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-// The closest known key, if it is close enough to be a typo: at most a third of the key's
-// length in edits (at least 2), so "sequence_length" finds "sequence_len" but "foo" finds nothing.
-std::string closest_key(const std::string& key, const std::vector<std::string>& known) {
-  const std::string wanted = lower(key);
-  std::string best;
-  size_t best_distance = std::max<size_t>(2, wanted.size() / 3) + 1;
-  for (const std::string& candidate : known) {
-    const size_t distance = edit_distance(wanted, lower(candidate));
-    if (distance < best_distance) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  return best;
-}
-
 // `level` is "" for the top level, else the dotted section ("hookstream", ...).
 std::string unknown_key_message(const std::string& key, const std::string& level,
                                 const std::vector<std::string>& known) {
@@ -144,7 +113,7 @@ std::string unknown_key_message(const std::string& key, const std::string& level
   if (level == "hookstream" && contains(top_level_keys(), key)) {
     return message + "; did you mean the top-level `" + key + "`? (it is an axolotl key)";
   }
-  const std::string suggestion = closest_key(key, known);
+  const std::string suggestion = closest_name(key, known);
   if (!suggestion.empty()) message += "; did you mean `" + suggestion + "`?";
   return message;
 }
