@@ -56,6 +56,8 @@ std::string model_config_json(const ModelConfig& m) {
                         {"temporal_patch_size", v.temporal_patch_size},
                         {"spatial_merge_size", v.spatial_merge_size},
                         {"out_hidden_size", v.out_hidden_size}};
+  if (v.num_position_embeddings > 0) j["vision_config"]["num_position_embeddings"] = v.num_position_embeddings;
+  if (!v.deepstack_visual_indexes.empty()) j["vision_config"]["deepstack_visual_indexes"] = v.deepstack_visual_indexes;
   return j.dump(2) + "\n";
 }
 

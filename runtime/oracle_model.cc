@@ -211,12 +211,27 @@ at::Tensor OracleModel::decoder_layer(const at::Tensor& x, const DecoderLayerUse
   return h;
 }
 
-at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step) const {
+at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step,
+                               std::vector<at::Tensor>& deepstack) const {
   const VisionTowerConfig& v = *plan_.model.vision;
   auto layer_norm = [&](const at::Tensor& x, int weight, int bias) {
     return at::layer_norm(x, {x.size(-1)}, weight >= 0 ? p[weight] : at::Tensor(), bias >= 0 ? p[bias] : at::Tensor());
   };
+  const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
+  // Qwen3VLVisionPatchMerger: the final merger normalises each patch, then concatenates
+  // spatial_merge_size^2 patches; DeepStack mergers (use_postshuffle_norm) concatenate first.
+  auto merger = [&](const at::Tensor& x, int norm_weight, int norm_bias, const LinearUse& fc1, const LinearUse& fc2,
+                    bool postshuffle) {
+    at::Tensor merged = postshuffle ? layer_norm(x.reshape({x.size(0) / merge, x.size(1) * merge}), norm_weight, norm_bias)
+                                    : layer_norm(x, norm_weight, norm_bias).reshape({x.size(0) / merge, x.size(1) * merge});
+    return linear(at::gelu(linear(merged, fc1, p, step)), fc2, p, step);
+  };
   at::Tensor x = linear(pixels, structure_.vision_patch_embed, p, step);  // [patches, hidden]
+  if (structure_.vision_pos_embed >= 0) {
+    // Qwen3-VL adds interpolated learned position embeddings: a lookup into pos_embed.weight.
+    const int64_t table = structure_.parameters[structure_.vision_pos_embed].shape[0];
+    x = x + p[structure_.vision_pos_embed].index_select(0, at::arange(x.size(0), at::kLong).remainder(table));
+  }
   const int64_t heads = v.num_heads > 0 ? v.num_heads : 1;
   const int64_t head_dim = v.hidden_size / heads;
   for (const VisionBlockUse& block : structure_.vision_blocks) {
@@ -230,13 +245,12 @@ at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p
     x = x + linear(context, block.proj, p, step);
     x = x + linear(at::gelu(linear(layer_norm(x, block.norm2_weight, block.norm2_bias), block.fc1, p, step)),
                    block.fc2, p, step);
+    for (const VisionMergerUse& ds : structure_.vision_deepstack_mergers) {
+      if (ds.block == block.index) deepstack.push_back(merger(x, ds.norm_weight, ds.norm_bias, ds.fc1, ds.fc2, true));
+    }
   }
-  // Patch merger: norm per patch, spatial_merge_size^2 patches concatenated, then a 2-layer MLP
-  // into the text hidden size (Qwen-VL's PatchMerger).
-  const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
-  at::Tensor merged = layer_norm(x, structure_.vision_merger_norm_weight, structure_.vision_merger_norm_bias)
-                          .reshape({x.size(0) / merge, x.size(1) * merge});
-  return linear(at::gelu(linear(merged, structure_.vision_merger_fc1, p, step)), structure_.vision_merger_fc2, p, step);
+  return merger(x, structure_.vision_merger_norm_weight, structure_.vision_merger_norm_bias, structure_.vision_merger_fc1,
+                structure_.vision_merger_fc2, false);
 }
 
 at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position, HookRecorder* recorder) const {
@@ -260,18 +274,28 @@ at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position
   // output.requires_grad_(True), so that a reentrant checkpoint over frozen embeddings has a backward.
   if (plan_.input_require_grads() && !hidden.requires_grad()) hidden.requires_grad_(true);
 
-  if (batch.pixels.defined() && !structure_.vision_blocks.empty() && !step.skipped("model.visual")) {
-    const at::Tensor image = vision(batch.pixels, p, step);  // [merged tokens, hidden]
+  // Visual tokens are added at the first positions (the image positions of the batch).
+  auto add_at_image_positions = [seq](const at::Tensor& h, const at::Tensor& image) {
     const int64_t tokens = std::min<int64_t>(image.size(0), seq);
-    const at::Tensor head = hidden.narrow(1, 0, tokens) + image.narrow(0, 0, tokens).unsqueeze(0);
-    hidden = tokens < seq ? at::cat({head, hidden.narrow(1, tokens, seq - tokens)}, 1) : head;
+    const at::Tensor head = h.narrow(1, 0, tokens) + image.narrow(0, 0, tokens).unsqueeze(0);
+    return tokens < seq ? at::cat({head, h.narrow(1, tokens, seq - tokens)}, 1) : head;
+  };
+  std::vector<at::Tensor> deepstack;
+  if (batch.pixels.defined() && !structure_.vision_blocks.empty() && !step.skipped("model.visual")) {
+    const at::Tensor image = vision(batch.pixels, p, step, deepstack);  // [merged tokens, hidden]
+    hidden = add_at_image_positions(hidden, image);
   }
+  // Qwen3VLTextModel.forward: DeepStack features k join the hidden state after decoder layer k.
+  auto after_layer = [&](int layer) {
+    if (layer < static_cast<int>(deepstack.size())) hidden = add_at_image_positions(hidden, deepstack[static_cast<size_t>(layer)]);
+  };
 
   for (const DecoderLayerUse& layer : structure_.layers) {
     if (step.skipped(layer.path)) continue;
     const int count = plan_.checkpoint_count(layer.index, position.rank, position.iteration);
     if (count == 0) {
       hidden = decoder_layer(hidden, layer, p, p, step, recorder);
+      after_layer(layer.index);
       continue;
     }
     const std::string label = "checkpoint(layer " + std::to_string(layer.index) + ")";
@@ -295,6 +319,7 @@ at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position
         hidden = decoder_layer(hidden, layer, p, p, step, recorder);
       }
     }
+    after_layer(layer.index);
   }
 
   if (!step.skipped(structure_.parameters[structure_.final_norm].module)) hidden = rms_norm(hidden, structure_.final_norm, p);

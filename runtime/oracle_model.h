@@ -60,7 +60,10 @@ class OracleModel {
   at::Tensor attention(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p,
                        const StepView& step) const;
   at::Tensor mlp(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p, const StepView& step) const;
-  at::Tensor vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step) const;
+  // Returns the merged image tokens; `deepstack` receives the DeepStack features (Qwen3-VL), one per
+  // listed vision block, added after decoder layers 0, 1, ...
+  at::Tensor vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step,
+                    std::vector<at::Tensor>& deepstack) const;
   std::vector<int> mlp_trainable_weights(const DecoderLayerUse& layer, const StepView& step) const;
   std::string linear_path(const LinearUse& use) const;
 

@@ -78,7 +78,8 @@ struct Op {
   std::string phase;         // "forward", "backward", "recompute", "optimizer", "reduction", ...
   std::vector<BufferAccess> accesses;
   int event = -1;            // EventRecord/StreamWait/EventSync: index into EventModel::events
-  int sync_stream = -1;      // StreamSync: the stream waited for
+  int sync_stream = -1;      // StreamSync: the stream waited for; StreamWait with event -1: the
+                             // stream waited on (Stream.wait_stream: record + wait in one call)
   CopyKind copy = CopyKind::Unknown;
   MemoryKind source = MemoryKind::Unknown, destination = MemoryKind::Unknown;
   bool blocks_host = false;  // synchronous with respect to the host (pageable memcpy, sync calls)

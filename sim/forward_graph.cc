@@ -22,24 +22,27 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
   ForwardOutputs run() {
     SimTensor hidden = param_op("embed_tokens", model_.embed, {});
+    if (plan_.input_require_grads() && !hidden.requires_grad()) {
+      // enable_input_require_grads(): a forward hook on the input embeddings calls
+      // output.requires_grad_(True), making the (frozen) embedding output a leaf that requires grad.
+      hidden = engine_.fresh_leaf("inputs_embeds (requires_grad_)");
+    }
+    std::vector<SimTensor> deepstack;
     if (!model_.vision_blocks.empty() && plan_.vision_inputs) {
-      SimTensor image = vision_tower();
+      SimTensor image = vision_tower(deepstack);
       // Qwen3-VL: inputs_embeds.masked_scatter(image_mask, image_embeds).
       hidden = engine_.op("masked_scatter(image_embeds)", {hidden, image});
-    }
-    if (plan_.input_require_grads() && !hidden.requires_grad()) {
-      // enable_input_require_grads(): a forward hook calls output.requires_grad_(True) on the
-      // input embeddings, making the (frozen) embedding output a leaf that requires grad.
-      hidden = engine_.fresh_leaf("inputs_embeds (requires_grad_)");
     }
     for (const DecoderLayerUse& layer : model_.layers) {
       if (unused(layer.path)) continue;
       const int count = plan_.checkpoint_count(layer.index, ctx_.rank, ctx_.iteration);
       if (count == 0) {
         hidden = decoder_layer(layer, hidden);
+        after_layer(layer.index, deepstack, hidden);
         continue;
       }
       for (int pass = 0; pass < count; ++pass) hidden = checkpointed_layer(layer, hidden, pass, count);
+      after_layer(layer.index, deepstack, hidden);
     }
     hidden = norm(model_.final_norm, hidden, "model.norm");
     SimTensor logits = unused("lm_head") ? SimTensor{} : param_op("lm_head", model_.lm_head, {hidden});
@@ -48,6 +51,21 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
  private:
   bool unused(const std::string& path) const { return module_unused(unused_, path); }
+
+  // Qwen3VLTextModel.forward: after decoder layer k, DeepStack visual features k are added to the
+  // hidden state at the image positions (_deepstack_process), outside any checkpoint.
+  void after_layer(int layer, const std::vector<SimTensor>& deepstack, SimTensor& hidden) {
+    if (layer < static_cast<int>(deepstack.size())) {
+      hidden = engine_.op(fmt::format("deepstack add {}", layer), {hidden, deepstack[static_cast<size_t>(layer)]});
+    }
+  }
+
+  SimTensor merger(const VisionMergerUse& m, SimTensor h) {
+    SimTensor n = engine_.op(m.path + ".norm", {leaf(m.norm_weight), leaf(m.norm_bias), h});
+    SimTensor f1 = linear(m.fc1, n, m.path + ".linear_fc1");
+    SimTensor act = engine_.op(m.path + ".act", {f1});
+    return linear(m.fc2, act, m.path + ".linear_fc2");
+  }
 
   SimTensor leaf(int parameter) const {
     if (parameter < 0 || !model_.parameters[static_cast<size_t>(parameter)].trainable) return SimTensor{};
@@ -198,9 +216,15 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     });
   }
 
-  SimTensor vision_tower() {
+  // Qwen3VLVisionModel.forward: patch embedding + position embedding, the blocks (a DeepStack
+  // merger right after each listed block), then the final merger.
+  SimTensor vision_tower(std::vector<SimTensor>& deepstack) {
     SimTensor pixels{};
     SimTensor h = linear(model_.vision_patch_embed, pixels, "model.visual.patch_embed.proj");
+    if (model_.vision_pos_embed >= 0) {
+      SimTensor pos = param_op("model.visual.pos_embed", model_.vision_pos_embed, {});
+      h = engine_.op("patch + pos_embed", {h, pos});
+    }
     for (const VisionBlockUse& block : model_.vision_blocks) {
       if (unused(block.path)) continue;
       SimTensor n1 = engine_.op(block.path + ".norm1", {leaf(block.norm1_weight), leaf(block.norm1_bias), h});
@@ -213,12 +237,17 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       SimTensor act = engine_.op(block.path + ".mlp.act", {f1});
       SimTensor f2 = linear(block.fc2, act, block.path + ".mlp.linear_fc2");
       h = engine_.op(block.path + " residual(mlp)", {h, f2});
+      for (const VisionMergerUse& ds : model_.vision_deepstack_mergers) {
+        if (ds.block == block.index) deepstack.push_back(merger(ds, h));
+      }
     }
-    SimTensor n = engine_.op("model.visual.merger.norm",
-                             {leaf(model_.vision_merger_norm_weight), leaf(model_.vision_merger_norm_bias), h});
-    SimTensor f1 = linear(model_.vision_merger_fc1, n, "model.visual.merger.linear_fc1");
-    SimTensor act = engine_.op("model.visual.merger.act", {f1});
-    return linear(model_.vision_merger_fc2, act, "model.visual.merger.linear_fc2");
+    VisionMergerUse final_merger;
+    final_merger.path = "model.visual.merger";
+    final_merger.norm_weight = model_.vision_merger_norm_weight;
+    final_merger.norm_bias = model_.vision_merger_norm_bias;
+    final_merger.fc1 = model_.vision_merger_fc1;
+    final_merger.fc2 = model_.vision_merger_fc2;
+    return merger(final_merger, h);
   }
 
   AutogradEngine& engine_;

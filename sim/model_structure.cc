@@ -147,6 +147,11 @@ class StructureBuilder {
             {v.hidden_size, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size},
             trainable, -1, "vision");
     out_.vision_patch_embed.bias = add(root + ".patch_embed.proj", "bias", {v.hidden_size}, trainable, -1, "vision");
+    if (v.num_position_embeddings > 0) {
+      // Qwen3VLVisionModel registers pos_embed (nn.Embedding) right after patch_embed.
+      out_.vision_pos_embed =
+          add(root + ".pos_embed", "weight", {v.num_position_embeddings, v.hidden_size}, trainable, -1, "vision");
+    }
     for (int i = 0; i < v.depth; ++i) {
       VisionBlockUse block;
       block.index = i;
@@ -169,6 +174,19 @@ class StructureBuilder {
     const int64_t out_hidden = v.out_hidden_size > 0 ? v.out_hidden_size : plan_.model.hidden_size;
     out_.vision_merger_fc1 = vision_linear(merger, "linear_fc1", merged, merged, trainable);
     out_.vision_merger_fc2 = vision_linear(merger, "linear_fc2", merged, out_hidden, trainable);
+    // deepstack_merger_list is registered last; its mergers use the post-shuffle norm, over
+    // hidden_size * spatial_merge_size^2 (Qwen3VLVisionPatchMerger(use_postshuffle_norm=True)).
+    for (size_t k = 0; k < v.deepstack_visual_indexes.size(); ++k) {
+      VisionMergerUse ds;
+      ds.path = root + ".deepstack_merger_list." + std::to_string(k);
+      ds.block = v.deepstack_visual_indexes[k];
+      ds.norm_weight = add(ds.path + ".norm", "weight", {merged}, trainable, -1, "vision");
+      ds.norm_bias = add(ds.path + ".norm", "bias", {merged}, trainable, -1, "vision");
+      ds.fc1 = vision_linear(ds.path, "linear_fc1", merged, merged, trainable);
+      ds.fc2 = vision_linear(ds.path, "linear_fc2", merged, out_hidden, trainable);
+      ds.path = prefix_ + ds.path;
+      out_.vision_deepstack_mergers.push_back(std::move(ds));
+    }
   }
 
   LinearUse vision_linear(const std::string& module, const std::string& leaf, int64_t in, int64_t out,

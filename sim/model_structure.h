@@ -57,13 +57,25 @@ struct VisionBlockUse {
   LinearUse fc1, fc2;
 };
 
+// A Qwen-VL patch merger: LayerNorm, then a 2-layer MLP into the text hidden size. DeepStack mergers
+// (Qwen3-VL) take the output of one vision block and feed it to an early decoder layer.
+struct VisionMergerUse {
+  std::string path;
+  int block = -1;  // DeepStack: the vision block whose output it merges; -1 for the final merger
+  int norm_weight = -1, norm_bias = -1;
+  LinearUse fc1, fc2;
+};
+
 struct ModelStructure {
   std::vector<Parameter> parameters;  // every parameter, named_parameters() order, tied ones once
   // Vision tower (empty without vision_config): patch embedding, blocks, merger.
   LinearUse vision_patch_embed;
+  int vision_pos_embed = -1;  // Qwen3-VL: learned position embedding added to the patch embeddings
   std::vector<VisionBlockUse> vision_blocks;
   int vision_merger_norm_weight = -1, vision_merger_norm_bias = -1;
   LinearUse vision_merger_fc1, vision_merger_fc2;
+  // Qwen3-VL DeepStack: merger k's output is added to the hidden state after decoder layer k.
+  std::vector<VisionMergerUse> vision_deepstack_mergers;
   int embed = -1;
   std::vector<DecoderLayerUse> layers;
   int final_norm = -1;

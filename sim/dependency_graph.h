@@ -1,0 +1,32 @@
+// The happens-before DAG of a step: one vertex per work op (kernel, copy, collective, free, host
+// work), an edge u -> v when v's vector clock says u happens before it (the latest op of each other
+// stream it is ordered after, and the previous op of its own stream). With per-op durations from the
+// caller (the time model, or a trace), the critical path says which chain of ops bounds the step.
+#pragma once
+
+#include <boost/graph/adjacency_list.hpp>
+#include <vector>
+
+#include "sim/event_model.h"
+
+namespace hookstream {
+
+struct DependencyGraph {
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  Graph graph;
+  std::vector<int> op_of_vertex;  // vertex -> index into EventModel::ops
+  std::vector<int> vertex_of_op;  // op -> vertex, -1 for sync ops (they take no time here)
+};
+
+DependencyGraph build_dependency_graph(const EventModel& model);
+
+struct CriticalPath {
+  std::vector<int> ops;  // op indices, first to last
+  double length = 0;     // sum of their durations
+};
+
+// `durations[i]` is op i's duration (any unit; ops not in the graph are ignored). Topological order
+// + longest path.
+CriticalPath critical_path(const DependencyGraph& graph, const std::vector<double>& durations);
+
+}  // namespace hookstream

@@ -1,0 +1,419 @@
+#include "sim/stream_expansion.h"
+
+#include <algorithm>
+
+#include "sim/ddp_simulation.h"
+#include "sim/input_error.h"
+#include "sim/reducer_model.h"
+
+namespace hookstream {
+
+LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch) {
+  const double tokens = static_cast<double>(sequence_len) * micro_batch;
+  const double h = model.hidden_size;
+  const double head_dim = model.head_dim > 0 ? model.head_dim : (model.num_attention_heads > 0 ? h / model.num_attention_heads : 0);
+  const double q_width = model.num_attention_heads * head_dim;
+  const double kv_width = model.num_key_value_heads * head_dim;
+  const double inter = model.intermediate_size;
+  LayerCost cost;
+  // 2*m*n*k per projection: q, k, v, o, then gate, up, down.
+  cost.mlp_flops = 2 * tokens * h * inter * 3;
+  cost.projection_flops = 2 * tokens * h * (q_width + 2 * kv_width) + 2 * tokens * q_width * h + cost.mlp_flops;
+  // QK^T and PV: 2 GEMMs of 2*seq*seq*head_dim per head; causal masking halves the useful work.
+  cost.attention_flops = 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
+  cost.hidden_state_bytes = static_cast<int64_t>(model.hidden_size) * sequence_len * micro_batch * dtype_bytes(model.torch_dtype);
+  return cost;
+}
+
+namespace {
+
+// Where in backward a bucket's last gradient is produced: 0 the head, 1 + (L-1-i) decoder layer i,
+// L + 1 the embedding (and everything before the decoder: vision tower).
+int backward_position(const Parameter& parameter, int layers) {
+  if (parameter.layer >= 0) return 1 + (layers - 1 - parameter.layer);
+  if (parameter.group == "head" || parameter.group == "final_norm") return 0;
+  return layers + 1;
+}
+
+class StepExpander {
+ public:
+  StepExpander(const Plan& plan, const ModelStructure& structure, const StreamProtocol& protocol, const ExpansionOptions& options)
+      : plan_(plan), structure_(structure), protocol_(protocol), options_(options), layers_(plan.model.num_hidden_layers) {
+    if (options_.devices_per_process < 1) throw InputError("expansion", "devices_per_process must be at least 1");
+    if (protocol_.current_stream() < 0) throw InputError(protocol_.source, "the protocol has no current stream");
+    plan_buckets();
+  }
+
+  EventModel run() {
+    model_.source = "simulated: " + plan_.source + " with protocol " + protocol_.name;
+    if (!options_.ranks.empty()) {
+      for (int rank : options_.ranks) expand_rank(rank);
+    } else {
+      const int ranks = options_.all_ranks ? plan_.world_size : 1;
+      for (int rank = 0; rank < ranks; ++rank) expand_rank(rank);
+    }
+    return std::move(model_);
+  }
+
+ private:
+  struct Device {
+    int device = 0;
+    std::vector<int> streams;               // protocol stream -> model stream
+    int nccl = -1;
+    int hidden = -1;                        // model buffer of hidden[0]; hidden[i] = hidden + i
+    std::vector<int> buffers;               // protocol buffer -> model buffer of slot 0
+    std::vector<int> events;                // protocol event -> model event of slot 0
+    std::vector<int> buckets;               // DDP bucket -> model buffer
+    int allreduce_ready = -1;               // model event of bucket 0's "ready on compute"
+    int allreduce_done = -1;
+    int current_stream = -1;
+    int current() const { return current_stream; }
+  };
+
+  void plan_buckets() {
+    BucketAssignment computed;
+    if (!options_.buckets) computed = ReducerModel(reducer_parameters(structure_), reducer_options(plan_)).buckets();
+    const BucketAssignment& assignment = options_.buckets ? *options_.buckets : computed;
+    launch_at_.assign(layers_ + 2, {});
+    buckets_of_layer_.assign(layers_ + 2, {});
+    int launched_until = 0;
+    for (size_t b = 0; b < assignment.buckets.size(); ++b) {
+      int complete = 0;
+      int64_t bytes = 0;
+      for (int ddp_index : assignment.buckets[b]) {
+        const Parameter& parameter = structure_.ddp_parameter(ddp_index);
+        const int position = backward_position(parameter, layers_);
+        complete = std::max(complete, position);
+        bytes += parameter.bytes();
+        auto& at = buckets_of_layer_[position];
+        if (at.empty() || at.back() != static_cast<int>(b)) at.push_back(static_cast<int>(b));
+      }
+      // The Reducer launches buckets in index order (reducer.cpp mark_bucket_ready): a bucket that
+      // completes early waits for every earlier one.
+      launched_until = std::max(launched_until, complete);
+      launch_at_[launched_until].push_back(static_cast<int>(b));
+      bucket_bytes_.push_back(bytes);
+    }
+  }
+
+  void expand_rank(int rank) {
+    rank_ = rank;
+    devices_.clear();
+    for (int d = 0; d < options_.devices_per_process; ++d) devices_.push_back(make_device(rank, d));
+    const int sequence = plan_.sequence_len_for(rank, options_.iteration);
+    cost_ = layer_cost(plan_.model, sequence, plan_.micro_batch_size);
+    shards_ = plan_.tiled_shards_for(rank, options_.iteration);
+    for (Device& device : devices_) size_buffers(device);
+    const int micro_steps = std::max(1, plan_.gradient_accumulation_steps);
+    for (int micro = 0; micro < micro_steps; ++micro) {
+      micro_ = micro;
+      const bool synced = micro == micro_steps - 1;  // DDP's no_sync() on all but the last micro-step
+      forward();
+      backward(synced);
+    }
+    for (Device& device : devices_) {
+      Op& op = add(OpKind::Kernel, device.current(), "optimizer step", "optimizer", -1);
+      for (int bucket : device.buckets) op.accesses.push_back({bucket, 0, -1, false});
+      op.bytes = 0;
+      for (int64_t bytes : bucket_bytes_) op.bytes += bytes;
+    }
+  }
+
+  Device make_device(int rank, int d) {
+    Device device;
+    device.device = d;
+    // Current stream first, then the others in file order; the legacy default stream is id 0.
+    std::vector<int> order{protocol_.current_stream()};
+    for (size_t s = 0; s < protocol_.streams.size(); ++s) if (static_cast<int>(s) != order[0]) order.push_back(static_cast<int>(s));
+    device.streams.assign(protocol_.streams.size(), -1);
+    int64_t next_id = 1;
+    for (int s : order) {
+      const ProtocolStream& spec = protocol_.streams[s];
+      Stream stream{rank, d, spec.legacy_default ? 0 : next_id++, spec.name, spec.legacy_default, spec.non_blocking, 0};
+      device.streams[s] = model_.add_stream(stream);
+    }
+    device.current_stream = device.streams[order[0]];
+    // ProcessGroupNCCL runs collectives on its own stream per device.
+    device.nccl = model_.add_stream(Stream{rank, d, next_id++, "nccl", false, true, 0});
+    device.hidden = static_cast<int>(model_.buffers.size());
+    for (int i = 0; i <= layers_; ++i) model_.add_buffer(Buffer{"hidden[" + std::to_string(i) + "]", MemoryKind::Device, rank, d, 0});
+    for (const ProtocolBuffer& spec : protocol_.buffers) {
+      device.buffers.push_back(static_cast<int>(model_.buffers.size()));
+      const int count = spec.count < 0 ? layers_ : spec.count;
+      for (int slot = 0; slot < count; ++slot) {
+        model_.add_buffer(Buffer{spec.name + "[" + std::to_string(slot) + "]", spec.memory, rank,
+                                 spec.memory == MemoryKind::Device ? d : -1, 0});
+      }
+    }
+    for (const ProtocolEvent& spec : protocol_.events) {
+      device.events.push_back(static_cast<int>(model_.events.size()));
+      const int count = spec.count < 0 ? layers_ : spec.count;
+      for (int slot = 0; slot < count; ++slot) model_.add_event(Event{spec.name + "[" + std::to_string(slot) + "]", rank});
+    }
+    for (size_t b = 0; b < bucket_bytes_.size(); ++b) {
+      device.buckets.push_back(model_.add_buffer(Buffer{"bucket[" + std::to_string(b) + "]", MemoryKind::Device, rank, d, bucket_bytes_[b]}));
+    }
+    device.allreduce_ready = static_cast<int>(model_.events.size());
+    for (size_t b = 0; b < bucket_bytes_.size(); ++b) model_.add_event(Event{"allreduce_ready[" + std::to_string(b) + "]", rank});
+    device.allreduce_done = model_.add_event(Event{"allreduce_done", rank});
+    return device;
+  }
+
+  void size_buffers(const Device& device) {
+    for (int i = 0; i <= layers_; ++i) model_.buffers[device.hidden + i].bytes = cost_.hidden_state_bytes;
+    for (size_t p = 0; p < protocol_.buffers.size(); ++p) {
+      const int count = protocol_.buffers[p].count < 0 ? layers_ : protocol_.buffers[p].count;
+      for (int slot = 0; slot < count; ++slot) model_.buffers[device.buffers[p] + slot].bytes = cost_.hidden_state_bytes;
+    }
+  }
+
+  bool protocol_layer(int layer) const { return options_.all_layers || plan_.layer_checkpointed(layer); }
+
+  Op& add(OpKind kind, int stream, std::string name, const char* phase, int layer) {
+    Op op;
+    op.kind = kind;
+    op.rank = rank_;
+    op.stream = stream;
+    op.name = std::move(name);
+    op.iteration = options_.iteration;
+    op.micro_step = micro_;
+    op.layer = layer;
+    op.phase = phase;
+    model_.ops.push_back(std::move(op));
+    return model_.ops.back();
+  }
+
+  // --- forward ---------------------------------------------------------------------------------
+
+  void forward() {
+    for (Device& device : devices_) {
+      Op& embed = add(OpKind::Kernel, device.current(), "embedding forward", "forward", -1);
+      embed.accesses.push_back({device.hidden, 0, -1, true});
+    }
+    reset_counters();
+    for (int layer = 0; layer < layers_; ++layer) {
+      for (Device& device : devices_) {
+        if (protocol_layer(layer)) {
+          run_steps(device, protocol_.forward, layer, "forward");
+        } else {
+          Op& op = add(OpKind::Kernel, device.current(), layer_name(layer, "forward"), "forward", layer);
+          op.flops = cost_.projection_flops + cost_.attention_flops;
+          op.accesses = {{device.hidden + layer, 0, -1, false}, {device.hidden + layer + 1, 0, -1, true}};
+        }
+      }
+    }
+    for (Device& device : devices_) {
+      Op& head = add(OpKind::Kernel, device.current(), "lm_head and loss forward", "forward", -1);
+      head.accesses.push_back({device.hidden + layers_, 0, -1, false});
+    }
+  }
+
+  // --- backward --------------------------------------------------------------------------------
+
+  void backward(bool synced) {
+    for (Device& device : devices_) {
+      Op& head = add(OpKind::Kernel, device.current(), "lm_head and loss backward", "backward", -1);
+      head.accesses.push_back({device.hidden + layers_, 0, -1, false});
+      add_bucket_writes(device, head, 0);
+      if (synced) launch_buckets(device, 0);
+    }
+    reset_counters();
+    for (int layer = layers_ - 1; layer >= 0; --layer) {
+      const int position = 1 + (layers_ - 1 - layer);
+      for (Device& device : devices_) {
+        if (protocol_layer(layer)) {
+          run_steps(device, protocol_.backward, layer, "backward");
+        } else {
+          backward_kernels(device, device.current(), layer, {{device.hidden + layer, 0, -1, false}});
+        }
+        if (synced) launch_buckets(device, position);
+      }
+    }
+    for (Device& device : devices_) {
+      Op& embed = add(OpKind::Kernel, device.current(), "embedding backward", "backward", -1);
+      add_bucket_writes(device, embed, layers_ + 1);
+      if (!synced) continue;
+      launch_buckets(device, layers_ + 1);
+      // finalize_backward: work.wait() makes the current stream wait for the NCCL stream
+      // (ProcessGroupNCCL WorkNCCL::synchronizeStreams).
+      Op& record = add(OpKind::EventRecord, device.nccl, "record allreduce_done on nccl", "reduction", -1);
+      record.event = device.allreduce_done;
+      Op& wait = add(OpKind::StreamWait, device.current(), "current stream waits allreduce_done", "reduction", -1);
+      wait.event = device.allreduce_done;
+    }
+  }
+
+  void add_bucket_writes(const Device& device, Op& op, int position) {
+    for (int bucket : buckets_of_layer_[position]) op.accesses.push_back({device.buckets[bucket], 0, -1, true});
+  }
+
+  void launch_buckets(const Device& device, int position) {
+    for (int bucket : launch_at_[position]) {
+      // ProcessGroupNCCL::syncStreams: the NCCL stream waits for an event on the current stream.
+      Op& record = add(OpKind::EventRecord, device.current(), "record allreduce_ready[" + std::to_string(bucket) + "]", "reduction", -1);
+      record.event = device.allreduce_ready + bucket;
+      Op& wait = add(OpKind::StreamWait, device.nccl, "nccl waits allreduce_ready[" + std::to_string(bucket) + "]", "reduction", -1);
+      wait.event = device.allreduce_ready + bucket;
+      Op& reduce = add(OpKind::Collective, device.nccl, "allreduce bucket " + std::to_string(bucket), "reduction", -1);
+      reduce.bytes = bucket_bytes_[bucket];
+      reduce.accesses.push_back({device.buckets[bucket], 0, -1, true});
+    }
+  }
+
+  // The backward of one decoder layer: attention, then the MLP once per tiled-MLP chunk.
+  void backward_kernels(const Device& device, int stream, int layer, const std::vector<BufferAccess>& accesses) {
+    const int position = 1 + (layers_ - 1 - layer);
+    Op& attention = add(OpKind::Kernel, stream, layer_name(layer, "attention backward"), "backward", layer);
+    attention.flops = 2 * (cost_.projection_flops - cost_.mlp_flops + cost_.attention_flops);
+    attention.accesses = accesses;
+    add_bucket_writes(device, attention, position);
+    for (int chunk = 0; chunk < shards_; ++chunk) {
+      const std::string name = shards_ > 1 ? "mlp backward chunk " + std::to_string(chunk + 1) + " of " + std::to_string(shards_) : "mlp backward";
+      Op& mlp = add(OpKind::Kernel, stream, layer_name(layer, name), "backward", layer);
+      mlp.flops = 2 * cost_.mlp_flops / shards_;
+      mlp.accesses = accesses;
+      add_bucket_writes(device, mlp, position);
+    }
+  }
+
+  // --- protocol steps ----------------------------------------------------------------------------
+
+  void reset_counters() {
+    process_counter_ = 0;
+    device_counters_.assign(devices_.size(), 0);
+  }
+
+  int slot(const SlotSelection& select, int layer, int device) const {
+    return select.slot(layer, select.counter_per_process ? process_counter_ : device_counters_[device]);
+  }
+
+  int buffer(const Device& device, const BufferRef& ref, int layer) const {
+    if (ref.name == kHiddenBuffer) return device.hidden + layer + (ref.next ? 1 : 0);
+    const int p = protocol_.find_buffer(ref.name);
+    const ProtocolBuffer& spec = protocol_.buffers[p];
+    const int count = spec.count < 0 ? layers_ : spec.count;
+    return device.buffers[p] + slot(spec.select, layer, device.device) % count;
+  }
+
+  int event(const Device& device, const std::string& name, int layer) const {
+    const int p = protocol_.find_event(name);
+    const ProtocolEvent& spec = protocol_.events[p];
+    const int count = spec.count < 0 ? layers_ : spec.count;
+    return device.events[p] + slot(spec.select, layer, device.device) % count;
+  }
+
+  int stream(const Device& device, const std::string& name) const {
+    return device.streams[protocol_.find_stream(name)];
+  }
+
+  const std::string& buffer_name(int buffer) const { return model_.buffers[buffer].name; }
+
+  void run_steps(Device& device, const std::vector<ProtocolStep>& steps, int layer, const char* phase) {
+    for (const ProtocolStep& step : steps) {
+      const int on = stream(device, step.stream.empty() ? protocol_.streams[protocol_.current_stream()].name : step.stream);
+      switch (step.kind) {
+        case StepKind::WaitStream: {
+          // Stream.wait_stream(other): record an event on `other`, wait on it (torch/cuda/streams.py).
+          const int other = stream(device, step.other_stream);
+          Op& op = add(OpKind::StreamWait, on, "wait_stream " + step.stream + " <- " + step.other_stream, phase, layer);
+          op.sync_stream = other;
+          break;
+        }
+        case StepKind::Record: {
+          const int e = event(device, step.event, layer);
+          Op& op = add(OpKind::EventRecord, on, "record " + model_.events[e].name + " on " + step.stream, phase, layer);
+          op.event = e;
+          break;
+        }
+        case StepKind::WaitEvent: {
+          const int e = event(device, step.event, layer);
+          Op& op = add(OpKind::StreamWait, on, step.stream + " waits " + model_.events[e].name, phase, layer);
+          op.event = e;
+          break;
+        }
+        case StepKind::Copy: {
+          const int from = buffer(device, step.from, layer), to = buffer(device, step.to, layer);
+          const bool d2h = step.copy == CopyKind::DeviceToHost;
+          Op& op = add(OpKind::Copy, on, std::string(d2h ? "D2H " : "H2D ") + buffer_name(from) + " -> " + buffer_name(to), phase, layer);
+          op.copy = step.copy;
+          op.source = model_.buffers[from].memory;
+          op.destination = model_.buffers[to].memory;
+          op.bytes = cost_.hidden_state_bytes;
+          // cudaMemcpyAsync with pageable host memory returns only when the copy is done (CUDA
+          // runtime API, "API synchronization behavior"); so does copy_(non_blocking=False).
+          op.blocks_host = step.blocking || op.source == MemoryKind::PageableHost || op.destination == MemoryKind::PageableHost;
+          op.accesses = {{from, 0, -1, false}, {to, 0, -1, true}};
+          break;
+        }
+        case StepKind::Compute: {
+          std::vector<BufferAccess> accesses;
+          for (const BufferRef& ref : step.reads) accesses.push_back({buffer(device, ref, layer), 0, -1, false});
+          for (const BufferRef& ref : step.writes) accesses.push_back({buffer(device, ref, layer), 0, -1, true});
+          if (step.what == "backward") {
+            backward_kernels(device, on, layer, accesses);
+          } else {
+            const bool recompute = step.what == "recompute";
+            Op& op = add(OpKind::Kernel, on, layer_name(layer, recompute ? "recompute" : "forward"), recompute ? "recompute" : phase, layer);
+            op.flops = cost_.projection_flops + cost_.attention_flops;
+            op.accesses = std::move(accesses);
+          }
+          break;
+        }
+        case StepKind::Free: {
+          const int b = buffer(device, step.buffer, layer);
+          Op& op = add(OpKind::Free, on, "free " + buffer_name(b), phase, layer);
+          op.accesses = {{b, 0, -1, true}};
+          break;
+        }
+        case StepKind::RecordStream: {
+          const int b = buffer(device, step.buffer, layer);
+          Op& op = add(OpKind::RecordStream, on, buffer_name(b) + ".record_stream(" + step.stream + ")", phase, layer);
+          op.accesses = {{b, 0, -1, false}};
+          break;
+        }
+        case StepKind::HostSync: {
+          if (!step.event.empty()) {
+            const int e = event(device, step.event, layer);
+            Op& op = add(OpKind::EventSync, -1, "host synchronizes " + model_.events[e].name, phase, layer);
+            op.event = e;
+          } else {
+            Op& op = add(OpKind::StreamSync, -1, "host synchronizes " + step.other_stream, phase, layer);
+            op.sync_stream = stream(device, step.other_stream);
+          }
+          model_.ops.back().blocks_host = true;
+          break;
+        }
+      }
+    }
+    ++device_counters_[device.device];
+    ++process_counter_;
+  }
+
+  static std::string layer_name(int layer, const std::string& what) { return "layer " + std::to_string(layer) + " " + what; }
+
+  const Plan& plan_;
+  const ModelStructure& structure_;
+  const StreamProtocol& protocol_;
+  ExpansionOptions options_;
+  int layers_;
+  EventModel model_;
+  std::vector<std::vector<int>> launch_at_;        // backward position -> buckets launched there
+  std::vector<std::vector<int>> buckets_of_layer_;  // backward position -> buckets it writes
+  std::vector<int64_t> bucket_bytes_;
+  std::vector<Device> devices_;
+  std::vector<int> device_counters_;
+  int process_counter_ = 0;
+  int rank_ = 0;
+  int micro_ = 0;
+  int shards_ = 1;
+  LayerCost cost_;
+};
+
+}  // namespace
+
+EventModel expand_step(const Plan& plan, const ModelStructure& structure, const StreamProtocol& protocol,
+                       const ExpansionOptions& options) {
+  return StepExpander(plan, structure, protocol, options).run();
+}
+
+}  // namespace hookstream

@@ -1,0 +1,106 @@
+// `hookstream simulate`: exit codes, races with evidence, JSON shape, bad protocol input.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+struct Run {
+  int exit_code;
+  std::string out;
+};
+Run run(const std::string& args) {
+  const std::string command = std::string(HOOKSTREAM_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+std::filesystem::path temp_dir() {
+  const auto dir = std::filesystem::temp_directory_path() / "hookstream-simulate-test";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+// A plan whose DDP schedule is clean (tiny-llama, reentrant checkpointing, find_unused off).
+// ctest runs test cases as parallel processes: each plan file is named by process and content.
+std::string offload_plan(const std::string& extra = "") {
+  const std::string text =
+      "base_model: tiny-llama\nsequence_len: 8\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
+      "activation_offloading: true\nddp_find_unused_parameters: false\nhookstream:\n  world_size: 2\n"
+      "  iterations: 2\n" + extra;
+  const std::string path =
+      (temp_dir() / ("plan-" + std::to_string(getpid()) + "-" + std::to_string(std::hash<std::string>{}(text)) + ".yaml"))
+          .string();
+  std::ofstream(path) << text;
+  return path;
+}
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+}  // namespace
+
+TEST_CASE("simulate: a correct protocol exits 0, a racy one exits 1 with evidence", "[cli][streams]") {
+  const Run clean = run("simulate " + offload_plan());
+  CHECK(clean.exit_code == 0);
+  CHECK(clean.out.find("protocol double_buffer_events") != std::string::npos);
+  CHECK(clean.out.find("no race") != std::string::npos);
+
+  const Run racy = run("simulate " + offload_plan() + " --protocol double_buffer_no_events");
+  CHECK(racy.exit_code == 1);
+  CHECK(racy.out.find("write after read on reload[") != std::string::npos);
+  CHECK(racy.out.find("stream copy") != std::string::npos);
+  CHECK(racy.out.find("record an event after") != std::string::npos);
+  CHECK(racy.out.find("verified") != std::string::npos);
+
+  // The plan key names the protocol too.
+  const Run from_plan = run("simulate " + offload_plan("  offload_protocol: events_on_default_stream\n"));
+  CHECK(from_plan.exit_code == 1);
+  CHECK(from_plan.out.find("hidden[") != std::string::npos);
+}
+
+TEST_CASE("simulate: global counter buffers race with two devices per process", "[cli][streams]") {
+  CHECK(run("simulate " + offload_plan() + " --protocol global_counter_buffers").exit_code == 0);
+  const Run two = run("simulate " + offload_plan() + " --protocol global_counter_buffers --devices-per-process 2");
+  CHECK(two.exit_code == 1);
+  CHECK(two.out.find("reload[0]") != std::string::npos);
+}
+
+TEST_CASE("simulate --format json: ddp and streams sections, deterministic", "[cli][streams]") {
+  const Run r = run("simulate " + offload_plan() + " --protocol double_buffer_no_events --format json");
+  REQUIRE(r.exit_code == 1);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["schema"] == "hookstream.simulate/1");
+  CHECK(j["ok"] == false);
+  CHECK(j["ddp"]["ok"] == true);
+  CHECK(j["streams"]["protocol"]["name"] == "double_buffer_no_events");
+  REQUIRE(j["streams"]["races"].size() >= 1);
+  const auto& race = j["streams"]["races"][0];
+  CHECK(race["kind"] == "write after read");
+  CHECK(race["first"]["stream"] == "compute");
+  CHECK(race["second"]["stream"] == "copy");
+  CHECK(race["fix"]["verified"] == true);
+  CHECK(run("simulate " + offload_plan() + " --protocol double_buffer_no_events --format json").out == r.out);
+}
+
+TEST_CASE("simulate: bad protocol input is one line and exit 2", "[cli][streams]") {
+  const Run unknown = run("simulate " + offload_plan() + " --protocol double_buffer_event");
+  CHECK(unknown.exit_code == 2);
+  CHECK(lines(unknown.out) == 1);
+  CHECK(unknown.out.find("did you mean `double_buffer_events`") != std::string::npos);
+
+  const std::string bad = (temp_dir() / "bad_protocol.yaml").string();
+  std::ofstream(bad) << "streams:\n  compute: {current: true}\nforward:\n  - wait_stream: {waiter: compute, waitee: copy}\n";
+  // A path relative to the plan's directory.
+  const Run undefined = run("simulate " + offload_plan() + " --protocol bad_protocol.yaml");
+  CHECK(undefined.exit_code == 2);
+  CHECK(lines(undefined.out) == 1);
+  CHECK(undefined.out.find("bad_protocol.yaml:4") != std::string::npos);
+  CHECK(undefined.out.find("undefined stream `copy`") != std::string::npos);
+}

@@ -1,0 +1,102 @@
+// Expansion of a plan + protocol into the ops of one step.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "sim/stream_expansion.h"
+#include "tests/sim/stream_test_plans.h"
+
+using namespace hookstream;
+
+namespace {
+int count_ops(const EventModel& model, OpKind kind, const std::string& phase = "") {
+  return static_cast<int>(std::count_if(model.ops.begin(), model.ops.end(), [&](const Op& op) {
+    return op.kind == kind && (phase.empty() || op.phase == phase);
+  }));
+}
+}  // namespace
+
+TEST_CASE("layer cost follows the model shapes", "[streams]") {
+  ModelConfig llama;
+  llama.hidden_size = 4096;
+  llama.intermediate_size = 14336;
+  llama.num_attention_heads = 32;
+  llama.num_key_value_heads = 8;
+  llama.head_dim = 128;
+  llama.torch_dtype = DType::BFloat16;
+  const LayerCost cost = layer_cost(llama, 100000, 1);
+  // streams-and-races.md: one offloaded hidden state of Llama 8B at 100K tokens is 100000*4096*2 bytes.
+  CHECK(cost.hidden_state_bytes == int64_t{100000} * 4096 * 2);
+  const double tokens = 100000;
+  CHECK(cost.mlp_flops == Approx(2 * tokens * 4096 * 14336 * 3));
+  CHECK(cost.projection_flops == Approx(cost.mlp_flops + 2 * tokens * 4096 * (4096 + 2 * 1024) + 2 * tokens * 4096 * 4096));
+  CHECK(cost.attention_flops == Approx(4.0 * 1e10 * 32 * 128 / 2));
+}
+
+TEST_CASE("expansion of double_buffer_events: per-layer ops in host issue order", "[streams]") {
+  const Plan plan = testing::offload_plan();
+  const ModelStructure structure = build_model_structure(plan);
+  const StreamProtocol protocol = load_stream_protocol("double_buffer_events");
+  const EventModel model = expand_step(plan, structure, protocol);
+  const int layers = plan.model.num_hidden_layers;
+  CHECK(model.streams.size() == 3);  // compute, copy, nccl
+  CHECK(model.streams[0].name == "compute");
+  CHECK(count_ops(model, OpKind::Copy, "forward") == layers);
+  CHECK(count_ops(model, OpKind::Copy, "backward") == layers);
+  CHECK(count_ops(model, OpKind::Kernel, "recompute") == layers);
+  CHECK(count_ops(model, OpKind::Collective) >= 1);
+  // Every rank 0 only by default; all ranks on request.
+  CHECK(std::all_of(model.ops.begin(), model.ops.end(), [](const Op& op) { return op.rank == 0; }));
+  ExpansionOptions all;
+  all.all_ranks = true;
+  const EventModel both = expand_step(plan, structure, protocol, all);
+  CHECK(both.ops.size() == 2 * model.ops.size());
+  // Backward reloads use reload[i mod 2] and copy a hidden state's bytes.
+  const auto h2d = std::find_if(model.ops.begin(), model.ops.end(), [](const Op& op) {
+    return op.kind == OpKind::Copy && op.copy == CopyKind::HostToDevice;
+  });
+  REQUIRE(h2d != model.ops.end());
+  CHECK(h2d->layer == layers - 1);
+  CHECK(model.buffers[h2d->accesses[1].buffer].name == "reload[" + std::to_string((layers - 1) % 2) + "]");
+  CHECK(h2d->bytes == int64_t{16} * 8 * 4);
+  // The optimizer step is last, after the all-reduces.
+  CHECK(model.ops.back().phase == "optimizer");
+}
+
+TEST_CASE("expansion: tiled MLP backward is one op per chunk, collectives at the Reducer's launch points", "[streams]") {
+  const Plan plan = testing::offload_plan("tiled_mlp: true\ntiled_mlp_num_shards: 4\n");
+  const ModelStructure structure = build_model_structure(plan);
+  const EventModel model = expand_step(plan, structure, load_stream_protocol("none"));
+  int chunks = 0;
+  for (const Op& op : model.ops) chunks += op.name.find("chunk") != std::string::npos;
+  CHECK(chunks == 4 * plan.model.num_hidden_layers);
+  // Every bucket is all-reduced exactly once, after the backward op that last writes it.
+  for (size_t b = 0; b < model.buffers.size(); ++b) {
+    if (model.buffers[b].name.rfind("bucket[", 0) != 0) continue;
+    int last_write = -1, reduce = -1, reductions = 0;
+    for (size_t i = 0; i < model.ops.size(); ++i) {
+      for (const BufferAccess& access : model.ops[i].accesses) {
+        if (access.buffer != static_cast<int>(b)) continue;
+        if (model.ops[i].kind == OpKind::Collective) reduce = static_cast<int>(i), ++reductions;
+        else if (access.write && reduce < 0) last_write = static_cast<int>(i);
+      }
+    }
+    INFO(model.buffers[b].name);
+    CHECK(reductions == 1);
+    CHECK(last_write < reduce);
+  }
+}
+
+TEST_CASE("expansion: a per-process counter runs across the devices of one process", "[streams]") {
+  const Plan plan = testing::offload_plan();
+  const ModelStructure structure = build_model_structure(plan);
+  ExpansionOptions two;
+  two.devices_per_process = 2;
+  const EventModel model = expand_step(plan, structure, load_stream_protocol("global_counter_buffers"), two);
+  for (const Op& op : model.ops) {
+    if (op.kind != OpKind::Copy || op.copy != CopyKind::HostToDevice) continue;
+    const int device = model.streams[op.stream].device;
+    // Device 0 sees counter values 0, 2, 4, ...: always reload[0]; device 1 always reload[1].
+    CHECK(model.buffers[op.accesses[1].buffer].name == "reload[" + std::to_string(device) + "]");
+  }
+}

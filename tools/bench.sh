@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds hookstream and runs the CPU benchmarks in bench/, writing bench/RESULTS.md: one section per
+# benchmark, each stamped with the machine and the date. Run it on an otherwise idle machine.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+"$here/tools/build.sh" >/dev/null
+machine="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB"
+stamp="$(date -u +%Y-%m-%d)"
+out="$here/bench/RESULTS.md.tmp"
+{
+  echo "# Benchmark results"
+  echo
+  echo "Written by \`tools/bench.sh\`. Targets come from the issues; every figure below was measured, not estimated."
+  for bench in "$here"/build/bench/*_bench; do
+    name=$(basename "$bench")
+    echo
+    echo "## $name"
+    echo
+    echo "Machine: $machine. Date: $stamp. Build: Release (-O3), g++ $(g++ -dumpfullversion)."
+    echo
+    "$bench"
+  done
+} > "$out"
+mv "$out" "$here/bench/RESULTS.md"
+echo "wrote bench/RESULTS.md"

@@ -1,0 +1,58 @@
+// `hookstream simulate PLAN.yaml`: DDP verdicts plus the CUDA-stream schedule of one step checked for
+// races (sim/simulation_report.h). Exit codes: 0 clean, 1 a finding, 2 bad input.
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "sim/simulation_report.h"
+#include "tools/cli/commands.h"
+
+namespace hookstream {
+
+namespace {
+struct SimulateArgs {
+  std::string plan;
+  std::string model;
+  int world_size = -1;
+  std::vector<std::string> set;
+  std::string protocol;
+  bool all_ranks = false;
+  int devices_per_process = 1;
+  std::string format = "text";
+  std::string output;
+};
+
+int run_simulate(const SimulateArgs& args) {
+  LoadOptions load;
+  if (!args.model.empty()) load.model_path = args.model;
+  if (args.world_size != -1) load.world_size = args.world_size;
+  load.set = args.set;
+  SimulateOptions options;
+  options.protocol = args.protocol;
+  options.expansion.all_ranks = args.all_ranks;
+  options.expansion.devices_per_process = args.devices_per_process;
+  const SimulationReport report = simulate_plan(read_plan_source(args.plan, load), args.plan, options);
+  if (args.format == "json") {
+    emit(render_simulation_json(report).dump(2) + "\n", args.output);
+  } else {
+    emit(render_simulation_text(report, options), args.output);
+  }
+  return report.ok() ? 0 : 1;
+}
+}  // namespace
+
+Command register_simulate_command(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand("simulate", "simulate DDP and the CUDA-stream schedule of a plan: hook verdicts and races");
+  cmd->add_option("plan", args->plan, "training plan (axolotl-style YAML)")->required();
+  cmd->add_option("--protocol", args->protocol, "offload stream protocol: a name in protocols/ or a .yaml path (overrides hookstream.offload_protocol)");
+  cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");
+  cmd->add_option("--world-size", args->world_size, "number of ranks (overrides hookstream.world_size)");
+  cmd->add_option("--set", args->set, "override a plan key: key=value (dotted keys, YAML values)");
+  cmd->add_flag("--all-ranks", args->all_ranks, "expand every rank, not only rank 0");
+  cmd->add_option("--devices-per-process", args->devices_per_process, "devices one process drives (default 1)")->check(CLI::Range(1, 8));
+  cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("-o,--output", args->output, "write the report to FILE instead of stdout");
+  return Command{cmd, [args] { return run_simulate(*args); }};
+}
+
+}  // namespace hookstream
