@@ -1,10 +1,9 @@
 // Subcommands whose libraries have not landed yet register nothing. Each moves to its own file
-// (plan_command.cc, replay_command.cc) when it lands, and leaves this one.
+// when it lands, and leaves this one.
 #include "tools/cli/commands.h"
 
 namespace hookstream {
 
 Command register_plan_command(CLI::App&) { return {}; }
-Command register_replay_command(CLI::App&) { return {}; }
 
 }  // namespace hookstream

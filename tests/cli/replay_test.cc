@@ -1,0 +1,110 @@
+// Runs `hookstream replay` on the real traces: exit codes (0 analysed, 2 bad input), one-line
+// errors, the JSON schema of docs/replay.md, several files as ranks, no partial output file.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+struct ReplayRun {
+  int exit_code;
+  std::string out;
+};
+ReplayRun replay(const std::string& args) {
+  const std::string command = std::string(HOOKSTREAM_BINARY) + " replay " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return ReplayRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+std::string trace(const std::string& relative) {
+  return std::string(HOOKSTREAM_SOURCE_DIR) + "/../shared/traces/" + relative;
+}
+std::string temp(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("hookstream-replay-test-" + name)).string();
+}
+}  // namespace
+
+TEST_CASE("replay: text report on an nsys export, exit 0", "[cli][replay]") {
+  const ReplayRun r = replay(trace("nsys/cloverleaf-nsys2024.5.sqlite"));
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("1591 GPU ops (1312 kernels, 0 NCCL kernels, 279 copies, 0 memsets)") != std::string::npos);
+  CHECK(r.out.find("rank 0 device 0: 88.7% busy") != std::string::npos);
+  CHECK(r.out.find("cudaDeviceSynchronize: 1312 calls") != std::string::npos);
+}
+
+TEST_CASE("replay --format json follows hookstream.replay/1", "[cli][replay]") {
+  const ReplayRun r = replay(trace("kineto/a100-rank3-of-8-control.json.gz") + " --format json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["schema"] == "hookstream.replay/1");
+  CHECK(j["summary"]["gpu_ops"] == 9450);
+  CHECK(j["summary"]["ops_by_kind"]["collective"] == 60);
+  REQUIRE(j["devices"].size() == 1);
+  CHECK(j["devices"][0]["device"] == 3);
+  CHECK(j["devices"][0]["largest_gaps"][0]["duration_ns"] == 2443000.0);
+  CHECK(j["copy_compute_overlap"][0]["direction"] == "HtoD");
+  CHECK(j["copy_compute_overlap"][0]["overlapped_ns"] == 33887000.0);
+  CHECK(j["collective_compute_overlap"][0]["collectives"] == 60);
+  CHECK(j["pageable_async_copies"]["copies"] == 60);
+  CHECK(j["synchronising_calls"]["by_api"][0]["api"] == "cudaStreamSynchronize");
+  CHECK(j["streams"].size() == 4);
+}
+
+TEST_CASE("replay: one file per rank", "[cli][replay]") {
+  const ReplayRun r = replay(trace("kineto/event-sync.json.gz") + " " + trace("kineto/event-sync-multistream.json.gz") +
+                             " --format json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["summary"]["ranks"] == 2);
+  REQUIRE(j["devices"].size() == 2);
+  CHECK(j["devices"][1]["rank"] == 1);
+  CHECK(j["synchronising_calls"]["waits_matched"] == 2);  // one event sync + one stream wait
+}
+
+TEST_CASE("replay: bad input exits 2 with one line and no output file", "[cli][replay]") {
+  const std::string output = temp("out.json");
+  std::filesystem::remove(output);
+  const ReplayRun missing = replay("/nonexistent/trace.sqlite -o " + output);
+  CHECK(missing.exit_code == 2);
+  CHECK(std::count(missing.out.begin(), missing.out.end(), '\n') == 1);
+  CHECK(missing.out.find("/nonexistent/trace.sqlite") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(output));
+
+  const std::string truncated = temp("truncated.sqlite");
+  {
+    std::ifstream in(trace("nsys/fuser-report1-nsys2024.6.sqlite"), std::ios::binary);
+    std::string bytes(100000, '\0');
+    in.read(&bytes[0], bytes.size());
+    std::ofstream(truncated, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  // A good file first: nothing is written when a later file is bad.
+  const ReplayRun bad = replay(trace("kineto/event-sync.json.gz") + " " + truncated + " -o " + output);
+  CHECK(bad.exit_code == 2);
+  CHECK(std::count(bad.out.begin(), bad.out.end(), '\n') == 1);
+  CHECK(bad.out.find(truncated + ": truncated SQLite database") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(output));
+
+  CHECK(replay("").exit_code == 2);  // no trace given
+  CHECK(replay(trace("kineto/event-sync.json.gz") + " --format yaml").exit_code == 2);
+}
+
+TEST_CASE("replay -o writes the report", "[cli][replay]") {
+  const std::string output = temp("report.txt");
+  std::filesystem::remove(output);
+  const ReplayRun r = replay(trace("kineto/alexnet-a100-syncevents.json.gz") + " -o " + output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.empty());
+  std::ifstream in(output);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK(text.find("Async copies from pageable memory: 16") != std::string::npos);
+  CHECK(text.find("20 stream waits, 0 event syncs, 20 matched") != std::string::npos);
+}

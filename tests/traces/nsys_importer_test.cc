@@ -1,0 +1,105 @@
+// The nsys SQLite importer on the real exports in ../shared/traces/nsys. Expected counts come from
+// SQL run by hand with the sqlite3 CLI on the same files (quoted next to each check).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "traces/importers/nsys/nsys_importer.h"
+#include "trace_test_files.h"
+
+using namespace hookstream;
+
+namespace {
+int64_t count(const EventModel& m, OpKind kind) {
+  return std::count_if(m.ops.begin(), m.ops.end(), [&](const Op& op) { return op.kind == kind; });
+}
+}  // namespace
+
+TEST_CASE("nsys cloverleaf: kernels, copies, syncs and streams", "[traces][nsys]") {
+  const EventModel m = import_nsys_sqlite(test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite"));
+  // select count(*) from CUPTI_ACTIVITY_KIND_KERNEL -> 1312; ..._MEMCPY -> 279.
+  CHECK(count(m, OpKind::Kernel) == 1312);
+  CHECK(count(m, OpKind::Collective) == 0);
+  CHECK(count(m, OpKind::Copy) == 279);
+  CHECK(count(m, OpKind::Memset) == 0);  // no CUPTI_ACTIVITY_KIND_MEMSET table: not an error
+  // All 1312 SYNCHRONIZATION rows join (correlationId) to cudaDeviceSynchronize_v3020; syncType is 1
+  // ("Event sync") on every one of them -- the trap that makes us classify by name.
+  CHECK(count(m, OpKind::DeviceSync) == 1312);
+  CHECK(count(m, OpKind::EventSync) == 0);
+  // 3048 runtime rows = 1312 sync calls + 1736 others.
+  CHECK(count(m, OpKind::HostCompute) == 1736);
+  CHECK(m.ops.size() == 3048 + 1312 + 279);
+
+  // select copyKind, srcKind, dstKind, count(*) ... group by 1,2,3: (1,0,2) 254, (2,2,0) 25.
+  int htod_pageable = 0, dtoh_pageable = 0, blocking = 0;
+  for (const Op& op : m.ops) {
+    if (op.kind != OpKind::Copy) continue;
+    if (op.copy == CopyKind::HostToDevice && op.source == MemoryKind::PageableHost &&
+        op.destination == MemoryKind::Device) ++htod_pageable;
+    if (op.copy == CopyKind::DeviceToHost && op.source == MemoryKind::Device &&
+        op.destination == MemoryKind::PageableHost) ++dtoh_pageable;
+    if (op.blocks_host) ++blocking;
+    CHECK(op.source_api == "cudaMemcpy_v3020");
+  }
+  CHECK(htod_pageable == 254);
+  CHECK(dtoh_pageable == 25);
+  CHECK(blocking == 279);  // cudaMemcpy is synchronous
+
+  // TARGET_INFO_CUDA_STREAM: 10 streams of pid 1701896; 7 is the null stream (flag 3, and
+  // TARGET_INFO_CUDA_CONTEXT_INFO.nullStreamId 7), 6 and 15 default-blocking (flag 1), 15 has
+  // priority 4294967291 = -5; every kernel ran on stream 7.
+  REQUIRE(m.streams.size() == 10);
+  const int s7 = m.find_stream(0, 0, 7);
+  REQUIRE(s7 >= 0);
+  CHECK(m.streams[s7].legacy_default);
+  CHECK_FALSE(m.streams[s7].non_blocking);
+  const int s15 = m.find_stream(0, 0, 15);
+  REQUIRE(s15 >= 0);
+  CHECK(m.streams[s15].priority == -5);
+  CHECK_FALSE(m.streams[s15].non_blocking);
+  CHECK(m.streams[m.find_stream(0, 0, 8)].non_blocking);
+  for (const Op& op : m.ops) {
+    if (op.kind == OpKind::Kernel) CHECK(op.stream == s7);
+  }
+
+  // Ops are in host issue order: a kernel follows its cudaLaunchKernel call.
+  for (size_t i = 1; i < m.ops.size(); ++i) {
+    if (m.ops[i].kind == OpKind::Kernel) {
+      CHECK(m.ops[i - 1].correlation == m.ops[i].correlation);
+      CHECK(m.ops[i - 1].source_api == "cudaLaunchKernel_v7000");
+      break;
+    }
+  }
+}
+
+TEST_CASE("nsys fuser (schema 3.16): memset, stream sync, NVTX, pinned DtoH", "[traces][nsys]") {
+  const EventModel m = import_nsys_sqlite(test::shared_trace("nsys/fuser-report1-nsys2024.6.sqlite"));
+  CHECK(count(m, OpKind::Kernel) == 19);
+  CHECK(count(m, OpKind::Copy) == 1);
+  CHECK(count(m, OpKind::Memset) == 1);
+  // select count(*) from NVTX_EVENTS where eventType in (34,59,60) -> 639 (all push/pop ranges).
+  CHECK(count(m, OpKind::Marker) == 639);
+  // The one SYNCHRONIZATION row joins to cudaStreamSynchronize_v3020 on stream 7.
+  REQUIRE(count(m, OpKind::StreamSync) == 1);
+  const auto sync = std::find_if(m.ops.begin(), m.ops.end(), [](const Op& op) { return op.kind == OpKind::StreamSync; });
+  REQUIRE(sync->sync_stream >= 0);
+  CHECK(m.streams[sync->sync_stream].id == 7);
+  CHECK(sync->blocks_host);
+  CHECK(sync->duration_ns == 8862);  // runtime call end - start
+  // copyKind 2, srcKind 2, dstKind 1: DtoH into pinned memory by cudaMemcpyAsync, not blocking.
+  const auto copy = std::find_if(m.ops.begin(), m.ops.end(), [](const Op& op) { return op.kind == OpKind::Copy; });
+  CHECK(copy->copy == CopyKind::DeviceToHost);
+  CHECK(copy->destination == MemoryKind::PinnedHost);
+  CHECK(copy->source_api == "cudaMemcpyAsync_v3020");
+  CHECK_FALSE(copy->blocks_host);
+  CHECK(m.streams.size() == 14);
+  const auto nvtx = std::find_if(m.ops.begin(), m.ops.end(), [](const Op& op) { return op.kind == OpKind::Marker; });
+  CHECK(nvtx->name == "Fusion::resetTvUses");
+  CHECK(nvtx->duration_ns == 1192017354.0 - 1192009629.0);
+}
+
+TEST_CASE("nsys first_rank numbers the file's process", "[traces][nsys]") {
+  const EventModel m = import_nsys_sqlite(test::shared_trace("nsys/fuser-report1-nsys2024.6.sqlite"), 5);
+  for (const Stream& s : m.streams) CHECK(s.rank == 5);
+  for (const Op& op : m.ops) CHECK(op.rank == 5);
+}

@@ -1,0 +1,58 @@
+#include "traces/analyses/gpu_intervals.h"
+
+#include <algorithm>
+
+namespace hookstream {
+
+bool is_gpu_work(const Op& op) {
+  if (op.stream < 0 || op.start_ns < 0 || op.duration_ns < 0) return false;
+  return op.kind == OpKind::Kernel || op.kind == OpKind::Collective || op.kind == OpKind::Copy ||
+         op.kind == OpKind::Memset;
+}
+
+bool is_compute(const Op& op) { return op.kind == OpKind::Kernel && is_gpu_work(op); }
+
+std::map<std::pair<int, int>, std::vector<int>> gpu_ops_by_device(const EventModel& model) {
+  std::map<std::pair<int, int>, std::vector<int>> by_device;
+  for (size_t i = 0; i < model.ops.size(); ++i) {
+    const Op& op = model.ops[i];
+    if (!is_gpu_work(op)) continue;
+    const Stream& s = model.streams[op.stream];
+    by_device[{s.rank, s.device}].push_back(static_cast<int>(i));
+  }
+  for (auto& [key, ops] : by_device) {
+    std::stable_sort(ops.begin(), ops.end(), [&](int a, int b) { return model.ops[a].start_ns < model.ops[b].start_ns; });
+  }
+  return by_device;
+}
+
+std::vector<GpuInterval> merge_intervals(std::vector<GpuInterval> intervals) {
+  std::stable_sort(intervals.begin(), intervals.end(),
+                   [](const GpuInterval& a, const GpuInterval& b) { return a.start < b.start; });
+  std::vector<GpuInterval> merged;
+  for (const GpuInterval& i : intervals) {
+    if (!merged.empty() && i.start <= merged.back().end) {
+      if (i.end > merged.back().end) {
+        merged.back().end = i.end;
+        merged.back().last_op = i.last_op;
+      }
+    } else {
+      merged.push_back(i);
+    }
+  }
+  return merged;
+}
+
+double covered_length(const std::vector<GpuInterval>& merged, double start, double end) {
+  if (end <= start || merged.empty()) return 0;
+  // First merged interval that ends after `start`.
+  auto it = std::upper_bound(merged.begin(), merged.end(), start,
+                             [](double value, const GpuInterval& i) { return value < i.end; });
+  double covered = 0;
+  for (; it != merged.end() && it->start < end; ++it) {
+    covered += std::min(end, it->end) - std::max(start, it->start);
+  }
+  return covered;
+}
+
+}  // namespace hookstream

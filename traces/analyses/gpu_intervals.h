@@ -1,0 +1,32 @@
+// Time intervals of GPU work per device, the common ground of the utilisation and overlap
+// analyses. Works on the EventModel only: an op is GPU work when it sits on a stream and has a
+// measured start and duration.
+#pragma once
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "sim/event_model.h"
+
+namespace hookstream {
+
+struct GpuInterval {
+  double start = 0, end = 0;
+  int first_op = -1;  // the op starting the interval (after merging: the earliest)
+  int last_op = -1;   // the op ending it (after merging: the one that ends last)
+};
+
+bool is_gpu_work(const Op& op);      // kernel, collective, copy or memset with a measured time
+bool is_compute(const Op& op);       // kernel (not collective) with a measured time
+
+// Indices of GPU-work ops per (rank, device), each list sorted by start then index.
+std::map<std::pair<int, int>, std::vector<int>> gpu_ops_by_device(const EventModel& model);
+
+// Union of intervals: sorted, disjoint, touching intervals joined.
+std::vector<GpuInterval> merge_intervals(std::vector<GpuInterval> intervals);
+
+// Length of [start, end) covered by `merged` (the output of merge_intervals).
+double covered_length(const std::vector<GpuInterval>& merged, double start, double end);
+
+}  // namespace hookstream

@@ -1,0 +1,75 @@
+#include "traces/cuda_api.h"
+
+#include <cctype>
+
+namespace hookstream {
+
+namespace {
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+}  // namespace
+
+std::string_view strip_api_version(std::string_view name) {
+  const size_t v = name.rfind("_v");
+  if (v == std::string_view::npos || v + 2 >= name.size()) return name;
+  for (size_t i = v + 2; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return name;
+  }
+  return name.substr(0, v);
+}
+
+ApiRole classify_api(std::string_view full_name) {
+  const std::string_view name = strip_api_version(full_name);
+  // Driver twins carry a _v2 API version of their own ("cuEventRecord_v2" is not in traces we know
+  // of, but cuMemcpyHtoD_v2 is); strip it too so the name compares plainly.
+  const std::string_view base = ends_with(name, "_v2") ? name.substr(0, name.size() - 3) : name;
+  if (base == "cudaEventRecord" || base == "cudaEventRecordWithFlags" || base == "cuEventRecord" ||
+      base == "cuEventRecordWithFlags") {
+    return ApiRole::EventRecord;
+  }
+  if (base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent") return ApiRole::StreamWait;
+  if (base == "cudaEventSynchronize" || base == "cuEventSynchronize") return ApiRole::EventSync;
+  if (base == "cudaStreamSynchronize" || base == "cuStreamSynchronize") return ApiRole::StreamSync;
+  if (base == "cudaDeviceSynchronize" || base == "cudaThreadSynchronize" || base == "cuCtxSynchronize") {
+    return ApiRole::DeviceSync;
+  }
+  const bool async = contains(base, "Async");
+  if (starts_with(base, "cudaMemcpy") || starts_with(base, "cuMemcpy")) {
+    return async ? ApiRole::AsyncCopy : ApiRole::SyncCopy;
+  }
+  if (starts_with(base, "cudaMemset") || starts_with(base, "cuMemset")) {
+    return async ? ApiRole::AsyncMemset : ApiRole::SyncMemset;
+  }
+  return ApiRole::Other;
+}
+
+bool blocks_host(ApiRole role) {
+  switch (role) {
+    case ApiRole::EventSync:
+    case ApiRole::StreamSync:
+    case ApiRole::DeviceSync:
+    case ApiRole::SyncCopy:
+    case ApiRole::SyncMemset:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_collective_kernel(std::string_view kernel_name) {
+  // ASCII case folding by hand: std::tolower per character showed up in profiles of long
+  // templated kernel names.
+  const auto fold = [](char c) { return static_cast<char>(c | 0x20); };
+  for (size_t i = 0; i + 4 <= kernel_name.size(); ++i) {
+    if (fold(kernel_name[i]) == 'n' && fold(kernel_name[i + 1]) == 'c' && fold(kernel_name[i + 2]) == 'c' &&
+        fold(kernel_name[i + 3]) == 'l') {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace hookstream

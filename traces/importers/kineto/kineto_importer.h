@@ -1,0 +1,21 @@
+// PyTorch profiler (Kineto) Chrome trace, .json or .json.gz -> EventModel.
+// Parsed with nlohmann::json's SAX interface over a streaming gzip reader, so only the fields we use
+// are kept, never the whole document. One file is one process: all its ops get rank `rank`.
+#pragma once
+
+#include <string>
+
+#include "sim/event_model.h"
+
+namespace hookstream {
+
+// Throws InputError (one line: file, byte offset, what is wrong) for malformed or truncated JSON
+// or gzip, and for JSON that is not a Chrome trace (neither {"traceEvents": [...]} nor [...]).
+//
+// Timestamps: Kineto writes microseconds (integers in older traces; floats relative to
+// `baseTimeNanoseconds` in newer ones). Absolute nanoseconds since the epoch do not fit a double
+// exactly, so start_ns counts from the last multiple of 10^15 ns (about 11.6 days) before the
+// trace: exact, and the same origin for every rank of one job.
+EventModel import_kineto_json(const std::string& path, int rank = 0);
+
+}  // namespace hookstream

@@ -1,0 +1,449 @@
+#include "traces/importers/nsys/nsys_importer.h"
+
+#include <unordered_map>
+#include <vector>
+
+#include "sim/input_error.h"
+#include "traces/cuda_api.h"
+#include "traces/importers/nsys/sqlite_database.h"
+#include "traces/importers/trace_builder.h"
+
+namespace hookstream {
+
+namespace {
+
+// CUPTI writes 0xFFFFFFFF into streamId / eventId when the field does not apply (a context sync
+// has neither).
+constexpr int64_t kNotApplicable = 4294967295LL;
+
+// globalTid / globalPid pack the process id into bits 24..47 (trace-formats.md).
+int64_t process_of(int64_t global_id) { return (global_id >> 24) & 0xFFFFFF; }
+
+// nsys numbering (ENUM_CUDA_MEM_KIND), not CUPTI's: 0 Pageable, 1 Pinned, 2 Device, 3 Array,
+// 4 Managed, 5 Device Static, 6 Managed Static, 7 Unknown.
+MemoryKind memory_kind(int64_t nsys_kind) {
+  switch (nsys_kind) {
+    case 0: return MemoryKind::PageableHost;
+    case 1: return MemoryKind::PinnedHost;
+    case 2: case 3: case 5: return MemoryKind::Device;
+    case 4: case 6: return MemoryKind::Managed;
+    default: return MemoryKind::Unknown;
+  }
+}
+
+// ENUM_CUDA_MEMCPY_OPER: 1 HtoD, 2 DtoH, 3 HtoA, 4 AtoH, 5 AtoA, 6 AtoD, 7 DtoA, 8 DtoD, 9 HtoH,
+// 10 PtoP, 11..13 unified-memory migrations.
+CopyKind copy_kind(int64_t kind) {
+  switch (kind) {
+    case 1: case 3: case 11: return CopyKind::HostToDevice;
+    case 2: case 4: case 12: return CopyKind::DeviceToHost;
+    case 5: case 6: case 7: case 8: case 13: return CopyKind::DeviceToDevice;
+    case 10: return CopyKind::PeerToPeer;
+    default: return CopyKind::Unknown;
+  }
+}
+
+// syncType (ENUM_CUPTI_SYNC_TYPE) is used only when the API call that made a record is missing
+// from the trace: on the traces we checked it does not reliably match that call (README traps).
+ApiRole role_from_sync_type(int64_t sync_type) {
+  switch (sync_type) {
+    case 1: return ApiRole::EventSync;
+    case 2: return ApiRole::StreamWait;
+    case 3: return ApiRole::StreamSync;
+    case 4: return ApiRole::DeviceSync;
+    default: return ApiRole::Other;
+  }
+}
+
+// A column by name, or -1 when this schema version lacks it, so one SELECT serves all versions.
+class ColumnList {
+ public:
+  ColumnList(const SqliteDatabase& db, const std::string& table) : table_(table), present_(db.columns(table)) {}
+  // Adds `name` to the select list if present; returns its position or -1.
+  int want(const std::string& name) {
+    if (!present_.count(name)) return -1;
+    names_.push_back(name);
+    return static_cast<int>(names_.size()) - 1;
+  }
+  std::string select() const {
+    std::string sql = "SELECT ";
+    for (size_t i = 0; i < names_.size(); ++i) sql += (i ? ", " : "") + names_[i];
+    return sql + " FROM " + table_;
+  }
+  bool empty() const { return names_.empty(); }
+
+ private:
+  std::string table_;
+  std::set<std::string> present_;
+  std::vector<std::string> names_;
+};
+
+int64_t get(const SqliteQuery& q, int column, int64_t fallback) {
+  return column < 0 || q.is_null(column) ? fallback : q.integer(column);
+}
+
+struct RuntimeCall {
+  size_t op = 0;          // builder handle of the host op made for the call
+  double start_ns = 0;
+  ApiRole role = ApiRole::Other;
+  const std::string* name = nullptr;  // into the string table, suffix kept as nsys wrote it
+};
+
+class NsysReader {
+ public:
+  NsysReader(const std::string& path) : db_(path), builder_("nsys: " + path) {}
+
+  EventModel read(int first_rank) {
+    const bool meta = db_.has_table("META_DATA_EXPORT") || db_.has_table("EXPORT_META_DATA");
+    if (!meta && !db_.has_table("StringIds") && !db_.has_table("CUPTI_ACTIVITY_KIND_KERNEL")) {
+      throw InputError(db_.path(), "SQLite database is not an Nsight Systems export "
+                                   "(no META_DATA_EXPORT, EXPORT_META_DATA or StringIds table)");
+    }
+    read_strings();
+    read_streams();
+    read_runtime();
+    read_kernels();
+    read_copies();
+    read_memsets();
+    read_event_records();
+    read_synchronization();
+    read_nvtx();
+    return builder_.finish(first_rank);
+  }
+
+ private:
+  const std::string& string_at(int64_t id) const {
+    static const std::string empty;
+    return id >= 0 && static_cast<size_t>(id) < strings_.size() ? strings_[id] : empty;
+  }
+
+  void read_strings() {
+    if (!db_.has_table("StringIds")) return;
+    SqliteQuery q(db_, "SELECT id, value FROM StringIds");
+    while (q.step()) {
+      const int64_t id = q.integer(0);
+      if (id < 0 || id > (int64_t{1} << 28)) continue;
+      if (static_cast<size_t>(id) >= strings_.size()) strings_.resize(id + 1);
+      strings_[id] = q.text(1);
+    }
+  }
+
+  // Devices per (process, context) come from TARGET_INFO_CUDA_CONTEXT_INFO; stream rows carry no
+  // device of their own.
+  void read_streams() {
+    std::unordered_map<int64_t, int64_t> device_of_context;  // key: process << 20 | context
+    if (db_.has_table("TARGET_INFO_CUDA_CONTEXT_INFO")) {
+      ColumnList c(db_, "TARGET_INFO_CUDA_CONTEXT_INFO");
+      const int process = c.want("processId"), context = c.want("contextId"), device = c.want("deviceId"),
+                null_stream = c.want("nullStreamId");
+      if (process >= 0 && context >= 0 && device >= 0) {
+        SqliteQuery q(db_, c.select());
+        while (q.step()) {
+          const int64_t p = q.integer(process), ctx = q.integer(context), dev = q.integer(device);
+          device_of_context[(p << 20) | ctx] = dev;
+          if (null_stream >= 0 && !q.is_null(null_stream)) builder_.declare_null_stream({p, dev, ctx, q.integer(null_stream)});
+        }
+      }
+    }
+    if (!db_.has_table("TARGET_INFO_CUDA_STREAM")) return;
+    ColumnList c(db_, "TARGET_INFO_CUDA_STREAM");
+    const int stream = c.want("streamId"), process = c.want("processId"), context = c.want("contextId"),
+              priority = c.want("priority"), flag = c.want("flag");
+    if (stream < 0 || process < 0 || context < 0) return;
+    SqliteQuery q(db_, c.select());
+    while (q.step()) {
+      const int64_t p = q.integer(process), ctx = q.integer(context);
+      const auto device = device_of_context.find((p << 20) | ctx);
+      StreamFlags flags;
+      // flag: 1 default (blocking) stream, 2 non-blocking, 3 the null stream (legacy default).
+      const int64_t f = get(q, flag, 0);
+      flags.legacy_default = f == 3;
+      flags.non_blocking = f == 2;
+      // priority is stored as uint32: 4294967291 is -5 (a high-priority stream).
+      flags.priority = static_cast<int32_t>(static_cast<uint32_t>(get(q, priority, 0)));
+      builder_.declare_stream({p, device == device_of_context.end() ? 0 : device->second, ctx, q.integer(stream)},
+                              flags);
+    }
+  }
+
+  // Every runtime/driver call becomes one host op: a sync op for the synchronising calls (its
+  // stream or event filled in from the SYNCHRONIZATION record later), HostCompute otherwise.
+  void read_runtime() {
+    if (!db_.has_table("CUPTI_ACTIVITY_KIND_RUNTIME")) return;
+    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_RUNTIME");
+    const int start = c.want("start"), end = c.want("end"), tid = c.want("globalTid"),
+              correlation = c.want("correlationId"), name = c.want("nameId");
+    if (start < 0 || correlation < 0 || name < 0) return;
+    roles_.resize(strings_.size(), -1);
+    SqliteQuery q(db_, c.select());
+    while (q.step()) {
+      const int64_t name_id = q.integer(name);
+      const std::string& api = string_at(name_id);
+      ApiRole role = ApiRole::Other;
+      if (name_id >= 0 && static_cast<size_t>(name_id) < roles_.size()) {
+        if (roles_[name_id] < 0) roles_[name_id] = static_cast<int>(classify_api(api));
+        role = static_cast<ApiRole>(roles_[name_id]);
+      }
+      const int64_t process = process_of(get(q, tid, 0));
+      Op op;
+      op.kind = host_kind(role);
+      op.name = std::string(strip_api_version(api));
+      op.source_api = api;
+      op.blocks_host = blocks_host(role);
+      op.start_ns = static_cast<double>(q.integer(start));
+      if (end >= 0) op.duration_ns = static_cast<double>(q.integer(end)) - op.start_ns;
+      op.correlation = q.integer(correlation);
+      const size_t handle = builder_.add_op(std::move(op), process, static_cast<double>(q.integer(start)));
+      calls_[call_key(process, q.integer(correlation))] = RuntimeCall{handle, static_cast<double>(q.integer(start)), role, &api};
+    }
+  }
+
+  static OpKind host_kind(ApiRole role) {
+    switch (role) {
+      case ApiRole::EventSync: return OpKind::EventSync;
+      case ApiRole::StreamSync: return OpKind::StreamSync;
+      case ApiRole::DeviceSync: return OpKind::DeviceSync;
+      // A stream wait or event record is HostCompute until its SYNCHRONIZATION / CUDA_EVENT row
+      // says which stream it acted on.
+      default: return OpKind::HostCompute;
+    }
+  }
+
+  static int64_t call_key(int64_t process, int64_t correlation) { return (process << 32) ^ correlation; }
+
+  const RuntimeCall* call_of(int64_t process, int64_t correlation) const {
+    const auto found = calls_.find(call_key(process, correlation));
+    return found == calls_.end() ? nullptr : &found->second;
+  }
+
+  // Columns every GPU activity table shares.
+  struct GpuColumns {
+    int start, end, device, context, stream, correlation, pid;
+    explicit GpuColumns(ColumnList& c)
+        : start(c.want("start")), end(c.want("end")), device(c.want("deviceId")), context(c.want("contextId")),
+          stream(c.want("streamId")), correlation(c.want("correlationId")), pid(c.want("globalPid")) {}
+    bool usable() const { return start >= 0 && end >= 0 && stream >= 0; }
+  };
+
+  // Adds a GPU op on its stream, issued when its API call started (GPU start if the call is
+  // missing), and returns its handle and the call.
+  std::pair<size_t, const RuntimeCall*> add_gpu_op(Op op, const SqliteQuery& q, const GpuColumns& g) {
+    const int64_t process = process_of(get(q, g.pid, 0));
+    const int64_t correlation = get(q, g.correlation, -1);
+    op.start_ns = static_cast<double>(q.integer(g.start));
+    op.duration_ns = static_cast<double>(q.integer(g.end)) - op.start_ns;
+    op.correlation = correlation;
+    const RuntimeCall* call = correlation >= 0 ? call_of(process, correlation) : nullptr;
+    if (call) op.source_api = *call->name;
+    const size_t handle = builder_.add_op(std::move(op), process, call ? call->start_ns : q.real(g.start));
+    builder_.set_stream(handle, {process, get(q, g.device, 0), get(q, g.context, 0), q.integer(g.stream)});
+    return {handle, call};
+  }
+
+  void read_kernels() {
+    if (!db_.has_table("CUPTI_ACTIVITY_KIND_KERNEL")) return;
+    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_KERNEL");
+    GpuColumns g(c);
+    // demangledName is what Kineto reports too; 2022 exports may only have shortName.
+    int name = c.want("demangledName");
+    if (name < 0) name = c.want("shortName");
+    if (!g.usable()) return;
+    SqliteQuery q(db_, c.select());
+    std::vector<signed char> collective(strings_.size(), -1);  // per name id: -1 unknown, 0/1
+    while (q.step()) {
+      Op op;
+      const int64_t name_id = get(q, name, -1);
+      op.name = string_at(name_id);
+      bool is_collective;
+      if (name_id >= 0 && static_cast<size_t>(name_id) < collective.size()) {
+        if (collective[name_id] < 0) collective[name_id] = is_collective_kernel(op.name) ? 1 : 0;
+        is_collective = collective[name_id] == 1;
+      } else {
+        is_collective = is_collective_kernel(op.name);
+      }
+      op.kind = is_collective ? OpKind::Collective : OpKind::Kernel;
+      add_gpu_op(std::move(op), q, g);
+    }
+  }
+
+  void read_copies() {
+    if (!db_.has_table("CUPTI_ACTIVITY_KIND_MEMCPY")) return;
+    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_MEMCPY");
+    GpuColumns g(c);
+    const int bytes = c.want("bytes"), kind = c.want("copyKind"), src = c.want("srcKind"), dst = c.want("dstKind");
+    if (!g.usable()) return;
+    SqliteQuery q(db_, c.select());
+    while (q.step()) {
+      Op op;
+      op.kind = OpKind::Copy;
+      op.copy = copy_kind(get(q, kind, 0));
+      op.source = memory_kind(get(q, src, 7));
+      op.destination = memory_kind(get(q, dst, 7));
+      op.bytes = get(q, bytes, 0);
+      op.name = std::string("Memcpy ") + to_string(op.copy) + " (" + to_string(op.source) + " -> " +
+                to_string(op.destination) + ")";
+      const auto [handle, call] = add_gpu_op(std::move(op), q, g);
+      builder_.op(handle).blocks_host = copy_blocks_host(builder_.op(handle), call);
+    }
+  }
+
+  // cudaMemcpy returns when the copy is done; cudaMemcpyAsync from or to pageable memory is
+  // staged through a pinned buffer by the driver and is synchronous with the host as well (CUDA
+  // Runtime API, "API synchronization behavior").
+  static bool copy_blocks_host(const Op& op, const RuntimeCall* call) {
+    if (call && (call->role == ApiRole::SyncCopy || call->role == ApiRole::SyncMemset)) return true;
+    return op.source == MemoryKind::PageableHost || op.destination == MemoryKind::PageableHost;
+  }
+
+  void read_memsets() {
+    if (!db_.has_table("CUPTI_ACTIVITY_KIND_MEMSET")) return;
+    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_MEMSET");
+    GpuColumns g(c);
+    const int bytes = c.want("bytes"), kind = c.want("memKind");
+    if (!g.usable()) return;
+    SqliteQuery q(db_, c.select());
+    while (q.step()) {
+      Op op;
+      op.kind = OpKind::Memset;
+      op.destination = memory_kind(get(q, kind, 7));
+      op.bytes = get(q, bytes, 0);
+      op.name = std::string("Memset (") + to_string(op.destination) + ")";
+      const auto [handle, call] = add_gpu_op(std::move(op), q, g);
+      builder_.op(handle).blocks_host = copy_blocks_host(builder_.op(handle), call);
+    }
+  }
+
+  // Events are named by (context, eventId); CUDA reuses an event id for every record of the same
+  // cudaEvent_t, and a wait refers to the latest record issued before it, which the model's issue
+  // order gives.
+  void attach_event(size_t handle, int64_t process, int64_t context, int64_t event_id) {
+    builder_.set_event(handle, process, context, event_id, "event " + std::to_string(event_id));
+  }
+
+  // CUPTI_ACTIVITY_KIND_CUDA_EVENT exists only when CUDA event tracing was on
+  // (--cuda-event-trace=true); it says which stream each cudaEventRecord acted on.
+  void read_event_records() {
+    if (!db_.has_table("CUPTI_ACTIVITY_KIND_CUDA_EVENT")) return;
+    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_CUDA_EVENT");
+    const int start = c.want("start"), device = c.want("deviceId"), context = c.want("contextId"),
+              stream = c.want("streamId"), event = c.want("eventId"), correlation = c.want("correlationId"),
+              pid = c.want("globalPid");
+    if (stream < 0 || event < 0) return;
+    SqliteQuery q(db_, c.select());
+    while (q.step()) {
+      const int64_t process = process_of(get(q, pid, 0));
+      const RuntimeCall* call = call_of(process, get(q, correlation, -1));
+      size_t handle;
+      if (call) {
+        handle = call->op;
+      } else {
+        Op op;
+        op.name = "cudaEventRecord";
+        op.start_ns = get(q, start, -1);
+        op.correlation = get(q, correlation, -1);
+        handle = builder_.add_op(std::move(op), process, static_cast<double>(get(q, start, 0)));
+      }
+      Op& op = builder_.op(handle);
+      op.kind = OpKind::EventRecord;
+      const int64_t ctx = get(q, context, 0);
+      builder_.set_stream(handle, {process, get(q, device, 0), ctx, q.integer(stream)});
+      attach_event(handle, process, ctx, q.integer(event));
+    }
+  }
+
+  // A SYNCHRONIZATION record gives the stream or event of a sync call; the call's name (joined by
+  // correlationId) says what kind of sync it was.
+  void read_synchronization() {
+    if (!db_.has_table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")) return;
+    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION");
+    const int start = c.want("start"), end = c.want("end"), device = c.want("deviceId"),
+              context = c.want("contextId"), stream = c.want("streamId"), event = c.want("eventId"),
+              correlation = c.want("correlationId"), pid = c.want("globalPid"), type = c.want("syncType");
+    if (start < 0 || end < 0) return;
+    SqliteQuery q(db_, c.select());
+    while (q.step()) {
+      const int64_t process = process_of(get(q, pid, 0));
+      const RuntimeCall* call = call_of(process, get(q, correlation, -1));
+      const ApiRole role = call ? call->role : role_from_sync_type(get(q, type, 0));
+      // The name wins: CUPTI also writes records for calls that do not block (cudaEventQuery,
+      // cudaStreamQuery); those stay HostCompute.
+      if (role != ApiRole::StreamWait && role != ApiRole::EventSync && role != ApiRole::StreamSync &&
+          role != ApiRole::DeviceSync) {
+        if (call) continue;
+      }
+      size_t handle;
+      if (call) {
+        handle = call->op;
+      } else {
+        Op op;
+        op.start_ns = static_cast<double>(q.integer(start));
+        op.duration_ns = static_cast<double>(q.integer(end)) - op.start_ns;
+        op.correlation = get(q, correlation, -1);
+        const double issue = op.start_ns;
+        handle = builder_.add_op(std::move(op), process, issue);
+      }
+      const int64_t ctx = get(q, context, 0), dev = get(q, device, 0);
+      const int64_t stream_id = get(q, stream, kNotApplicable), event_id = get(q, event, kNotApplicable);
+      Op& op = builder_.op(handle);
+      switch (role) {
+        case ApiRole::StreamWait:
+          if (stream_id == kNotApplicable) break;
+          op.kind = OpKind::StreamWait;
+          op.blocks_host = false;
+          builder_.set_stream(handle, {process, dev, ctx, stream_id});
+          if (event_id != kNotApplicable) attach_event(handle, process, ctx, event_id);
+          break;
+        case ApiRole::EventSync:
+          op.kind = OpKind::EventSync;
+          op.blocks_host = true;
+          if (event_id != kNotApplicable) attach_event(handle, process, ctx, event_id);
+          break;
+        case ApiRole::StreamSync:
+          op.kind = OpKind::StreamSync;
+          op.blocks_host = true;
+          if (stream_id != kNotApplicable) builder_.set_sync_stream(handle, {process, dev, ctx, stream_id});
+          break;
+        case ApiRole::DeviceSync:
+          op.kind = OpKind::DeviceSync;
+          op.blocks_host = true;
+          break;
+        default:
+          break;
+      }
+      if (op.name.empty()) op.name = to_string(op.kind);
+    }
+  }
+
+  // NVTX push/pop (59) and start/end (60) ranges and marks (34) become Marker ops; domain
+  // creation (75) and other bookkeeping rows are skipped.
+  void read_nvtx() {
+    if (!db_.has_table("NVTX_EVENTS")) return;
+    ColumnList c(db_, "NVTX_EVENTS");
+    const int start = c.want("start"), end = c.want("end"), type = c.want("eventType"), text = c.want("text"),
+              text_id = c.want("textId"), tid = c.want("globalTid");
+    if (start < 0 || type < 0) return;
+    SqliteQuery q(db_, c.select());
+    while (q.step()) {
+      const int64_t event_type = q.integer(type);
+      if (event_type != 59 && event_type != 60 && event_type != 34) continue;
+      Op op;
+      op.kind = OpKind::Marker;
+      op.name = text >= 0 && !q.is_null(text) ? q.text(text) : string_at(get(q, text_id, -1));
+      op.start_ns = static_cast<double>(q.integer(start));
+      op.duration_ns = event_type == 34 ? 0 : (end >= 0 && !q.is_null(end) ? q.integer(end) - op.start_ns : -1);
+      builder_.add_op(std::move(op), process_of(get(q, tid, 0)), static_cast<double>(q.integer(start)));
+    }
+  }
+
+  SqliteDatabase db_;
+  TraceBuilder builder_;
+  std::vector<std::string> strings_;
+  std::vector<int> roles_;  // ApiRole per string id, -1 not yet classified
+  std::unordered_map<int64_t, RuntimeCall> calls_;
+};
+
+}  // namespace
+
+EventModel import_nsys_sqlite(const std::string& path, int first_rank) { return NsysReader(path).read(first_rank); }
+
+}  // namespace hookstream

@@ -1,0 +1,89 @@
+// Collects what an importer reads (ops keyed by the trace's own process, stream and event ids) and
+// turns it into an EventModel: ranks, streams and events numbered deterministically (sorted by
+// their trace ids, not by the order rows happened to come in), ops sorted into host issue order.
+// Both importers share it, so a model's shape does not depend on which format it came from.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/event_model.h"
+
+namespace hookstream {
+
+// How a trace names a stream. nsys stream ids are unique per (process, context); Kineto reports
+// device, context and stream of one process.
+struct StreamKey {
+  int64_t process = 0;
+  int64_t device = 0;
+  int64_t context = 0;
+  int64_t stream = 0;
+  bool operator==(const StreamKey& o) const {
+    return process == o.process && device == o.device && context == o.context && stream == o.stream;
+  }
+};
+
+struct StreamFlags {
+  bool legacy_default = false;
+  bool non_blocking = true;
+  int priority = 0;
+};
+
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(std::string source) : source_(std::move(source)) {}
+
+  // A stream the trace declares (nsys TARGET_INFO_CUDA_STREAM) even if no op ran on it.
+  void declare_stream(const StreamKey& key, const StreamFlags& flags);
+  // Marks (process, context)'s null stream as the legacy default (TARGET_INFO_CUDA_CONTEXT_INFO).
+  void declare_null_stream(const StreamKey& key);
+
+  // Adds an op of `process`; `issue_ns` is when the host issued it (the API call's start), which
+  // orders the model's ops. Returns a handle for the setters below.
+  size_t add_op(Op op, int64_t process, double issue_ns);
+  Op& op(size_t handle) { return ops_[handle]; }
+  void set_stream(size_t handle, const StreamKey& key) { ops_[handle].stream = stream_slot(key); }
+  void set_sync_stream(size_t handle, const StreamKey& key) { ops_[handle].sync_stream = stream_slot(key); }
+  // An event named by the trace: nsys (context, eventId), Kineto (record correlation, event id).
+  void set_event(size_t handle, int64_t process, int64_t key_a, int64_t key_b, const std::string& name);
+  size_t op_count() const { return ops_.size(); }
+
+  // Ranks are first_rank + the position of the process among the trace's processes sorted by id.
+  EventModel finish(int first_rank);
+
+ private:
+  struct KeyHash {
+    size_t operator()(const StreamKey& k) const {
+      return std::hash<int64_t>()(k.process * 1000003 ^ k.device * 10007 ^ k.context * 101 ^ k.stream);
+    }
+  };
+  struct EventKey {
+    int64_t process, a, b;
+    bool operator==(const EventKey& o) const { return process == o.process && a == o.a && b == o.b; }
+  };
+  struct EventKeyHash {
+    size_t operator()(const EventKey& k) const { return std::hash<int64_t>()(k.process * 1000003 ^ k.a * 10007 ^ k.b); }
+  };
+  int stream_slot(const StreamKey& key);
+  int process_slot(int64_t process);
+
+  std::string source_;
+  std::deque<Op> ops_;           // a deque: ops are large and never move while the trace is read
+  std::vector<int> op_process_;  // process slot
+  std::vector<double> issue_ns_;
+  std::vector<StreamKey> stream_keys_;
+  std::vector<StreamFlags> stream_flags_;
+  std::vector<bool> stream_declared_;
+  std::unordered_map<StreamKey, int, KeyHash> stream_index_;
+  std::vector<EventKey> event_keys_;
+  std::vector<std::string> event_names_;
+  std::unordered_map<EventKey, int, EventKeyHash> event_index_;
+  std::vector<int64_t> processes_;
+  std::unordered_map<int64_t, int> process_index_;
+};
+
+}  // namespace hookstream

@@ -1,0 +1,227 @@
+#include "traces/replay_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "traces/analyses/gpu_intervals.h"
+
+namespace hookstream {
+
+ReplayReport analyse_replay(const EventModel& model) {
+  ReplayReport r;
+  r.model = &model;
+  std::set<int> ranks;
+  for (const Stream& s : model.streams) ranks.insert(s.rank);
+  for (const Op& op : model.ops) {
+    ranks.insert(op.rank);
+    ++r.ops_by_kind[op.kind];
+    if (is_gpu_work(op)) ++r.gpu_ops;
+  }
+  r.ranks = static_cast<int>(ranks.size());
+  r.devices = analyse_device_utilisation(model);
+  r.copy_overlap = analyse_copy_compute_overlap(model);
+  r.collective_overlap = analyse_collective_compute_overlap(model);
+  r.pageable = analyse_pageable_async_copies(model);
+  r.sync = analyse_synchronising_calls(model);
+  r.streams = analyse_stream_op_counts(model);
+  return r;
+}
+
+namespace {
+
+std::string format(const char* fmt, double a) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, fmt, a);
+  return buffer;
+}
+
+// Durations in the unit that keeps 3-4 significant digits.
+std::string duration(double ns) {
+  if (ns >= 1e9) return format("%.3f s", ns / 1e9);
+  if (ns >= 1e6) return format("%.3f ms", ns / 1e6);
+  if (ns >= 1e3) return format("%.1f us", ns / 1e3);
+  return format("%.0f ns", ns);
+}
+
+std::string bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return format("%.2f GiB", b / double(int64_t{1} << 30));
+  if (b >= (int64_t{1} << 20)) return format("%.2f MiB", b / double(int64_t{1} << 20));
+  if (b >= 1024) return format("%.1f KiB", b / 1024.0);
+  return std::to_string(b) + " B";
+}
+
+std::string percent(double share) { return format("%.1f%%", share * 100); }
+
+// Long C++ kernel names make a line unreadable; the text report shortens them.
+std::string short_name(const std::string& name, size_t limit = 60) {
+  return name.size() <= limit ? name : name.substr(0, limit - 3) + "...";
+}
+
+std::string stream_label(const EventModel& model, int stream) {
+  if (stream < 0) return "host";
+  const Stream& s = model.streams[stream];
+  return "stream " + std::to_string(s.id) + (s.legacy_default ? " (legacy default)" : "");
+}
+
+nlohmann::json op_json(const EventModel& model, int index) {
+  if (index < 0) return nullptr;
+  const Op& op = model.ops[index];
+  nlohmann::json j = {{"index", index}, {"kind", to_string(op.kind)}, {"name", op.name}, {"rank", op.rank},
+                      {"start_ns", op.start_ns}, {"duration_ns", op.duration_ns}};
+  j["stream"] = op.stream >= 0 ? nlohmann::json(model.streams[op.stream].id) : nlohmann::json(nullptr);
+  if (!op.source_api.empty()) j["source_api"] = op.source_api;
+  if (op.bytes > 0) j["bytes"] = op.bytes;
+  return j;
+}
+
+}  // namespace
+
+std::string render_replay_text(const ReplayReport& r) {
+  const EventModel& model = *r.model;
+  std::string out;
+  const auto count = [&](OpKind k) {
+    const auto found = r.ops_by_kind.find(k);
+    return found == r.ops_by_kind.end() ? int64_t{0} : found->second;
+  };
+  out += "hookstream replay: " + std::to_string(r.ranks) + " rank(s), " + std::to_string(model.streams.size()) +
+         " stream(s), " + std::to_string(r.gpu_ops) + " GPU ops (" + std::to_string(count(OpKind::Kernel)) +
+         " kernels, " + std::to_string(count(OpKind::Collective)) + " NCCL kernels, " +
+         std::to_string(count(OpKind::Copy)) + " copies, " + std::to_string(count(OpKind::Memset)) + " memsets), " +
+         std::to_string(count(OpKind::HostCompute)) + " other host calls\n";
+  out += "  from " + model.source + "\n";
+  if (r.gpu_ops == 0) {
+    out += "\nNo GPU activity in the trace.\n";
+  }
+
+  if (!r.devices.empty()) out += "\nGPU utilisation (busy share of the span from first to last GPU op)\n";
+  for (const DeviceUtilisation& d : r.devices) {
+    out += "  rank " + std::to_string(d.rank) + " device " + std::to_string(d.device) + ": " +
+           percent(d.utilisation) + " busy over " + duration(d.last_ns - d.first_ns) + ", " +
+           std::to_string(d.gpu_ops) + " ops\n";
+    for (const DeviceIdleGap& g : d.largest_gaps) {
+      out += "    idle " + duration(g.duration_ns) + " at +" + duration(g.start_ns - d.first_ns) + ": after " +
+             short_name(model.ops[g.op_before].name, 40) + ", before " + short_name(model.ops[g.op_after].name, 40) +
+             "\n";
+    }
+  }
+
+  if (!r.copy_overlap.empty()) out += "\nCopy/compute overlap (copy time with a kernel running on another stream)\n";
+  for (const CopyOverlap& c : r.copy_overlap) {
+    out += "  rank " + std::to_string(c.rank) + " device " + std::to_string(c.device) + " " + to_string(c.direction) +
+           ": " + percent(c.share) + " of " + duration(c.copy_ns) + " (" + std::to_string(c.copies) + " copies, " +
+           bytes(c.bytes) + ")\n";
+  }
+  if (!r.collective_overlap.empty()) out += "\nNCCL/compute overlap (NCCL kernel time with compute on another stream)\n";
+  for (const CollectiveOverlap& c : r.collective_overlap) {
+    out += "  rank " + std::to_string(c.rank) + " device " + std::to_string(c.device) + ": " + percent(c.share) +
+           " of " + duration(c.collective_ns) + " (" + std::to_string(c.collectives) + " NCCL kernels)\n";
+  }
+
+  out += "\nAsync copies from pageable memory: " + std::to_string(r.pageable.copies);
+  if (r.pageable.copies > 0) {
+    out += " (" + bytes(r.pageable.bytes) + ", " + duration(r.pageable.copy_ns) +
+           ") - synchronous in effect; pin the host buffers\n";
+    for (int i : r.pageable.examples) {
+      const Op& op = model.ops[i];
+      out += "    " + op.name + " via " + op.source_api + ", rank " + std::to_string(op.rank) + " " +
+             stream_label(model, op.stream) + ", " + bytes(op.bytes) + "\n";
+    }
+  } else {
+    out += "\n";
+  }
+
+  out += "\nSynchronising calls: " + std::to_string(r.sync.calls) + ", host blocked " + duration(r.sync.blocked_ns) +
+         "\n";
+  for (size_t i = 0; i < r.sync.by_api.size() && i < 8; ++i) {
+    const SyncCallSite& s = r.sync.by_api[i];
+    out += "  " + s.api + ": " + std::to_string(s.calls) + " calls, " + duration(s.blocked_ns) + "\n";
+  }
+  out += "  waits: " + std::to_string(r.sync.stream_waits) + " stream waits, " + std::to_string(r.sync.event_syncs) +
+         " event syncs, " + std::to_string(r.sync.waits_matched) + " matched to their event record\n";
+
+  out += "\nStreams\n";
+  // Streams a trace declares but never used (nsys lists every stream the process created) go on
+  // one line per device so the used ones stand out.
+  std::map<std::pair<int, int>, std::string> unused;
+  for (const StreamOpCounts& s : r.streams) {
+    const Stream& stream = model.streams[s.stream];
+    if (s.total != 0) continue;
+    std::string& ids = unused[{stream.rank, stream.device}];
+    ids += (ids.empty() ? "" : ", ") + std::to_string(stream.id);
+  }
+  for (const StreamOpCounts& s : r.streams) {
+    const Stream& stream = model.streams[s.stream];
+    if (s.total == 0) continue;
+    out += "  rank " + std::to_string(stream.rank) + " device " + std::to_string(stream.device) + " " +
+           stream_label(model, s.stream) + ": ";
+    bool first = true;
+    for (const auto& [kind, n] : s.by_kind) {
+      out += (first ? "" : ", ") + std::to_string(n) + " " + to_string(kind);
+      first = false;
+    }
+    if (s.busy_ns > 0) out += "; busy " + duration(s.busy_ns);
+    out += "\n";
+  }
+  for (const auto& [device, ids] : unused) {
+    out += "  rank " + std::to_string(device.first) + " device " + std::to_string(device.second) +
+           ": no ops on stream(s) " + ids + "\n";
+  }
+  return out;
+}
+
+nlohmann::json render_replay_json(const ReplayReport& r) {
+  const EventModel& model = *r.model;
+  nlohmann::json j;
+  j["schema"] = "hookstream.replay/1";
+  j["source"] = model.source;
+  nlohmann::json by_kind = nlohmann::json::object();
+  for (const auto& [kind, n] : r.ops_by_kind) by_kind[to_string(kind)] = n;
+  j["summary"] = {{"ranks", r.ranks}, {"streams", model.streams.size()}, {"events", model.events.size()},
+                  {"ops", model.ops.size()}, {"gpu_ops", r.gpu_ops}, {"ops_by_kind", by_kind}};
+  j["devices"] = nlohmann::json::array();
+  for (const DeviceUtilisation& d : r.devices) {
+    nlohmann::json gaps = nlohmann::json::array();
+    for (const DeviceIdleGap& g : d.largest_gaps) {
+      gaps.push_back({{"start_ns", g.start_ns}, {"duration_ns", g.duration_ns}, {"before", op_json(model, g.op_before)},
+                      {"after", op_json(model, g.op_after)}});
+    }
+    j["devices"].push_back({{"rank", d.rank}, {"device", d.device}, {"gpu_ops", d.gpu_ops}, {"first_ns", d.first_ns},
+                            {"last_ns", d.last_ns}, {"busy_ns", d.busy_ns}, {"utilisation", d.utilisation},
+                            {"largest_gaps", gaps}});
+  }
+  j["copy_compute_overlap"] = nlohmann::json::array();
+  for (const CopyOverlap& c : r.copy_overlap) {
+    j["copy_compute_overlap"].push_back({{"rank", c.rank}, {"device", c.device}, {"direction", to_string(c.direction)},
+                                         {"copies", c.copies}, {"bytes", c.bytes}, {"copy_ns", c.copy_ns},
+                                         {"overlapped_ns", c.overlapped_ns}, {"share", c.share}});
+  }
+  j["collective_compute_overlap"] = nlohmann::json::array();
+  for (const CollectiveOverlap& c : r.collective_overlap) {
+    j["collective_compute_overlap"].push_back({{"rank", c.rank}, {"device", c.device}, {"collectives", c.collectives},
+                                               {"collective_ns", c.collective_ns},
+                                               {"overlapped_ns", c.overlapped_ns}, {"share", c.share}});
+  }
+  nlohmann::json examples = nlohmann::json::array();
+  for (int i : r.pageable.examples) examples.push_back(op_json(model, i));
+  j["pageable_async_copies"] = {{"copies", r.pageable.copies}, {"bytes", r.pageable.bytes},
+                                {"copy_ns", r.pageable.copy_ns}, {"examples", examples}};
+  nlohmann::json sites = nlohmann::json::array();
+  for (const SyncCallSite& s : r.sync.by_api) sites.push_back({{"api", s.api}, {"calls", s.calls}, {"blocked_ns", s.blocked_ns}});
+  j["synchronising_calls"] = {{"calls", r.sync.calls}, {"blocked_ns", r.sync.blocked_ns}, {"by_api", sites},
+                              {"stream_waits", r.sync.stream_waits}, {"event_syncs", r.sync.event_syncs},
+                              {"waits_matched", r.sync.waits_matched}};
+  j["streams"] = nlohmann::json::array();
+  for (const StreamOpCounts& s : r.streams) {
+    const Stream& stream = model.streams[s.stream];
+    nlohmann::json kinds = nlohmann::json::object();
+    for (const auto& [kind, n] : s.by_kind) kinds[to_string(kind)] = n;
+    j["streams"].push_back({{"rank", stream.rank}, {"device", stream.device}, {"id", stream.id},
+                            {"name", stream.name}, {"legacy_default", stream.legacy_default},
+                            {"non_blocking", stream.non_blocking}, {"priority", stream.priority},
+                            {"ops", s.total}, {"busy_ns", s.busy_ns}, {"ops_by_kind", kinds}});
+  }
+  return j;
+}
+
+}  // namespace hookstream

@@ -1,0 +1,39 @@
+// Everything `hookstream replay` reports about a trace: the analyses of traces/analyses run on one
+// EventModel, and their text and JSON renderings (schema hookstream.replay/1, docs/replay.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/event_model.h"
+#include "traces/analyses/collective_compute_overlap.h"
+#include "traces/analyses/copy_compute_overlap.h"
+#include "traces/analyses/device_utilisation.h"
+#include "traces/analyses/pageable_async_copies.h"
+#include "traces/analyses/stream_op_counts.h"
+#include "traces/analyses/synchronising_calls.h"
+
+namespace hookstream {
+
+struct ReplayReport {
+  const EventModel* model = nullptr;  // the model analysed; must outlive the report
+  int ranks = 0;
+  int64_t gpu_ops = 0;                // kernels, collectives, copies, memsets on a stream
+  std::map<OpKind, int64_t> ops_by_kind;
+  std::vector<DeviceUtilisation> devices;
+  std::vector<CopyOverlap> copy_overlap;
+  std::vector<CollectiveOverlap> collective_overlap;
+  PageableCopies pageable;
+  SynchronisingCalls sync;
+  std::vector<StreamOpCounts> streams;
+};
+
+ReplayReport analyse_replay(const EventModel& model);
+
+std::string render_replay_text(const ReplayReport& report);
+nlohmann::json render_replay_json(const ReplayReport& report);
+
+}  // namespace hookstream

@@ -1,0 +1,77 @@
+#include "traces/trace_loader.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <fstream>
+
+#include "sim/input_error.h"
+#include "traces/importers/kineto/kineto_importer.h"
+#include "traces/importers/nsys/nsys_importer.h"
+
+namespace hookstream {
+
+const char* to_string(TraceFormat format) {
+  switch (format) {
+    case TraceFormat::NsysSqlite: return "nsys-sqlite";
+    case TraceFormat::KinetoJson: return "kineto-json";
+  }
+  return "unknown";
+}
+
+TraceFormat detect_trace_format(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, std::string("cannot open (") + std::strerror(errno) + ")");
+  std::array<char, 64> head{};
+  in.read(head.data(), head.size());
+  const size_t n = static_cast<size_t>(in.gcount());
+  if (n >= 16 && std::memcmp(head.data(), "SQLite format 3", 16) == 0) return TraceFormat::NsysSqlite;
+  if (n >= 2 && static_cast<unsigned char>(head[0]) == 0x1f && static_cast<unsigned char>(head[1]) == 0x8b) {
+    return TraceFormat::KinetoJson;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const char c = head[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    if (c == '{' || c == '[') return TraceFormat::KinetoJson;
+    break;
+  }
+  if (n == 0) throw InputError(path, "empty file: expected an nsys SQLite export or a Kineto JSON trace");
+  throw InputError(path, "unknown trace format: expected an nsys SQLite export (SQLite header) or a Kineto "
+                         "JSON trace (.json or .json.gz)");
+}
+
+EventModel load_trace(const std::string& path, int first_rank) {
+  switch (detect_trace_format(path)) {
+    case TraceFormat::NsysSqlite: return import_nsys_sqlite(path, first_rank);
+    case TraceFormat::KinetoJson: return import_kineto_json(path, first_rank);
+  }
+  throw InputError(path, "unknown trace format");
+}
+
+EventModel load_traces(const std::vector<std::string>& paths) {
+  EventModel merged;
+  int next_rank = 0;
+  for (const std::string& path : paths) {
+    EventModel one = load_trace(path, next_rank);
+    int ranks_in_file = 1;
+    for (const Stream& s : one.streams) ranks_in_file = std::max(ranks_in_file, s.rank - next_rank + 1);
+    for (const Op& op : one.ops) ranks_in_file = std::max(ranks_in_file, op.rank - next_rank + 1);
+    next_rank += ranks_in_file;
+    if (paths.size() == 1) return one;
+    const int stream_shift = static_cast<int>(merged.streams.size());
+    const int event_shift = static_cast<int>(merged.events.size());
+    for (Stream& s : one.streams) merged.streams.push_back(std::move(s));
+    for (Event& e : one.events) merged.events.push_back(std::move(e));
+    merged.ops.reserve(merged.ops.size() + one.ops.size());
+    for (Op& op : one.ops) {
+      if (op.stream >= 0) op.stream += stream_shift;
+      if (op.sync_stream >= 0) op.sync_stream += stream_shift;
+      if (op.event >= 0) op.event += event_shift;
+      merged.ops.push_back(std::move(op));
+    }
+    merged.source += (merged.source.empty() ? "" : "; ") + one.source;
+  }
+  return merged;
+}
+
+}  // namespace hookstream
