@@ -1,0 +1,30 @@
+#include "sim/step_prediction.h"
+
+#include <filesystem>
+
+#include "sim/stream_expansion.h"
+#include "sim/stream_protocol.h"
+
+namespace hookstream {
+
+StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                            const Calibration* calibration) {
+  StepPrediction prediction;
+  prediction.memory = estimate_memory(plan, structure, device);
+  const std::string plan_dir = std::filesystem::path(plan.source).parent_path().string();
+  // The protocol only matters for offloaded layers; without offloading the "none" protocol runs
+  // every layer on the current stream.
+  const StreamProtocol protocol =
+      load_stream_protocol(plan.activation_offloading ? plan.offload_protocol_name() : "none", plan_dir);
+  const EventModel step = expand_step(plan, structure, protocol);
+  TimeModelOptions options;
+  options.calibration = calibration;
+  options.collective_ranks = plan.world_size;
+  prediction.schedule = schedule_step(step, device, options);
+  prediction.tokens_per_step = static_cast<int64_t>(plan.sequence_len_for(0, 0)) * plan.micro_batch_size *
+                               std::max(1, plan.gradient_accumulation_steps) * std::max(1, plan.world_size);
+  prediction.tokens_per_second = prediction.schedule.tokens_per_second(prediction.tokens_per_step);
+  return prediction;
+}
+
+}  // namespace hookstream

@@ -1,0 +1,28 @@
+// One step of a plan on a device: the memory model's peaks and the time model's schedule of the
+// step the stream expansion produces (sim/stream_expansion.h with the plan's offload protocol).
+#pragma once
+
+#include <cstdint>
+
+#include "sim/calibration.h"
+#include "sim/device_spec.h"
+#include "sim/memory_model.h"
+#include "sim/model_structure.h"
+#include "sim/plan.h"
+#include "sim/time_model.h"
+
+namespace hookstream {
+
+struct StepPrediction {
+  MemoryEstimate memory;
+  Schedule schedule;              // rank 0's step (ranks with the same plan run the same ops)
+  int64_t tokens_per_step = 0;    // sequence_len x micro_batch x accumulation steps x world size
+  double tokens_per_second = 0;   // over all ranks
+};
+
+// `calibration` overrides estimated durations where it matches. Throws InputError for a protocol or
+// calibration file that cannot be read.
+StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                            const Calibration* calibration = nullptr);
+
+}  // namespace hookstream

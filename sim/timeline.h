@@ -1,0 +1,24 @@
+// A scheduled EventModel as Chrome trace JSON (the Trace Event Format that Perfetto and
+// chrome://tracing open): one process per rank (pid = rank), one thread per stream (tid = stream
+// index + 1; tid 0 is the rank's host thread), "X" slices for ops, flow arrows ("s" -> "f") from each
+// event record to the waits it satisfies, and "C" counters for memory. Same input, same bytes out.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/event_model.h"
+#include "sim/memory_model.h"
+
+namespace hookstream {
+
+struct TimelineOptions {
+  // Live device bytes after ops (memory_over_ops), drawn as a "device memory" counter per rank.
+  std::vector<MemorySample> memory;
+  int64_t memory_baseline_bytes = 0;  // persistent memory added to every sample
+};
+
+// Ops without a start time (start_ns < 0) are left out: schedule the model first (schedule_step).
+std::string chrome_trace_json(const EventModel& model, const TimelineOptions& options = {});
+
+}  // namespace hookstream

@@ -1,0 +1,93 @@
+// `hookstream plan`: runs the real binary on the bundled default plan.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+struct PlanRun {
+  int exit_code;
+  std::string out;
+};
+PlanRun run_plan(const std::string& args) {
+  const std::string command = std::string(HOOKSTREAM_BINARY) + " plan " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return PlanRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+const std::string kDefault = std::string(HOOKSTREAM_SOURCE_DIR) + "/plans/default.yaml";
+}  // namespace
+
+TEST_CASE("plan: 24 GiB is too small for the default plan's unchunked logits", "[cli][plan]") {
+  const PlanRun r = run_plan(kDefault + " --gpu H100 --budget-gib 24");
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("H100-SXM") != std::string::npos);
+  CHECK(r.out.find("no candidate fits") != std::string::npos);
+  CHECK(r.out.find("logits_and_loss") != std::string::npos);
+  CHECK(r.out.find("marked_ready_twice") != std::string::npos);  // the input plan's verdict
+}
+
+TEST_CASE("plan: the fastest verified candidates that fit, as --set changes", "[cli][plan]") {
+  const PlanRun r = run_plan(kDefault + " --gpu H100 --budget-gib 40 --top 4 --format json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["schema"] == "hookstream.plan/1");
+  CHECK(j["device"] == "H100-SXM");
+  CHECK(j["input"]["verdict"].get<std::string>().find("marked_ready_twice") == 0);
+  REQUIRE(j["best"].size() == 4);
+  double previous = 1e30;
+  for (const auto& candidate : j["best"]) {
+    CHECK(candidate["verdict"] == "ok");
+    CHECK(candidate["peak_bytes"].get<int64_t>() <= j["budget_bytes"].get<int64_t>());
+    CHECK(candidate["tokens_per_second"].get<double>() <= previous);
+    previous = candidate["tokens_per_second"].get<double>();
+    // Every passing candidate must stop the per-chunk backward of the tiled MLP.
+    bool fixes_tiled = false;
+    for (const auto& change : candidate["changes"]) {
+      if ((change["key"] == "tiled_mlp" && change["value"] == "false") ||
+          (change["key"] == "hookstream.tiled_mlp_backward" && change["value"] != "per_chunk_backward")) {
+        fixes_tiled = true;
+      }
+    }
+    CHECK(fixes_tiled);
+  }
+  CHECK(r.out == run_plan(kDefault + " --gpu H100 --budget-gib 40 --top 4 --format json").out);  // deterministic
+}
+
+TEST_CASE("plan: an unknown GPU is bad input on one line", "[cli][plan]") {
+  const PlanRun r = run_plan(kDefault + " --gpu H300");
+  CHECK(r.exit_code == 2);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+  CHECK(r.out.find("H100-SXM") != std::string::npos);
+}
+
+TEST_CASE("plan --timeline writes the input plan's step as a Chrome trace", "[cli][plan]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "hookstream-plan-timeline.json").string();
+  std::filesystem::remove(path);
+  const PlanRun r = run_plan(kDefault + " --gpu H100 --budget-gib 40 --top 1 --timeline " + path);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream in(path);
+  const auto trace = nlohmann::json::parse(in);
+  int slices = 0, flows = 0;
+  std::set<int> threads;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") {
+      ++slices;
+      threads.insert(e["tid"].get<int>());
+    }
+    if (e["ph"] == "s") ++flows;
+  }
+  CHECK(slices > 36 * 4);          // every layer's forward, copies and backward at least
+  CHECK(flows > 36 * 3);           // record -> wait and wait_stream arrows of the offload protocol
+  CHECK(threads.size() >= 3);      // compute, copy and nccl streams
+}

@@ -1,0 +1,252 @@
+// The time model: op estimates against a device spec, and exact schedules of hand-built EventModels.
+#include "sim/time_model.h"
+
+#include <catch2/catch.hpp>
+
+#include "sim/input_error.h"
+
+using namespace hookstream;
+
+namespace {
+
+// Round numbers: 1 TFLOP/s and 1 GB/s HBM at full efficiency, so 1e6 FLOPs or 1000 bytes = 1000 ns.
+DeviceSpec round_device() {
+  DeviceSpec d;
+  d.name = "round";
+  d.memory_bytes = 1LL << 30;
+  d.matrix_tflops = 1;
+  d.vector_tflops_fp32 = 0.5;
+  d.hbm_gbps = 1;
+  d.host_link.pinned_h2d_gbps = 1;
+  d.host_link.pinned_d2h_gbps = 1;
+  d.host_link.pageable_gbps = 0.5;
+  d.nvlink_gbps = 1;
+  d.network_gbps = 0.1;
+  return d;
+}
+
+struct Builder {
+  EventModel model;
+  int stream(int rank, const std::string& name, bool legacy = false) {
+    Stream s;
+    s.rank = rank;
+    s.id = static_cast<int64_t>(model.streams.size());
+    s.name = name;
+    s.legacy_default = legacy;
+    s.non_blocking = !legacy;
+    return model.add_stream(s);
+  }
+  int event(const std::string& name, int rank = 0) { return model.add_event(Event{name, rank}); }
+  int add(Op op) {
+    model.ops.push_back(std::move(op));
+    return static_cast<int>(model.ops.size()) - 1;
+  }
+  int kernel(int stream, double flops, const std::string& name = "gemm", int rank = 0) {
+    Op op;
+    op.kind = OpKind::Kernel;
+    op.rank = rank;
+    op.stream = stream;
+    op.flops = flops;
+    op.name = name;
+    return add(op);
+  }
+  int copy(int stream, int64_t bytes, CopyKind kind, MemoryKind host = MemoryKind::PinnedHost) {
+    Op op;
+    op.kind = OpKind::Copy;
+    op.stream = stream;
+    op.bytes = bytes;
+    op.copy = kind;
+    op.name = kind == CopyKind::DeviceToHost ? "D2H" : "H2D";
+    (kind == CopyKind::DeviceToHost ? op.destination : op.source) = host;
+    (kind == CopyKind::DeviceToHost ? op.source : op.destination) = MemoryKind::Device;
+    return add(op);
+  }
+  int sync(OpKind kind, int stream, int event, int rank = 0) {
+    Op op;
+    op.kind = kind;
+    op.rank = rank;
+    op.stream = stream;
+    op.event = event;
+    op.name = to_string(kind);
+    return add(op);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("op estimates: roofline kernels, pinned vs pageable copies, ring all-reduce", "[time]") {
+  const DeviceSpec d = round_device();
+  Op gemm;
+  gemm.kind = OpKind::Kernel;
+  gemm.flops = 3e6;
+  gemm.bytes = 1000;
+  CHECK(estimate_op_ns(gemm, d, 1) == Approx(3000));  // compute-bound
+  gemm.bytes = 5000;
+  CHECK(estimate_op_ns(gemm, d, 1) == Approx(5000));  // memory-bound
+  Op copy;
+  copy.kind = OpKind::Copy;
+  copy.copy = CopyKind::HostToDevice;
+  copy.bytes = 1000;
+  copy.source = MemoryKind::PinnedHost;
+  CHECK(estimate_op_ns(copy, d, 1) == Approx(1000));
+  copy.source = MemoryKind::PageableHost;
+  CHECK(estimate_op_ns(copy, d, 1) == Approx(2000));
+  // 8 ranks on one node: 2 x 7/8 x 1e9 bytes over 450 GB/s NVLink.
+  DeviceSpec h100 = d;
+  h100.nvlink_gbps = 450;
+  h100.network_gbps = 50;
+  CHECK(ring_allreduce_ns(1000000000, 8, h100) == Approx(2.0 * 7 / 8 * 1e9 / 450e9 * 1e9));
+  CHECK(ring_allreduce_ns(1000000000, 16, h100) == Approx(2.0 * 15 / 16 * 1e9 / 50e9 * 1e9));  // two nodes
+  CHECK(ring_allreduce_ns(1000000000, 1, h100) == 0);
+}
+
+TEST_CASE("compute and copy streams overlap until a wait serializes them", "[time]") {
+  // M: K1 (2000 ns), record E; C: wait E, D2H (1000 ns); M: K2 (2000 ns).
+  auto build = [](bool compute_waits_for_copy) {
+    Builder b;
+    const int m = b.stream(0, "compute"), c = b.stream(0, "copy");
+    const int produced = b.event("produced"), copied = b.event("copied");
+    b.kernel(m, 2e6, "K1");
+    b.sync(OpKind::EventRecord, m, produced);
+    b.sync(OpKind::StreamWait, c, produced);
+    b.copy(c, 1000, CopyKind::DeviceToHost);
+    b.sync(OpKind::EventRecord, c, copied);
+    if (compute_waits_for_copy) b.sync(OpKind::StreamWait, m, copied);
+    b.kernel(m, 2e6, "K2");
+    return b.model;
+  };
+  const Schedule overlapped = schedule_step(build(false), round_device());
+  CHECK(overlapped.model.ops[3].start_ns == 2000);  // the copy waited for K1
+  CHECK(overlapped.model.ops[5].start_ns == 2000);  // K2 did not wait for the copy
+  CHECK(overlapped.step_ns == 4000);
+  CHECK(overlapped.copy_hidden_fraction == 1.0);
+
+  const Schedule serialized = schedule_step(build(true), round_device());
+  CHECK(serialized.model.ops[3].start_ns == 2000);
+  CHECK(serialized.model.ops[6].start_ns == 3000);  // K2 after the copy
+  CHECK(serialized.step_ns == 5000);
+  CHECK(serialized.copy_hidden_fraction == 0.0);
+  REQUIRE(serialized.streams[0].gaps.size() == 1);  // compute idles while the copy runs
+  CHECK(serialized.streams[0].gaps[0].start_ns == 2000);
+  CHECK(serialized.streams[0].gaps[0].end_ns == 3000);
+  CHECK(serialized.streams[0].busy_ns == 4000);
+  CHECK(serialized.streams[1].idle_ns == 4000);
+  CHECK(serialized.tokens_per_second(1000) == Approx(1000 / 5e-6));
+}
+
+TEST_CASE("without the wait the copy starts at once; waiting on a never-recorded event is a no-op", "[time]") {
+  Builder b;
+  const int m = b.stream(0, "compute"), c = b.stream(0, "copy");
+  const int never = b.event("never");
+  b.kernel(m, 2e6);
+  b.sync(OpKind::StreamWait, c, never);
+  b.copy(c, 1000, CopyKind::HostToDevice);
+  const Schedule s = schedule_step(b.model, round_device());
+  CHECK(s.model.ops[2].start_ns == 0);
+  CHECK(s.step_ns == 2000);
+}
+
+TEST_CASE("pageable copies and host syncs block the host", "[time]") {
+  Builder b;
+  const int m = b.stream(0, "compute"), c = b.stream(0, "copy");
+  b.copy(c, 1000, CopyKind::DeviceToHost, MemoryKind::PageableHost);  // 2000 ns, host blocked
+  b.kernel(m, 1e6);                                                   // issued at 2000
+  Op sync;
+  sync.kind = OpKind::StreamSync;
+  sync.stream = -1;
+  sync.sync_stream = m;
+  b.add(sync);                                                        // host waits until 3000
+  b.kernel(c, 1e6);                                                   // issued at 3000
+  const Schedule s = schedule_step(b.model, round_device());
+  CHECK(s.model.ops[1].start_ns == 2000);
+  CHECK(s.model.ops[2].duration_ns == 1000);
+  CHECK(s.model.ops[3].start_ns == 3000);
+  CHECK(s.step_ns == 4000);
+}
+
+TEST_CASE("the legacy default stream orders blocking streams; non-blocking ones run beside it", "[time]") {
+  Builder b;
+  const int legacy = b.stream(0, "default", true);
+  const int side = b.stream(0, "side");
+  Stream blocking;
+  blocking.name = "blocking";
+  blocking.id = 9;
+  blocking.non_blocking = false;
+  const int blocked = b.model.add_stream(blocking);
+  b.kernel(legacy, 2e6);
+  b.kernel(side, 1e6);
+  b.kernel(blocked, 1e6);
+  const Schedule s = schedule_step(b.model, round_device());
+  CHECK(s.model.ops[1].start_ns == 0);
+  CHECK(s.model.ops[2].start_ns == 2000);
+}
+
+TEST_CASE("an all-reduce starts when every rank reaches it", "[time]") {
+  Builder b;
+  const int m0 = b.stream(0, "compute"), n0 = b.stream(0, "nccl");
+  const int m1 = b.stream(1, "compute"), n1 = b.stream(1, "nccl");
+  const int done0 = b.event("grads ready", 0), done1 = b.event("grads ready", 1);
+  for (int rank : {0, 1}) {
+    b.kernel(rank == 0 ? m0 : m1, rank == 0 ? 1e6 : 3e6, "backward", rank);
+    b.sync(OpKind::EventRecord, rank == 0 ? m0 : m1, rank == 0 ? done0 : done1, rank);
+    b.sync(OpKind::StreamWait, rank == 0 ? n0 : n1, rank == 0 ? done0 : done1, rank);
+    Op allreduce;
+    allreduce.kind = OpKind::Collective;
+    allreduce.rank = rank;
+    allreduce.stream = rank == 0 ? n0 : n1;
+    allreduce.bytes = 2000;
+    allreduce.name = "allreduce bucket 0";
+    b.add(allreduce);
+  }
+  const Schedule s = schedule_step(b.model, round_device());
+  // 2 x 1/2 x 2000 bytes over 1 GB/s = 2000 ns, starting when rank 1's backward ends.
+  CHECK(s.model.ops[3].start_ns == 3000);
+  CHECK(s.model.ops[7].start_ns == 3000);
+  CHECK(s.model.ops[3].duration_ns == 2000);
+  CHECK(s.step_ns == 5000);
+}
+
+TEST_CASE("calibration entries replace estimates, first match wins", "[time]") {
+  const Calibration calibration = parse_calibration(
+      "{\"schema\": \"hookstream.calibration/1\", \"device\": \"round\",\n"
+      " \"entries\": [\n"
+      "  {\"name\": \"^D2H\", \"ns\": 500},\n"
+      "  {\"kind\": \"kernel\", \"layer_kind\": \"decoder\", \"ns\": 7000},\n"
+      "  {\"kind\": \"kernel\", \"ns\": 100}\n"
+      " ]}",
+      "cal.json");
+  CHECK(calibration.device == "round");
+  Builder b;
+  const int m = b.stream(0, "compute"), c = b.stream(0, "copy");
+  b.copy(c, 1000, CopyKind::DeviceToHost);
+  const int layer_kernel = b.kernel(m, 1e6);
+  b.model.ops[layer_kernel].layer = 3;
+  b.kernel(m, 1e6);
+  TimeModelOptions options;
+  options.calibration = &calibration;
+  const Schedule s = schedule_step(b.model, round_device(), options);
+  CHECK(s.model.ops[0].duration_ns == 500);
+  CHECK(s.model.ops[1].duration_ns == 7000);
+  CHECK(s.model.ops[2].duration_ns == 100);
+  CHECK(s.step_ns == 7100);
+
+  CHECK_THROWS_WITH(parse_calibration("{\"entries\": [\n {\"ns\": 1},\n {\"nme\": \"x\", \"ns\": 2}]}", "cal.json"),
+                    Catch::StartsWith("cal.json:3: entry 1: unknown key nme"));
+  CHECK_THROWS_WITH(parse_calibration("{\"entries\": [\n {\"ns\": -1}]}", "cal.json"), Catch::StartsWith("cal.json:2:"));
+  CHECK_THROWS_WITH(parse_calibration("{\"entries\": [\n {\"ns\": 1,}]}", "cal.json"), Catch::StartsWith("cal.json:2: malformed"));
+}
+
+TEST_CASE("wait_stream (a StreamWait without an event) orders the waiting stream after the other", "[time]") {
+  Builder b;
+  const int m = b.stream(0, "compute"), c = b.stream(0, "copy");
+  b.kernel(m, 2e6);
+  Op wait;
+  wait.kind = OpKind::StreamWait;
+  wait.stream = c;
+  wait.sync_stream = m;
+  b.add(wait);
+  b.copy(c, 1000, CopyKind::DeviceToHost);
+  const Schedule s = schedule_step(b.model, round_device());
+  CHECK(s.model.ops[2].start_ns == 2000);
+  CHECK(s.step_ns == 3000);
+}
