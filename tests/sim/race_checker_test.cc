@@ -2,7 +2,6 @@
 // mutation testing of the correct ones, the dependency graph, and throughput.
 #include <catch2/catch.hpp>
 
-#include <chrono>
 #include <cstdio>
 
 #include "sim/dependency_graph.h"
@@ -292,29 +291,7 @@ TEST_CASE("dependency graph: critical path of a two-stream overlap", "[streams]"
   CHECK(path.ops == std::vector<int>{p, copy});
 }
 
-TEST_CASE("race checker throughput is at least 5 million ops per second", "[streams][perf]") {
-  const Plan plan = parse_plan("base_model: Llama-3.1-70B\nsequence_len: 4096\ngradient_checkpointing: true\n"
-                               "activation_offloading: true\ngradient_accumulation_steps: 16\ntiled_mlp: true\n"
-                               "tiled_mlp_num_shards: 8\nhookstream:\n  world_size: 8\n  iterations: 1\n",
-                               "perf.yaml");
-  const ModelStructure structure = build_model_structure(plan);
-  ExpansionOptions options;
-  options.all_ranks = true;
-  const EventModel model = expand_step(plan, structure, load_stream_protocol("double_buffer_events"), options);
-  REQUIRE(model.ops.size() > 100000);
-  RaceCheckOptions check;
-  check.suggest_fixes = false;
-  double best = 0;
-  for (int run = 0; run < 3; ++run) {
-    const auto start = std::chrono::steady_clock::now();
-    const RaceReport report = check_races(model, check);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    CHECK(report.ok());
-    best = std::max(best, model.ops.size() / seconds);
-  }
-  std::printf("race checker: %zu ops, %.1f million ops/s (best of 3)\n", model.ops.size(), best / 1e6);
-  CHECK(best >= 5e6);
-}
+// Throughput (>= 5 million ops/s) is measured by bench/streams_bench.cc, not asserted in a test.
 
 TEST_CASE("dependency graph of an expanded step: slow copies put the reloads on the critical path", "[streams]") {
   const EventModel model = expand(load_stream_protocol("single_buffer"));
