@@ -1,6 +1,8 @@
 // `hookstream plan`: runs the real binary on the bundled default plan.
 #include <catch2/catch.hpp>
 
+#include "tests/cli/run_binary.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -10,21 +12,8 @@
 #include <sys/wait.h>
 
 namespace {
-struct PlanRun {
-  int exit_code;
-  std::string out;
-};
-PlanRun run_plan(const std::string& args) {
-  const std::string command = std::string(HOOKSTREAM_BINARY) + " plan " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return PlanRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using PlanRun = hookstream::testing::BinaryRun;
+PlanRun run_plan(const std::string& args) { return hookstream::testing::run_binary("plan " + args); }
 const std::string kDefault = std::string(HOOKSTREAM_SOURCE_DIR) + "/plans/default.yaml";
 }  // namespace
 

@@ -2,6 +2,8 @@
 // errors, the JSON schema of docs/replay.md, several files as ranks, no partial output file.
 #include <catch2/catch.hpp>
 
+#include "tests/cli/run_binary.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -10,21 +12,8 @@
 #include <sys/wait.h>
 
 namespace {
-struct ReplayRun {
-  int exit_code;
-  std::string out;
-};
-ReplayRun replay(const std::string& args) {
-  const std::string command = std::string(HOOKSTREAM_BINARY) + " replay " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return ReplayRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using ReplayRun = hookstream::testing::BinaryRun;
+ReplayRun replay(const std::string& args) { return hookstream::testing::run_binary("replay " + args); }
 std::string trace(const std::string& relative) {
   return std::string(HOOKSTREAM_SOURCE_DIR) + "/../shared/traces/" + relative;
 }

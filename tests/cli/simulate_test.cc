@@ -1,6 +1,8 @@
 // `hookstream simulate`: exit codes, races with evidence, JSON shape, bad protocol input.
 #include <catch2/catch.hpp>
 
+#include "tests/cli/run_binary.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -10,21 +12,8 @@
 #include <unistd.h>
 
 namespace {
-struct Run {
-  int exit_code;
-  std::string out;
-};
-Run run(const std::string& args) {
-  const std::string command = std::string(HOOKSTREAM_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using Run = hookstream::testing::BinaryRun;
+Run run(const std::string& args) { return hookstream::testing::run_binary(args); }
 std::filesystem::path temp_dir() {
   const auto dir = std::filesystem::temp_directory_path() / "hookstream-simulate-test";
   std::filesystem::create_directories(dir);
