@@ -40,6 +40,15 @@ std::string first_line(const std::string& text, size_t limit = 160) {
   return line;
 }
 
+std::string cost_delta(const std::optional<PlanCost>& before, const std::optional<PlanCost>& after) {
+  if (!before || !after || before->step_seconds <= 0) return "";
+  const double time_change = (after->step_seconds / before->step_seconds - 1) * 100;
+  const double gib = 1024.0 * 1024 * 1024;
+  return fmt::format("cost on {}: step {:.3f} s -> {:.3f} s ({:+.1f}%), peak memory {:.2f} -> {:.2f} GiB",
+                     after->device, before->step_seconds, after->step_seconds, time_change,
+                     before->peak_device_bytes / gib, after->peak_device_bytes / gib);
+}
+
 std::string fix_inline(const std::vector<FixChange>& changes) {
   std::string out;
   for (size_t i = 0; i < changes.size(); ++i) out += (i ? ", " : "") + changes[i].key + ": " + changes[i].value;
@@ -125,6 +134,8 @@ std::string render_text(const VerifyResult& r, bool colour) {
     out += fmt::format("{}fixes{}    (each re-verified by simulating every rank and iteration)\n", s.bold(), s.reset());
     for (size_t i = 0; i < r.fixes.size(); ++i) {
       out += fmt::format("  {}. {}\n", i + 1, r.fixes[i].rationale);
+      const std::string cost = cost_delta(r.cost, r.fixes[i].cost);
+      if (!cost.empty()) out += fmt::format("     {}{}{}\n", s.dim(), cost, s.reset());
       std::string yaml = fix_yaml(r.fixes[i].changes);
       size_t start = 0;
       while (start < yaml.size()) {
@@ -140,6 +151,10 @@ std::string render_text(const VerifyResult& r, bool colour) {
     out += fmt::format("  {}not a fix: {} -> still {}{}\n", s.dim(), fix_inline(rej.changes), rej.outcome, s.reset());
   }
   return out;
+}
+
+nlohmann::json cost_json(const PlanCost& cost) {
+  return {{"device", cost.device}, {"step_seconds", cost.step_seconds}, {"peak_device_bytes", cost.peak_device_bytes}};
 }
 
 nlohmann::json finding_json(const Finding& f) {
@@ -180,13 +195,16 @@ nlohmann::json render_json(const VerifyResult& r) {
     j["rebuilt_buckets"] = nullptr;
   }
   j["ok"] = r.ok();
+  j["predicted"] = r.cost ? cost_json(*r.cost) : nlohmann::json(nullptr);
   j["findings"] = nlohmann::json::array();
   for (const auto& f : r.simulation.findings) j["findings"].push_back(finding_json(f));
   j["fixes"] = nlohmann::json::array();
   for (const auto& fix : r.fixes) {
     nlohmann::json changes = nlohmann::json::array();
     for (const auto& c : fix.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
-    j["fixes"].push_back({{"changes", changes}, {"yaml", fix_yaml(fix.changes)}, {"rationale", fix.rationale}, {"verified", true}});
+    nlohmann::json entry = {{"changes", changes}, {"yaml", fix_yaml(fix.changes)}, {"rationale", fix.rationale}, {"verified", true}};
+    entry["predicted"] = fix.cost ? cost_json(*fix.cost) : nlohmann::json(nullptr);
+    j["fixes"].push_back(entry);
   }
   j["rejected_fixes"] = nlohmann::json::array();
   for (const auto& rej : r.rejected) {

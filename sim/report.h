@@ -12,6 +12,7 @@ namespace hookstream {
 std::string render_text(const VerifyResult& result, bool colour);
 nlohmann::json render_json(const VerifyResult& result);
 nlohmann::json finding_json(const Finding& finding);
+nlohmann::json cost_json(const PlanCost& cost);
 std::string ranks_text(const std::vector<int>& ranks);
 // The YAML lines a fix changes, e.g. "gradient_checkpointing_kwargs:\n  use_reentrant: false".
 std::string fix_yaml(const std::vector<FixChange>& changes);

@@ -5,7 +5,9 @@
 #include <set>
 #include <sstream>
 
+#include "sim/device_spec.h"
 #include "sim/input_error.h"
+#include "sim/step_prediction.h"
 
 namespace hookstream {
 
@@ -46,6 +48,16 @@ std::string describe(const Finding& f) {
 }
 
 }  // namespace
+
+std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure) {
+  try {
+    const DeviceSpec device = find_device_spec(plan.gpu);
+    const StepPrediction prediction = predict_step(plan, structure, device);
+    return PlanCost{plan.gpu, prediction.schedule.step_ns * 1e-9, prediction.memory.device_peak.total()};
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
 
 std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
   std::vector<VerifiedFix> out;
@@ -105,7 +117,9 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
   result.simulation = simulate_ddp(result.plan, result.structure, sim_options);
   if (result.ok() || !options.search_fixes) return result;
 
-  auto try_changes = [&](const std::vector<FixChange>& changes, std::string* failure) {
+  if (options.cost_fixes) result.cost = predict_cost(result.plan, result.structure);
+  auto try_changes = [&](const std::vector<FixChange>& changes, std::string* failure,
+                         std::optional<PlanCost>* cost) {
     LoadOptions fixed = source.options;
     for (const auto& c : changes) fixed.set.push_back(c.key + "=" + c.value);
     Plan plan;
@@ -119,14 +133,16 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
     ModelStructure structure = build_model_structure(plan);
     DdpSimulation sim = simulate_ddp(plan, structure);
     if (!sim.ok() && failure) *failure = describe(sim.findings.front());
+    if (sim.ok() && cost && options.cost_fixes) *cost = predict_cost(plan, structure);
     return sim.ok();
   };
 
   const std::vector<VerifiedFix> singles = candidate_fixes(result.plan);
   for (const auto& fix : singles) {
     std::string failure;
-    if (try_changes(fix.changes, &failure)) {
-      result.fixes.push_back(fix);
+    VerifiedFix verified = fix;
+    if (try_changes(fix.changes, &failure, &verified.cost)) {
+      result.fixes.push_back(std::move(verified));
     } else {
       result.rejected.push_back(RejectedFix{fix.changes, failure});
     }
@@ -137,9 +153,8 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
       for (size_t j = i + 1; j < singles.size(); ++j) {
         std::vector<FixChange> changes = singles[i].changes;
         changes.insert(changes.end(), singles[j].changes.begin(), singles[j].changes.end());
-        if (try_changes(changes, nullptr)) {
-          result.fixes.push_back(VerifiedFix{changes, singles[i].rationale + "; and " + singles[j].rationale});
-        }
+        VerifiedFix pair{changes, singles[i].rationale + "; and " + singles[j].rationale, std::nullopt};
+        if (try_changes(changes, nullptr, &pair.cost)) result.fixes.push_back(std::move(pair));
       }
     }
   }

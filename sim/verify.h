@@ -2,6 +2,7 @@
 // plan try the changes users actually make, keeping only those the simulator proves clean.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,17 @@ struct FixChange {
   std::string value;  // YAML value
 };
 
+// What a plan costs on its GPU (plan.gpu), by the memory and time models.
+struct PlanCost {
+  std::string device;
+  double step_seconds = 0;
+  int64_t peak_device_bytes = 0;
+};
+
 struct VerifiedFix {
   std::vector<FixChange> changes;
   std::string rationale;
+  std::optional<PlanCost> cost;  // predicted cost of the plan with this change
 };
 
 struct RejectedFix {
@@ -40,16 +49,22 @@ struct VerifyResult {
   DdpSimulation simulation;
   std::vector<VerifiedFix> fixes;      // only when the plan fails
   std::vector<RejectedFix> rejected;   // tried, and the simulator showed they do not fix it
+  std::optional<PlanCost> cost;        // predicted cost of the plan as given (when fixes are searched)
   bool ok() const { return simulation.ok(); }
 };
 
 struct VerifyOptions {
   bool search_fixes = true;
+  bool cost_fixes = true;  // predict step time and peak memory of the plan and of each fix
   bool record_steps = false;
   bool deduplicate_ranks = true;  // see DdpSimulationOptions
 };
 
 VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options = {});
+
+// The plan's predicted step time and peak device memory; nullopt when the models cannot run for it
+// (an unknown GPU name, a protocol file that cannot be read: verify itself does not need them).
+std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure);
 
 // The candidate changes for a plan, in the order users reach for them.
 std::vector<VerifiedFix> candidate_fixes(const Plan& plan);

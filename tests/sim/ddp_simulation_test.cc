@@ -100,3 +100,19 @@ TEST_CASE("ranks with identical plans are simulated once; overrides split them",
   const VerifyResult split = verify_file("tests/plans/ddp/rank_unused_module.yaml");
   CHECK(split.simulation.rank_classes.size() == 2);
 }
+
+TEST_CASE("each verified fix carries its predicted cost next to the plan's own", "[ddp]") {
+  const VerifyResult r = verify_file("plans/default.yaml");
+  REQUIRE(r.cost.has_value());
+  CHECK(r.cost->device == "H100-SXM");
+  CHECK(r.cost->step_seconds > 0);
+  CHECK(r.cost->peak_device_bytes > 0);
+  REQUIRE_FALSE(r.fixes.empty());
+  for (const VerifiedFix& fix : r.fixes) {
+    REQUIRE(fix.cost.has_value());
+    CHECK(fix.cost->step_seconds > 0);
+  }
+  // A passing plan needs no fixes and pays for no predictions.
+  const VerifyResult clean = verify_file("tests/plans/ddp/plain.yaml");
+  CHECK_FALSE(clean.cost.has_value());
+}
