@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,4 +93,23 @@ TEST_CASE("simulate: bad protocol input is one line and exit 2", "[cli][streams]
   CHECK(lines(undefined.out) == 1);
   CHECK(undefined.out.find("bad_protocol.yaml:4") != std::string::npos);
   CHECK(undefined.out.find("undefined stream `copy`") != std::string::npos);
+}
+
+TEST_CASE("simulate --timeline writes the race-checked step as a Chrome trace", "[cli][streams]") {
+  const std::string timeline = (temp_dir() / ("timeline-" + std::to_string(getpid()) + ".json")).string();
+  std::filesystem::remove(timeline);
+  const Run r = run("simulate " + offload_plan() + " --timeline " + timeline);
+  CHECK(r.exit_code == 0);
+  std::ifstream in(timeline);
+  REQUIRE(in.good());
+  const auto trace = nlohmann::json::parse(in);
+  std::set<std::string> tracks;
+  bool flow = false;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("ph", "") == "X") tracks.insert(std::to_string(e.value("pid", -1)) + "/" + std::to_string(e.value("tid", -1)));
+    flow = flow || e.value("ph", "") == "s";
+  }
+  CHECK(tracks.size() >= 2);  // compute and copy streams at least
+  CHECK(flow);                // event record -> wait arrows
+  std::filesystem::remove(timeline);
 }

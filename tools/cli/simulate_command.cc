@@ -3,7 +3,11 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 
+#include "sim/device_spec.h"
+#include "sim/memory_model.h"
 #include "sim/simulation_report.h"
+#include "sim/time_model.h"
+#include "sim/timeline.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {
@@ -19,6 +23,7 @@ struct SimulateArgs {
   int devices_per_process = 1;
   std::string format = "text";
   std::string output;
+  std::string timeline;
 };
 
 int run_simulate(const SimulateArgs& args) {
@@ -31,6 +36,14 @@ int run_simulate(const SimulateArgs& args) {
   options.expansion.all_ranks = args.all_ranks;
   options.expansion.devices_per_process = args.devices_per_process;
   const SimulationReport report = simulate_plan(read_plan_source(args.plan, load), args.plan, options);
+  if (!args.timeline.empty()) {
+    // The very step that was race-checked, scheduled by the time model on the plan's GPU: one track
+    // per rank and stream, flows for event waits, device memory as counters (open in Perfetto).
+    const Schedule schedule = schedule_step(report.streams.step, find_device_spec(report.ddp.plan.gpu));
+    TimelineOptions timeline;
+    timeline.memory = memory_over_ops(schedule.model);
+    emit(chrome_trace_json(schedule.model, timeline), args.timeline);
+  }
   if (args.format == "json") {
     emit(render_simulation_json(report).dump(2) + "\n", args.output);
   } else {
@@ -52,6 +65,7 @@ Command register_simulate_command(CLI::App& app) {
   cmd->add_option("--devices-per-process", args->devices_per_process, "devices one process drives (default 1)")->check(CLI::Range(1, 8));
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("-o,--output", args->output, "write the report to FILE instead of stdout");
+  cmd->add_option("--timeline", args->timeline, "write the simulated step as a Chrome trace JSON (opens in Perfetto)");
   return Command{cmd, [args] { return run_simulate(*args); }};
 }
 
