@@ -8,19 +8,52 @@
 
 namespace hookstream {
 
-LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch) {
+LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch, const ModelStructure* structure, int layer) {
   const double tokens = static_cast<double>(sequence_len) * micro_batch;
   const double h = model.hidden_size;
   const double head_dim = model.head_dim > 0 ? model.head_dim : (model.num_attention_heads > 0 ? h / model.num_attention_heads : 0);
   const double q_width = model.num_attention_heads * head_dim;
   const double kv_width = model.num_key_value_heads * head_dim;
   const double inter = model.intermediate_size;
+  const DecoderLayerUse* use =
+      structure != nullptr && layer >= 0 && layer < static_cast<int>(structure->layers.size()) ? &structure->layers[layer] : nullptr;
+  static const LinearUse kAbsent;
+  struct Projection {
+    const LinearUse& linear;
+    double in, out;
+    bool mlp;
+  };
+  const Projection projections[] = {
+      {use ? use->q : kAbsent, h, q_width, false},  {use ? use->k : kAbsent, h, kv_width, false},
+      {use ? use->v : kAbsent, h, kv_width, false}, {use ? use->o : kAbsent, q_width, h, false},
+      {use ? use->gate : kAbsent, h, inter, true},  {use ? use->up : kAbsent, h, inter, true},
+      {use ? use->down : kAbsent, inter, h, true}};
   LayerCost cost;
-  // 2*m*n*k per projection: q, k, v, o, then gate, up, down.
-  cost.mlp_flops = 2 * tokens * h * inter * 3;
-  cost.projection_flops = 2 * tokens * h * (q_width + 2 * kv_width) + 2 * tokens * q_width * h + cost.mlp_flops;
+  for (const Projection& p : projections) {
+    const double base = 2 * tokens * p.in * p.out;
+    // The input gradient is always computed (earlier layers and LoRA need it); the weight gradient
+    // only for a trainable weight: a frozen (LoRA/QLoRA base) weight costs 1x forward in backward.
+    const bool trainable = use == nullptr || (p.linear.weight >= 0 && structure->parameters[p.linear.weight].trainable);
+    double forward_lora = 0;
+    if (use != nullptr && p.linear.lora_a >= 0) {
+      const double r = static_cast<double>(structure->parameters[p.linear.lora_a].shape[0]);  // lora_A is [r, in]
+      forward_lora = 2 * tokens * r * (p.in + p.out);
+    }
+    // LoRA A and B are trainable: input and weight gradients of both, 2x their forward.
+    const double backward = base * (trainable ? 2 : 1) + 2 * forward_lora;
+    cost.projection_flops += base;
+    cost.lora_flops += forward_lora;
+    if (p.mlp) {
+      cost.mlp_flops += base;
+      cost.lora_mlp_flops += forward_lora;
+      cost.mlp_backward_flops += backward;
+    } else {
+      cost.attention_backward_flops += backward;
+    }
+  }
   // QK^T and PV: 2 GEMMs of 2*seq*seq*head_dim per head; causal masking halves the useful work.
   cost.attention_flops = 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
+  cost.attention_backward_flops += 2 * cost.attention_flops;
   cost.hidden_state_bytes = static_cast<int64_t>(model.hidden_size) * sequence_len * micro_batch * dtype_bytes(model.torch_dtype);
   return cost;
 }
@@ -101,7 +134,10 @@ class StepExpander {
     devices_.clear();
     for (int d = 0; d < options_.devices_per_process; ++d) devices_.push_back(make_device(rank, d));
     const int sequence = plan_.sequence_len_for(rank, options_.iteration);
-    cost_ = layer_cost(plan_.model, sequence, plan_.micro_batch_size);
+    hidden_bytes_ = layer_cost(plan_.model, sequence, plan_.micro_batch_size).hidden_state_bytes;
+    costs_.clear();
+    for (int layer = 0; layer < layers_; ++layer) costs_.push_back(layer_cost(plan_.model, sequence, plan_.micro_batch_size, &structure_, layer));
+    cost_head(sequence);
     shards_ = plan_.tiled_shards_for(rank, options_.iteration);
     for (Device& device : devices_) size_buffers(device);
     const int micro_steps = std::max(1, plan_.gradient_accumulation_steps);
@@ -114,9 +150,60 @@ class StepExpander {
     for (Device& device : devices_) {
       Op& op = add(OpKind::Kernel, device.current(), "optimizer step", "optimizer", -1);
       for (int bucket : device.buckets) op.accesses.push_back({bucket, 0, -1, false});
-      op.bytes = 0;
-      for (int64_t bytes : bucket_bytes_) op.bytes += bytes;
+      op.bytes = head_.optimizer_bytes;
     }
+  }
+
+  // Cost inputs outside the decoder layers (the vision tower is not costed).
+  struct HeadCost {
+    int64_t embedding_forward_bytes = 0, embedding_backward_bytes = 0;
+    int64_t norm_forward_bytes = 0, norm_backward_bytes = 0;
+    double lm_head_flops = 0, lm_head_backward_flops = 0;
+    int64_t loss_forward_bytes = 0, loss_backward_bytes = 0;
+    int64_t optimizer_bytes = 0;
+  };
+
+  // torch.optim.AdamW touches, per trainable element: exp_avg and exp_avg_sq read and written (4
+  // accesses in the state dtype, which is the parameter's: zeros_like(param); 16 bytes for fp32
+  // states), the parameter read and written (2) and its grad read (1). That is the one-pass
+  // (fused) traffic; the foreach implementation makes more passes, so this is a lower bound.
+  static constexpr int kAdamWAccessesPerElement = 7;
+
+  void cost_head(int sequence) {
+    const int64_t hidden = hidden_bytes_;
+    const double tokens = static_cast<double>(sequence) * plan_.micro_batch_size;
+    const double vocab = plan_.model.vocab_size;
+    const int element = dtype_bytes(plan_.model.torch_dtype);
+    const auto trainable = [&](int parameter) { return parameter >= 0 && structure_.parameters[parameter].trainable; };
+    HeadCost head;
+    // Embedding: a gather of one row per token (read it, write the hidden state). Its backward, only
+    // for a trainable table, zero-fills the vocab x hidden grad, then scatter-adds the token grads.
+    head.embedding_forward_bytes = 2 * hidden;
+    if (trainable(structure_.embed)) {
+      head.embedding_backward_bytes = static_cast<int64_t>(vocab * plan_.model.hidden_size * element) + 3 * hidden;
+    }
+    // Final RMSNorm: reads and writes a hidden state; backward reads grad and input, writes grad.
+    head.norm_forward_bytes = 2 * hidden;
+    head.norm_backward_bytes = 3 * hidden;
+    // lm_head: the input gradient is always needed (the decoder is upstream); the weight gradient
+    // only for a trainable (or tied, trainable) head.
+    head.lm_head_flops = 2 * tokens * plan_.model.hidden_size * vocab;
+    head.lm_head_backward_flops = head.lm_head_flops * (trainable(structure_.lm_head) ? 2 : 1);
+    // Cross-entropy of stock transformers (ForCausalLMLoss, unchunked), memory-bound over the
+    // logits: forward reads the logits and writes their fp32 upcast (element + 4), log_softmax reads
+    // that and writes its fp32 output (4 + 4); backward writes nll's dense fp32 grad (4),
+    // log_softmax backward reads it and its saved output and writes (4 + 4 + 4), the upcast's
+    // backward reads that and writes the logits' grad (4 + element).
+    const double logits = tokens * vocab;
+    head.loss_forward_bytes = static_cast<int64_t>(logits * (element + 12));
+    head.loss_backward_bytes = static_cast<int64_t>(logits * (element + 20));
+    for (const Parameter& parameter : structure_.parameters) {
+      if (!parameter.trainable) continue;
+      // PEFT keeps LoRA adapters in fp32 on a bf16 base (autocast_adapter_dtype; memory model).
+      const int64_t bytes = parameter.name.find(".lora_") != std::string::npos ? parameter.numel() * 4 : parameter.bytes();
+      head.optimizer_bytes += kAdamWAccessesPerElement * bytes;
+    }
+    head_ = head;
   }
 
   Device make_device(int rank, int d) {
@@ -160,10 +247,10 @@ class StepExpander {
   }
 
   void size_buffers(const Device& device) {
-    for (int i = 0; i <= layers_; ++i) model_.buffers[device.hidden + i].bytes = cost_.hidden_state_bytes;
+    for (int i = 0; i <= layers_; ++i) model_.buffers[device.hidden + i].bytes = hidden_bytes_;
     for (size_t p = 0; p < protocol_.buffers.size(); ++p) {
       const int count = protocol_.buffers[p].count < 0 ? layers_ : protocol_.buffers[p].count;
-      for (int slot = 0; slot < count; ++slot) model_.buffers[device.buffers[p] + slot].bytes = cost_.hidden_state_bytes;
+      for (int slot = 0; slot < count; ++slot) model_.buffers[device.buffers[p] + slot].bytes = hidden_bytes_;
     }
   }
 
@@ -188,6 +275,7 @@ class StepExpander {
   void forward() {
     for (Device& device : devices_) {
       Op& embed = add(OpKind::Kernel, device.current(), "embedding forward", "forward", -1);
+      embed.bytes = head_.embedding_forward_bytes;
       embed.accesses.push_back({device.hidden, 0, -1, true});
     }
     reset_counters();
@@ -197,14 +285,19 @@ class StepExpander {
           run_steps(device, protocol_.forward, layer, "forward");
         } else {
           Op& op = add(OpKind::Kernel, device.current(), layer_name(layer, "forward"), "forward", layer);
-          op.flops = cost_.projection_flops + cost_.attention_flops;
+          op.flops = costs_[layer].forward_flops();
           op.accesses = {{device.hidden + layer, 0, -1, false}, {device.hidden + layer + 1, 0, -1, true}};
         }
       }
     }
     for (Device& device : devices_) {
-      Op& head = add(OpKind::Kernel, device.current(), "lm_head and loss forward", "forward", -1);
-      head.accesses.push_back({device.hidden + layers_, 0, -1, false});
+      // Three ops, not one: norm and loss are bandwidth-bound, lm_head matrix-bound, and one op
+      // would be costed at the max of the two instead of their sum.
+      Op& norm = add(OpKind::Kernel, device.current(), "final norm forward", "forward", -1);
+      norm.bytes = head_.norm_forward_bytes;
+      norm.accesses.push_back({device.hidden + layers_, 0, -1, false});
+      add(OpKind::Kernel, device.current(), "lm_head forward", "forward", -1).flops = head_.lm_head_flops;
+      add(OpKind::Kernel, device.current(), "loss forward", "forward", -1).bytes = head_.loss_forward_bytes;
     }
   }
 
@@ -212,9 +305,14 @@ class StepExpander {
 
   void backward(bool synced) {
     for (Device& device : devices_) {
-      Op& head = add(OpKind::Kernel, device.current(), "lm_head and loss backward", "backward", -1);
-      head.accesses.push_back({device.hidden + layers_, 0, -1, false});
-      add_bucket_writes(device, head, 0);
+      add(OpKind::Kernel, device.current(), "loss backward", "backward", -1).bytes = head_.loss_backward_bytes;
+      Op& lm_head = add(OpKind::Kernel, device.current(), "lm_head backward", "backward", -1);
+      lm_head.flops = head_.lm_head_backward_flops;
+      add_bucket_writes(device, lm_head, 0);
+      Op& norm = add(OpKind::Kernel, device.current(), "final norm backward", "backward", -1);
+      norm.bytes = head_.norm_backward_bytes;
+      norm.accesses.push_back({device.hidden + layers_, 0, -1, false});
+      add_bucket_writes(device, norm, 0);
       if (synced) launch_buckets(device, 0);
     }
     reset_counters();
@@ -231,6 +329,7 @@ class StepExpander {
     }
     for (Device& device : devices_) {
       Op& embed = add(OpKind::Kernel, device.current(), "embedding backward", "backward", -1);
+      embed.bytes = head_.embedding_backward_bytes;
       add_bucket_writes(device, embed, layers_ + 1);
       if (!synced) continue;
       launch_buckets(device, layers_ + 1);
@@ -260,17 +359,20 @@ class StepExpander {
     }
   }
 
-  // The backward of one decoder layer: attention, then the MLP once per tiled-MLP chunk.
+  // The backward of one decoder layer: attention, then the MLP once per tiled-MLP chunk. A tiled
+  // MLP saved only its input, so each chunk first recomputes its MLP forward (with grad), on top
+  // of any checkpoint recompute of the whole layer.
   void backward_kernels(const Device& device, int stream, int layer, const std::vector<BufferAccess>& accesses) {
     const int position = 1 + (layers_ - 1 - layer);
+    const LayerCost& cost = costs_[layer];
     Op& attention = add(OpKind::Kernel, stream, layer_name(layer, "attention backward"), "backward", layer);
-    attention.flops = 2 * (cost_.projection_flops - cost_.mlp_flops + cost_.attention_flops);
+    attention.flops = cost.attention_backward_flops;
     attention.accesses = accesses;
     add_bucket_writes(device, attention, position);
     for (int chunk = 0; chunk < shards_; ++chunk) {
       const std::string name = shards_ > 1 ? "mlp backward chunk " + std::to_string(chunk + 1) + " of " + std::to_string(shards_) : "mlp backward";
       Op& mlp = add(OpKind::Kernel, stream, layer_name(layer, name), "backward", layer);
-      mlp.flops = 2 * cost_.mlp_flops / shards_;
+      mlp.flops = (cost.mlp_backward_flops + (plan_.tiled_mlp ? cost.mlp_forward_flops() : 0)) / shards_;
       mlp.accesses = accesses;
       add_bucket_writes(device, mlp, position);
     }
@@ -338,7 +440,7 @@ class StepExpander {
           op.copy = step.copy;
           op.source = model_.buffers[from].memory;
           op.destination = model_.buffers[to].memory;
-          op.bytes = cost_.hidden_state_bytes;
+          op.bytes = hidden_bytes_;
           // cudaMemcpyAsync with pageable host memory returns only when the copy is done (CUDA
           // runtime API, "API synchronization behavior"); so does copy_(non_blocking=False).
           op.blocks_host = step.blocking || op.source == MemoryKind::PageableHost || op.destination == MemoryKind::PageableHost;
@@ -354,7 +456,7 @@ class StepExpander {
           } else {
             const bool recompute = step.what == "recompute";
             Op& op = add(OpKind::Kernel, on, layer_name(layer, recompute ? "recompute" : "forward"), recompute ? "recompute" : phase, layer);
-            op.flops = cost_.projection_flops + cost_.attention_flops;
+            op.flops = costs_[layer].forward_flops();  // a recompute is one more forward of the layer
             op.accesses = std::move(accesses);
           }
           break;
@@ -406,7 +508,9 @@ class StepExpander {
   int rank_ = 0;
   int micro_ = 0;
   int shards_ = 1;
-  LayerCost cost_;
+  std::vector<LayerCost> costs_;  // per decoder layer (trainable flags may differ by layer)
+  HeadCost head_;
+  int64_t hidden_bytes_ = 0;  // one hidden state: what offload copies move
 };
 
 }  // namespace

@@ -36,14 +36,29 @@ struct ExpansionOptions {
   const BucketAssignment* buckets = nullptr;
 };
 
-// Cost inputs of one decoder layer for `tokens` = micro_batch * sequence tokens.
+// Cost inputs of one decoder layer for `tokens` = micro_batch * sequence tokens. FLOPs count the
+// GEMMs only (2*m*n*k each); norms, RoPE and activations are left out.
 struct LayerCost {
-  double projection_flops = 0;  // q, k, v, o, gate, up, down: 2*m*n*k each
-  double attention_flops = 0;   // 4 * seq^2 * heads * head_dim * batch, halved for causal masks
-  double mlp_flops = 0;         // gate, up, down only (tiled MLP chunks split it)
+  double projection_flops = 0;  // forward base GEMMs q, k, v, o, gate, up, down
+  double attention_flops = 0;   // forward QK^T and PV: 4 * seq^2 * heads * head_dim * batch, halved for causal masks
+  double mlp_flops = 0;         // forward base gate, up, down only (tiled MLP chunks split it)
+  double lora_flops = 0;        // forward LoRA A and B GEMMs of every adapted projection
+  double lora_mlp_flops = 0;    // the part of lora_flops in gate, up, down
+  // Backward: every projection's input-gradient GEMM (1x its forward), its weight-gradient GEMM
+  // only when the weight is trainable (1x more), LoRA's A and B input and weight gradients (2x),
+  // the attention core's dQ, dK, dV, dP (2x).
+  double attention_backward_flops = 0;  // q, k, v, o (+ LoRA) and the attention core
+  double mlp_backward_flops = 0;        // gate, up, down (+ LoRA)
   int64_t hidden_state_bytes = 0;  // hidden_size * sequence_len * micro_batch * dtype bytes
+
+  double forward_flops() const { return projection_flops + lora_flops + attention_flops; }
+  double mlp_forward_flops() const { return mlp_flops + lora_mlp_flops; }
+  double backward_flops() const { return attention_backward_flops + mlp_backward_flops; }
 };
-LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch);
+// Without `structure`: every weight trainable, no adapter (a full fine-tune). With it: decoder
+// layer `layer`'s trainable flags and LoRA pairs.
+LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch,
+                     const ModelStructure* structure = nullptr, int layer = -1);
 
 EventModel expand_step(const Plan& plan, const ModelStructure& structure, const StreamProtocol& protocol,
                        const ExpansionOptions& options = {});
