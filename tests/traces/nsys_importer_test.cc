@@ -3,6 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
+#include <sqlite3.h>
+#include <string>
+#include <vector>
 
 #include "traces/importers/nsys/nsys_importer.h"
 #include "trace_test_files.h"
@@ -102,4 +106,39 @@ TEST_CASE("nsys first_rank numbers the file's process", "[traces][nsys]") {
   const EventModel m = import_nsys_sqlite(test::shared_trace("nsys/fuser-report1-nsys2024.6.sqlite"), 5);
   for (const Stream& s : m.streams) CHECK(s.rank == 5);
   for (const Op& op : m.ops) CHECK(op.rank == 5);
+}
+
+// 2022-era exports name the metadata table EXPORT_META_DATA and have no ENUM_* tables
+// (trace-formats.md). None of the shared traces is that old, so one is derived from the real
+// cloverleaf export with the sqlite3 API, and must import to exactly the same model.
+TEST_CASE("a 2022-style export (EXPORT_META_DATA, no ENUM tables) imports like the original", "[traces][nsys]") {
+  const auto dir = test::temp_dir("nsys2022");
+  const std::string original = test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite");
+  const std::string old_style = (dir / "cloverleaf-2022-style.sqlite").string();
+  std::filesystem::copy_file(original, old_style);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(old_style.c_str(), &db) == SQLITE_OK);
+  std::vector<std::string> enums;
+  sqlite3_exec(
+      db, "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'ENUM_%'",
+      [](void* out, int, char** values, char**) {
+        static_cast<std::vector<std::string>*>(out)->push_back(values[0]);
+        return 0;
+      },
+      &enums, nullptr);
+  REQUIRE_FALSE(enums.empty());
+  for (const std::string& table : enums) {
+    REQUIRE(sqlite3_exec(db, ("DROP TABLE " + table).c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  }
+  REQUIRE(sqlite3_exec(db, "ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+
+  const EventModel fresh = import_nsys_sqlite(original);
+  const EventModel old = import_nsys_sqlite(old_style);
+  CHECK(old.ops.size() == fresh.ops.size());
+  CHECK(count(old, OpKind::Kernel) == 1312);
+  CHECK(count(old, OpKind::Copy) == 279);
+  CHECK(count(old, OpKind::DeviceSync) == 1312);
+  CHECK(old.streams.size() == fresh.streams.size());
+  std::filesystem::remove_all(dir);
 }
