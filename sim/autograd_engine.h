@@ -76,6 +76,7 @@ class AutogradEngine {
   SimTensor parameter_leaf(int parameter);
   SimTensor fresh_leaf(const std::string& label);
   // An op over inputs; the output requires grad iff grad mode is on and some input requires it.
+  // Only Functions keep their label (it names the graph tasks they start); plain ops drop it.
   SimTensor op(const std::string& label, const std::vector<SimTensor>& inputs);
   // A custom autograd.Function: like op(), but `backward` runs when the node executes.
   SimTensor function(const std::string& label, const std::vector<SimTensor>& inputs,
@@ -100,7 +101,6 @@ class AutogradEngine {
   void clear_graph();
   // Forgets the graph tasks run so far (their ids restart at 0).
   void clear_tasks();
-  // Plain ops take their label as a view: it is not stored (see function()).
 
  private:
   int add_node(GradNode node);

@@ -1,17 +1,11 @@
 #include "sim/closest_name.h"
 
+#include "sim/data_files.h"
+
 #include <algorithm>
 #include <cctype>
 
 namespace hookstream {
-
-namespace {
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-}  // namespace
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
@@ -30,11 +24,11 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string closest_name(const std::string& name, const std::vector<std::string>& known) {
-  const std::string wanted = lower(name);
+  const std::string wanted = lowercase(name);
   std::string best;
   size_t best_distance = std::max<size_t>(2, wanted.size() / 3) + 1;
   for (const std::string& candidate : known) {
-    const size_t distance = edit_distance(wanted, lower(candidate));
+    const size_t distance = edit_distance(wanted, lowercase(candidate));
     if (distance < best_distance) {
       best = candidate;
       best_distance = distance;

@@ -1,5 +1,7 @@
 #include "sim/device_spec.h"
 
+#include "sim/data_files.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -16,10 +18,6 @@ namespace hookstream {
 
 namespace {
 
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
-  return text;
-}
 
 std::string where(const std::string& source, const YAML::Node& node) {
   const YAML::Mark mark = node.Mark();
@@ -71,11 +69,6 @@ const YAML::Node required(const std::string& source, const YAML::Node& map, cons
   return node;
 }
 
-std::string data_dir() {
-  const char* from_env = std::getenv("HOOKSTREAM_DATA_DIR");
-  if (from_env != nullptr && *from_env != '\0') return from_env;
-  return HOOKSTREAM_DATA_DIR;
-}
 
 }  // namespace
 
@@ -148,32 +141,24 @@ DeviceSpec load_device_spec(const std::string& path) {
 
 std::string device_dir() { return data_dir() + "/devices"; }
 
-std::vector<std::string> list_devices() {
-  std::vector<std::string> names;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(device_dir(), error)) {
-    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
-  }
-  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) { return lower(a) < lower(b); });
-  return names;
-}
+std::vector<std::string> list_devices() { return list_data_files("devices", ".yaml"); }
 
 DeviceSpec find_device_spec(const std::string& name_or_path) {
   std::error_code error;
   if (name_or_path.find('/') != std::string::npos || std::filesystem::is_regular_file(name_or_path, error)) {
     return load_device_spec(name_or_path);
   }
-  const std::string wanted = lower(name_or_path);
+  const std::string wanted = lowercase(name_or_path);
   const std::vector<std::string> names = list_devices();
   // File name first, then the aliases inside each file (sorted order: deterministic on clashes).
   for (const std::string& name : names) {
-    if (lower(name) == wanted) return load_device_spec(device_dir() + "/" + name + ".yaml");
+    if (lowercase(name) == wanted) return load_device_spec(device_dir() + "/" + name + ".yaml");
   }
   for (const std::string& name : names) {
     DeviceSpec spec = load_device_spec(device_dir() + "/" + name + ".yaml");
-    if (lower(spec.name) == wanted) return spec;
+    if (lowercase(spec.name) == wanted) return spec;
     for (const std::string& alias : spec.aliases) {
-      if (lower(alias) == wanted) return spec;
+      if (lowercase(alias) == wanted) return spec;
     }
   }
   std::string known;

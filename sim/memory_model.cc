@@ -17,11 +17,10 @@ constexpr int64_t kMinLargeAlloc = 10 * kMiB;
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-bool is_adapter(const Parameter& parameter) { return parameter.name.find(".lora_") != std::string::npos; }
 
 // The bytes a parameter (and its .grad) occupies. PEFT creates adapter weights in float32 even on a
 // bf16 base (LoraLayer.update_layer / `autocast_adapter_dtype=True`, the default since PEFT 0.12).
-int dtype_size(const Parameter& parameter) { return is_adapter(parameter) ? 4 : dtype_bytes(parameter.dtype); }
+int dtype_size(const Parameter& parameter) { return parameter.adapter ? 4 : dtype_bytes(parameter.dtype); }
 
 // Tensors of one moment, each rounded by the allocator separately.
 class Ledger {
@@ -209,7 +208,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   std::vector<int64_t> grads_by_layer(layers + 1, 0);  // [layers]: outside the decoder stack
   std::vector<int64_t> grad_tensors;
   for (const Parameter& p : structure.parameters) {
-    if (is_adapter(p)) {
+    if (p.adapter) {
       ledger.add(persistent, MemoryCategory::Adapters, stored_weight_bytes(p, plan));
     } else {
       ledger.add(persistent, MemoryCategory::Weights, stored_weight_bytes(p, plan));

@@ -3,6 +3,8 @@
 // ignored, as transformers' PretrainedConfig keeps unknown keys without using them.
 #include "sim/model_config.h"
 
+#include "sim/data_files.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -23,11 +25,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
 
 bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
@@ -139,7 +136,7 @@ DType parse_dtype(const ConfigReader& reader) {
     const json* value = reader.find(key, &dotted);
     if (value == nullptr) continue;
     if (value->is_string()) {
-      const std::string name = lower(value->get<std::string>());
+      const std::string name = lowercase(value->get<std::string>());
       if (name == "bfloat16" || name == "torch.bfloat16") return DType::BFloat16;
       if (name == "float16" || name == "torch.float16") return DType::Float16;
       if (name == "float32" || name == "torch.float32") return DType::Float32;
@@ -220,11 +217,6 @@ VisionTowerConfig parse_vision(const ConfigReader& reader, const json& vision, i
   return tower;
 }
 
-std::string data_dir() {
-  const char* from_env = std::getenv("HOOKSTREAM_DATA_DIR");
-  if (from_env != nullptr && *from_env != '\0') return from_env;
-  return HOOKSTREAM_DATA_DIR;
-}
 
 // Hugging Face ids and spellings that name a bundled preset under a different file name.
 // Keys are lower case, after the organisation prefix and ".json" were removed.
@@ -246,17 +238,17 @@ const std::vector<std::pair<std::string, std::string>>& preset_aliases() {
 // without "Meta-" (Meta-Llama-3.1-8B is the old repo name of Llama-3.1-8B) and without
 // "-Instruct" (instruction-tuned checkpoints share the base model's architecture).
 std::vector<std::string> preset_candidates(std::string name) {
-  if (ends_with(lower(name), ".json")) name.resize(name.size() - 5);
+  if (ends_with(lowercase(name), ".json")) name.resize(name.size() - 5);
   std::vector<std::string> candidates = {name};
   const auto slash = name.rfind('/');
   if (slash != std::string::npos && name.find('/') == slash) name = name.substr(slash + 1);
   candidates.push_back(name);
-  if (starts_with(lower(name), "meta-")) name = name.substr(5);
+  if (starts_with(lowercase(name), "meta-")) name = name.substr(5);
   candidates.push_back(name);
-  if (ends_with(lower(name), "-instruct")) name.resize(name.size() - 9);
+  if (ends_with(lowercase(name), "-instruct")) name.resize(name.size() - 9);
   candidates.push_back(name);
   for (const auto& [alias, preset] : preset_aliases()) {
-    if (alias == lower(name)) candidates.push_back(preset);
+    if (alias == lowercase(name)) candidates.push_back(preset);
   }
   return candidates;
 }
@@ -361,23 +353,14 @@ ModelConfig load_model_config(const std::string& path) {
 
 std::string preset_dir() { return data_dir() + "/presets"; }
 
-std::vector<std::string> list_presets() {
-  std::vector<std::string> names;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(preset_dir(), error)) {
-    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
-  }
-  std::sort(names.begin(), names.end(),
-            [](const std::string& a, const std::string& b) { return lower(a) < lower(b); });
-  return names;
-}
+std::vector<std::string> list_presets() { return list_data_files("presets", ".json"); }
 
 std::optional<std::string> find_preset(const std::string& name) {
   if (name.empty()) return std::nullopt;
   const std::vector<std::string> presets = list_presets();
   for (const std::string& candidate : preset_candidates(name)) {
     for (const std::string& preset : presets) {
-      if (lower(preset) == lower(candidate)) return preset_dir() + "/" + preset + ".json";
+      if (lowercase(preset) == lowercase(candidate)) return preset_dir() + "/" + preset + ".json";
     }
   }
   return std::nullopt;

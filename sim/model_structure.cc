@@ -84,6 +84,8 @@ class StructureBuilder {
       if (bias) use.bias = add(path + ".base_layer", "bias", {out}, false, layer, group);
       use.lora_a = add(path + ".lora_A.default", "weight", {plan_.lora_r, in}, true, layer, group);
       use.lora_b = add(path + ".lora_B.default", "weight", {out, plan_.lora_r}, true, layer, group);
+      out_.parameters[static_cast<size_t>(use.lora_a)].adapter = true;
+      out_.parameters[static_cast<size_t>(use.lora_b)].adapter = true;
     } else {
       const bool trainable = full_trainable && !adapter_on;
       use.weight = add(path, "weight", {out, in}, trainable, layer, group, quantized);

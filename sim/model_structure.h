@@ -22,6 +22,7 @@ struct Parameter {
   DType dtype = DType::BFloat16;
   bool quantized = false;       // 4/8-bit base weight (bitsandbytes); never trainable
   bool trainable = false;
+  bool adapter = false;         // a LoRA lora_A/lora_B weight (PEFT keeps these in fp32)
   int layer = -1;               // decoder layer index, -1 outside the decoder stack
   std::string group;            // "vision", "embed", "decoder", "final_norm", "head"
   int ddp_index = -1;           // index in DDP's parameter list; -1 if frozen or a duplicate

@@ -4,6 +4,8 @@
 // checked against the resolved model. Every failure is one InputError line.
 #include "sim/plan.h"
 
+#include "sim/data_files.h"
+
 #include "sim/closest_name.h"
 
 #include <algorithm>
@@ -96,11 +98,6 @@ bool contains(const std::vector<std::string>& keys, const std::string& key) {
 // "did you mean"
 // ----------------------------------------------------------------------------------------------
 
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
 
 // `level` is "" for the top level, else the dotted section ("hookstream", ...).
 std::string unknown_key_message(const std::string& key, const std::string& level,
@@ -321,7 +318,7 @@ class Converter {
   }
 
   Adapter adapter(const YAML::Node& value, const std::string& key) {
-    const std::string name = lower(read_string(origin_, value, key));
+    const std::string name = lowercase(read_string(origin_, value, key));
     if (name == "lora") return Adapter::Lora;
     if (name == "qlora") return Adapter::Qlora;
     if (name.empty() || name == "none") return Adapter::None;
@@ -342,7 +339,7 @@ class Converter {
   // backward, i.e. reentrant checkpointing whatever use_reentrant says.
   void gradient_checkpointing(const YAML::Node& value, const std::string& key) {
     if (value.IsScalar()) {
-      const std::string text = lower(value.Scalar());
+      const std::string text = lowercase(value.Scalar());
       if (text == "unsloth") {
         draft_.gradient_checkpointing = true;
         plan_.activation_offloading = true;
@@ -376,7 +373,7 @@ class Converter {
   // a custom Function that runs a nested backward, i.e. reentrant) or "disk".
   void activation_offloading(const YAML::Node& value, const std::string& key) {
     if (value.IsScalar()) {
-      const std::string text = lower(value.Scalar());
+      const std::string text = lowercase(value.Scalar());
       if (text == "legacy") {
         plan_.activation_offloading = true;
         draft_.checkpointing_forces_reentrant = true;
@@ -400,7 +397,7 @@ class Converter {
     if (value.IsMap()) return DeviceMap::PerRank;
     const std::string expected = "\"auto\", \"balanced\", \"sequential\", \"ddp\" or a mapping";
     if (!value.IsScalar()) fail_type(origin_, value, key, expected);
-    const std::string name = lower(value.Scalar());
+    const std::string name = lowercase(value.Scalar());
     if (name == "auto") return DeviceMap::Auto;
     if (name == "balanced") return DeviceMap::Balanced;
     if (name == "sequential") return DeviceMap::Sequential;
@@ -456,7 +453,7 @@ class Converter {
 
   // "all" means every decoder layer (the same as leaving the key out with checkpointing on).
   std::optional<std::vector<int>> checkpoint_layers(const YAML::Node& value, const std::string& path) {
-    if (value.IsScalar() && lower(value.Scalar()) == "all") return std::nullopt;
+    if (value.IsScalar() && lowercase(value.Scalar()) == "all") return std::nullopt;
     if (!value.IsSequence() || value.size() == 0) fail_type(origin_, value, path, "\"all\" or a non-empty list of layer indices");
     return read_layer_list(origin_, value, path);
   }
@@ -464,7 +461,7 @@ class Converter {
   TiledBackward tiled_backward(const YAML::Node& value, const std::string& path) {
     const std::string expected = "per_chunk_backward, grad_then_backward or function_returns_grads";
     if (!value.IsScalar()) fail_type(origin_, value, path, expected);
-    const std::string name = lower(value.Scalar());
+    const std::string name = lowercase(value.Scalar());
     if (name == "per_chunk_backward") return TiledBackward::BackwardPerChunk;
     if (name == "grad_then_backward") return TiledBackward::GradThenBackward;
     if (name == "function_returns_grads") return TiledBackward::FunctionReturnsGrads;

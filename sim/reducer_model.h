@@ -96,9 +96,7 @@ class ReducerModel {
   bool expect_autograd_hooks() const { return expect_autograd_hooks_; }
   bool require_finalize() const { return require_finalize_; }
   int num_iterations() const { return num_iterations_; }
-  bool has_rebuilt_buckets() const { return has_rebuilt_bucket_; }
   const std::vector<int>& unused_parameters() const { return unused_parameters_; }
-  const std::vector<bool>& marked_this_iteration() const { return marked_; }
   // Collectives issued since the last prepare_for_backward / since construction.
   const std::vector<Collective>& collectives() const { return collectives_; }
   void clear_collectives() { collectives_.clear(); }

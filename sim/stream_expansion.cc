@@ -200,7 +200,7 @@ class StepExpander {
     for (const Parameter& parameter : structure_.parameters) {
       if (!parameter.trainable) continue;
       // PEFT keeps LoRA adapters in fp32 on a bf16 base (autocast_adapter_dtype; memory model).
-      const int64_t bytes = parameter.name.find(".lora_") != std::string::npos ? parameter.numel() * 4 : parameter.bytes();
+      const int64_t bytes = parameter.adapter ? parameter.numel() * 4 : parameter.bytes();
       head.optimizer_bytes += kAdamWAccessesPerElement * bytes;
     }
     head_ = head;

@@ -1,5 +1,7 @@
 #include "sim/stream_protocol.h"
 
+#include "sim/data_files.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -380,10 +382,6 @@ class ProtocolParser {
   StreamProtocol protocol_;
 };
 
-std::string data_dir() {
-  const char* env = std::getenv("HOOKSTREAM_DATA_DIR");
-  return env && *env ? env : HOOKSTREAM_DATA_DIR;
-}
 
 }  // namespace
 
@@ -401,15 +399,7 @@ StreamProtocol load_stream_protocol_file(const std::string& path) {
 
 std::string protocol_dir() { return data_dir() + "/protocols"; }
 
-std::vector<std::string> list_stream_protocols() {
-  std::vector<std::string> names;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(protocol_dir(), error)) {
-    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> list_stream_protocols() { return list_data_files("protocols", ".yaml"); }
 
 std::string resolve_stream_protocol(const std::string& name_or_path, const std::string& plan_dir) {
   namespace fs = std::filesystem;

@@ -22,7 +22,7 @@ PlanSource read_plan_source(const std::string& path, const LoadOptions& options)
 namespace {
 
 void add(std::vector<VerifiedFix>& out, std::vector<FixChange> changes, std::string rationale) {
-  out.push_back(VerifiedFix{std::move(changes), std::move(rationale)});
+  out.push_back(VerifiedFix{std::move(changes), std::move(rationale), std::nullopt});
 }
 
 bool shard_count_varies(const Plan& plan) {
