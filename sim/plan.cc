@@ -47,7 +47,9 @@ const std::vector<std::string>& schedule_keys() {
       "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear",
       "load_in_4bit", "load_in_8bit", "gradient_checkpointing", "gradient_checkpointing_kwargs",
       "activation_offloading", "tiled_mlp", "tiled_mlp_num_shards", "ddp_find_unused_parameters",
-      "ddp_bucket_cap_mb", "device_map", "unfrozen_parameters", "base_model_config"};
+      "ddp_bucket_cap_mb", "device_map", "unfrozen_parameters", "base_model_config",
+      "chunked_cross_entropy", "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay",
+      "seed", "bf16", "max_steps"};
   return keys;
 }
 
@@ -55,9 +57,9 @@ const std::vector<std::string>& schedule_keys() {
 // schedule. Their values are not checked.
 const std::vector<std::string>& no_effect_keys() {
   static const std::vector<std::string> keys = {
-      "datasets", "output_dir", "learning_rate", "num_epochs", "max_steps", "optimizer",
-      "lr_scheduler", "warmup_steps", "bf16", "fp16", "tf32", "flash_attention", "sdp_attention",
-      "sample_packing", "pad_to_sequence_len", "seed", "logging_steps", "save_steps", "val_set_size",
+      "datasets", "output_dir", "num_epochs", "optimizer",
+      "lr_scheduler", "warmup_steps", "fp16", "tf32", "flash_attention", "sdp_attention",
+      "sample_packing", "pad_to_sequence_len", "logging_steps", "save_steps", "val_set_size",
       "special_tokens", "wandb_project", "strict", "chat_template", "model_type", "tokenizer_type",
       "trust_remote_code"};
   return keys;
@@ -68,7 +70,8 @@ const std::vector<std::string>& hookstream_keys() {
       "world_size", "iterations", "static_graph", "gradient_as_bucket_view", "checkpoint_layers",
       "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs",
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
-      "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration"};
+      "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
+      "data"};
   return keys;
 }
 
@@ -215,6 +218,15 @@ double read_positive_number(const Origin& origin, const YAML::Node& node, const 
   return value;
 }
 
+double read_non_negative_number(const Origin& origin, const YAML::Node& node, const std::string& path) {
+  double value = 0;
+  if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) ||
+      value < 0) {
+    fail_type(origin, node, path, "a number >= 0");
+  }
+  return value;
+}
+
 std::string read_string(const Origin& origin, const YAML::Node& node, const std::string& path) {
   if (!node.IsScalar()) fail_type(origin, node, path, "a string");
   return node.Scalar();
@@ -315,6 +327,19 @@ class Converter {
     else if (key == "ddp_bucket_cap_mb") plan_.ddp_bucket_cap_mb = read_positive_number(origin_, value, key);
     else if (key == "device_map") plan_.device_map = device_map(value, key);
     else if (key == "unfrozen_parameters") plan_.unfrozen_parameters = regex_list(value, key);
+    else if (key == "chunked_cross_entropy") plan_.chunked_cross_entropy = read_bool(origin_, value, key);
+    else if (key == "chunked_cross_entropy_num_chunks") plan_.chunked_cross_entropy_num_chunks = read_int(origin_, value, key, 1, 1 << 20);
+    else if (key == "learning_rate") plan_.learning_rate = read_positive_number(origin_, value, key);
+    else if (key == "weight_decay") plan_.weight_decay = read_non_negative_number(origin_, value, key);
+    else if (key == "seed") plan_.seed = read_int(origin_, value, key, 0, 2147483647);
+    else if (key == "bf16") plan_.bf16 = bf16(value, key);
+    else if (key == "max_steps") plan_.max_steps = read_positive(origin_, value, key);
+  }
+
+  // axolotl: true, false or "auto" (bf16 where the GPU supports it).
+  std::optional<bool> bf16(const YAML::Node& value, const std::string& key) {
+    if (value.IsScalar() && lowercase(value.Scalar()) == "auto") return std::nullopt;
+    return read_bool(origin_, value, key);
   }
 
   Adapter adapter(const YAML::Node& value, const std::string& key) {
@@ -449,6 +474,8 @@ class Converter {
     else if (key == "offload_protocol") plan_.offload_protocol = read_string(origin_, value, path);
     else if (key == "gpu") plan_.gpu = read_string(origin_, value, path);
     else if (key == "calibration") plan_.calibration = read_string(origin_, value, path);
+    else if (key == "weights") plan_.weights = read_string(origin_, value, path);
+    else if (key == "data") plan_.data = read_string(origin_, value, path);
   }
 
   // "all" means every decoder layer (the same as leaving the key out with checkpointing on).
@@ -890,6 +917,15 @@ void emit_axolotl_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.ddp_bucket_cap_mb) emit_number(out, "ddp_bucket_cap_mb", *plan.ddp_bucket_cap_mb);
   if (plan.device_map != DeviceMap::PerRank) emit(out, "device_map", to_string(plan.device_map));
   if (!plan.unfrozen_parameters.empty()) emit_strings(out, "unfrozen_parameters", plan.unfrozen_parameters);
+  if (plan.chunked_cross_entropy) emit(out, "chunked_cross_entropy", true);
+  if (plan.chunked_cross_entropy_num_chunks != defaults.chunked_cross_entropy_num_chunks) {
+    emit(out, "chunked_cross_entropy_num_chunks", plan.chunked_cross_entropy_num_chunks);
+  }
+  if (plan.learning_rate != defaults.learning_rate) emit_number(out, "learning_rate", plan.learning_rate);
+  if (plan.weight_decay != defaults.weight_decay) emit_number(out, "weight_decay", plan.weight_decay);
+  if (plan.seed != defaults.seed) emit(out, "seed", plan.seed);
+  if (plan.bf16) emit(out, "bf16", *plan.bf16);
+  if (plan.max_steps) emit(out, "max_steps", *plan.max_steps);
 }
 
 void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
@@ -910,6 +946,8 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.offload_protocol) emit(out, "offload_protocol", *plan.offload_protocol);
   if (plan.gpu != defaults.gpu) emit(out, "gpu", plan.gpu);
   if (plan.calibration) emit(out, "calibration", *plan.calibration);
+  if (plan.weights) emit(out, "weights", *plan.weights);
+  if (plan.data) emit(out, "data", *plan.data);
   emit_overrides(out, "rank_overrides", plan.rank_overrides);
   emit_overrides(out, "iteration_overrides", plan.iteration_overrides);
   out << YAML::EndMap;

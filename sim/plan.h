@@ -71,6 +71,17 @@ struct Plan {
   std::optional<double> ddp_bucket_cap_mb;  // unset: DDP's 25 MiB default (and the 1 MiB first bucket)
   DeviceMap device_map = DeviceMap::PerRank;
   std::vector<std::string> unfrozen_parameters;  // axolotl: regexes of parameters left trainable
+  // axolotl's chunked_cross_entropy: the loss is computed over `num_chunks` slices of the tokens, so
+  // the full-vocabulary logits (and their fp32 upcast) exist for one slice at a time.
+  bool chunked_cross_entropy = false;
+  int chunked_cross_entropy_num_chunks = 8;
+
+  // --- training (hookstream run): axolotl / HF TrainingArguments names and defaults ------------
+  double learning_rate = 5e-5;      // HF TrainingArguments default
+  double weight_decay = 0.0;        // HF TrainingArguments default (AdamW)
+  int seed = 42;                    // HF TrainingArguments default
+  std::optional<bool> bf16;         // unset or "auto": bf16 on a GPU, float32 on CPU
+  std::optional<int> max_steps;     // optimizer steps `hookstream run` takes unless --steps
 
   // --- hookstream: section ---------------------------------------------------------------------
   int world_size = 1;
@@ -99,6 +110,11 @@ struct Plan {
   std::optional<std::string> offload_protocol;
   std::string gpu = "H100-SXM";
   std::optional<std::string> calibration;
+  // hookstream run's inputs (paths relative to the plan's folder): a safetensors file of weights
+  // (unset: random initialisation from `seed`), a file of pre-tokenized ids (unset: synthetic
+  // tokens from `seed`); docs/run.md gives both formats.
+  std::optional<std::string> weights;
+  std::optional<std::string> data;
   std::map<int, PlanOverride> rank_overrides;       // key: rank
   std::map<int, PlanOverride> iteration_overrides;  // key: iteration (0-based)
 

@@ -618,7 +618,34 @@ TEST_CASE("known_plan_keys lists every accepted dotted key", "[plan]") {
   CHECK_FALSE(has("gradient_checkpointing_kwargs"));
   CHECK(has("hookstream.offload_protocol"));
   CHECK(has("hookstream.gpu"));
-  CHECK(keys.size() == 22 + 26 + 15 + 8);  // axolotl, no-effect, hookstream, 2 x 4 overrides
+  CHECK(has("chunked_cross_entropy_num_chunks"));
+  CHECK(has("hookstream.weights"));
+  CHECK(keys.size() == 29 + 22 + 17 + 8);  // axolotl, no-effect, hookstream, 2 x 4 overrides
+}
+
+TEST_CASE("training keys are read, validated and written back", "[plan]") {
+  const std::string text =
+      "base_model: tiny-llama\nchunked_cross_entropy: true\nchunked_cross_entropy_num_chunks: 4\n"
+      "learning_rate: 0.001\nweight_decay: 0.01\nseed: 7\nbf16: auto\nmax_steps: 5\n"
+      "hookstream:\n  weights: w.safetensors\n  data: ids.bin\n";
+  const Plan plan = parse_plan(text, "train.yaml");
+  CHECK(plan.chunked_cross_entropy);
+  CHECK(plan.chunked_cross_entropy_num_chunks == 4);
+  CHECK(plan.learning_rate == 0.001);
+  CHECK(plan.weight_decay == 0.01);
+  CHECK(plan.seed == 7);
+  CHECK_FALSE(plan.bf16.has_value());
+  CHECK(plan.max_steps == 5);
+  CHECK(plan.weights == std::optional<std::string>("w.safetensors"));
+  CHECK(plan.data == std::optional<std::string>("ids.bin"));
+  const Plan again = parse_plan(to_yaml(plan), "again.yaml");
+  CHECK(to_yaml(again) == to_yaml(plan));
+  CHECK(again.learning_rate == 0.001);
+  CHECK(parse_plan("base_model: tiny-llama\nbf16: false\n", "b.yaml").bf16 == std::optional<bool>(false));
+  CHECK_THROWS_WITH(parse_plan("base_model: tiny-llama\nweight_decay: -1\n", "b.yaml"),
+                    Catch::Contains("weight_decay") && Catch::Contains(">= 0"));
+  CHECK_THROWS_WITH(parse_plan("base_model: tiny-llama\nchunked_cross_entropy_num_chunks: 0\n", "b.yaml"),
+                    Catch::Contains("chunked_cross_entropy_num_chunks"));
 }
 
 }  // namespace hookstream
