@@ -1,7 +1,6 @@
 #include "runtime/reducer_factory.h"
 
 #include <stdexcept>
-#include <type_traits>
 
 #include <torch/version.h>
 
@@ -28,53 +27,26 @@ std::shared_ptr<c10d::Reducer> make_reducer(ReducerArguments a) {
 
 #else
 
-// PyTorch 2.x has had three constructor shapes (torch/csrc/distributed/c10d/reducer.hpp):
-//   2.0 .. 2.6:  (params, bucket_indices, per_bucket_size_limits, process_group, expect_sparse,
-//                 bucket_bytes_cap, find_unused, gradient_as_bucket_view, param_names,
-//                 first_bucket_bytes_cap)  -- as 1.13
-//   ~2.7 .. :    (params, bucket_indices, process_group, expect_sparse, bucket_bytes_cap,
-//                 find_unused, gradient_as_bucket_view, param_names, first_bucket_bytes_cap,
-//                 skip_all_reduce_unused_params, use_python_reducer)
-//                 (per_bucket_size_limits dropped: distributed.py still computes them but the
-//                 pybind init no longer forwards them)
-//   newest:      the above + (bucket_bytes_cap_list, batched_grad_copy = false)
-// Which one a given 2.x minor has is picked by overload viability rather than a version table, so
-// a point release that moves the change does not break the build. skip_all_reduce_unused_params
-// and use_python_reducer are DDP's defaults (False); bucket_bytes_cap_list is empty, which is
-// what DDP passes when bucket_cap_mb_list is not given (uniform cap = bucket_bytes_cap).
+// PyTorch 2.11's reducer.hpp (read off the installed wheel's header on the H100 machine,
+// 2026-11-22): (params, bucket_indices, process_group, expect_sparse_gradients, bucket_bytes_cap,
+// find_unused_parameters, gradient_as_bucket_view, param_names, first_bucket_bytes_cap,
+// skip_all_reduce_unused_params, use_python_reducer, bucket_bytes_cap_list). per_bucket_size_limits
+// is gone (initialize_buckets takes only the indices). skip_all_reduce_unused_params and
+// use_python_reducer are DDP's defaults (False); an empty bucket_bytes_cap_list is what
+// distributed.py passes without bucket_cap_mb_list (a uniform cap = bucket_bytes_cap). Other 2.x
+// minors had other shapes; only 2.11 is built and tested, so other versions stop here.
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR == 11
 std::shared_ptr<c10d::Reducer> make_reducer(ReducerArguments a) {
-  using c10d::Reducer;
-  using Params = std::vector<at::Tensor>;
-  using Buckets = std::vector<std::vector<size_t>>;
-  using Limits = std::vector<size_t>;
-  using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
-  using Sparse = std::vector<bool>;
-  using Names = std::unordered_map<size_t, std::string>;
-  if constexpr (std::is_constructible_v<Reducer, Params, Buckets, Group, Sparse, int64_t, bool, bool, Names,
-                                        int64_t, bool, bool, std::vector<int64_t>>) {
-    return std::make_shared<Reducer>(std::move(a.params), std::move(a.bucket_indices), std::move(a.process_group),
-                                     std::move(a.expect_sparse_gradients), a.bucket_bytes_cap,
-                                     a.find_unused_parameters, a.gradient_as_bucket_view, std::move(a.param_names),
-                                     a.first_bucket_bytes_cap, /*skip_all_reduce_unused_params=*/false,
-                                     /*use_python_reducer=*/false, std::vector<int64_t>{});
-  } else if constexpr (std::is_constructible_v<Reducer, Params, Buckets, Group, Sparse, int64_t, bool, bool,
-                                               Names, int64_t, bool, bool>) {
-    return std::make_shared<Reducer>(std::move(a.params), std::move(a.bucket_indices), std::move(a.process_group),
-                                     std::move(a.expect_sparse_gradients), a.bucket_bytes_cap,
-                                     a.find_unused_parameters, a.gradient_as_bucket_view, std::move(a.param_names),
-                                     a.first_bucket_bytes_cap, /*skip_all_reduce_unused_params=*/false,
-                                     /*use_python_reducer=*/false);
-  } else if constexpr (std::is_constructible_v<Reducer, Params, Buckets, Limits, Group, Sparse, int64_t, bool,
-                                               bool, Names, int64_t>) {
-    return std::make_shared<Reducer>(std::move(a.params), std::move(a.bucket_indices),
-                                     std::move(a.per_bucket_size_limits), std::move(a.process_group),
-                                     std::move(a.expect_sparse_gradients), a.bucket_bytes_cap,
-                                     a.find_unused_parameters, a.gradient_as_bucket_view, std::move(a.param_names),
-                                     a.first_bucket_bytes_cap);
-  } else {
-    static_assert(std::is_same_v<Params, void>, "unknown c10d::Reducer constructor: update make_reducer");
-  }
+  return std::make_shared<c10d::Reducer>(std::move(a.params), std::move(a.bucket_indices), std::move(a.process_group),
+                                         std::move(a.expect_sparse_gradients), a.bucket_bytes_cap,
+                                         a.find_unused_parameters, a.gradient_as_bucket_view,
+                                         std::move(a.param_names), a.first_bucket_bytes_cap,
+                                         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+                                         std::vector<int64_t>{});
 }
+#else
+#error "hookstream's Reducer adapter knows LibTorch 1.13 and 2.11; add this version's constructor (reducer.hpp)"
+#endif
 
 #endif
 
