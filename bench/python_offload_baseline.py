@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Benchmark (e) of issue 5: PyTorch's own Python path for offloaded checkpointing.
+
+The same Llama-style decoder that `hookstream run` trains (RMSNorm, RoPE, grouped-query attention
+through F.scaled_dot_product_attention, SwiGLU MLP, LoRA on all seven projections over a frozen bf16
+base, chunked cross-entropy), built from the same HF config.json, trained with AdamW on synthetic
+tokens, in one of three modes:
+
+  none          no checkpointing                                   (reference for (a))
+  checkpoint    torch.utils.checkpoint(use_reentrant=False)/layer  (reference for (b))
+  save_on_cpu   the same inside torch.autograd.graph.save_on_cpu(pin_memory=True)   -> (e)
+
+Prints one JSON object: median step time, tokens/s and peak allocated memory. Used by
+tools/gpu_check.sh; nothing is downloaded.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+class Lora(torch.nn.Module):
+    """PEFT's LoRA Linear: y = base(x) + (alpha / r) * B(A(x)); A kaiming-uniform, B zeros, fp32."""
+
+    def __init__(self, d_in, d_out, r, alpha, dtype):
+        super().__init__()
+        self.base = torch.nn.Linear(d_in, d_out, bias=False, dtype=dtype)
+        self.base.weight.requires_grad_(False)
+        self.lora_A = torch.nn.Linear(d_in, r, bias=False, dtype=torch.float32)
+        self.lora_B = torch.nn.Linear(r, d_out, bias=False, dtype=torch.float32)
+        torch.nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+        torch.nn.init.zeros_(self.lora_B.weight)
+        self.scale = alpha / r
+
+    def forward(self, x):
+        y = self.base(x)
+        return y + (self.lora_B(self.lora_A(x.to(torch.float32))) * self.scale).to(y.dtype)
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, d, eps, dtype):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d, dtype=dtype), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, cfg, r, alpha, dtype):
+        super().__init__()
+        h, i = cfg["hidden_size"], cfg["intermediate_size"]
+        self.heads = cfg["num_attention_heads"]
+        self.kv_heads = cfg.get("num_key_value_heads", self.heads)
+        self.head_dim = cfg.get("head_dim", h // self.heads)
+        eps = cfg.get("rms_norm_eps", 1e-6)
+        self.input_norm = RMSNorm(h, eps, dtype)
+        self.q = Lora(h, self.heads * self.head_dim, r, alpha, dtype)
+        self.k = Lora(h, self.kv_heads * self.head_dim, r, alpha, dtype)
+        self.v = Lora(h, self.kv_heads * self.head_dim, r, alpha, dtype)
+        self.o = Lora(self.heads * self.head_dim, h, r, alpha, dtype)
+        self.post_norm = RMSNorm(h, eps, dtype)
+        self.gate = Lora(h, i, r, alpha, dtype)
+        self.up = Lora(h, i, r, alpha, dtype)
+        self.down = Lora(i, h, r, alpha, dtype)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        n = self.input_norm(x)
+        q = self.q(n).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(n).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v(n).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
+        n = self.post_norm(x)
+        return x + self.down(F.silu(self.gate(n)) * self.up(n))
+
+
+class Model(torch.nn.Module):
+    def __init__(self, cfg, r, alpha, dtype):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = torch.nn.Embedding(cfg["vocab_size"], cfg["hidden_size"], dtype=dtype)
+        self.embed.weight.requires_grad_(False)
+        self.layers = torch.nn.ModuleList(Layer(cfg, r, alpha, dtype) for _ in range(cfg["num_hidden_layers"]))
+        self.norm = RMSNorm(cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-6), dtype)
+        self.lm_head = torch.nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False, dtype=dtype)
+        self.lm_head.weight.requires_grad_(False)
+
+    def rope(self, s, device, dtype):
+        d = self.layers[0].head_dim
+        theta = self.cfg.get("rope_theta", 10000.0)
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+        freqs = torch.outer(torch.arange(s, device=device, dtype=torch.float32), inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def forward(self, ids, labels, mode, chunks):
+        x = self.embed(ids)
+        if mode != "none":
+            x.requires_grad_(True)  # PEFT's enable_input_require_grads
+        cos, sin = self.rope(ids.shape[1], ids.device, x.dtype)
+        for layer in self.layers:
+            if mode == "none":
+                x = layer(x, cos, sin)
+            else:
+                x = checkpoint(layer, x, cos, sin, use_reentrant=False)
+        x = self.norm(x)
+        # Chunked cross-entropy: each chunk's logits recomputed in backward (checkpointed), so the
+        # full-vocabulary logits exist for one chunk at a time.
+        flat, target = x.flatten(0, 1), labels.flatten()
+        total = torch.zeros((), device=x.device, dtype=torch.float32)
+        for part, t in zip(flat.chunk(chunks), target.chunk(chunks)):
+            total = total + checkpoint(
+                lambda p, tt: F.cross_entropy(self.lm_head(p).float(), tt, ignore_index=-100, reduction="sum"),
+                part, t, use_reentrant=False)
+        return total / (target != -100).sum()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--mode", choices=["none", "checkpoint", "save_on_cpu"], required=True)
+    ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--lora-alpha", type=float, default=32)
+    ap.add_argument("--chunks", type=int, default=8)
+    args = ap.parse_args()
+    with open(args.config) as f:
+        cfg = json.load(f)
+    cfg = cfg.get("text_config", cfg)
+    torch.manual_seed(42)
+    device = torch.device("cuda")
+    with torch.device(device):
+        model = Model(cfg, args.lora_r, args.lora_alpha, torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=5e-5, fused=True)
+    times, peaks, losses = [], [], []
+    for step in range(args.warmup + args.steps):
+        g = torch.Generator(device="cpu").manual_seed(1000 + step)
+        ids = torch.randint(0, cfg["vocab_size"], (1, args.seq + 1), generator=g).to(device)
+        inputs, labels = ids[:, :-1], ids[:, 1:]
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        if args.mode == "save_on_cpu":
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                loss = model(inputs, labels, args.mode, args.chunks)
+        else:
+            loss = model(inputs, labels, args.mode, args.chunks)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - start)
+            peaks.append(torch.cuda.max_memory_allocated())
+            losses.append(loss.item())
+    step_s = statistics.median(times)
+    print(json.dumps({
+        "mode": args.mode, "seq": args.seq, "steps": args.steps, "step_s": step_s,
+        "step_s_all": times, "tokens_per_s": args.seq / step_s, "peak_gib": max(peaks) / 2**30,
+        "loss": losses, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+    }))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One command for a GPU machine (issue 5): builds hookstream against the PyTorch wheel's LibTorch
+# (tools/gpu_build.sh), runs the GPU correctness checks, then the benchmarks:
+#   (a) no checkpointing, (b) non-reentrant checkpointing, (c) offload with one reload buffer,
+#   (d) offload with two buffers and events  -- `hookstream run` on bench/plans/llama8b-lora-8k-*.yaml
+#   (e) PyTorch's Python path: torch.utils.checkpoint + save_on_cpu(pin_memory=True), and the same
+#       model with checkpointing only / nothing, for reference (bench/python_offload_baseline.py)
+# and, with --ddp, the same plan on 1 and on 2 GPUs (DDP over NCCL).
+# Results go to $OUT (the device tool's folder) or ./out/gpu; bench/gpu_results.py turns them into
+# the table in bench/RESULTS.md.
+#
+#   tools/gpu_check.sh [--ddp] [--skip-bench] [--steps N]
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+out=${OUT:-$here/out/gpu}
+mkdir -p "$out"
+ddp=0 bench=1 steps=6
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ddp) ddp=1 ;;
+    --skip-bench) bench=0 ;;
+    --steps) steps=$2; shift ;;
+    *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+log() { echo "[gpu_check $(date +%H:%M:%S)] $*"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/machine.txt" 2>&1
+python3 -c 'import torch; print("torch", torch.__version__)' >> "$out/machine.txt" 2>&1
+log "build"
+if ! tools/gpu_build.sh "$here/build-gpu" > "$out/build.log" 2>&1; then
+  grep -E "error|FAILED" -A3 "$out/build.log" | head -60
+  exit 1
+fi
+hs=build-gpu/tools/hookstream
+status=0
+
+log "GPU correctness checks"
+if build-gpu/runtime/hookstream-runtime-gpu-check > "$out/gpu-check.txt" 2>&1; then
+  log "gpu-check passed"
+else
+  log "gpu-check FAILED"; status=1
+fi
+tail -40 "$out/gpu-check.txt"
+
+run_plan() {  # name plan [extra run args...]
+  local name=$1 plan=$2; shift 2
+  log "run $name"
+  if ! "$hs" run "$plan" --device cuda --steps "$steps" --json "$out/run-$name.json" "$@" > "$out/run-$name.log" 2>&1; then
+    log "run $name FAILED"; tail -20 "$out/run-$name.log"; status=1
+  else
+    tail -4 "$out/run-$name.log"
+  fi
+}
+
+if [[ $bench == 1 ]]; then
+  for m in none checkpoint offload_single offload_double; do
+    run_plan "$m" "bench/plans/llama8b-lora-8k-$m.yaml" --nproc 1
+  done
+  for m in none checkpoint save_on_cpu; do
+    log "python $m"
+    python3 bench/python_offload_baseline.py --config presets/Llama-3.1-8B.json --mode "$m" --steps "$steps" \
+      > "$out/python-$m.json" 2> "$out/python-$m.log" || { log "python $m FAILED"; tail -5 "$out/python-$m.log"; status=1; }
+  done
+fi
+
+if [[ $ddp == 1 ]]; then
+  gpus=$(nvidia-smi -L | wc -l)
+  run_plan ddp1 bench/plans/llama8b-lora-8k-offload_double.yaml --nproc 1
+  if [[ $gpus -ge 2 ]]; then
+    run_plan ddp2 bench/plans/llama8b-lora-8k-offload_double.yaml --nproc 2 --set hookstream.world_size=2
+  fi
+fi
+exit $status
