@@ -26,7 +26,9 @@ from torch.utils.checkpoint import checkpoint
 
 
 class Lora(torch.nn.Module):
-    """PEFT's LoRA Linear: y = base(x) + (alpha / r) * B(A(x)); A kaiming-uniform, B zeros, fp32."""
+    """PEFT's LoRA Linear: y = base(x) + (alpha / r) * B(A(x)); A kaiming-uniform, B zeros, fp32 master
+    weights. The adapter GEMMs run in the activations' dtype with the weights cast to it, as they do
+    under HF Trainer's bf16 autocast (and as hookstream's runtime does), not on an fp32 copy of x."""
 
     def __init__(self, d_in, d_out, r, alpha, dtype):
         super().__init__()
@@ -39,8 +41,8 @@ class Lora(torch.nn.Module):
         self.scale = alpha / r
 
     def forward(self, x):
-        y = self.base(x)
-        return y + (self.lora_B(self.lora_A(x.to(torch.float32))) * self.scale).to(y.dtype)
+        a = F.linear(x, self.lora_A.weight.to(x.dtype))
+        return self.base(x) + F.linear(a, self.lora_B.weight.to(x.dtype)) * self.scale
 
 
 class RMSNorm(torch.nn.Module):
