@@ -141,6 +141,7 @@ CriticalPathReport replay_critical_path(const Schedule& schedule, const StepRepl
                                  ? (op.kind == OpKind::HostCompute ? "host work" : to_string(op.kind))
                                  : replay.groups[index].label();
     by_what[what] += durations[index];
+    if (durations[index] <= 0) continue;  // frees and other bookkeeping on the path take no time
     if (!report.segments.empty()) {
       CriticalSegment& last = report.segments.back();
       if (last.rank == op.rank && last.stream == op.stream && last.what == what) {
