@@ -140,8 +140,8 @@ CriticalPathReport replay_critical_path(const Schedule& schedule, const StepRepl
     const std::string what = replay.groups[index].op_class == OpClass::None
                                  ? (op.kind == OpKind::HostCompute ? "host work" : to_string(op.kind))
                                  : replay.groups[index].label();
-    by_what[what] += durations[index];
     if (durations[index] <= 0) continue;  // frees and other bookkeeping on the path take no time
+    by_what[what] += durations[index];
     if (!report.segments.empty()) {
       CriticalSegment& last = report.segments.back();
       if (last.rank == op.rank && last.stream == op.stream && last.what == what) {
