@@ -1,6 +1,7 @@
 #include "traces/recorded_step.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -75,16 +76,18 @@ OpClass foreign_phase(const std::string& name) {
 // Kernel-name heuristics for unannotated kernels: autograd kernels usually say so in their name
 // (cuDNN/cuBLAS "wgrad"/"dgrad", ATen "*_backward_*"), optimizers run multi_tensor_apply or fused
 // Adam kernels (aten/src/ATen/native/cuda/fused_adam*.cu).
+bool contains_lowercase(const std::string& text, const char* lower_word) {
+  const auto equal = [](char a, char b) { return (a >= 'A' && a <= 'Z' ? static_cast<char>(a + 32) : a) == b; };
+  const char* end = lower_word + std::strlen(lower_word);
+  return std::search(text.begin(), text.end(), lower_word, end, equal) != text.end();
+}
+
 OpClass kernel_name_class(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-  if (lower.find("backward") != std::string::npos || lower.find("wgrad") != std::string::npos ||
-      lower.find("dgrad") != std::string::npos || lower.find("_bwd") != std::string::npos) {
-    return OpClass::Backward;
+  for (const char* word : {"backward", "wgrad", "dgrad", "_bwd"}) {
+    if (contains_lowercase(name, word)) return OpClass::Backward;
   }
-  if (lower.find("adam") != std::string::npos || lower.find("multi_tensor_apply") != std::string::npos ||
-      lower.find("sgd") != std::string::npos || lower.find("optimizer") != std::string::npos) {
-    return OpClass::Optimizer;
+  for (const char* word : {"adam", "multi_tensor_apply", "sgd", "optimizer"}) {
+    if (contains_lowercase(name, word)) return OpClass::Optimizer;
   }
   return OpClass::None;
 }
@@ -114,6 +117,10 @@ class StepExtractor {
     for (const Op& op : trace_.ops) {
       if (op.kind == OpKind::Marker && is_runtime_annotation(op.name) && !step_number(op.name)) step_.annotated = true;
     }
+    step_.model.ops.reserve(trace_.ops.size());
+    step_.groups.reserve(trace_.ops.size());
+    step_.origin.reserve(trace_.ops.size());
+    step_.annotation.reserve(trace_.ops.size());
     step_.model.streams = trace_.streams;
     step_.model.events = trace_.events;
     step_.model.source = trace_.source;

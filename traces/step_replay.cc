@@ -87,6 +87,10 @@ StepReplay build_step_replay(const RecordedStep& step) {
   for (const Op& op : step.model.ops) {
     if (is_gpu_kind(op.kind) && op.blocks_host && op.correlation >= 0) blocking_calls.insert({op.rank, op.correlation});
   }
+  // Every host-side op may get a host-time op before it: at most twice the step's ops.
+  replay.model.ops.reserve(2 * step.model.ops.size());
+  replay.groups.reserve(2 * step.model.ops.size());
+  replay.step_op.reserve(2 * step.model.ops.size());
   std::map<int, double> host_end;  // rank -> when the host finished its previous host-side op (recorded)
   for (int i = 0; i < static_cast<int>(step.model.ops.size()); ++i) {
     Op op = step.model.ops[i];
