@@ -245,6 +245,11 @@ TEST_CASE("real traces: heuristic attribution, a replay whose critical path neve
   }
   CHECK(nccl > 0);
   CHECK(allreduces == nccl);
+  // Its own "## forward ##", "## backward ##" and "Optimizer.step#..." ranges give the phases.
+  std::set<OpClass> classes;
+  for (const OpGroup& g : step.groups) classes.insert(g.op_class);
+  for (OpClass c : {OpClass::Forward, OpClass::Backward, OpClass::Optimizer}) CHECK(classes.count(c) == 1);
+  for (const OpGroup& g : step.groups) CHECK(g.layer == -1);
   // cloverleaf synchronises the device after every kernel; without those waits the host runs ahead.
   const EventModel clover = load_trace(test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite"));
   const RecordedStep whole = extract_step(clover);
