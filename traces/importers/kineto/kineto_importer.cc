@@ -12,6 +12,7 @@
 #include "traces/cuda_api.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/trace_builder.h"
+#include "traces/runtime_annotations.h"
 
 namespace hookstream {
 
@@ -268,7 +269,13 @@ class ChromeTraceHandler : public nlohmann::json::json_sax_t {
 
   void take_event() {
     if (event_.ph != "X" || !event_.has_ts) return;
-    const Category category = category_of(event_.cat);
+    Category category = category_of(event_.cat);
+    // LibTorch 1.13's legacy profiler (RecordProfile, profiler_legacy.cpp writeProfilerEventsToStream)
+    // writes a bare array of "X" events with no "cat" and pid "CPU Functions": its record_function
+    // ranges are the hookstream runtime's annotations.
+    if (category == Category::Other && event_.cat.empty() && is_runtime_annotation(event_.name)) {
+      category = Category::Annotation;
+    }
     if (category == Category::Other) return;
     min_whole_us = std::min(min_whole_us, event_.ts.whole);
     const auto or_else = [](int64_t v, int64_t fallback) { return v == kAbsent ? fallback : v; };

@@ -1,0 +1,289 @@
+// One recorded step: attribution by runtime annotations (fixture traces generated from the
+// simulator's expansion of a plan, expectations from the fixture's own ground truth) and by
+// heuristics (the real traces), the replay by the simulator's scheduler, its critical path, races,
+// what-if changes, the plan comparison and its calibration round trip, the timeline.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <set>
+
+#include "sim/calibration.h"
+#include "sim/device_spec.h"
+#include "sim/input_error.h"
+#include "sim/model_structure.h"
+#include "sim/race_checker.h"
+#include "sim/step_prediction.h"
+#include "sim/stream_expansion.h"
+#include "sim/stream_protocol.h"
+#include "tests/traces/runtime_trace_fixture.h"
+#include "tests/traces/trace_test_files.h"
+#include "traces/plan_comparison.h"
+#include "traces/recorded_step.h"
+#include "traces/runtime_annotations.h"
+#include "traces/step_analysis.h"
+#include "traces/trace_loader.h"
+
+using namespace hookstream;
+
+namespace {
+
+Plan fixture_plan(const std::string& protocol) {
+  return parse_plan("base_model: Llama-3.1-8B\nsequence_len: 4096\nmicro_batch_size: 1\nadapter: lora\nlora_r: 16\n"
+                    "lora_target_linear: true\ngradient_checkpointing: true\nactivation_offloading: true\n"
+                    "ddp_find_unused_parameters: false\nhookstream:\n  world_size: 2\n  offload_protocol: " + protocol + "\n",
+                    "fixture-" + protocol + ".yaml");
+}
+
+struct Fixture {
+  Plan plan;
+  test::RuntimeTrace trace;
+  EventModel model;
+};
+
+Fixture make_fixture(const std::string& protocol, bool legacy_cpu = false) {
+  Fixture f{fixture_plan(protocol), {}, {}};
+  const StepPrediction prediction = predict_step(f.plan, build_model_structure(f.plan), find_device_spec(f.plan.gpu));
+  test::RuntimeTraceOptions options;
+  options.legacy_cpu = legacy_cpu;
+  f.trace = test::make_runtime_trace(prediction.schedule.model, options);
+  const auto dir = test::temp_dir("step-" + protocol + (legacy_cpu ? "-cpu" : "-gpu"));
+  const std::string path = (dir / "trace.json").string();
+  std::ofstream(path) << f.trace.json;
+  f.model = load_trace(path);
+  return f;
+}
+
+// Measured GPU time and ops per op-group label of a recorded step.
+std::map<std::string, std::pair<int, double>> measured_groups(const RecordedStep& step) {
+  std::map<std::string, std::pair<int, double>> groups;
+  for (size_t i = 0; i < step.model.ops.size(); ++i) {
+    if (step.groups[i].op_class == OpClass::None) continue;
+    auto& g = groups[step.groups[i].label()];
+    g.first++;
+    g.second += step.model.ops[i].duration_ns;
+  }
+  return groups;
+}
+
+void check_groups_match_truth(const RecordedStep& step, const test::RuntimeTraceTruth& truth) {
+  const auto measured = measured_groups(step);
+  REQUIRE(measured.size() == truth.groups.size());
+  for (const auto& [label, expected] : truth.groups) {
+    INFO(label);
+    REQUIRE(measured.count(label) == 1);
+    CHECK(measured.at(label).first == expected.first);
+    CHECK(measured.at(label).second == Approx(expected.second).epsilon(1e-9));
+  }
+  CHECK(step.start_ns == Approx(truth.start_ns).epsilon(1e-12));
+  CHECK(step.end_ns == Approx(truth.end_ns).epsilon(1e-12));
+}
+
+std::set<std::string> raced_buffers(const EventModel& model, const RaceReport& report) {
+  std::set<std::string> names;
+  for (const Race& race : report.races) names.insert(model.buffers[race.buffer].name);
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("runtime annotations parse and format back", "[traces][replay-step]") {
+  const std::string name = "hookstream:backward:L3:copy:copy:r=cpu[3]:w=reload[1]";
+  const auto a = parse_runtime_annotation(name, "t.json");
+  REQUIRE(a);
+  CHECK(a->type == RuntimeAnnotation::Type::ProtocolStep);
+  CHECK(a->layer == 3);
+  CHECK(a->kind == "copy");
+  CHECK(a->reads == std::vector<std::string>{"cpu[3]"});
+  CHECK(a->writes == std::vector<std::string>{"reload[1]"});
+  CHECK(format_runtime_annotation(*a) == name);
+  CHECK(parse_runtime_annotation("hookstream:step:12", "t")->step == 12);
+  CHECK(parse_runtime_annotation("hookstream:optimizer", "t")->type == RuntimeAnnotation::Type::Optimizer);
+  CHECK(parse_runtime_annotation("hookstream:forward:L0:layer", "t")->type == RuntimeAnnotation::Type::Layer);
+  CHECK_FALSE(parse_runtime_annotation("aten::mm", "t"));
+  CHECK_THROWS_WITH(parse_runtime_annotation("hookstream:backward:L3:teleport:copy", "t.json"),
+                    Catch::Contains("t.json: annotation \"hookstream:backward:L3:teleport:copy\": expected a protocol step kind"));
+  CHECK_THROWS_WITH(parse_runtime_annotation("hookstream:forward:Lx:layer", "t"), Catch::Contains("L{layer}"));
+  CHECK_THROWS_WITH(parse_runtime_annotation("hookstream:backward:L1:wait_event:copy", "t"), Catch::Contains("e={event}"));
+}
+
+TEST_CASE("annotated Kineto trace: every GPU op lands in its plan op group", "[traces][replay-step]") {
+  const Fixture f = make_fixture("double_buffer_events");
+  const RecordedStep last = extract_step(f.model);
+  CHECK(last.annotated);
+  CHECK(last.step_label == "hookstream:step:1");
+  check_groups_match_truth(last, f.trace.steps[1]);
+  StepSelection first;
+  first.step = 0;
+  check_groups_match_truth(extract_step(f.model, first), f.trace.steps[0]);
+  first.step = 5;
+  CHECK_THROWS_WITH(extract_step(f.model, first), Catch::Contains("--step 5: rank 0 recorded steps 0..1"));
+  // The logical streams of the annotations name the CUDA streams their work ran on.
+  std::set<std::string> names;
+  for (const Stream& s : last.model.streams) names.insert(s.name);
+  CHECK(names.count("stream 7 (compute)") == 1);
+  CHECK(names.count("stream 20 (copy)") == 1);
+}
+
+TEST_CASE("annotated step replays close to its measured time; the critical path is a chain of it", "[traces][replay-step]") {
+  const Fixture f = make_fixture("single_buffer");
+  const StepAnalysis a = analyse_step(f.model);
+  // The fixture's GPU timing follows stream order and the recorded waits: the replay reproduces it
+  // up to the launch latency the trace does not show.
+  CHECK(a.schedule.step_ns == Approx(a.step.measured_ns()).epsilon(0.02));
+  REQUIRE(a.critical.unavailable.empty());
+  CHECK(a.critical.length_ns <= a.schedule.step_ns * (1 + 1e-9));
+  double compute_busy = 0;
+  for (const StreamUsage& usage : a.schedule.streams) compute_busy = std::max(compute_busy, usage.busy_ns);
+  CHECK(a.critical.length_ns >= compute_busy * (1 - 1e-9));
+  CHECK_FALSE(a.critical.segments.empty());
+}
+
+TEST_CASE("races from annotations: the shipped double buffer without events races, the fixed one does not", "[traces][replay-step]") {
+  for (const bool cpu : {false, true}) {
+    INFO((cpu ? "legacy CPU trace" : "Kineto GPU trace"));
+    const Fixture bad = make_fixture("double_buffer_no_events", cpu);
+    const RecordedStep step = extract_step(bad.model);
+    const StepRaceReport races = check_step_races(step);
+    REQUIRE(races.checked);
+    // The same buffers race as in the simulator's own check of the plan's expansion.
+    const Plan plan = fixture_plan("double_buffer_no_events");
+    const EventModel simulated = expand_step(plan, build_model_structure(plan), load_stream_protocol("double_buffer_no_events"));
+    const RaceReport expected = check_races(simulated);
+    REQUIRE(expected.race_count > 0);
+    RaceCheckOptions options;
+    const RaceReport recorded = check_races(step.model, options);
+    CHECK(raced_buffers(step.model, recorded) == raced_buffers(simulated, expected));
+    CHECK(races.race_count == recorded.race_count);
+    REQUIRE_FALSE(races.races.empty());
+    CHECK(races.races[0].kind == "write after read");
+    CHECK(races.races[0].earlier.find("hookstream:backward:") != std::string::npos);
+
+    const Fixture good = make_fixture("double_buffer_events", cpu);
+    const StepRaceReport clean = check_step_races(extract_step(good.model));
+    CHECK(clean.checked);
+    CHECK(clean.race_count == 0);
+  }
+}
+
+TEST_CASE("legacy-profiler array: annotation ranges become the step's ops on their logical streams", "[traces][replay-step]") {
+  const Fixture f = make_fixture("double_buffer_events", true);
+  const RecordedStep step = extract_step(f.model);
+  CHECK(step.annotated);
+  check_groups_match_truth(step, f.trace.steps[1]);
+  std::set<std::string> streams;
+  for (const Stream& s : step.model.streams) streams.insert(s.name);
+  CHECK(streams == std::set<std::string>{"compute", "copy"});
+}
+
+TEST_CASE("plan comparison: calibration makes the simulator reproduce every matched group", "[traces][replay-step]") {
+  const Fixture f = make_fixture("double_buffer_events");
+  const RecordedStep step = extract_step(f.model);
+  const PlanComparison before = compare_with_plan(step, f.plan);
+  CHECK(before.recorded_only == 0);
+  CHECK(before.simulated_only == 0);
+  CHECK(before.matched == static_cast<int>(f.trace.steps[1].groups.size()));
+  for (const GroupComparison& g : before.groups) {
+    INFO(g.group.label());
+    CHECK(g.measured_ns == Approx(f.trace.steps[1].groups.at(g.group.label()).second).epsilon(1e-9));
+    CHECK(g.simulated_ops > 0);
+  }
+  const auto dir = test::temp_dir("calibration");
+  const std::string path = (dir / "calibration.json").string();
+  std::ofstream(path) << before.calibration.dump(2);
+  Plan calibrated = f.plan;
+  calibrated.calibration = path;
+  const PlanComparison after = compare_with_plan(step, calibrated);
+  for (const GroupComparison& g : after.groups) {
+    INFO(g.group.label());
+    CHECK(g.predicted_ns == Approx(g.measured_ns).epsilon(1e-9));
+  }
+  CHECK(load_calibration(path).entries.size() > before.groups.size());
+}
+
+TEST_CASE("what-if changes on an annotated step", "[traces][replay-step]") {
+  const Fixture f = make_fixture("single_buffer");
+  const RecordedStep step = extract_step(f.model);
+  const StepReplay replay = build_step_replay(step);
+  const PlanComparison plan = compare_with_plan(step, f.plan);
+  const WhatIfReport report =
+      run_what_if(step, replay,
+                  {parse_what_if("second_reload_buffer"), parse_what_if("remove_host_sync"), parse_what_if("bucket_cap_mb=1000")},
+                  plan.bucket_bytes);
+  REQUIRE(report.outcomes.size() == 4);
+  int reloads = 0;
+  for (size_t i = 0; i < step.model.ops.size(); ++i) reloads += step.groups[i].op_class == OpClass::CopyH2D;
+  CHECK(report.outcomes[0].ops_changed == reloads);
+  CHECK(report.outcomes[0].new_step_ns < report.outcomes[0].old_step_ns);  // reloads no longer serialise behind recompute
+  CHECK(report.outcomes[1].ops_changed == 1);                               // the step's closing cudaStreamSynchronize
+  CHECK(report.outcomes[2].ops_changed == static_cast<int>(plan.bucket_bytes.size()));
+  CHECK(report.outcomes[2].why.find("the plan's buckets") != std::string::npos);
+  CHECK_THROWS_WITH(parse_what_if("bucket_cap_mb=-3"), Catch::Contains("positive number of MiB"));
+  CHECK_THROWS_WITH(parse_what_if("more_gpus"), Catch::Contains("unknown change"));
+}
+
+TEST_CASE("real traces: heuristic attribution, a replay whose critical path never exceeds it", "[traces][replay-step]") {
+  for (const char* name : {"nsys/cloverleaf-nsys2024.5.sqlite", "nsys/fuser-report1-nsys2024.6.sqlite",
+                           "kineto/a100-rank3-of-8-control.json.gz", "kineto/alexnet-a100-syncevents.json.gz",
+                           "kineto/event-sync-multistream.json.gz", "kineto/event-sync.json.gz"}) {
+    INFO(name);
+    const EventModel model = load_trace(test::shared_trace(name));
+    const StepAnalysis a = analyse_step(model);
+    CHECK_FALSE(a.step.annotated);
+    CHECK_FALSE(a.races.checked);
+    REQUIRE(a.critical.unavailable.empty());
+    CHECK(a.critical.length_ns <= a.schedule.step_ns * (1 + 1e-9) + 1);
+    CHECK(a.critical.length_ns > 0);
+  }
+  // a100: the last ProfilerStep, its NCCL kernels are the all-reduces.
+  const EventModel a100 = load_trace(test::shared_trace("kineto/a100-rank3-of-8-control.json.gz"));
+  const RecordedStep step = extract_step(a100);
+  CHECK(step.step_label == "ProfilerStep#1014");
+  int nccl = 0, allreduces = 0;
+  for (size_t i = 0; i < step.model.ops.size(); ++i) {
+    nccl += step.model.ops[i].kind == OpKind::Collective;
+    allreduces += step.groups[i].op_class == OpClass::AllReduce;
+  }
+  CHECK(nccl > 0);
+  CHECK(allreduces == nccl);
+  // Its own "## forward ##", "## backward ##" and "Optimizer.step#..." ranges give the phases.
+  std::set<OpClass> classes;
+  for (const OpGroup& g : step.groups) classes.insert(g.op_class);
+  for (OpClass c : {OpClass::Forward, OpClass::Backward, OpClass::Optimizer}) CHECK(classes.count(c) == 1);
+  for (const OpGroup& g : step.groups) CHECK(g.layer == -1);
+  // cloverleaf synchronises the device after every kernel; without those waits the host runs ahead.
+  const EventModel clover = load_trace(test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite"));
+  const RecordedStep whole = extract_step(clover);
+  const WhatIfReport what_if = run_what_if(whole, build_step_replay(whole), {parse_what_if("remove_host_sync=cudaDeviceSynchronize")});
+  int device_syncs = 0;
+  for (const Op& op : whole.model.ops) device_syncs += op.kind == OpKind::DeviceSync;
+  CHECK(what_if.outcomes[0].ops_changed == device_syncs);
+  CHECK(what_if.outcomes[0].new_step_ns < what_if.outcomes[0].old_step_ns);
+}
+
+TEST_CASE("timeline of a recorded step marks races, syncs and gaps", "[traces][replay-step]") {
+  const Fixture f = make_fixture("double_buffer_no_events");
+  const RecordedStep step = extract_step(f.model);
+  const StepRaceReport races = check_step_races(step);
+  const nlohmann::json trace = nlohmann::json::parse(recorded_step_timeline(step, races));
+  const nlohmann::json& events = trace.is_object() ? trace["traceEvents"] : trace;
+  int slices = 0, race_flows = 0, syncs = 0;
+  for (const auto& e : events) {
+    if (e["ph"] == "X") ++slices;
+    if (e["ph"] == "s" && e["cat"] == "finding: race") ++race_flows;
+    if (e["ph"] == "i" && e["cat"] == "finding: sync") ++syncs;
+  }
+  int host_syncs = 0;
+  for (const Op& op : step.model.ops) host_syncs += op.kind == OpKind::StreamSync || op.kind == OpKind::EventSync || op.kind == OpKind::DeviceSync;
+  CHECK(slices == static_cast<int>(step.model.ops.size()));
+  CHECK(race_flows == static_cast<int>(races.races.size()));
+  CHECK(syncs == host_syncs);
+  CHECK(recorded_step_timeline(step, races) == recorded_step_timeline(step, races));
+}
+
+TEST_CASE("malformed runtime annotation in a trace is an input error naming the file", "[traces][replay-step]") {
+  const auto dir = test::temp_dir("bad-annotation");
+  const std::string path = (dir / "bad.json").string();
+  std::ofstream(path) << R"([{"name": "hookstream:forward:L1:compute:compute:what=sideways", "ph": "X", "ts": 1.0, "dur": 2.0, "tid": 1, "pid": "CPU Functions", "args": {}}])";
+  const EventModel model = load_trace(path);
+  CHECK_THROWS_WITH(extract_step(model), Catch::Contains(path) && Catch::Contains("what=sideways"));
+}

@@ -1,0 +1,51 @@
+// A recorded step against the plan's simulated step (sim/stream_expansion.h expand_step scheduled
+// by sim/time_model.h, i.e. sim/step_prediction.h predict_step): both sides' ops are put in the same
+// op groups (traces/recorded_step.h OpGroup: forward / recompute / backward of layer L, D2H / H2D
+// copies of layer L, the k-th all-reduce, the optimizer, the ops outside the decoder layers before,
+// between and after them) and compared group by group. The measured durations make a calibration
+// file (sim/calibration.h) that the simulator loads with hookstream.calibration.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/plan.h"
+#include "traces/recorded_step.h"
+
+namespace hookstream {
+
+struct GroupComparison {
+  OpGroup group;
+  int recorded_ops = 0;
+  double measured_ns = 0;   // sum of the recorded ops' durations (GPU time)
+  int simulated_ops = 0;
+  double predicted_ns = 0;  // sum of the simulated ops' predicted durations
+};
+
+struct ClassComparison {
+  OpClass op_class = OpClass::None;
+  int recorded_ops = 0, simulated_ops = 0;
+  double measured_ns = 0, predicted_ns = 0;
+};
+
+struct PlanComparison {
+  std::string plan, protocol, device;
+  int rank = 0;                     // the recorded rank compared (the first)
+  double measured_step_ns = 0, predicted_step_ns = 0;
+  std::vector<GroupComparison> groups;   // sorted by group
+  std::vector<ClassComparison> classes;  // by class
+  int matched = 0, recorded_only = 0, simulated_only = 0;  // groups
+  std::vector<int64_t> bucket_bytes;     // the simulated all-reduces' bytes in launch order
+  nlohmann::json calibration;            // hookstream.calibration/1
+  std::vector<std::string> notes;
+};
+
+// Throws InputError for a protocol or calibration file of the plan that cannot be read.
+PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan);
+
+std::string render_plan_comparison_text(const PlanComparison& comparison, size_t largest = 10);
+nlohmann::json render_plan_comparison_json(const PlanComparison& comparison);
+
+}  // namespace hookstream

@@ -1,0 +1,42 @@
+// Everything `hookstream replay` says about one recorded step: the step cut out and attributed
+// (recorded_step.h), replayed by the simulator's scheduler with its critical path (step_replay.h),
+// its races (step_findings.h), and, when asked, the plan comparison and calibration
+// (plan_comparison.h) and what-if predictions. Text and the "step" object of the JSON report.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/plan.h"
+#include "traces/plan_comparison.h"
+#include "traces/recorded_step.h"
+#include "traces/step_findings.h"
+#include "traces/step_replay.h"
+
+namespace hookstream {
+
+struct StepAnalysisOptions {
+  StepSelection selection;
+  const Plan* plan = nullptr;          // compare with this plan's simulated step
+  std::vector<WhatIfChange> what_if;
+  size_t critical_segments_shown = 20;
+};
+
+struct StepAnalysis {
+  RecordedStep step;
+  StepReplay replay;
+  Schedule schedule;                   // the replay without changes
+  CriticalPathReport critical;
+  StepRaceReport races;
+  std::optional<PlanComparison> plan;
+  std::optional<WhatIfReport> what_if;
+};
+
+StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& options = {});
+
+std::string render_step_text(const StepAnalysis& analysis, const StepAnalysisOptions& options = {});
+nlohmann::json render_step_json(const StepAnalysis& analysis);
+
+}  // namespace hookstream

@@ -1,0 +1,498 @@
+// GCC 12 reports a false -Wmaybe-uninitialized inside Boost.Graph (see sim/dependency_graph.cc).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "traces/step_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "sim/device_spec.h"
+#include "sim/input_error.h"
+#include "traces/cuda_api.h"
+
+namespace hookstream {
+
+namespace {
+
+bool is_gpu_kind(OpKind kind) {
+  return kind == OpKind::Kernel || kind == OpKind::Copy || kind == OpKind::Memset || kind == OpKind::Collective;
+}
+bool is_host_sync(OpKind kind) {
+  return kind == OpKind::EventSync || kind == OpKind::StreamSync || kind == OpKind::DeviceSync;
+}
+
+std::string ms(double ns) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(3);
+  out << ns * 1e-6 << " ms";
+  return out.str();
+}
+
+// Ops are edited by rebuilding the list: insertions before/after an op index.
+struct Edit {
+  std::map<int, std::vector<std::pair<Op, OpGroup>>> before, after;
+  std::set<int> removed;
+  StepReplay apply(const StepReplay& in) const {
+    StepReplay out;
+    out.model.streams = in.model.streams;
+    out.model.events = in.model.events;
+    out.model.buffers = in.model.buffers;
+    out.model.source = in.model.source;
+    const auto add = [&](const Op& op, const OpGroup& group, int step_op) {
+      out.model.ops.push_back(op);
+      out.groups.push_back(group);
+      out.step_op.push_back(step_op);
+    };
+    for (int i = 0; i < static_cast<int>(in.model.ops.size()); ++i) {
+      if (auto b = before.find(i); b != before.end()) for (const auto& [op, group] : b->second) add(op, group, -1);
+      if (!removed.count(i)) add(in.model.ops[i], in.groups[i], in.step_op[i]);
+      if (auto a = after.find(i); a != after.end()) for (const auto& [op, group] : a->second) add(op, group, -1);
+    }
+    return out;
+  }
+};
+
+Op sync_op(OpKind kind, int rank, int stream, const std::string& name) {
+  Op op;
+  op.kind = kind;
+  op.rank = rank;
+  op.stream = stream;
+  op.name = name;
+  op.duration_ns = 0;
+  op.start_ns = 0;
+  return op;
+}
+
+double host_blocked_ns(const Schedule& schedule) {
+  double sum = 0;
+  for (const Op& op : schedule.model.ops) if (is_host_sync(op.kind)) sum += std::max(0.0, op.duration_ns);
+  return sum;
+}
+
+}  // namespace
+
+StepReplay build_step_replay(const RecordedStep& step) {
+  StepReplay replay;
+  replay.model.streams = step.model.streams;
+  replay.model.events = step.model.events;
+  replay.model.buffers = step.model.buffers;
+  replay.model.source = step.model.source;
+  // Calls whose GPU work blocks the host (cudaMemcpy, pageable cudaMemcpyAsync): the recorded call
+  // duration includes the wait the scheduler recomputes, so the call itself takes no host time.
+  std::set<std::pair<int, int64_t>> blocking_calls;
+  for (const Op& op : step.model.ops) {
+    if (is_gpu_kind(op.kind) && op.blocks_host && op.correlation >= 0) blocking_calls.insert({op.rank, op.correlation});
+  }
+  // Every host-side op may get a host-time op before it: at most twice the step's ops.
+  replay.model.ops.reserve(2 * step.model.ops.size());
+  replay.groups.reserve(2 * step.model.ops.size());
+  replay.step_op.reserve(2 * step.model.ops.size());
+  std::map<int, double> host_end;  // rank -> when the host finished its previous host-side op (recorded)
+  for (int i = 0; i < static_cast<int>(step.model.ops.size()); ++i) {
+    Op op = step.model.ops[i];
+    if (!is_gpu_kind(op.kind)) {
+      const auto previous = host_end.find(op.rank);
+      if (previous != host_end.end() && op.start_ns > previous->second) {
+        Op host = sync_op(OpKind::HostCompute, op.rank, -1, "host");
+        host.duration_ns = op.start_ns - previous->second;
+        host.phase = op.phase;
+        replay.model.ops.push_back(host);
+        replay.groups.push_back(OpGroup{});
+        replay.step_op.push_back(-1);
+      }
+      const double recorded_end = op.start_ns + std::max(0.0, op.duration_ns);
+      host_end[op.rank] = previous == host_end.end() ? recorded_end : std::max(previous->second, recorded_end);
+      if (op.kind == OpKind::HostCompute && blocking_calls.count({op.rank, op.correlation})) op.duration_ns = 0;
+    }
+    op.duration_ns = std::max(0.0, op.duration_ns);
+    replay.model.ops.push_back(std::move(op));
+    replay.groups.push_back(step.groups[i]);
+    replay.step_op.push_back(i);
+  }
+  return replay;
+}
+
+Schedule schedule_replay(const StepReplay& replay) {
+  // Every op carries its recorded duration, which estimate_op_ns uses before any device figure.
+  const DeviceSpec no_device;
+  TimeModelOptions options;
+  return schedule_step(replay.model, no_device, options);
+}
+
+CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay) {
+  CriticalPathReport report;
+  report.step_ns = schedule.step_ns;
+  const EventModel& model = schedule.model;
+  DependencyGraph dag;
+  try {
+    dag = build_dependency_graph(model);
+  } catch (const std::runtime_error& error) {
+    report.unavailable = error.what();
+    return report;
+  }
+  std::vector<double> durations(model.ops.size(), 0);
+  for (size_t i = 0; i < model.ops.size(); ++i) durations[i] = std::max(0.0, model.ops[i].duration_ns);
+  const CriticalPath path = critical_path(dag, durations);
+  report.length_ns = path.length;
+  std::map<std::string, double> by_what;
+  for (int index : path.ops) {
+    const Op& op = model.ops[index];
+    const std::string what = replay.groups[index].op_class == OpClass::None
+                                 ? (op.kind == OpKind::HostCompute ? "host work" : to_string(op.kind))
+                                 : replay.groups[index].label();
+    if (durations[index] <= 0) continue;  // frees and other bookkeeping on the path take no time
+    by_what[what] += durations[index];
+    if (!report.segments.empty()) {
+      CriticalSegment& last = report.segments.back();
+      if (last.rank == op.rank && last.stream == op.stream && last.what == what) {
+        last.ops++;
+        last.duration_ns = op.start_ns + durations[index] - last.start_ns;
+        last.last_op = op.name;
+        continue;
+      }
+    }
+    CriticalSegment segment;
+    segment.rank = op.rank;
+    segment.stream = op.stream;
+    segment.where = op.stream >= 0 ? model.streams[op.stream].name : "host";
+    segment.what = what;
+    segment.ops = 1;
+    segment.start_ns = op.start_ns;
+    segment.duration_ns = durations[index];
+    segment.first_op = segment.last_op = op.name;
+    report.segments.push_back(std::move(segment));
+  }
+  report.by_what.assign(by_what.begin(), by_what.end());
+  std::stable_sort(report.by_what.begin(), report.by_what.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return report;
+}
+
+WhatIfChange parse_what_if(const std::string& spec) {
+  WhatIfChange change;
+  change.spec = spec;
+  const size_t eq = spec.find('=');
+  const std::string name = spec.substr(0, eq);
+  const std::string value = eq == std::string::npos ? "" : spec.substr(eq + 1);
+  if (name == "second_reload_buffer" && eq == std::string::npos) {
+    change.kind = WhatIfChange::Kind::SecondReloadBuffer;
+  } else if (name == "copy_to_side_stream" && eq == std::string::npos) {
+    change.kind = WhatIfChange::Kind::CopyToSideStream;
+  } else if (name == "bucket_cap_mb") {
+    change.kind = WhatIfChange::Kind::BucketCapMb;
+    char* end = nullptr;
+    change.bucket_cap_mb = value.empty() ? -1 : std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !(change.bucket_cap_mb > 0) || !std::isfinite(change.bucket_cap_mb)) {
+      throw InputError("--what-if " + spec, "expected bucket_cap_mb=N with N a positive number of MiB");
+    }
+  } else if (name == "remove_host_sync") {
+    change.kind = WhatIfChange::Kind::RemoveHostSync;
+    change.sync_api = value;
+  } else {
+    throw InputError("--what-if " + spec, "unknown change: expected second_reload_buffer, copy_to_side_stream, "
+                                          "bucket_cap_mb=N or remove_host_sync[=API]");
+  }
+  return change;
+}
+
+namespace {
+
+// second_reload_buffer: with two reload buffers, layer L's reload only has to wait until the buffer
+// it overwrites was last read, by layer L+2's backward (the double_buffer_events protocol), not for
+// layer L+1's recompute as one buffer requires (protocols/single_buffer.yaml).
+StepReplay second_reload_buffer(const StepReplay& in, int& changed, std::string& why) {
+  Edit edit;
+  StepReplay out = in;
+  const auto& ops = in.model.ops;
+  int unguarded = 0;
+  for (int c = 0; c < static_cast<int>(ops.size()); ++c) {
+    const Op& copy = ops[c];
+    if (copy.kind != OpKind::Copy || in.groups[c].op_class != OpClass::CopyH2D || in.groups[c].layer < 0 || copy.stream < 0) continue;
+    std::vector<int> waits;
+    for (int j = c - 1; j >= 0; --j) {
+      const Op& op = ops[j];
+      if (op.rank != copy.rank) continue;
+      if (op.stream == copy.stream && is_gpu_kind(op.kind)) break;
+      if (op.kind == OpKind::StreamWait && op.stream == copy.stream) waits.push_back(j);
+    }
+    if (waits.empty()) {
+      ++unguarded;
+      continue;
+    }
+    int anchor = -1;
+    for (int k = c - 1; k >= 0; --k) {
+      const OpGroup& g = in.groups[k];
+      if (ops[k].rank == copy.rank && is_gpu_kind(ops[k].kind) && g.layer == in.groups[c].layer + 2 &&
+          (g.op_class == OpClass::Backward || g.op_class == OpClass::Recompute)) {
+        anchor = k;
+        break;
+      }
+    }
+    const int event = out.model.add_event(Event{"reload buffer free (layer " + std::to_string(in.groups[c].layer) + ")", copy.rank});
+    for (int w : waits) {
+      out.model.ops[w].event = event;  // never recorded when no layer L+2 exists: a no-op wait
+      out.model.ops[w].sync_stream = -1;
+    }
+    if (anchor >= 0) {
+      Op record = sync_op(OpKind::EventRecord, copy.rank, ops[anchor].stream, "record reload buffer free (what-if)");
+      record.event = event;
+      edit.after[anchor].push_back({record, OpGroup{}});
+    }
+    ++changed;
+  }
+  StepReplay result = edit.apply(out);
+  why = std::to_string(changed) + " H2D reloads now wait only for the backward of layer L+2 (the last reader of their buffer)";
+  if (changed == 0) why = "no annotated H2D reload with a stream wait before it: nothing to change";
+  if (unguarded > 0) why += "; " + std::to_string(unguarded) + " reloads had no wait before them";
+  return result;
+}
+
+// copy_to_side_stream: copies issued on the compute stream move to a stream of their own. A D2H copy
+// still waits for the compute work issued before it (it reads what compute produced); an H2D copy
+// reads host memory and starts at once, and compute waits for it before its next kernel (the
+// consumer). Host syncs on the compute stream also synchronise the new stream.
+StepReplay copy_to_side_stream(const StepReplay& in, int& changed, std::string& why) {
+  StepReplay out = in;
+  Edit edit;
+  const auto& ops = in.model.ops;
+  std::map<int, std::map<int, double>> kernel_time;  // rank -> stream -> kernel ns
+  for (const Op& op : ops) if (op.kind == OpKind::Kernel && op.stream >= 0) kernel_time[op.rank][op.stream] += op.duration_ns;
+  std::map<int, int> compute, side;
+  for (const auto& [rank, streams] : kernel_time) {
+    compute[rank] = std::max_element(streams.begin(), streams.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  }
+  for (int c = 0; c < static_cast<int>(ops.size()); ++c) {
+    const Op& copy = ops[c];
+    if (copy.kind != OpKind::Copy || !compute.count(copy.rank) || copy.stream != compute[copy.rank]) continue;
+    if (copy.copy != CopyKind::HostToDevice && copy.copy != CopyKind::DeviceToHost) continue;
+    const int main = compute[copy.rank];
+    if (!side.count(copy.rank)) {
+      Stream stream = in.model.streams[main];
+      stream.name = "side copy stream (what-if)";
+      stream.id = 3000000 + copy.rank;
+      stream.legacy_default = false;
+      stream.non_blocking = true;
+      side[copy.rank] = out.model.add_stream(stream);
+    }
+    const int s = side[copy.rank];
+    out.model.ops[c].stream = s;
+    if (copy.copy == CopyKind::DeviceToHost) {
+      Op wait = sync_op(OpKind::StreamWait, copy.rank, s, "side stream waits compute (what-if)");
+      wait.sync_stream = main;
+      edit.before[c].push_back({wait, OpGroup{}});
+    } else {
+      const int event = out.model.add_event(Event{"side copy done (what-if)", copy.rank});
+      Op record = sync_op(OpKind::EventRecord, copy.rank, s, "record side copy done (what-if)");
+      record.event = event;
+      edit.after[c].push_back({record, OpGroup{}});
+      for (int k = c + 1; k < static_cast<int>(ops.size()); ++k) {
+        if (ops[k].rank == copy.rank && ops[k].stream == main && ops[k].kind == OpKind::Kernel) {
+          Op wait = sync_op(OpKind::StreamWait, copy.rank, main, "compute waits side copy (what-if)");
+          wait.event = event;
+          edit.before[k].push_back({wait, OpGroup{}});
+          break;
+        }
+      }
+    }
+    ++changed;
+  }
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    const Op& op = ops[i];
+    if (op.kind == OpKind::StreamSync && side.count(op.rank) && op.sync_stream == compute[op.rank]) {
+      Op sync = sync_op(OpKind::StreamSync, op.rank, -1, "host synchronizes side copy stream (what-if)");
+      sync.sync_stream = side[op.rank];
+      sync.blocks_host = true;
+      edit.after[i].push_back({sync, OpGroup{}});
+    }
+  }
+  why = changed > 0 ? std::to_string(changed) + " H2D/D2H copies moved off the compute stream"
+                    : "no H2D/D2H copy runs on the compute stream: nothing to move";
+  return edit.apply(out);
+}
+
+// bucket_cap_mb=N: DDP fills buckets up to the cap, except the first, which stays at
+// dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB; torch/nn/parallel/distributed.py). Recorded all-reduces
+// after the first are merged in launch order until a bucket reaches the cap, or split evenly when one
+// is larger; a merged bucket launches where its last member launched. Durations follow a fit of the
+// recorded ones, latency + bytes / bandwidth.
+StepReplay regroup_buckets(const StepReplay& in, double cap_mb, const std::vector<int64_t>& plan_bytes, int& changed,
+                           std::string& why) {
+  const auto& ops = in.model.ops;
+  std::map<int, std::vector<int>> collectives;
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    if (ops[i].kind == OpKind::Collective && in.groups[i].op_class == OpClass::AllReduce) collectives[ops[i].rank].push_back(i);
+  }
+  if (collectives.empty()) {
+    why = "no all-reduce in the step: nothing to regroup";
+    return in;
+  }
+  const std::vector<int>& first_rank = collectives.begin()->second;
+  std::vector<double> bytes;
+  std::string source = "the trace";
+  const bool traced = std::all_of(first_rank.begin(), first_rank.end(), [&](int i) { return ops[i].bytes > 0; });
+  if (!traced) {
+    if (plan_bytes.size() != first_rank.size()) {
+      why = "not applicable: the trace gives no all-reduce sizes and no plan with " + std::to_string(first_rank.size()) +
+            " buckets was given (--plan) to take them from";
+      return in;
+    }
+    source = "the plan's buckets";
+  }
+  for (size_t k = 0; k < first_rank.size(); ++k) bytes.push_back(traced ? static_cast<double>(ops[first_rank[k]].bytes) : plan_bytes[k]);
+  // Least-squares fit of duration = latency + bytes * seconds_per_byte over rank 0's all-reduces.
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double n = static_cast<double>(bytes.size());
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    const double x = bytes[k], y = ops[first_rank[k]].duration_ns;
+    sx += x; sy += y; sxx += x * x; sxy += x * y;
+  }
+  double slope = sx > 0 ? sy / sx : 0, latency = 0;
+  const double variance = n * sxx - sx * sx;
+  if (bytes.size() >= 2 && variance > 1e-9 * sxx * n) {
+    const double fitted = (n * sxy - sx * sy) / variance;
+    const double intercept = (sy - fitted * sx) / n;
+    if (fitted > 0 && intercept >= 0) {
+      slope = fitted;
+      latency = intercept;
+    }
+  }
+  const double cap = cap_mb * 1024 * 1024;
+  // Group rank 0's list; every rank regroups the same way (their collectives pair up by ordinal).
+  struct Bucket {
+    std::vector<size_t> members;  // ordinals
+    double bytes = 0;
+    int pieces = 1;
+  };
+  std::vector<Bucket> buckets;
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    if (k == 0) {
+      buckets.push_back({{k}, bytes[k], 1});
+      continue;
+    }
+    if (bytes[k] > cap) {
+      buckets.push_back({{k}, bytes[k], static_cast<int>(std::ceil(bytes[k] / cap))});
+      continue;
+    }
+    if (buckets.size() < 2 || buckets.back().bytes >= cap || buckets.back().pieces > 1 || buckets.back().bytes + bytes[k] > cap) {
+      buckets.push_back({{k}, bytes[k], 1});
+    } else {
+      buckets.back().members.push_back(k);
+      buckets.back().bytes += bytes[k];
+    }
+  }
+  Edit edit;
+  int launched = 0;
+  for (const auto& [rank, list] : collectives) {
+    if (list.size() != bytes.size()) continue;
+    for (const Bucket& bucket : buckets) {
+      const int last = list[bucket.members.back()];
+      for (size_t m = 0; m + 1 < bucket.members.size(); ++m) edit.removed.insert(list[bucket.members[m]]);
+      edit.removed.insert(last);
+      for (int piece = 0; piece < bucket.pieces; ++piece) {
+        Op op = ops[last];
+        op.bytes = static_cast<int64_t>(bucket.bytes / bucket.pieces);
+        op.duration_ns = latency + slope * bucket.bytes / bucket.pieces;
+        op.name = "all-reduce of recorded #" + std::to_string(bucket.members.front()) +
+                  (bucket.members.size() > 1 ? ".." + std::to_string(bucket.members.back()) : "") +
+                  (bucket.pieces > 1 ? " piece " + std::to_string(piece + 1) + "/" + std::to_string(bucket.pieces) : "") +
+                  " (what-if)";
+        OpGroup group{OpClass::AllReduce, -1, launched++};
+        edit.after[last].push_back({op, group});
+      }
+    }
+    launched = 0;
+  }
+  int new_count = 0;
+  for (const Bucket& bucket : buckets) new_count += bucket.pieces;
+  changed = static_cast<int>(bytes.size());
+  std::ostringstream text;
+  text.precision(3);
+  text << bytes.size() << " all-reduces regrouped into " << new_count << " (cap " << cap_mb << " MiB, first bucket kept; sizes from "
+       << source << "; fitted " << latency * 1e-3 << " us latency + " << (slope > 0 ? 1.0 / slope : 0) << " GB/s)";
+  why = text.str();
+  return edit.apply(in);
+}
+
+StepReplay remove_host_sync(const StepReplay& in, const std::string& api, int& changed, std::string& why) {
+  StepReplay out = in;
+  for (Op& op : out.model.ops) {
+    // A synchronize call the trace could not tie to a stream or event replays as host time.
+    const ApiRole role = classify_api(op.source_api.empty() ? op.name : op.source_api);
+    const bool unresolved_sync = op.kind == OpKind::HostCompute &&
+                                 (role == ApiRole::StreamSync || role == ApiRole::EventSync || role == ApiRole::DeviceSync);
+    if (!is_host_sync(op.kind) && !unresolved_sync) continue;
+    if (!api.empty() && op.name.find(api) == std::string::npos && op.source_api.find(api) == std::string::npos) continue;
+    op.kind = OpKind::HostCompute;
+    op.duration_ns = 0;
+    op.event = -1;
+    op.sync_stream = -1;
+    op.blocks_host = false;
+    op.name += " (removed)";
+    ++changed;
+  }
+  why = std::to_string(changed) + " host synchronisation" + (changed == 1 ? "" : "s") + (api.empty() ? "" : " (" + api + ")") +
+        " removed: the host no longer waits there";
+  return out;
+}
+
+StepReplay apply_change(const StepReplay& in, const WhatIfChange& change, const std::vector<int64_t>& bucket_bytes,
+                        int& changed, std::string& why) {
+  switch (change.kind) {
+    case WhatIfChange::Kind::SecondReloadBuffer: return second_reload_buffer(in, changed, why);
+    case WhatIfChange::Kind::CopyToSideStream: return copy_to_side_stream(in, changed, why);
+    case WhatIfChange::Kind::BucketCapMb: return regroup_buckets(in, change.bucket_cap_mb, bucket_bytes, changed, why);
+    case WhatIfChange::Kind::RemoveHostSync: return remove_host_sync(in, change.sync_api, changed, why);
+  }
+  return in;
+}
+
+// What moved: the schedule figures a change acts on.
+std::string effect(const Schedule& before, const Schedule& after) {
+  std::ostringstream text;
+  text.setf(std::ios::fixed);
+  text.precision(1);
+  text << "copies hidden behind compute " << before.copy_hidden_fraction * 100 << "% -> " << after.copy_hidden_fraction * 100
+       << "%, host blocked " << ms(host_blocked_ns(before)) << " -> " << ms(host_blocked_ns(after));
+  return text.str();
+}
+
+}  // namespace
+
+WhatIfReport run_what_if(const RecordedStep& step, const StepReplay& replay, const std::vector<WhatIfChange>& changes,
+                         const std::vector<int64_t>& bucket_bytes) {
+  WhatIfReport report;
+  report.measured_ns = step.measured_ns();
+  const Schedule base = schedule_replay(replay);
+  report.replayed_ns = base.step_ns;
+  StepReplay combined = replay;
+  for (const WhatIfChange& change : changes) {
+    WhatIfOutcome outcome;
+    outcome.change = change.spec;
+    outcome.old_step_ns = base.step_ns;
+    const StepReplay changed = apply_change(replay, change, bucket_bytes, outcome.ops_changed, outcome.why);
+    const Schedule schedule = schedule_replay(changed);
+    outcome.new_step_ns = schedule.step_ns;
+    outcome.why += "; " + effect(base, schedule);
+    report.outcomes.push_back(std::move(outcome));
+    int ignored = 0;
+    std::string unused;
+    combined = apply_change(combined, change, bucket_bytes, ignored, unused);
+  }
+  if (changes.size() > 1) {
+    WhatIfOutcome all;
+    for (const WhatIfChange& change : changes) all.change += (all.change.empty() ? "" : " + ") + change.spec;
+    all.old_step_ns = base.step_ns;
+    const Schedule schedule = schedule_replay(combined);
+    all.new_step_ns = schedule.step_ns;
+    for (const WhatIfOutcome& o : report.outcomes) all.ops_changed += o.ops_changed;
+    all.why = "all changes applied together; " + effect(base, schedule);
+    report.outcomes.push_back(std::move(all));
+  }
+  return report;
+}
+
+}  // namespace hookstream
