@@ -1,6 +1,7 @@
 #include "sim/stream_expansion.h"
 
 #include <algorithm>
+#include <map>
 
 #include "sim/ddp_simulation.h"
 #include "sim/input_error.h"
@@ -85,6 +86,7 @@ class StepExpander {
       const int ranks = options_.all_ranks ? plan_.world_size : 1;
       for (int rank = 0; rank < ranks; ++rank) expand_rank(rank);
     }
+    add_peer_reads();
     return std::move(model_);
   }
 
@@ -129,6 +131,26 @@ class StepExpander {
     }
   }
 
+  // A ring all-reduce reads every rank's bucket (each rank's chunk travels round the ring), so each
+  // rank's collective also reads the same bucket of the other expanded ranks: the race checker
+  // then needs the collective's cross-rank ordering to see that every rank's gradient writes
+  // happen before the call reads them (ProcessGroupNCCL: the NCCL stream waits for the current
+  // stream on each rank, and the call completes on no rank before all have joined).
+  void add_peer_reads() {
+    std::map<std::pair<std::string, int>, std::vector<int>> buckets;  // (name, device) -> buffers of every rank
+    for (size_t b = 0; b < model_.buffers.size(); ++b) {
+      const Buffer& buffer = model_.buffers[b];
+      if (buffer.name.rfind("bucket[", 0) == 0) buckets[{buffer.name, buffer.device}].push_back(static_cast<int>(b));
+    }
+    for (Op& op : model_.ops) {
+      if (op.kind != OpKind::Collective || op.accesses.empty()) continue;
+      const Buffer& own = model_.buffers[op.accesses.front().buffer];
+      for (int peer : buckets[{own.name, own.device}]) {
+        if (model_.buffers[peer].rank != op.rank) op.accesses.push_back({peer, 0, -1, false});
+      }
+    }
+  }
+
   void expand_rank(int rank) {
     rank_ = rank;
     devices_.clear();
@@ -159,7 +181,8 @@ class StepExpander {
     int64_t embedding_forward_bytes = 0, embedding_backward_bytes = 0;
     int64_t norm_forward_bytes = 0, norm_backward_bytes = 0;
     double lm_head_flops = 0, lm_head_backward_flops = 0;
-    int64_t loss_forward_bytes = 0, loss_backward_bytes = 0;
+    int64_t loss_forward_bytes = 0, loss_backward_bytes = 0;  // over all chunks
+    int loss_chunks = 1;  // chunked_cross_entropy: one op per chunk
     int64_t optimizer_bytes = 0;
   };
 
@@ -197,6 +220,16 @@ class StepExpander {
     const double logits = tokens * vocab;
     head.loss_forward_bytes = static_cast<int64_t>(logits * (element + 12));
     head.loss_backward_bytes = static_cast<int64_t>(logits * (element + 20));
+    if (plan_.chunked_cross_entropy) {
+      // axolotl's chunked_cross_entropy (axolotl/monkeypatch/loss/chunked.py): per chunk, a
+      // torch.compile'd (inductor) upcast + cross-entropy. Fused, forward reads the bf16 chunk
+      // twice (max, then sum of exp; the fp32 upcast never reaches memory); backward recomputes
+      // the softmax from the chunk (read) and writes its bf16 grad, then the backward of
+      // `logits.chunk()` copies the chunk grads into the full logits grad (read + write).
+      head.loss_chunks = std::max(1, plan_.chunked_cross_entropy_num_chunks);
+      head.loss_forward_bytes = static_cast<int64_t>(logits * 2 * element);
+      head.loss_backward_bytes = static_cast<int64_t>(logits * 4 * element);
+    }
     for (const Parameter& parameter : structure_.parameters) {
       if (!parameter.trainable) continue;
       // PEFT keeps LoRA adapters in fp32 on a bf16 base (autocast_adapter_dtype; memory model).
@@ -297,7 +330,7 @@ class StepExpander {
       norm.bytes = head_.norm_forward_bytes;
       norm.accesses.push_back({device.hidden + layers_, 0, -1, false});
       add(OpKind::Kernel, device.current(), "lm_head forward", "forward", -1).flops = head_.lm_head_flops;
-      add(OpKind::Kernel, device.current(), "loss forward", "forward", -1).bytes = head_.loss_forward_bytes;
+      loss_ops(device, "loss forward", "forward", head_.loss_forward_bytes);
     }
   }
 
@@ -305,7 +338,7 @@ class StepExpander {
 
   void backward(bool synced) {
     for (Device& device : devices_) {
-      add(OpKind::Kernel, device.current(), "loss backward", "backward", -1).bytes = head_.loss_backward_bytes;
+      loss_ops(device, "loss backward", "backward", head_.loss_backward_bytes);
       Op& lm_head = add(OpKind::Kernel, device.current(), "lm_head backward", "backward", -1);
       lm_head.flops = head_.lm_head_backward_flops;
       add_bucket_writes(device, lm_head, 0);
@@ -339,6 +372,15 @@ class StepExpander {
       record.event = device.allreduce_done;
       Op& wait = add(OpKind::StreamWait, device.current(), "current stream waits allreduce_done", "reduction", -1);
       wait.event = device.allreduce_done;
+    }
+  }
+
+  // The loss as one op, or one per chunk of chunked_cross_entropy (the last takes the remainder).
+  void loss_ops(const Device& device, const std::string& name, const char* phase, int64_t bytes) {
+    const int chunks = head_.loss_chunks;
+    for (int c = 0; c < chunks; ++c) {
+      const std::string op_name = chunks > 1 ? name + " chunk " + std::to_string(c + 1) + " of " + std::to_string(chunks) : name;
+      add(OpKind::Kernel, device.current(), op_name, phase, -1).bytes = bytes / chunks + (c == chunks - 1 ? bytes % chunks : 0);
     }
   }
 
