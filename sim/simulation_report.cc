@@ -316,6 +316,13 @@ std::string op_family(const std::string& name) {
   const size_t bracket = family.find(" [");
   if (bracket != std::string::npos) family = family.substr(0, bracket);
   if (family.rfind("allreduce bucket", 0) == 0) family = "allreduce bucket";
+  for (const char* numbered : {"vision block ", "vision deepstack merger "}) {
+    const std::string prefix = numbered;
+    if (family.rfind(prefix, 0) == 0) {
+      const size_t space = family.find(' ', prefix.size());
+      family = prefix.substr(0, prefix.size() - 1) + (space == std::string::npos ? "" : family.substr(space));
+    }
+  }
   if (family.rfind("D2H ", 0) == 0) family = "D2H copy";
   if (family.rfind("H2D ", 0) == 0) family = "H2D copy";
   if (family.rfind("free ", 0) == 0) family = "free";
