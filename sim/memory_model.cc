@@ -435,6 +435,18 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   estimate.host_peak.phase = "forward";
   estimate.host_peak.at = "after the last offloaded layer";
   if (offloaded_host > 0) estimate.host_peak.bytes[MemoryCategory::PinnedSlots] = offloaded_host;
+  // With a step: the op that fills the last slot, rank 0's last device-to-host copy into pinned
+  // memory in its first micro-step (CachingHostAllocator keeps the blocks for later micro-steps).
+  if (options.step != nullptr && offloaded_host > 0) {
+    for (int i = 0; i < static_cast<int>(options.step->ops.size()); ++i) {
+      const Op& op = options.step->ops[i];
+      if (op.rank != 0 || op.micro_step != 0 || op.kind != OpKind::Copy || op.copy != CopyKind::DeviceToHost) continue;
+      if (op.destination != MemoryKind::PinnedHost) continue;
+      estimate.host_peak.op = i;
+      estimate.host_peak.at = op.name;
+      estimate.host_peak.phase = op.phase;
+    }
+  }
 
   if (estimate.device_peak.total() > device.memory_bytes) {
     MemoryFinding finding;

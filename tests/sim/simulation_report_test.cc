@@ -87,6 +87,11 @@ TEST_CASE("per-op memory: the same peak as the phase points, named by its op", "
     CHECK(m.step.ops[m.ops.device_peak.op].name == m.ops.device_peak.at);
     CHECK(m.ops.device_points.size() == m.step.ops.size());  // one rank, one device: a point per op
     CHECK(m.ops.host_peak.total() == m.phases.host_peak.total());
+    if (m.ops.host_peak.total() > 0) {  // offloaded: the host peak names the last D2H copy
+      REQUIRE(m.ops.host_peak.op >= 0);
+      CHECK(m.ops.host_peak.at.rfind("D2H ", 0) == 0);
+      for (size_t i = m.ops.host_peak.op + 1; i < m.step.ops.size(); ++i) CHECK(m.step.ops[i].copy != CopyKind::DeviceToHost);
+    }
   }
 }
 
