@@ -399,27 +399,6 @@ nlohmann::json all_fixes_json(const SimulationReport& report) {
   return fixes;
 }
 
-std::string fix_lines(const std::vector<VerifiedFix>& fixes, const PlanCost& before) {
-  std::string out;
-  for (size_t i = 0; i < fixes.size(); ++i) {
-    out += fmt::format("  {}. {}\n", i + 1, fixes[i].rationale);
-    if (fixes[i].cost) {
-      const PlanCost& after = *fixes[i].cost;
-      out += fmt::format("     predicted on {}: step {} -> {}, peak memory {} -> {}\n", after.device,
-                         duration_text(before.step_seconds * 1e9), duration_text(after.step_seconds * 1e9),
-                         format_bytes(before.peak_device_bytes), format_bytes(after.peak_device_bytes));
-    }
-    const std::string yaml = fix_yaml(fixes[i].changes);
-    size_t start = 0;
-    while (start < yaml.size()) {
-      const size_t end = yaml.find('\n', start);
-      out += "       " + yaml.substr(start, end - start) + "\n";
-      start = end == std::string::npos ? yaml.size() : end + 1;
-    }
-  }
-  return out;
-}
-
 std::string breakdown_text(const MemoryPoint& point) {
   std::string text;
   for (const auto& [category, bytes] : point.bytes) {
@@ -599,12 +578,12 @@ std::string render_simulation_text(const SimulationReport& report, const Simulat
 
   const PlanCost before = report.cost();
   if (!report.stream_fixes.empty()) {
-    text += "\nfixes    for the races (each re-verified: every check passes with it)\n" + fix_lines(report.stream_fixes, before);
+    text += "\nfixes    for the races (each re-verified: every check passes with it)\n" + fix_list_text(report.stream_fixes, before, colour);
   } else if (!streams.ok() && options.search_fixes) {
     text += "\nfixes    no built-in protocol change removes the races\n";
   }
   if (!report.memory_fixes.empty()) {
-    text += "\nfixes    for oom (each re-verified: every check passes with it)\n" + fix_lines(report.memory_fixes, before);
+    text += "\nfixes    for oom (each re-verified: every check passes with it)\n" + fix_list_text(report.memory_fixes, before, colour);
   } else if (!report.memory.ok() && options.search_fixes) {
     text += "\nfixes    none of the usual memory savers makes the plan fit\n";
   }
