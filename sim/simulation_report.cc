@@ -310,6 +310,8 @@ std::string op_family(const std::string& name) {
   if (family.rfind("layer ", 0) == 0) {
     const size_t space = family.find(' ', 6);
     if (space != std::string::npos) family = family.substr(space + 1);
+    // The layer's GEMM op is named by its pass alone: keep "layer" so the list reads.
+    if (family == "forward" || family == "recompute") family = "layer " + family;
   }
   const size_t chunk = family.find(" chunk ");
   if (chunk != std::string::npos) family = family.substr(0, chunk);
@@ -555,7 +557,10 @@ std::string render_simulation_text(const SimulationReport& report, const Simulat
   text += fmt::format("\nmemory   {}: peak {} of {} at {} `{}`\n", memory.device_name, format_bytes(memory.device_peak.total()),
                       format_gib(memory.capacity_bytes), memory.device_peak.phase, memory.device_peak.at);
   text += "         " + breakdown_text(memory.device_peak) + "\n";
-  if (memory.host_peak.total() > 0) text += "         host: " + breakdown_text(memory.host_peak) + "\n";
+  if (memory.host_peak.total() > 0) {
+    text += fmt::format("         host: peak {} at {} `{}`: {}\n", format_bytes(memory.host_peak.total()), memory.host_peak.phase,
+                        memory.host_peak.at, breakdown_text(memory.host_peak));
+  }
   text += report.memory.ok() ? "OK       the peak fits\n" : "FAIL     oom  " + memory.oom->message + "\n";
 
   const TimeSection& time = report.time;
@@ -565,15 +570,22 @@ std::string render_simulation_text(const SimulationReport& report, const Simulat
   text += fmt::format("critical path  {} over {} ops (rank 0's step; runs of one stream and pass):\n",
                       duration_text(time.critical_path.length), time.critical_path.ops.size());
   for (const PathGroup& group : group_path(time)) {
-    std::string what;
-    for (const auto& [family, stats] : group.families) {
-      if (stats.second <= 0) continue;  // frees and other bookkeeping on the path take no time
-      what += (what.empty() ? "" : ", ") + fmt::format("{} x{} {}", family, stats.first, duration_text(stats.second));
-    }
     const std::string layers = group.first_layer < 0 ? ""
                                : group.first_layer == group.last_layer ? fmt::format(" layer {}", group.first_layer)
                                                                        : fmt::format(" layers {}..{}", group.first_layer, group.last_layer);
-    text += fmt::format("  {:>10}  {} {}{}: {}\n", duration_text(group.ns), group.stream, group.phase, layers, what);
+    text += fmt::format("  {:>10}  {} {}{}, {} ops:\n", duration_text(group.ns), group.stream, group.phase, layers, group.ops);
+    // The op kinds, wrapped: "mlp backward x252 240.35 ms, ..."
+    std::string line;
+    for (const auto& [family, stats] : group.families) {
+      if (stats.second <= 0) continue;  // frees and other bookkeeping on the path take no time
+      const std::string item = fmt::format("{} x{} {}", family, stats.first, duration_text(stats.second));
+      if (!line.empty() && line.size() + item.size() > 96) {
+        text += "              " + line + ",\n";
+        line.clear();
+      }
+      line += (line.empty() ? "" : ", ") + item;
+    }
+    if (!line.empty()) text += "              " + line + "\n";
   }
 
   const PlanCost before = report.cost();
