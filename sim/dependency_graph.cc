@@ -6,7 +6,6 @@
 #include <boost/graph/topological_sort.hpp>
 #include <algorithm>
 #include <iterator>
-#include <map>
 
 #include "sim/race_checker.h"
 
@@ -22,30 +21,39 @@ DependencyGraph build_dependency_graph(const EventModel& model) {
   dag.graph = DependencyGraph::Graph(report.work_ops.size());
   dag.op_of_vertex = report.work_ops;
   dag.vertex_of_op.assign(model.ops.size(), -1);
-  // (rank, slot) -> vertices by sequence number; a work op's own slot is the one its clock ticked.
-  std::map<std::pair<int, int>, std::vector<int>> by_slot;
-  std::vector<int> stream_slot(model.streams.size());
-  std::vector<int> slots_used;
-  for (size_t s = 0; s < model.streams.size(); ++s) {
-    const int rank = model.streams[s].rank;
-    if (static_cast<int>(slots_used.size()) <= rank) slots_used.resize(rank + 1, 0);
-    stream_slot[s] = slots_used[rank]++;
+  // Clock slot -> its vertices by sequence number; a work op's own slot is the one its clock ticked
+  // (its stream's, or its rank's host slot). Slots span every rank: after a collective an op is
+  // ordered after other ranks' ops too.
+  const size_t slots = report.clock_slot_stream.size();
+  std::vector<std::vector<int>> by_slot(slots);
+  std::vector<int> host_slot_of_rank;
+  for (size_t s = 0; s < slots; ++s) {
+    if (report.clock_slot_stream[s] >= 0) continue;
+    const int rank = report.clock_slot_rank[s];
+    if (static_cast<int>(host_slot_of_rank.size()) <= rank) host_slot_of_rank.resize(rank + 1, -1);
+    host_slot_of_rank[rank] = static_cast<int>(s);
   }
   for (size_t v = 0; v < report.work_ops.size(); ++v) {
     const Op& op = model.ops[report.work_ops[v]];
     dag.vertex_of_op[report.work_ops[v]] = static_cast<int>(v);
-    const int rank = op.rank;
-    const int slot = op.stream >= 0 ? stream_slot[op.stream] : (rank < static_cast<int>(slots_used.size()) ? slots_used[rank] : 0);
+    const int own = op.stream >= 0 ? op.stream : host_slot_of_rank.at(op.rank);
     const VectorClock& clock = report.work_clocks[v];
-    for (const auto& [key, vertices] : by_slot) {
-      if (key.first != rank) continue;
-      const uint32_t seq = clock[key.second];
-      if (seq == 0) continue;
+    for (size_t s = 0; s < slots; ++s) {
+      const std::vector<int>& vertices = by_slot[s];
+      const uint32_t seq = clock[s];
+      if (seq == 0 || vertices.empty()) continue;
       // The latest op of that slot this one is ordered after (its own slot: the previous op).
-      const size_t count = std::min<size_t>(seq, vertices.size());
+      size_t count = std::min<size_t>(seq, vertices.size());
+      // The other ranks' halves of the same collective call (same joined clock) run concurrently
+      // with this one: the edge comes from the op before them.
+      const auto same_call = [&](int u) {
+        return op.kind == OpKind::Collective && model.ops[report.work_ops[u]].kind == OpKind::Collective &&
+               report.work_clocks[u] == clock;
+      };
+      while (count > 0 && same_call(vertices[count - 1])) --count;
       if (count > 0) boost::add_edge(vertices[count - 1], v, dag.graph);
     }
-    by_slot[{rank, slot}].push_back(static_cast<int>(v));
+    by_slot[own].push_back(static_cast<int>(v));
   }
   return dag;
 }
@@ -81,6 +89,12 @@ CriticalPath critical_path(const DependencyGraph& dag, const std::vector<double>
   for (int v = static_cast<int>(last); v >= 0; v = previous[v]) path.ops.push_back(dag.op_of_vertex[v]);
   std::reverse(path.ops.begin(), path.ops.end());
   return path;
+}
+
+CriticalPath scheduled_critical_path(const EventModel& scheduled) {
+  std::vector<double> durations(scheduled.ops.size(), 0);
+  for (size_t i = 0; i < scheduled.ops.size(); ++i) durations[i] = std::max(0.0, scheduled.ops[i].duration_ns);
+  return critical_path(build_dependency_graph(scheduled), durations);
 }
 
 }  // namespace hookstream

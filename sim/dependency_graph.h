@@ -29,4 +29,9 @@ struct CriticalPath {
 // + longest path.
 CriticalPath critical_path(const DependencyGraph& graph, const std::vector<double>& durations);
 
+// The critical path of a scheduled step (Schedule::model from schedule_step): each op's duration is
+// the one the time model gave it. With one rank and no host launch cost its length is the step
+// time: the scheduler starts every op as soon as its happens-before predecessors are done.
+CriticalPath scheduled_critical_path(const EventModel& scheduled);
+
 }  // namespace hookstream

@@ -1,6 +1,7 @@
 #include "sim/memory_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -126,6 +127,38 @@ int64_t stored_weight_bytes(const Parameter& p, const Plan& plan) {
   return (p.numel() + 1) / 2;
 }
 
+// What the loss holds at its peak (bytes, each tensor rounded).
+// Stock transformers (ForCausalLMLoss, transformers/loss/loss_utils.py): the bf16 logits, their fp32
+// upcast (`logits.float()`) and log_softmax's fp32 output saved by cross_entropy.
+// axolotl's chunked_cross_entropy (axolotl/monkeypatch/loss/chunked.py, from torchtune's
+// CEWithChunkedOutputLoss): the lm_head still writes the full bf16 logits, but the upcast and the
+// cross-entropy run on one `logits.chunk(num_chunks, dim=1)` slice at a time inside a
+// torch.compile'd function, whose backward recomputes the softmax from the bf16 chunk: one chunk's
+// fp32 upcast and log-softmax exist at a time, and the loss keeps one fp32 value per token (the
+// per-token loss / log-sum-exp the compiled graph saves).
+int64_t logits_and_loss_bytes(const Plan& plan, int64_t tokens, int64_t dtype, const Ledger& ledger) {
+  const int64_t vocab = plan.model.vocab_size;
+  const int64_t bf16_logits = ledger.device(vocab * tokens * dtype);
+  if (!plan.chunked_cross_entropy) return bf16_logits + 2 * ledger.device(vocab * tokens * 4);
+  const int64_t chunks = std::max(1, plan.chunked_cross_entropy_num_chunks);
+  // torch.chunk: ceil(tokens / chunks) per chunk (sequence dim; micro_batch rows share it).
+  const int64_t chunk_tokens = (tokens + chunks - 1) / chunks;
+  return bf16_logits + 2 * ledger.device(vocab * chunk_tokens * 4) + ledger.device(tokens * 4);
+}
+
+// "layer 12 mlp backward chunk 3 of 8" -> "mlp backward"; the names come from
+// sim/stream_expansion.cc, which issues every op of a simulated step.
+std::string op_what(const std::string& name) {
+  std::string what = name;
+  if (what.rfind("layer ", 0) == 0) {
+    const size_t space = what.find(' ', 6);
+    if (space != std::string::npos) what = what.substr(space + 1);
+  }
+  const size_t chunk = what.find(" chunk ");
+  if (chunk != std::string::npos) what = what.substr(0, chunk);
+  return what;
+}
+
 }  // namespace
 
 const char* to_string(MemoryCategory category) {
@@ -175,6 +208,16 @@ int64_t pinned_allocation_bytes(int64_t request) {
 std::string format_gib(int64_t bytes) {
   char text[64];
   std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double value = static_cast<double>(bytes);
+  char text[64];
+  if (std::abs(value) >= 1024.0 * 1024 * 1024) return format_gib(bytes);
+  if (std::abs(value) >= 1024.0 * 1024) std::snprintf(text, sizeof text, "%.2f MiB", value / (1024.0 * 1024));
+  else if (std::abs(value) >= 1024.0) std::snprintf(text, sizeof text, "%.2f KiB", value / 1024.0);
+  else std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
   return text;
 }
 
@@ -261,10 +304,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   }
   // Inputs of the final norm and lm_head, kept for backward.
   const int64_t head_inputs = 2 * ledger.device(h * per_token);
-  // transformers' ForCausalLMLoss: bf16 logits, their fp32 upcast (`logits.float()`) and
-  // log_softmax's fp32 output saved by cross_entropy. Unchunked: plan.h has no chunking key.
-  const int64_t vocab = plan.model.vocab_size;
-  const int64_t logits = ledger.device(vocab * shape.tokens * shape.dtype) + 2 * ledger.device(vocab * shape.tokens * 4);
+  const int64_t logits = logits_and_loss_bytes(plan, shape.tokens, shape.dtype, ledger);
 
   auto base = [&]() { return persistent; };
   int64_t saved_total = 0;
@@ -315,17 +355,74 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     ledger.add(point, MemoryCategory::OptimizerTemporaries, trainable_bytes);
     estimate.device_points.push_back(point);
   }
-  // Per-op points from a step's Alloc/Free ops on top of the persistent memory.
+  // Per-op points: the same tensors, followed op by op through rank 0's step (device 0), so the
+  // peak names its op and gradient accumulation is seen (later micro-steps run forward with the
+  // earlier micro-steps' gradients alive). Buffers the step allocates itself (Alloc/Free ops, as
+  // in traces) are added on top. The phase points above become the op points.
   if (options.step != nullptr) {
-    for (const MemorySample& sample : memory_over_ops(*options.step)) {
-      if (sample.rank != 0) continue;
-      const Op& op = options.step->ops[sample.op];
+    const EventModel& step = *options.step;
+    std::map<int, int64_t> allocated;  // op -> live Alloc/Free bytes after it
+    for (const MemorySample& sample : memory_over_ops(step)) {
+      if (sample.rank == 0 && sample.device == 0) allocated[sample.op] = sample.bytes;
+    }
+    std::vector<MemoryPoint> op_points;
+    std::vector<char> layer_released(layers, 0), layer_grads(layers, 0);
+    int64_t held = 0, grads = 0, live_allocated = 0;
+    bool head_held = false, logits_held = false, outside_grads = false;
+    int micro = -1;
+    for (int i = 0; i < static_cast<int>(step.ops.size()); ++i) {
+      const Op& op = step.ops[i];
+      if (op.rank != 0 || (op.stream >= 0 && step.streams[op.stream].device != 0)) continue;
+      if (op.micro_step != micro) {  // a new micro-step: its own activations, the grads so far
+        micro = op.micro_step;
+        held = 0;
+        std::fill(layer_released.begin(), layer_released.end(), 0);
+      }
+      if (auto it = allocated.find(i); it != allocated.end()) live_allocated = it->second;
+      const bool in_layer = op.layer >= 0 && op.layer < layers;
+      const std::string what = op.kind == OpKind::Kernel ? op_what(op.name) : "";
+      int64_t workspace = 0, chunk_bytes = 0, temporaries = 0;
+      if (in_layer && (what == "forward" || what == "recompute")) {
+        workspace = full[op.layer];
+        if (tiled) chunk_bytes = chunk[op.layer];
+      } else if (in_layer && (what == "attention backward" || what == "mlp backward")) {
+        if (!layer_released[op.layer]) {  // the layer's saved tensors become its backward's workspace
+          layer_released[op.layer] = 1;
+          held -= saved[op.layer];
+        }
+        if (!layer_grads[op.layer]) {
+          layer_grads[op.layer] = 1;
+          grads += grads_by_layer[op.layer];
+        }
+        workspace = full[op.layer] + transient[op.layer];
+        if (tiled && what == "mlp backward") chunk_bytes = chunk[op.layer];
+      } else if (what == "final norm forward") {
+        head_held = true;
+      } else if (what == "lm_head forward") {
+        logits_held = true;
+      } else if (what == "lm_head backward" && !outside_grads) {
+        outside_grads = true;  // the head's grads (and, conservatively, the embedding's) as in the phase points
+        grads += grads_by_layer[layers];
+      } else if (what == "optimizer step") {
+        temporaries = ledger.device(trainable_bytes);
+      }
       MemoryPoint point = base();
       point.phase = op.phase.empty() ? "step" : op.phase;
       point.at = op.name;
-      point.bytes[MemoryCategory::Activations] += sample.bytes;
-      estimate.device_points.push_back(point);
+      point.op = i;
+      point.bytes[MemoryCategory::Activations] += held + (head_held ? head_inputs : 0) + live_allocated;
+      point.bytes[MemoryCategory::RecomputeWorkspace] += workspace;
+      if (chunk_bytes > 0) point.bytes[MemoryCategory::TiledMlpChunks] += chunk_bytes;
+      if (logits_held) point.bytes[MemoryCategory::LogitsAndLoss] += logits;
+      if (!grads_in_buckets && grads > 0) point.bytes[MemoryCategory::Gradients] += grads;
+      if (temporaries > 0) point.bytes[MemoryCategory::OptimizerTemporaries] += temporaries;
+      op_points.push_back(std::move(point));
+      // After the op: what it leaves behind.
+      if (in_layer && what == "forward") held += saved[op.layer];
+      if (what == "lm_head backward") logits_held = false;
+      if (what == "final norm backward") head_held = false;
     }
+    if (!op_points.empty()) estimate.device_points = std::move(op_points);
   }
   // The first point wins ties: the earliest moment in the step.
   estimate.device_peak = estimate.device_points.front();
@@ -338,6 +435,18 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   estimate.host_peak.phase = "forward";
   estimate.host_peak.at = "after the last offloaded layer";
   if (offloaded_host > 0) estimate.host_peak.bytes[MemoryCategory::PinnedSlots] = offloaded_host;
+  // With a step: the op that fills the last slot, rank 0's last device-to-host copy into pinned
+  // memory in its first micro-step (CachingHostAllocator keeps the blocks for later micro-steps).
+  if (options.step != nullptr && offloaded_host > 0) {
+    for (int i = 0; i < static_cast<int>(options.step->ops.size()); ++i) {
+      const Op& op = options.step->ops[i];
+      if (op.rank != 0 || op.micro_step != 0 || op.kind != OpKind::Copy || op.copy != CopyKind::DeviceToHost) continue;
+      if (op.destination != MemoryKind::PinnedHost) continue;
+      estimate.host_peak.op = i;
+      estimate.host_peak.at = op.name;
+      estimate.host_peak.phase = op.phase;
+    }
+  }
 
   if (estimate.device_peak.total() > device.memory_bytes) {
     MemoryFinding finding;
@@ -369,6 +478,14 @@ std::vector<MemorySample> memory_over_ops(const EventModel& model) {
       if (op.kind == OpKind::Free && allocated.erase(access.buffer) > 0) live[key] -= bytes;
       samples.push_back(MemorySample{buffer.rank, buffer.device, i, live[key]});
     }
+  }
+  return samples;
+}
+
+std::vector<MemorySample> memory_samples(const MemoryEstimate& estimate) {
+  std::vector<MemorySample> samples;
+  for (const MemoryPoint& point : estimate.device_points) {
+    if (point.op >= 0) samples.push_back(MemorySample{0, 0, point.op, point.total()});
   }
   return samples;
 }

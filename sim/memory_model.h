@@ -39,6 +39,7 @@ const char* to_string(MemoryCategory category);
 struct MemoryPoint {
   std::string phase;  // "forward", "loss", "backward", "optimizer", or an op's phase
   std::string at;     // "layer 31", "cross-entropy", "AdamW step", or an op's name
+  int op = -1;        // per-op points: index into the step's ops (MemoryModelOptions::step)
   std::map<MemoryCategory, int64_t> bytes;
   int64_t total() const;
 };
@@ -88,8 +89,13 @@ struct MemorySample {
   int64_t bytes = 0;   // live after the op
 };
 std::vector<MemorySample> memory_over_ops(const EventModel& model);
+// The memory model's per-op points (MemoryModelOptions::step) as samples for a timeline: device 0
+// of rank 0, every category included.
+std::vector<MemorySample> memory_samples(const MemoryEstimate& estimate);
 
 // "24.41 GiB": two decimals, binary units.
 std::string format_gib(int64_t bytes);
+// The unit that fits: "24.41 GiB", "12.00 MiB", "3.50 KiB", "512 B".
+std::string format_bytes(int64_t bytes);
 
 }  // namespace hookstream

@@ -71,7 +71,7 @@ const std::vector<std::string>& hookstream_keys() {
       "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs",
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
       "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
-      "data"};
+      "data", "vision_tokens"};
   return keys;
 }
 
@@ -468,6 +468,7 @@ class Converter {
     else if (key == "enable_input_require_grads") plan_.enable_input_require_grads = read_bool(origin_, value, path);
     else if (key == "train_vision_tower") plan_.train_vision_tower = read_bool(origin_, value, path);
     else if (key == "vision_inputs") plan_.vision_inputs = read_bool(origin_, value, path);
+    else if (key == "vision_tokens") plan_.vision_tokens = read_int(origin_, value, path, 0, 1 << 24);
     else if (key == "unused_modules") plan_.unused_modules = read_string_list(origin_, value, path);
     else if (key == "rank_overrides") plan_.rank_overrides = overrides(value, path);
     else if (key == "iteration_overrides") plan_.iteration_overrides = overrides(value, path);
@@ -942,6 +943,7 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.enable_input_require_grads) emit(out, "enable_input_require_grads", *plan.enable_input_require_grads);
   if (plan.train_vision_tower) emit(out, "train_vision_tower", *plan.train_vision_tower);
   if (plan.vision_inputs != defaults.vision_inputs) emit(out, "vision_inputs", plan.vision_inputs);
+  if (plan.vision_tokens != defaults.vision_tokens) emit(out, "vision_tokens", plan.vision_tokens);
   if (!plan.unused_modules.empty()) emit_strings(out, "unused_modules", plan.unused_modules);
   if (plan.offload_protocol) emit(out, "offload_protocol", *plan.offload_protocol);
   if (plan.gpu != defaults.gpu) emit(out, "gpu", plan.gpu);

@@ -102,6 +102,9 @@ struct Plan {
   // Unset: trainable in a full fine-tune, frozen with an adapter.
   std::optional<bool> train_vision_tower;
   bool vision_inputs = true;        // the batch carries images (vision tower used in forward)
+  // Image tokens per sample (after the patch merger; part of sequence_len), for the vision tower's
+  // cost: 1024 is one 1024 x 1024 image for Qwen3-VL (16-pixel patches, 2 x 2 merge).
+  int vision_tokens = 1024;
   // Modules present in the model but not used in forward (e.g. "lm_head", "model.layers.3.mlp").
   std::vector<std::string> unused_modules;
   // Streams, memory and time (see docs/plan-format.md): the offload stream protocol, by name (a

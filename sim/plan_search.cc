@@ -39,11 +39,13 @@ std::string effective_value(const Plan& plan, const std::string& key) {
   if (key == "hookstream.tiled_mlp_backward") return plan.tiled_mlp ? tiled_backward_name(plan.tiled_mlp_backward) : "";
   if (key == "ddp_bucket_cap_mb") return number(plan.ddp_bucket_cap_mb.value_or(25.0));
   if (key == "micro_batch_size") return std::to_string(plan.micro_batch_size);
+  if (key == "chunked_cross_entropy") return plan.chunked_cross_entropy ? "true" : "false";
   return "";
 }
 
 // Every combination of the explored settings, each as a full list of --set changes.
-std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan) {
+// `chunking`: also try axolotl's chunked cross-entropy (when the logits dominate the peak).
+std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool chunking) {
   struct Mode {
     std::vector<FixChange> changes;
   };
@@ -70,16 +72,21 @@ std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan) {
   }
   const std::set<double> bucket_caps = {plan.ddp_bucket_cap_mb.value_or(25.0), 100.0};
   const std::set<int> micro_batches = {plan.micro_batch_size, 2 * plan.micro_batch_size};
+  std::vector<std::string> losses = {plan.chunked_cross_entropy ? "true" : "false"};
+  if (chunking && !plan.chunked_cross_entropy) losses.push_back("true");
   std::vector<std::vector<FixChange>> settings;
   for (const Mode& memory : memory_modes) {
     for (const auto& tiled : tiled_modes) {
       for (double cap : bucket_caps) {
         for (int micro : micro_batches) {
-          std::vector<FixChange> changes = memory.changes;
-          changes.insert(changes.end(), tiled.begin(), tiled.end());
-          if (plan.world_size > 1) changes.push_back({"ddp_bucket_cap_mb", number(cap)});
-          changes.push_back({"micro_batch_size", std::to_string(micro)});
-          settings.push_back(std::move(changes));
+          for (const std::string& chunked : losses) {
+            std::vector<FixChange> changes = memory.changes;
+            changes.insert(changes.end(), tiled.begin(), tiled.end());
+            if (plan.world_size > 1) changes.push_back({"ddp_bucket_cap_mb", number(cap)});
+            changes.push_back({"micro_batch_size", std::to_string(micro)});
+            changes.push_back({"chunked_cross_entropy", chunked});
+            settings.push_back(std::move(changes));
+          }
         }
       }
     }
@@ -135,7 +142,15 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
   // Candidates that only differ in settings the verifier ignores share one verification.
   std::vector<PlanCandidate> fitting;
   std::set<std::string> seen;
-  for (const std::vector<FixChange>& settings : candidate_settings(base)) {
+  // The logits dominate when they are a quarter of the input's peak or its largest category:
+  // then chunking the loss is worth exploring.
+  int64_t logits = 0, largest = 0;
+  for (const auto& [category, bytes] : result.input.peak_breakdown) {
+    if (category == MemoryCategory::LogitsAndLoss) logits = bytes;
+    largest = std::max(largest, bytes);
+  }
+  result.explored_chunked_loss = logits > 0 && (4 * logits >= result.input.peak_bytes || logits == largest);
+  for (const std::vector<FixChange>& settings : candidate_settings(base, result.explored_chunked_loss)) {
     const Plan plan = parse_plan(source.yaml_text, source.source, with_changes(source, settings).options);
     PlanCandidate candidate = measure(plan, result.device, measured);
     for (const FixChange& change : settings) {
@@ -162,7 +177,10 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     if (static_cast<int>(result.best.size()) >= options.top) break;
     std::string ddp_key;
     for (const FixChange& change : candidate.changes) {
-      if (change.key != "micro_batch_size" && change.key != "hookstream.offload_protocol") ddp_key += change.key + "=" + change.value + ";";
+      // The loss's chunking does not touch DDP's hooks either.
+      if (change.key != "micro_batch_size" && change.key != "hookstream.offload_protocol" && change.key != "chunked_cross_entropy") {
+        ddp_key += change.key + "=" + change.value + ";";
+      }
     }
     auto it = verdicts.find(ddp_key);
     if (it == verdicts.end()) it = verdicts.emplace(ddp_key, verdict_of(with_changes(source, candidate.changes))).first;

@@ -1,5 +1,6 @@
 // `hookstream plan`: explore the settings that trade memory for time (checkpoint mode, activation
-// offloading with one or two reload buffers, tiled-MLP shards, DDP bucket cap, micro-batch size),
+// offloading with one or two reload buffers, tiled-MLP shards, DDP bucket cap, micro-batch size,
+// and chunked cross-entropy when the logits dominate),
 // keep the candidates that fit a memory budget and pass the DDP verifier, fastest first.
 #pragma once
 
@@ -41,6 +42,7 @@ struct PlanSearchResult {
   int explored = 0;
   int over_budget = 0;
   int failed_verification = 0;
+  bool explored_chunked_loss = false;  // the logits dominated the input's peak: chunked CE was tried
   std::optional<PlanCandidate> smallest;  // the lowest peak, when nothing fits the budget
 };
 

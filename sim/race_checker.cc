@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <stdexcept>
 
 namespace hookstream {
 
@@ -17,7 +16,7 @@ namespace {
 constexpr int64_t kWholeBuffer = std::numeric_limits<int64_t>::max();
 
 inline void join(VectorClock& into, const VectorClock& other) {
-  for (int i = 0; i < kMaxClockSlots; ++i) into[i] = std::max(into[i], other[i]);
+  for (size_t i = 0; i < into.size(); ++i) into[i] = std::max(into[i], other[i]);
 }
 
 bool is_work(OpKind kind) {
@@ -34,31 +33,23 @@ struct AccessRecord {
   bool write;
 };
 
-// Static facts about streams, computed once per model.
+// Static facts about streams, computed once per model. Clock slots: stream s is slot s, rank r's
+// host thread is slot streams + r, so clocks of different ranks can be joined at collectives.
 struct StreamLayout {
-  std::vector<int> slot;                  // stream -> clock slot within its rank
   std::vector<int> legacy_default;        // stream -> its device's legacy default stream, or -1
   std::vector<std::vector<int>> blocking; // legacy default stream -> blocking streams of its device
-  std::vector<int> host_slot;             // rank -> host slot
   int ranks = 0;
+  int slots = 0;
+  int host_slot(int rank) const { return slots - ranks + rank; }
 };
 
 StreamLayout layout_of(const EventModel& model) {
   StreamLayout layout;
   for (const Stream& s : model.streams) layout.ranks = std::max(layout.ranks, s.rank + 1);
   for (const Op& op : model.ops) layout.ranks = std::max(layout.ranks, op.rank + 1);
-  std::vector<int> used(layout.ranks, 0);
-  layout.slot.resize(model.streams.size());
+  layout.slots = static_cast<int>(model.streams.size()) + layout.ranks;
   layout.legacy_default.assign(model.streams.size(), -1);
   layout.blocking.resize(model.streams.size());
-  for (size_t s = 0; s < model.streams.size(); ++s) {
-    layout.slot[s] = used[model.streams[s].rank]++;
-    if (layout.slot[s] >= kMaxClockSlots - 1) {
-      throw std::runtime_error("race checker: more than " + std::to_string(kMaxClockSlots - 1) + " streams on rank " +
-                               std::to_string(model.streams[s].rank));
-    }
-  }
-  layout.host_slot.assign(used.begin(), used.end());
   for (size_t d = 0; d < model.streams.size(); ++d) {
     if (!model.streams[d].legacy_default) continue;
     for (size_t s = 0; s < model.streams.size(); ++s) {
@@ -77,23 +68,94 @@ class Checker {
  public:
   Checker(const EventModel& model, const RaceCheckOptions& options)
       : model_(model), options_(options), layout_(layout_of(model)) {
-    streams_.assign(model.streams.size(), VectorClock{});
-    hosts_.assign(layout_.ranks, VectorClock{});
-    events_.assign(model.events.size(), VectorClock{});
+    const VectorClock zero(layout_.slots, 0);
+    streams_.assign(model.streams.size(), zero);
+    hosts_.assign(layout_.ranks, zero);
+    events_.assign(model.events.size(), zero);
     recorded_.assign(model.events.size(), 0);
     accesses_.resize(model.buffers.size());
-    record_streams_.assign(model.buffers.size(), 0);
+    record_streams_.resize(model.buffers.size());
+    scratch_ = zero;
   }
 
   RaceReport run() {
     RaceReport report;
-    if (options_.record_clocks) report.work_clocks.reserve(model_.ops.size());
-    for (size_t i = 0; i < model_.ops.size(); ++i) step(static_cast<int>(i), report);
+    if (options_.record_clocks) {
+      report.work_clocks.reserve(model_.ops.size());
+      for (int s = 0; s < layout_.slots; ++s) {
+        const bool host = s >= static_cast<int>(model_.streams.size());
+        report.clock_slot_stream.push_back(host ? -1 : s);
+        report.clock_slot_rank.push_back(host ? s - static_cast<int>(model_.streams.size()) : model_.streams[s].rank);
+      }
+    }
+    if (!options_.collectives_order_ranks) {
+      for (size_t i = 0; i < model_.ops.size(); ++i) step(static_cast<int>(i), report);
+    } else {
+      run_with_collectives(report);
+    }
     report.ops_checked = model_.ops.size();
     return report;
   }
 
  private:
+  static bool is_collective(const Op& op) { return op.kind == OpKind::Collective && op.stream >= 0; }
+
+  // Each rank runs in host order until its next collective; when every unfinished rank waits at
+  // one, the k-th collectives of all ranks are checked as one call (the same grouping as the time
+  // model's scheduler). A rank with fewer collectives simply finishes (the DDP verifier reports
+  // the mismatch); the others' later collectives then join only the ranks still waiting.
+  void run_with_collectives(RaceReport& report) {
+    std::vector<std::vector<int>> by_rank(layout_.ranks);
+    for (size_t i = 0; i < model_.ops.size(); ++i) by_rank[model_.ops[i].rank].push_back(static_cast<int>(i));
+    std::vector<size_t> cursor(layout_.ranks, 0);
+    std::vector<int> seen(layout_.ranks, 0);
+    for (;;) {
+      std::vector<int> waiting;
+      for (int rank = 0; rank < layout_.ranks; ++rank) {
+        const std::vector<int>& ops = by_rank[rank];
+        size_t& at = cursor[rank];
+        while (at < ops.size() && !is_collective(model_.ops[ops[at]])) step(ops[at++], report);
+        if (at < ops.size()) waiting.push_back(rank);
+      }
+      if (waiting.empty()) return;
+      int ordinal = seen[waiting.front()];
+      for (int rank : waiting) ordinal = std::min(ordinal, seen[rank]);
+      std::vector<int> members;
+      for (int rank : waiting) {
+        if (seen[rank] == ordinal) members.push_back(by_rank[rank][cursor[rank]]);
+      }
+      collective(members, report);
+      for (int op : members) {
+        const int rank = model_.ops[op].rank;
+        ++cursor[rank];
+        ++seen[rank];
+      }
+    }
+  }
+
+  // One collective call over `ops` (one per rank): each rank's stream is issued and ticked, then
+  // every participating stream takes the join of all of them, and each rank's accesses are checked
+  // at that joined clock.
+  void collective(const std::vector<int>& ops, RaceReport& report) {
+    VectorClock joined(layout_.slots, 0);
+    for (int index : ops) {
+      const Op& op = model_.ops[index];
+      issue(op.stream, op.rank);
+      ++streams_[op.stream][op.stream];
+      join(joined, streams_[op.stream]);
+    }
+    for (int index : ops) {
+      const Op& op = model_.ops[index];
+      streams_[op.stream] = joined;
+      for (const BufferAccess& access : op.accesses) check_access(index, op.stream, joined[op.stream], joined, access, report);
+      if (options_.record_clocks) {
+        report.work_ops.push_back(index);
+        report.work_clocks.push_back(joined);
+      }
+      if (op.blocks_host) join(hosts_[op.rank], joined);
+    }
+  }
+
   // The host issues the op: it is ordered after everything the host has waited for, and the legacy
   // default stream's implicit synchronization applies.
   void issue(int stream, int rank) {
@@ -134,7 +196,10 @@ class Checker {
         }
         return;
       case OpKind::RecordStream:
-        for (const BufferAccess& access : op.accesses) record_streams_[access.buffer] |= 1u << layout_.slot[op.stream];
+        for (const BufferAccess& access : op.accesses) {
+          std::vector<int>& named = record_streams_[access.buffer];
+          if (std::find(named.begin(), named.end(), op.stream) == named.end()) named.push_back(op.stream);
+        }
         return;
       case OpKind::Alloc:
       case OpKind::Marker:
@@ -147,10 +212,10 @@ class Checker {
     VectorClock* clock;
     if (op.stream >= 0) {
       issue(op.stream, op.rank);
-      slot = layout_.slot[op.stream];
+      slot = op.stream;
       clock = &streams_[op.stream];
     } else {
-      slot = layout_.host_slot[op.rank];
+      slot = layout_.host_slot(op.rank);
       clock = &host;
     }
     ++(*clock)[slot];
@@ -159,13 +224,10 @@ class Checker {
       // CUDACachingAllocator::free -> insert_events: the block is reusable only after every stream
       // named by record_stream() reaches its current work.
       scratch_ = *clock;
-      const uint32_t mask = op.accesses.empty() ? 0 : record_streams_[op.accesses[0].buffer];
-      if (mask != 0) {
-        for (size_t s = 0; s < model_.streams.size(); ++s) {
-          if (model_.streams[s].rank == op.rank && (mask >> layout_.slot[s] & 1u)) join(scratch_, streams_[s]);
-        }
+      if (!op.accesses.empty()) {
+        for (int named : record_streams_[op.accesses[0].buffer]) join(scratch_, streams_[named]);
       }
-      for (const BufferAccess& access : op.accesses) record_streams_[access.buffer] = 0;
+      for (const BufferAccess& access : op.accesses) record_streams_[access.buffer].clear();
       at = &scratch_;
     }
     for (const BufferAccess& access : op.accesses) check_access(index, slot, (*clock)[slot], *at, access, report);
@@ -214,8 +276,8 @@ class Checker {
   std::vector<VectorClock> streams_, hosts_, events_;
   std::vector<char> recorded_;
   std::vector<std::vector<AccessRecord>> accesses_;
-  std::vector<uint32_t> record_streams_;  // buffer -> mask of slots named by record_stream
-  VectorClock scratch_{};
+  std::vector<std::vector<int>> record_streams_;  // buffer -> streams named by record_stream since its last free
+  VectorClock scratch_;
 };
 
 std::string stream_name(const EventModel& model, int stream) {
@@ -232,6 +294,13 @@ SyncSuggestion suggest(const EventModel& model, const Race& race) {
   fix.wait_stream = later.stream;
   fix.buffer = race.buffer;
   const std::string x = "`" + earlier.name + "`", y = "`" + later.name + "`";
+  if (earlier.rank != later.rank) {
+    fix.kind = SyncSuggestion::Kind::CrossRank;
+    fix.text = "order " + x + " (rank " + std::to_string(earlier.rank) + ") before " + y + " (rank " +
+               std::to_string(later.rank) + ") through a collective both ranks take part in: " + x +
+               " before it on the collective's stream, " + y + " after it";
+    return fix;
+  }
   if (later.kind == OpKind::Free && earlier.stream >= 0) {
     // The PyTorch idiom for a block used on a side stream (torch.Tensor.record_stream).
     fix.kind = SyncSuggestion::Kind::RecordStream;
@@ -309,6 +378,9 @@ RaceReport check_races(const EventModel& model, const RaceCheckOptions& options)
   size_t verified = 0;
   for (Race& race : report.races) {
     race.fix = suggest(model, race);
+    // Events do not cross processes: ops of two ranks are ordered only through a collective both
+    // take part in; there is no sync to insert and verify.
+    if (model.ops[race.earlier_op].rank != model.ops[race.later_op].rank) continue;
     if (verified >= options.max_verified_fixes) continue;
     ++verified;
     const EventModel fixed = with_sync(model, race.fix);

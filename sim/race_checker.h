@@ -12,10 +12,13 @@
 // - two accesses to overlapping bytes of one buffer, at least one a write, neither ordered before
 //   the other: a race. A Free is a write by the block's next owner on the freeing stream; streams
 //   named by record_stream() are merged into it (the allocator waits for them before reuse).
-// Ranks never order each other here (collectives are not synchronization for memory).
+// - collectives: the k-th collective of every rank (on its communication stream) is one NCCL call,
+//   a synchronization point between the ranks: every rank's op after it on that stream happens after
+//   every rank's op before it there (an all-reduce cannot finish on one rank before every rank has
+//   contributed; ProcessGroupNCCL enqueues the call on each rank's NCCL stream). Clocks therefore
+//   have one slot per stream of every rank, plus one per rank's host thread.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,13 +27,13 @@
 
 namespace hookstream {
 
-// One counter per stream of a rank plus one for the rank's host thread.
-inline constexpr int kMaxClockSlots = 16;
-using VectorClock = std::array<uint32_t, kMaxClockSlots>;
+// One counter per stream (EventModel::streams, every rank) plus one per rank's host thread.
+using VectorClock = std::vector<uint32_t>;
 
 // The smallest sync that orders a racing pair, as ops to insert.
 struct SyncSuggestion {
-  enum class Kind { EventRecordAndWait, EventRecordAndHostSync, RecordStream } kind = Kind::EventRecordAndWait;
+  // CrossRank: the pair is on two ranks; only a collective can order it (not inserted or verified).
+  enum class Kind { EventRecordAndWait, EventRecordAndHostSync, RecordStream, CrossRank } kind = Kind::EventRecordAndWait;
   int after_op = -1;       // the record goes right after this op (the earlier access)
   int before_op = -1;      // the wait (or record_stream) goes right before this op (the later access)
   int record_stream = -1;  // stream the event is recorded on / named by record_stream
@@ -55,14 +58,20 @@ struct RaceCheckOptions {
   size_t max_verified_fixes = 64; // suggestions re-verified by re-running the checker
   bool suggest_fixes = true;
   bool record_clocks = false;     // keep the clock of every work op (for happens-before comparisons)
+  // Order ranks at collectives (see above). Off: ranks never order each other (the pre-2026-11
+  // semantics, kept for tests that show what the collective ordering adds).
+  bool collectives_order_ranks = true;
 };
 
 struct RaceReport {
   std::vector<Race> races;
   size_t race_count = 0;            // including those beyond max_races
   size_t ops_checked = 0;
-  std::vector<int> work_ops;        // record_clocks: the work ops, in issue order
+  std::vector<int> work_ops;        // record_clocks: the work ops, in check order (host order per
+                                    // rank; ranks interleaved at collectives)
   std::vector<VectorClock> work_clocks;
+  std::vector<int> clock_slot_stream;  // record_clocks: clock slot -> stream index (-1: a host slot)
+  std::vector<int> clock_slot_rank;    // record_clocks: clock slot -> rank
   bool ok() const { return race_count == 0; }
 };
 

@@ -94,6 +94,24 @@ std::string fix_yaml(const std::vector<FixChange>& changes) {
   return out;
 }
 
+std::string fix_list_text(const std::vector<VerifiedFix>& fixes, const std::optional<PlanCost>& before, bool colour) {
+  const Style s{colour};
+  std::string out;
+  for (size_t i = 0; i < fixes.size(); ++i) {
+    out += fmt::format("  {}. {}\n", i + 1, fixes[i].rationale);
+    const std::string cost = cost_delta(before, fixes[i].cost);
+    if (!cost.empty()) out += fmt::format("     {}{}{}\n", s.dim(), cost, s.reset());
+    std::string yaml = fix_yaml(fixes[i].changes);
+    size_t start = 0;
+    while (start < yaml.size()) {
+      const size_t end = yaml.find('\n', start);
+      out += fmt::format("       {}{}{}\n", s.green(), yaml.substr(start, end - start), s.reset());
+      start = end == std::string::npos ? yaml.size() : end + 1;
+    }
+  }
+  return out;
+}
+
 std::string render_text(const VerifyResult& r, bool colour) {
   const Style s{colour};
   const Plan& plan = r.plan;
@@ -132,18 +150,7 @@ std::string render_text(const VerifyResult& r, bool colour) {
   }
   if (!r.fixes.empty()) {
     out += fmt::format("{}fixes{}    (each re-verified by simulating every rank and iteration)\n", s.bold(), s.reset());
-    for (size_t i = 0; i < r.fixes.size(); ++i) {
-      out += fmt::format("  {}. {}\n", i + 1, r.fixes[i].rationale);
-      const std::string cost = cost_delta(r.cost, r.fixes[i].cost);
-      if (!cost.empty()) out += fmt::format("     {}{}{}\n", s.dim(), cost, s.reset());
-      std::string yaml = fix_yaml(r.fixes[i].changes);
-      size_t start = 0;
-      while (start < yaml.size()) {
-        const size_t end = yaml.find('\n', start);
-        out += fmt::format("       {}{}{}\n", s.green(), yaml.substr(start, end - start), s.reset());
-        start = end == std::string::npos ? yaml.size() : end + 1;
-      }
-    }
+    out += fix_list_text(r.fixes, r.cost, colour);
   } else {
     out += "fixes    none of the usual changes makes this plan pass\n";
   }

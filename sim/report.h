@@ -16,5 +16,7 @@ nlohmann::json cost_json(const PlanCost& cost);
 std::string ranks_text(const std::vector<int>& ranks);
 // The YAML lines a fix changes, e.g. "gradient_checkpointing_kwargs:\n  use_reentrant: false".
 std::string fix_yaml(const std::vector<FixChange>& changes);
+// Numbered fixes: rationale, predicted cost next to `before`'s, the YAML to paste.
+std::string fix_list_text(const std::vector<VerifiedFix>& fixes, const std::optional<PlanCost>& before, bool colour);
 
 }  // namespace hookstream

@@ -9,14 +9,20 @@ namespace hookstream {
 
 StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
                             const Calibration* calibration) {
-  StepPrediction prediction;
-  prediction.memory = estimate_memory(plan, structure, device);
   const std::string plan_dir = std::filesystem::path(plan.source).parent_path().string();
   // The protocol only matters for offloaded layers; without offloading the "none" protocol runs
   // every layer on the current stream.
   const StreamProtocol protocol =
       load_stream_protocol(plan.activation_offloading ? plan.offload_protocol_name() : "none", plan_dir);
-  const EventModel step = expand_step(plan, structure, protocol);
+  return predict_expanded_step(plan, structure, device, expand_step(plan, structure, protocol), calibration);
+}
+
+StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                                     const EventModel& step, const Calibration* calibration) {
+  StepPrediction prediction;
+  MemoryModelOptions memory;
+  memory.step = &step;
+  prediction.memory = estimate_memory(plan, structure, device, memory);
   TimeModelOptions options;
   options.calibration = calibration;
   options.collective_ranks = plan.world_size;

@@ -6,6 +6,7 @@
 
 #include "sim/calibration.h"
 #include "sim/device_spec.h"
+#include "sim/event_model.h"
 #include "sim/memory_model.h"
 #include "sim/model_structure.h"
 #include "sim/plan.h"
@@ -14,7 +15,7 @@
 namespace hookstream {
 
 struct StepPrediction {
-  MemoryEstimate memory;
+  MemoryEstimate memory;          // with per-op points over the step (MemoryModelOptions::step)
   Schedule schedule;              // rank 0's step (ranks with the same plan run the same ops)
   int64_t tokens_per_step = 0;    // sequence_len x micro_batch x accumulation steps x world size
   double tokens_per_second = 0;   // over all ranks
@@ -24,5 +25,10 @@ struct StepPrediction {
 // calibration file that cannot be read.
 StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
                             const Calibration* calibration = nullptr);
+
+// The same for a step already expanded (rank 0's ops, e.g. with a protocol given on the command
+// line): memory per op over it, and its schedule with every all-reduce over plan.world_size ranks.
+StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                                     const EventModel& step, const Calibration* calibration = nullptr);
 
 }  // namespace hookstream

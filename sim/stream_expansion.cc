@@ -1,6 +1,7 @@
 #include "sim/stream_expansion.h"
 
 #include <algorithm>
+#include <map>
 
 #include "sim/ddp_simulation.h"
 #include "sim/input_error.h"
@@ -55,6 +56,25 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
   cost.attention_flops = 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
   cost.attention_backward_flops += 2 * cost.attention_flops;
   cost.hidden_state_bytes = static_cast<int64_t>(model.hidden_size) * sequence_len * micro_batch * dtype_bytes(model.torch_dtype);
+  // Elementwise kernels, in bytes of the model dtype (eager PyTorch: each reads its inputs and
+  // writes its output once; transformers' LlamaRMSNorm / apply_rotary_pos_emb / act_fn(gate) * up).
+  const double e = dtype_bytes(model.torch_dtype);
+  const double qk = q_width + kv_width;
+  const auto bytes = [&](double values) { return static_cast<int64_t>(values * tokens * e); };
+  // Norm forward: read x, write y (x2 norms; q/k norms read and write q and k). Backward: read the
+  // grad and x, write the input grad.
+  cost.rmsnorm_bytes = bytes(2 * 2 * h + (model.qk_norm ? 2 * qk : 0));
+  cost.rmsnorm_backward_bytes = bytes(2 * 3 * h + (model.qk_norm ? 3 * qk : 0));
+  // RoPE: q and k read and written (forward), their grads likewise (backward).
+  cost.rope_bytes = bytes(2 * qk);
+  cost.rope_backward_bytes = bytes(2 * qk);
+  // act(gate) * up: read gate, write act; read act and up, write the product. Backward: read the
+  // grad, gate and up, write the gate and up grads.
+  cost.silu_mul_bytes = bytes(5 * inter);
+  cost.silu_mul_backward_bytes = bytes(5 * inter);
+  // Two residual adds (read 2, write 1 each); backward accumulates the branch grads the same way.
+  cost.residual_bytes = bytes(2 * 3 * h);
+  cost.residual_backward_bytes = bytes(2 * 3 * h);
   return cost;
 }
 
@@ -85,6 +105,7 @@ class StepExpander {
       const int ranks = options_.all_ranks ? plan_.world_size : 1;
       for (int rank = 0; rank < ranks; ++rank) expand_rank(rank);
     }
+    add_peer_reads();
     return std::move(model_);
   }
 
@@ -129,6 +150,26 @@ class StepExpander {
     }
   }
 
+  // A ring all-reduce reads every rank's bucket (each rank's chunk travels round the ring), so each
+  // rank's collective also reads the same bucket of the other expanded ranks: the race checker
+  // then needs the collective's cross-rank ordering to see that every rank's gradient writes
+  // happen before the call reads them (ProcessGroupNCCL: the NCCL stream waits for the current
+  // stream on each rank, and the call completes on no rank before all have joined).
+  void add_peer_reads() {
+    std::map<std::pair<std::string, int>, std::vector<int>> buckets;  // (name, device) -> buffers of every rank
+    for (size_t b = 0; b < model_.buffers.size(); ++b) {
+      const Buffer& buffer = model_.buffers[b];
+      if (buffer.name.rfind("bucket[", 0) == 0) buckets[{buffer.name, buffer.device}].push_back(static_cast<int>(b));
+    }
+    for (Op& op : model_.ops) {
+      if (op.kind != OpKind::Collective || op.accesses.empty()) continue;
+      const Buffer& own = model_.buffers[op.accesses.front().buffer];
+      for (int peer : buckets[{own.name, own.device}]) {
+        if (model_.buffers[peer].rank != op.rank) op.accesses.push_back({peer, 0, -1, false});
+      }
+    }
+  }
+
   void expand_rank(int rank) {
     rank_ = rank;
     devices_.clear();
@@ -159,7 +200,16 @@ class StepExpander {
     int64_t embedding_forward_bytes = 0, embedding_backward_bytes = 0;
     int64_t norm_forward_bytes = 0, norm_backward_bytes = 0;
     double lm_head_flops = 0, lm_head_backward_flops = 0;
-    int64_t loss_forward_bytes = 0, loss_backward_bytes = 0;
+    int64_t loss_forward_bytes = 0, loss_backward_bytes = 0;  // over all chunks
+    int loss_chunks = 1;  // chunked_cross_entropy: one op per chunk
+    // The vision tower, in forward order: patch embed, blocks, final merger, DeepStack mergers.
+    struct VisionOp {
+      std::string name;
+      double flops = 0;
+      int64_t bytes = 0;
+    };
+    std::vector<VisionOp> vision;
+    bool vision_backward = false;  // some vision parameter is trainable
     int64_t optimizer_bytes = 0;
   };
 
@@ -197,6 +247,17 @@ class StepExpander {
     const double logits = tokens * vocab;
     head.loss_forward_bytes = static_cast<int64_t>(logits * (element + 12));
     head.loss_backward_bytes = static_cast<int64_t>(logits * (element + 20));
+    if (plan_.chunked_cross_entropy) {
+      // axolotl's chunked_cross_entropy (axolotl/monkeypatch/loss/chunked.py): per chunk, a
+      // torch.compile'd (inductor) upcast + cross-entropy. Fused, forward reads the bf16 chunk
+      // twice (max, then sum of exp; the fp32 upcast never reaches memory); backward recomputes
+      // the softmax from the chunk (read) and writes its bf16 grad, then the backward of
+      // `logits.chunk()` copies the chunk grads into the full logits grad (read + write).
+      head.loss_chunks = std::max(1, plan_.chunked_cross_entropy_num_chunks);
+      head.loss_forward_bytes = static_cast<int64_t>(logits * 2 * element);
+      head.loss_backward_bytes = static_cast<int64_t>(logits * 4 * element);
+    }
+    cost_vision(head, sequence);
     for (const Parameter& parameter : structure_.parameters) {
       if (!parameter.trainable) continue;
       // PEFT keeps LoRA adapters in fp32 on a bf16 base (autocast_adapter_dtype; memory model).
@@ -204,6 +265,39 @@ class StepExpander {
       head.optimizer_bytes += kAdamWAccessesPerElement * bytes;
     }
     head_ = head;
+  }
+
+  // The vision tower of a Qwen-VL model on `plan.vision_tokens` image tokens per sample (HF
+  // Qwen3VLVisionModel: Conv3d patch embedding, ViT blocks with full attention within the image,
+  // the 2 x 2 patch merger into the text width, and Qwen3-VL's DeepStack mergers). GEMM FLOPs as
+  // for the decoder; LayerNorm, GELU and residual adds as bytes (each op is costed at the larger).
+  void cost_vision(HeadCost& head, int sequence) {
+    if (!plan_.vision_inputs || !plan_.model.vision || structure_.vision_blocks.empty()) return;
+    const VisionTowerConfig& v = *plan_.model.vision;
+    const double merge = static_cast<double>(v.spatial_merge_size) * v.spatial_merge_size;
+    const double per_sample = std::min(plan_.vision_tokens, sequence) * merge;  // patches per sample
+    const double patches = per_sample * plan_.micro_batch_size;
+    if (patches <= 0) return;
+    const double e = dtype_bytes(plan_.model.torch_dtype);
+    const double hv = v.hidden_size, iv = v.intermediate_size;
+    const double pixels = static_cast<double>(v.in_channels) * v.temporal_patch_size * v.patch_size * v.patch_size;
+    const auto bytes = [&](double values) { return static_cast<int64_t>(values * e); };
+    head.vision.push_back({"vision patch embed", 2 * patches * pixels * hv, bytes(patches * (pixels + hv))});
+    for (size_t b = 0; b < structure_.vision_blocks.size(); ++b) {
+      // qkv (3 hv), proj, fc1, fc2; attention QK^T and PV over the whole image (not causal).
+      const double gemms = 2 * patches * hv * (3 * hv + hv + 2 * iv);
+      const double attention = 4 * per_sample * per_sample * hv * plan_.micro_batch_size;
+      // Two LayerNorms (read + write), GELU (read + write), two residual adds (read 2, write 1).
+      head.vision.push_back({"vision block " + std::to_string(b), gemms + attention, bytes(patches * (4 * hv + 2 * iv + 6 * hv))});
+    }
+    const double merged = patches / merge;  // one text token per merge x merge patches
+    const double wide = hv * merge;
+    const double merger = 2 * merged * wide * wide + 2 * merged * wide * v.out_hidden_size;
+    head.vision.push_back({"vision merger", merger, bytes(patches * hv * 2)});
+    for (size_t k = 0; k < structure_.vision_deepstack_mergers.size(); ++k) {
+      head.vision.push_back({"vision deepstack merger " + std::to_string(k), merger, bytes(patches * hv * 2)});
+    }
+    for (const Parameter& parameter : structure_.parameters) head.vision_backward |= parameter.group == "vision" && parameter.trainable;
   }
 
   Device make_device(int rank, int d) {
@@ -277,6 +371,12 @@ class StepExpander {
       Op& embed = add(OpKind::Kernel, device.current(), "embedding forward", "forward", -1);
       embed.bytes = head_.embedding_forward_bytes;
       embed.accesses.push_back({device.hidden, 0, -1, true});
+      // Qwen-VL: the vision tower runs after the token embedding, its output scattered into it.
+      for (const HeadCost::VisionOp& vision : head_.vision) {
+        Op& op = add(OpKind::Kernel, device.current(), vision.name + " forward", "forward", -1);
+        op.flops = vision.flops;
+        op.bytes = vision.bytes;
+      }
     }
     reset_counters();
     for (int layer = 0; layer < layers_; ++layer) {
@@ -284,6 +384,7 @@ class StepExpander {
         if (protocol_layer(layer)) {
           run_steps(device, protocol_.forward, layer, "forward");
         } else {
+          elementwise_ops(device.current(), layer, "forward", false, {{device.hidden + layer, 0, -1, false}});
           Op& op = add(OpKind::Kernel, device.current(), layer_name(layer, "forward"), "forward", layer);
           op.flops = costs_[layer].forward_flops();
           op.accesses = {{device.hidden + layer, 0, -1, false}, {device.hidden + layer + 1, 0, -1, true}};
@@ -297,7 +398,7 @@ class StepExpander {
       norm.bytes = head_.norm_forward_bytes;
       norm.accesses.push_back({device.hidden + layers_, 0, -1, false});
       add(OpKind::Kernel, device.current(), "lm_head forward", "forward", -1).flops = head_.lm_head_flops;
-      add(OpKind::Kernel, device.current(), "loss forward", "forward", -1).bytes = head_.loss_forward_bytes;
+      loss_ops(device, "loss forward", "forward", head_.loss_forward_bytes);
     }
   }
 
@@ -305,7 +406,7 @@ class StepExpander {
 
   void backward(bool synced) {
     for (Device& device : devices_) {
-      add(OpKind::Kernel, device.current(), "loss backward", "backward", -1).bytes = head_.loss_backward_bytes;
+      loss_ops(device, "loss backward", "backward", head_.loss_backward_bytes);
       Op& lm_head = add(OpKind::Kernel, device.current(), "lm_head backward", "backward", -1);
       lm_head.flops = head_.lm_head_backward_flops;
       add_bucket_writes(device, lm_head, 0);
@@ -328,6 +429,15 @@ class StepExpander {
       }
     }
     for (Device& device : devices_) {
+      // A frozen tower fed by pixels that need no grad has no backward (autograd skips it). A
+      // trainable one: input and weight gradients, 2x its forward, last block first.
+      if (head_.vision_backward) {
+        for (auto it = head_.vision.rbegin(); it != head_.vision.rend(); ++it) {
+          Op& op = add(OpKind::Kernel, device.current(), it->name + " backward", "backward", -1);
+          op.flops = 2 * it->flops;
+          op.bytes = 2 * it->bytes;
+        }
+      }
       Op& embed = add(OpKind::Kernel, device.current(), "embedding backward", "backward", -1);
       embed.bytes = head_.embedding_backward_bytes;
       add_bucket_writes(device, embed, layers_ + 1);
@@ -339,6 +449,15 @@ class StepExpander {
       record.event = device.allreduce_done;
       Op& wait = add(OpKind::StreamWait, device.current(), "current stream waits allreduce_done", "reduction", -1);
       wait.event = device.allreduce_done;
+    }
+  }
+
+  // The loss as one op, or one per chunk of chunked_cross_entropy (the last takes the remainder).
+  void loss_ops(const Device& device, const std::string& name, const char* phase, int64_t bytes) {
+    const int chunks = head_.loss_chunks;
+    for (int c = 0; c < chunks; ++c) {
+      const std::string op_name = chunks > 1 ? name + " chunk " + std::to_string(c + 1) + " of " + std::to_string(chunks) : name;
+      add(OpKind::Kernel, device.current(), op_name, phase, -1).bytes = bytes / chunks + (c == chunks - 1 ? bytes % chunks : 0);
     }
   }
 
@@ -365,6 +484,7 @@ class StepExpander {
   void backward_kernels(const Device& device, int stream, int layer, const std::vector<BufferAccess>& accesses) {
     const int position = 1 + (layers_ - 1 - layer);
     const LayerCost& cost = costs_[layer];
+    elementwise_ops(stream, layer, "backward", true, accesses);
     Op& attention = add(OpKind::Kernel, stream, layer_name(layer, "attention backward"), "backward", layer);
     attention.flops = cost.attention_backward_flops;
     attention.accesses = accesses;
@@ -375,6 +495,24 @@ class StepExpander {
       mlp.flops = (cost.mlp_backward_flops + (plan_.tiled_mlp ? cost.mlp_forward_flops() : 0)) / shards_;
       mlp.accesses = accesses;
       add_bucket_writes(device, mlp, position);
+    }
+  }
+
+  // A layer's elementwise kernels (memory-bound, LayerCost's bytes), one op each, issued before
+  // the layer's GEMM op on the same stream with its reads: the GEMM op stays the last access of
+  // the layer's buffers, so race partners and fixes name it.
+  void elementwise_ops(int stream, int layer, const char* phase, bool backward, const std::vector<BufferAccess>& reads) {
+    const LayerCost& cost = costs_[layer];
+    const std::string suffix = backward ? " backward" : std::string(" ") + (std::string(phase) == "recompute" ? "recompute" : "forward");
+    const std::pair<const char*, int64_t> kernels[] = {
+        {"rmsnorm", backward ? cost.rmsnorm_backward_bytes : cost.rmsnorm_bytes},
+        {"rope", backward ? cost.rope_backward_bytes : cost.rope_bytes},
+        {"silu*up", backward ? cost.silu_mul_backward_bytes : cost.silu_mul_bytes},
+        {"residual add", backward ? cost.residual_backward_bytes : cost.residual_bytes}};
+    for (const auto& [what, bytes] : kernels) {
+      Op& op = add(OpKind::Kernel, stream, layer_name(layer, std::string(what) + suffix), phase, layer);
+      op.bytes = bytes;
+      op.accesses = reads;
     }
   }
 
@@ -455,6 +593,9 @@ class StepExpander {
             backward_kernels(device, on, layer, accesses);
           } else {
             const bool recompute = step.what == "recompute";
+            std::vector<BufferAccess> reads;
+            for (const BufferAccess& access : accesses) if (!access.write) reads.push_back(access);
+            elementwise_ops(on, layer, recompute ? "recompute" : phase, false, reads);
             Op& op = add(OpKind::Kernel, on, layer_name(layer, recompute ? "recompute" : "forward"), recompute ? "recompute" : phase, layer);
             op.flops = costs_[layer].forward_flops();  // a recompute is one more forward of the layer
             op.accesses = std::move(accesses);

@@ -37,7 +37,7 @@ struct ExpansionOptions {
 };
 
 // Cost inputs of one decoder layer for `tokens` = micro_batch * sequence tokens. FLOPs count the
-// GEMMs only (2*m*n*k each); norms, RoPE and activations are left out.
+// GEMMs (2*m*n*k each); norms, RoPE, activations and residual adds are elementwise bytes.
 struct LayerCost {
   double projection_flops = 0;  // forward base GEMMs q, k, v, o, gate, up, down
   double attention_flops = 0;   // forward QK^T and PV: 4 * seq^2 * heads * head_dim * batch, halved for causal masks
@@ -50,6 +50,13 @@ struct LayerCost {
   double attention_backward_flops = 0;  // q, k, v, o (+ LoRA) and the attention core
   double mlp_backward_flops = 0;        // gate, up, down (+ LoRA)
   int64_t hidden_state_bytes = 0;  // hidden_size * sequence_len * micro_batch * dtype bytes
+  // Elementwise kernels of one layer (memory-bound: bytes read + written), forward / backward.
+  // RMSNorm: input and post-attention norms (+ Qwen3's per-head q/k norms); RoPE on q and k;
+  // act(gate) * up; the two residual adds.
+  int64_t rmsnorm_bytes = 0, rmsnorm_backward_bytes = 0;
+  int64_t rope_bytes = 0, rope_backward_bytes = 0;
+  int64_t silu_mul_bytes = 0, silu_mul_backward_bytes = 0;
+  int64_t residual_bytes = 0, residual_backward_bytes = 0;
 
   double forward_flops() const { return projection_flops + lora_flops + attention_flops; }
   double mlp_forward_flops() const { return mlp_flops + lora_mlp_flops; }

@@ -13,7 +13,8 @@
 namespace hookstream {
 
 struct TimelineOptions {
-  // Live device bytes after ops (memory_over_ops), drawn as a "device memory" counter per rank.
+  // Device bytes after ops, drawn as a "device memory" counter per rank: the memory model's per-op
+  // points (memory_samples) for a simulated step, or memory_over_ops for a trace's Alloc/Free ops.
   std::vector<MemorySample> memory;
   int64_t memory_baseline_bytes = 0;  // persistent memory added to every sample
 };

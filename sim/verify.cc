@@ -132,9 +132,19 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
     }
     ModelStructure structure = build_model_structure(plan);
     DdpSimulation sim = simulate_ddp(plan, structure);
-    if (!sim.ok() && failure) *failure = describe(sim.findings.front());
-    if (sim.ok() && cost && options.cost_fixes) *cost = predict_cost(plan, structure);
-    return sim.ok();
+    if (!sim.ok()) {
+      if (failure) *failure = describe(sim.findings.front());
+      return false;
+    }
+    if (options.also_check) {
+      const std::string other = options.also_check(plan, structure);
+      if (!other.empty()) {
+        if (failure) *failure = other;
+        return false;
+      }
+    }
+    if (cost && options.cost_fixes) *cost = predict_cost(plan, structure);
+    return true;
   };
 
   const std::vector<VerifiedFix> singles = candidate_fixes(result.plan);

@@ -2,6 +2,7 @@
 // plan try the changes users actually make, keeping only those the simulator proves clean.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,9 @@ struct VerifyOptions {
   bool cost_fixes = true;  // predict step time and peak memory of the plan and of each fix
   bool record_steps = false;
   bool deduplicate_ranks = true;  // see DdpSimulationOptions
+  // More checks a candidate fix must pass once its DDP schedule is clean (simulate_plan passes the
+  // stream and memory checks): "" when it passes, otherwise what still fails.
+  std::function<std::string(const Plan&, const ModelStructure&)> also_check;
 };
 
 VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options = {});

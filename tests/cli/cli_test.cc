@@ -35,8 +35,12 @@ TEST_CASE("verify --format json follows the documented schema", "[cli]") {
   const Run r = run("verify " + src("plans/default.yaml") + " --format json");
   REQUIRE(r.exit_code == 1);
   const auto j = nlohmann::json::parse(r.out);
-  CHECK(j["schema"] == "hookstream.verify/1");
+  CHECK(j["schema"] == "hookstream.verify/2");
   CHECK(j["ok"] == false);
+  CHECK(j["checks"]["ddp"] == false);
+  CHECK(j["checks"]["streams"] == true);
+  CHECK(j["checks"]["memory"] == true);
+  CHECK(j["predicted"]["peak_device_bytes"] == j["memory"]["peak"]["bytes"]);
   REQUIRE(j["findings"].size() >= 1);
   const auto& f = j["findings"][0];
   CHECK(f["verdict"] == "marked_ready_twice");
@@ -44,6 +48,7 @@ TEST_CASE("verify --format json follows the documented schema", "[cli]") {
   CHECK(f["ranks"].size() == 8);
   REQUIRE(j["fixes"].size() >= 1);
   CHECK(j["fixes"][0]["verified"] == true);
+  CHECK(j["fixes"][0]["check"] == "ddp");
 }
 
 TEST_CASE("bad input: one line naming file and key, exit 2, no output file", "[cli]") {

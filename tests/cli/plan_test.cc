@@ -17,8 +17,28 @@ PlanRun run_plan(const std::string& args) { return hookstream::testing::run_bina
 const std::string kDefault = std::string(HOOKSTREAM_SOURCE_DIR) + "/plans/default.yaml";
 }  // namespace
 
-TEST_CASE("plan: 24 GiB is too small for the default plan's unchunked logits", "[cli][plan]") {
-  const PlanRun r = run_plan(kDefault + " --gpu H100 --budget-gib 24");
+TEST_CASE("plan: 24 GiB fits the default plan only with a chunked loss", "[cli][plan]") {
+  // Unchunked, the default plan's logits alone take 23.2 GiB; the search explores axolotl's chunked
+  // cross-entropy because they dominate, and every candidate that fits 24 GiB uses it.
+  const PlanRun r = run_plan(kDefault + " --gpu H100 --budget-gib 24 --top 3 --format json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["explored_chunked_loss"] == true);
+  CHECK(j["input"]["peak_breakdown"]["logits_and_loss"].get<int64_t>() > (int64_t{23} << 30));
+  REQUIRE(j["best"].size() >= 1);
+  for (const auto& candidate : j["best"]) {
+    bool chunked = false;
+    for (const auto& change : candidate["changes"]) chunked |= change["key"] == "chunked_cross_entropy" && change["value"] == "true";
+    CHECK(chunked);
+    CHECK(candidate["peak_bytes"].get<int64_t>() <= j["budget_bytes"].get<int64_t>());
+  }
+  const PlanRun text = run_plan(kDefault + " --gpu H100 --budget-gib 24 --top 1");
+  CHECK(text.out.find("chunked cross-entropy explored") != std::string::npos);
+  CHECK(text.out.find("--set chunked_cross_entropy=true") != std::string::npos);
+}
+
+TEST_CASE("plan: 10 GiB is too small for the default plan's weights and bf16 logits", "[cli][plan]") {
+  const PlanRun r = run_plan(kDefault + " --gpu H100 --budget-gib 10");
   CHECK(r.exit_code == 1);
   CHECK(r.out.find("H100-SXM") != std::string::npos);
   CHECK(r.out.find("no candidate fits") != std::string::npos);

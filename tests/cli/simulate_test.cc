@@ -62,11 +62,11 @@ TEST_CASE("simulate: global counter buffers race with two devices per process", 
   CHECK(two.out.find("reload[0]") != std::string::npos);
 }
 
-TEST_CASE("simulate --format json: ddp and streams sections, deterministic", "[cli][streams]") {
+TEST_CASE("simulate --format json: ddp, streams, memory and time sections, deterministic", "[cli][streams]") {
   const Run r = run("simulate " + offload_plan() + " --protocol double_buffer_no_events --format json");
   REQUIRE(r.exit_code == 1);
   const auto j = nlohmann::json::parse(r.out);
-  CHECK(j["schema"] == "hookstream.simulate/1");
+  CHECK(j["schema"] == "hookstream.simulate/2");
   CHECK(j["ok"] == false);
   CHECK(j["ddp"]["ok"] == true);
   CHECK(j["streams"]["protocol"]["name"] == "double_buffer_no_events");
@@ -76,6 +76,24 @@ TEST_CASE("simulate --format json: ddp and streams sections, deterministic", "[c
   CHECK(race["first"]["stream"] == "compute");
   CHECK(race["second"]["stream"] == "copy");
   CHECK(race["fix"]["verified"] == true);
+  CHECK(race["fix"]["predicted"]["step_seconds"].get<double>() > 0);
+  // Per-op memory: every op of rank 0, the peak among them.
+  const auto& per_op = j["memory"]["per_op"];
+  REQUIRE(per_op.size() > 10);
+  int64_t largest = 0;
+  for (const auto& point : per_op) largest = std::max(largest, point["bytes"].get<int64_t>());
+  CHECK(j["memory"]["peak"]["bytes"].get<int64_t>() == largest);
+  CHECK(j["memory"]["peak"]["op"].is_number());
+  CHECK(j["memory"]["oom"].is_null());
+  // The critical path spans the step.
+  const auto& path = j["time"]["critical_path"];
+  CHECK(path["ns"].get<double>() == Approx(j["time"]["step_seconds"].get<double>() * 1e9));
+  CHECK(path["ops"].size() > 0);
+  CHECK(path["groups"][0]["what"][0]["what"] == "embedding forward");
+  // The race fix: a protocol, re-verified.
+  REQUIRE(j["fixes"].size() >= 1);
+  CHECK(j["fixes"][0]["check"] == "streams");
+  CHECK(j["fixes"][0]["changes"][0]["key"] == "hookstream.offload_protocol");
   CHECK(run("simulate " + offload_plan() + " --protocol double_buffer_no_events --format json").out == r.out);
 }
 
@@ -111,5 +129,64 @@ TEST_CASE("simulate --timeline writes the race-checked step as a Chrome trace", 
   }
   CHECK(tracks.size() >= 2);  // compute and copy streams at least
   CHECK(flow);                // event record -> wait arrows
+  // The memory counter follows the memory model: a sample per op, its largest the reported peak.
+  const Run json = run("simulate " + offload_plan() + " --format json");
+  const int64_t peak = nlohmann::json::parse(json.out)["memory"]["peak"]["bytes"].get<int64_t>();
+  int64_t largest = 0;
+  int samples = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "C") continue;
+    ++samples;
+    largest = std::max(largest, e["args"]["bytes"].get<int64_t>());
+  }
+  CHECK(samples > 10);
+  CHECK(largest == peak);
   std::filesystem::remove(timeline);
+}
+
+TEST_CASE("verify runs the stream and memory checks: races and oom fail with verified fixes", "[cli][streams][memory]") {
+  // A racy protocol named in the plan: verify exits 1, names the race, and fixes it with a protocol.
+  const Run racy = run("verify " + offload_plan("  offload_protocol: double_buffer_no_events\n"));
+  CHECK(racy.exit_code == 1);
+  CHECK(racy.out.find("write after read on reload[") != std::string::npos);
+  CHECK(racy.out.find("fixes    for the races") != std::string::npos);
+  CHECK(racy.out.find("offload_protocol: double_buffer_events") != std::string::npos);
+  CHECK(racy.out.find("critical path") != std::string::npos);
+  const Run racy_json = run("verify " + offload_plan("  offload_protocol: double_buffer_no_events\n") + " --format json");
+  CHECK(racy_json.exit_code == 1);
+  const auto j = nlohmann::json::parse(racy_json.out);
+  CHECK(j["ok"] == false);
+  CHECK(j["checks"]["ddp"] == true);
+  CHECK(j["checks"]["streams"] == false);
+  CHECK(j["findings"].empty());
+  CHECK(j["streams"]["race_count"].get<int>() >= 1);
+  REQUIRE(j["fixes"].size() >= 1);
+  CHECK(j["fixes"][0]["check"] == "streams");
+  CHECK(j["fixes"][0]["predicted"]["step_seconds"].get<double>() > 0);
+  CHECK(j["fixes"][0]["predicted"]["peak_device_bytes"].get<int64_t>() > 0);
+  // The fix applied: clean.
+  CHECK(run("verify " + offload_plan("  offload_protocol: double_buffer_no_events\n") +
+            " --set hookstream.offload_protocol=double_buffer_events").exit_code == 0);
+
+  // Llama-3.1-8B LoRA at 32K tokens without checkpointing does not fit an H100.
+  const std::string oom = (temp_dir() / ("oom-" + std::to_string(getpid()) + ".yaml")).string();
+  std::ofstream(oom) << "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 32768\nadapter: lora\nlora_target_linear: true\n"
+                        "hookstream:\n  world_size: 1\n  iterations: 1\n";
+  const Run big = run("verify " + oom);
+  CHECK(big.exit_code == 1);
+  CHECK(big.out.find("FAIL     oom") != std::string::npos);
+  CHECK(big.out.find("fixes    for oom") != std::string::npos);
+  CHECK(big.out.find("gradient_checkpointing: true") != std::string::npos);
+  const auto m = nlohmann::json::parse(run("verify " + oom + " --format json").out);
+  CHECK(m["checks"]["memory"] == false);
+  CHECK(m["memory"]["oom"]["required_bytes"].get<int64_t>() > m["memory"]["capacity_bytes"].get<int64_t>());
+  REQUIRE(m["fixes"].size() >= 1);
+  CHECK(m["fixes"][0]["check"] == "memory");
+  CHECK(m["fixes"][0]["predicted"]["peak_device_bytes"].get<int64_t>() <= m["memory"]["capacity_bytes"].get<int64_t>());
+  CHECK(run("verify " + oom + " --set gradient_checkpointing=true").exit_code == 0);
+  // An unknown GPU is bad input now that verify checks memory against it.
+  const Run gpu = run("verify " + oom + " --set hookstream.gpu=H1000");
+  CHECK(gpu.exit_code == 2);
+  CHECK(lines(gpu.out) == 1);
+  std::filesystem::remove(oom);
 }

@@ -620,7 +620,8 @@ TEST_CASE("known_plan_keys lists every accepted dotted key", "[plan]") {
   CHECK(has("hookstream.gpu"));
   CHECK(has("chunked_cross_entropy_num_chunks"));
   CHECK(has("hookstream.weights"));
-  CHECK(keys.size() == 29 + 22 + 17 + 8);  // axolotl, no-effect, hookstream, 2 x 4 overrides
+  CHECK(has("hookstream.vision_tokens"));
+  CHECK(keys.size() == 29 + 22 + 18 + 8);  // axolotl, no-effect, hookstream, 2 x 4 overrides
 }
 
 TEST_CASE("training keys are read, validated and written back", "[plan]") {

@@ -313,3 +313,113 @@ TEST_CASE("dependency graph of an expanded step: slow copies put the reloads on 
   // Ops on the path are in happens-before order, so in issue order.
   CHECK(std::is_sorted(path.ops.begin(), path.ops.end()));
 }
+
+namespace {
+
+// Two ranks, each with a compute and an nccl stream; rank 0 owns `shared`, a buffer that rank 1
+// reads after the collective (as a ring all-reduce reads a peer's bucket, or a peer-to-peer copy).
+struct TwoRanks {
+  EventModel model;
+  int compute[2], nccl[2], shared, ready[2];
+  TwoRanks() {
+    for (int r = 0; r < 2; ++r) {
+      compute[r] = model.add_stream(Stream{r, 0, 1, "compute", false, true, 0});
+      nccl[r] = model.add_stream(Stream{r, 0, 2, "nccl", false, true, 0});
+      ready[r] = model.add_event(Event{"ready", r});
+    }
+    shared = model.add_buffer(Buffer{"shared", MemoryKind::Device, 0, 0, 64});
+  }
+  int op(int rank, OpKind kind, int stream, const std::string& name, std::vector<BufferAccess> accesses = {}, int event = -1) {
+    Op o;
+    o.rank = rank;
+    o.kind = kind;
+    o.stream = stream;
+    o.name = name;
+    o.event = event;
+    o.accesses = std::move(accesses);
+    model.ops.push_back(o);
+    return static_cast<int>(model.ops.size()) - 1;
+  }
+  // Rank r's compute writes (rank 0: `shared`), then its nccl stream waits for compute and runs
+  // the all-reduce, as ProcessGroupNCCL does.
+  void before_collective(int r) {
+    if (r == 0) op(0, OpKind::Kernel, compute[0], "write shared", {{shared, 0, -1, true}});
+    op(r, OpKind::EventRecord, compute[r], "record ready", {}, ready[r]);
+    op(r, OpKind::StreamWait, nccl[r], "nccl waits ready", {}, ready[r]);
+    op(r, OpKind::Collective, nccl[r], "allreduce");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("collectives order ranks: after the all-reduce a rank sees every rank's earlier work", "[streams]") {
+  TwoRanks m;
+  m.before_collective(0);
+  m.before_collective(1);
+  const int read = m.op(1, OpKind::Copy, m.nccl[1], "rank 1 reads rank 0's shared", {{m.shared, 0, -1, false}});
+  CHECK(check_races(m.model).ok());
+  // Without the collective's cross-rank ordering the read races with rank 0's write: the rule is
+  // what makes this pair ordered.
+  RaceCheckOptions per_rank;
+  per_rank.collectives_order_ranks = false;
+  const RaceReport without = check_races(m.model, per_rank);
+  REQUIRE(without.race_count == 1);
+  CHECK(without.races[0].later_op == read);
+  CHECK(without.races[0].fix.kind == SyncSuggestion::Kind::CrossRank);
+  CHECK_FALSE(without.races[0].fix.checked);
+}
+
+TEST_CASE("collectives order only what is after them on the collective's stream", "[streams]") {
+  // Rank 1 reads on its compute stream, which never waited for its nccl stream: a race.
+  TwoRanks compute;
+  compute.before_collective(0);
+  compute.before_collective(1);
+  compute.op(1, OpKind::Kernel, compute.compute[1], "rank 1 compute reads shared", {{compute.shared, 0, -1, false}});
+  CHECK(check_races(compute.model).race_count == 1);
+  // Rank 1 reads on its nccl stream before the collective: a race too.
+  TwoRanks early;
+  early.before_collective(0);
+  early.op(1, OpKind::Copy, early.nccl[1], "rank 1 reads shared early", {{early.shared, 0, -1, false}});
+  early.before_collective(1);
+  CHECK(check_races(early.model).race_count == 1);
+  // Waiting for the nccl stream (work.wait()) after the collective orders the compute read.
+  TwoRanks waited;
+  waited.before_collective(0);
+  waited.before_collective(1);
+  Op wait;
+  wait.rank = 1;
+  wait.kind = OpKind::StreamWait;
+  wait.stream = waited.compute[1];
+  wait.sync_stream = waited.nccl[1];
+  wait.name = "compute waits nccl";
+  waited.model.ops.push_back(wait);
+  waited.op(1, OpKind::Kernel, waited.compute[1], "rank 1 compute reads shared", {{waited.shared, 0, -1, false}});
+  CHECK(check_races(waited.model).ok());
+}
+
+TEST_CASE("an all-ranks step: all-reduces read every rank's bucket, ordered by the collective", "[streams]") {
+  const Plan plan = hookstream::testing::offload_plan();
+  ExpansionOptions options;
+  options.all_ranks = true;
+  const EventModel model = expand_step(plan, build_model_structure(plan), load_stream_protocol("double_buffer_events"), options);
+  int peer_reads = 0;
+  for (const Op& op : model.ops) {
+    if (op.kind != OpKind::Collective) continue;
+    for (const BufferAccess& access : op.accesses) peer_reads += model.buffers[access.buffer].rank != op.rank;
+  }
+  CHECK(peer_reads > 0);
+  CHECK(check_races(model).ok());
+  RaceCheckOptions per_rank;
+  per_rank.collectives_order_ranks = false;
+  CHECK(check_races(model, per_rank).race_count > 0);
+  // The dependency graph follows the same clocks, but the two ranks' halves of one call run
+  // together: no edge between them.
+  const DependencyGraph dag = build_dependency_graph(model);
+  std::vector<int> halves;
+  for (size_t i = 0; i < model.ops.size(); ++i) {
+    if (model.ops[i].name == "allreduce bucket 0") halves.push_back(dag.vertex_of_op[i]);
+  }
+  REQUIRE(halves.size() == 2);
+  CHECK_FALSE(boost::edge(halves[0], halves[1], dag.graph).second);
+  CHECK_FALSE(boost::edge(halves[1], halves[0], dag.graph).second);
+}

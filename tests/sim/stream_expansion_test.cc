@@ -43,7 +43,9 @@ TEST_CASE("expansion of double_buffer_events: per-layer ops in host issue order"
   CHECK(model.streams[0].name == "compute");
   CHECK(count_ops(model, OpKind::Copy, "forward") == layers);
   CHECK(count_ops(model, OpKind::Copy, "backward") == layers);
-  CHECK(count_ops(model, OpKind::Kernel, "recompute") == layers);
+  CHECK(count_ops(model, OpKind::Kernel, "recompute") == 5 * layers);  // the layer and its 4 elementwise kernels
+  CHECK(std::count_if(model.ops.begin(), model.ops.end(), [](const Op& op) { return op.name.find(" recompute") == op.name.size() - 10; }) ==
+        5 * layers);
   CHECK(count_ops(model, OpKind::Collective) >= 1);
   // Every rank 0 only by default; all ranks on request.
   CHECK(std::all_of(model.ops.begin(), model.ops.end(), [](const Op& op) { return op.rank == 0; }));
@@ -99,4 +101,59 @@ TEST_CASE("expansion: a per-process counter runs across the devices of one proce
     // Device 0 sees counter values 0, 2, 4, ...: always reload[0]; device 1 always reload[1].
     CHECK(model.buffers[op.accesses[1].buffer].name == "reload[" + std::to_string(device) + "]");
   }
+}
+
+TEST_CASE("elementwise kernels and the vision tower get their own memory-bound / GEMM ops", "[streams][time]") {
+  // Llama-3.1-8B at 4096 tokens: per layer, RMSNorm (2 norms), RoPE on q and k, act(gate) * up and
+  // the 2 residual adds, in bf16 bytes.
+  const Plan llama = parse_plan("base_model: Llama-3.1-8B\nsequence_len: 4096\n", "llama.yaml");
+  const LayerCost cost = layer_cost(llama.model, 4096, 1);
+  const int64_t t = 4096, h = 4096, qk = 4096 + 1024, inter = 14336;
+  CHECK(cost.rmsnorm_bytes == 4 * h * t * 2);
+  CHECK(cost.rmsnorm_backward_bytes == 6 * h * t * 2);
+  CHECK(cost.rope_bytes == 2 * qk * t * 2);
+  CHECK(cost.silu_mul_bytes == 5 * inter * t * 2);
+  CHECK(cost.residual_bytes == 6 * h * t * 2);
+  const EventModel step = expand_step(llama, build_model_structure(llama), load_stream_protocol("none"));
+  int rmsnorm = 0;
+  for (const Op& op : step.ops) {
+    if (op.name == "layer 3 silu*up forward") CHECK(op.bytes == cost.silu_mul_bytes);
+    if (op.name == "layer 3 rope backward") CHECK(op.bytes == cost.rope_backward_bytes);
+    rmsnorm += op.name.find("rmsnorm") != std::string::npos;
+    CHECK(op.name.find("vision") == std::string::npos);  // a text model has no vision ops
+  }
+  CHECK(rmsnorm == 2 * 32);  // forward and backward of every layer
+
+  // Qwen3-VL: patch embed, every block, the merger and the DeepStack mergers run in forward; a
+  // frozen tower (LoRA) has no backward, a trainable one (full fine-tune) does.
+  const std::string vl = "base_model: Qwen/Qwen3-VL-4B-Instruct\nsequence_len: 4096\n";
+  const Plan lora = parse_plan(vl + "adapter: lora\nlora_target_linear: true\n", "vl.yaml");
+  const Plan full = parse_plan(vl, "vl.yaml");
+  const Plan text_only = parse_plan(vl + "hookstream:\n  vision_inputs: false\n", "vl.yaml");
+  const auto count = [](const Plan& plan, const std::string& suffix) {
+    const EventModel m = expand_step(plan, build_model_structure(plan), load_stream_protocol("none"));
+    int n = 0;
+    for (const Op& op : m.ops) {
+      n += op.name.rfind("vision", 0) == 0 && op.name.size() > suffix.size() &&
+           op.name.compare(op.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    }
+    return n;
+  };
+  const int blocks = lora.model.vision->depth;
+  const int deepstack = static_cast<int>(lora.model.vision->deepstack_visual_indexes.size());
+  CHECK(deepstack > 0);
+  CHECK(count(lora, " forward") == 1 + blocks + 1 + deepstack);
+  CHECK(count(lora, " backward") == 0);
+  CHECK(count(full, " backward") == 1 + blocks + 1 + deepstack);
+  CHECK(count(text_only, " forward") == 0);
+  // More image tokens, more vision FLOPs (the attention within the image grows quadratically).
+  const auto vision_flops = [](const Plan& plan) {
+    double flops = 0;
+    for (const Op& op : expand_step(plan, build_model_structure(plan), load_stream_protocol("none")).ops) {
+      if (op.name.rfind("vision block", 0) == 0) flops += op.flops;
+    }
+    return flops;
+  };
+  const Plan more = parse_plan(vl + "adapter: lora\nlora_target_linear: true\nhookstream:\n  vision_tokens: 2048\n", "vl.yaml");
+  CHECK(vision_flops(more) > 2 * vision_flops(lora));
 }

@@ -33,25 +33,18 @@ std::string seconds(double ns) {
   return text;
 }
 
-std::string byte_size(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30) || bytes == 0) return format_gib(bytes);
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-  return text;
-}
-
 std::string describe(const PlanCandidate& c) {
   char text[256];
   std::snprintf(text, sizeof text, "step %s  %.0f tokens/s  peak %s at %s  host %s  copies hidden %.0f%%",
-                seconds(c.step_ns).c_str(), c.tokens_per_second, byte_size(c.peak_bytes).c_str(), c.peak_at.c_str(),
-                byte_size(c.host_bytes).c_str(), 100 * c.copy_hidden_fraction);
+                seconds(c.step_ns).c_str(), c.tokens_per_second, format_bytes(c.peak_bytes).c_str(), c.peak_at.c_str(),
+                format_bytes(c.host_bytes).c_str(), 100 * c.copy_hidden_fraction);
   return text;
 }
 
 std::string breakdown(const PlanCandidate& c) {
   std::string text;
   for (const auto& [category, bytes] : c.peak_breakdown) {
-    if (bytes > 0) text += (text.empty() ? "" : ", ") + std::string(to_string(category)) + " " + byte_size(bytes);
+    if (bytes > 0) text += (text.empty() ? "" : ", ") + std::string(to_string(category)) + " " + format_bytes(bytes);
   }
   return text;
 }
@@ -78,7 +71,8 @@ std::string render_text(const PlanArgs& args, const PlanSearchResult& r) {
                     "), budget " + format_gib(r.budget_bytes) + "\n";
   out += "input    " + describe(r.input) + "\n         peak: " + breakdown(r.input) + "\n         verify: " + r.input.verdict + "\n";
   out += "explored " + std::to_string(r.explored) + " candidates: " + std::to_string(r.over_budget) + " over budget, " +
-         std::to_string(r.failed_verification) + " failed verification\n";
+         std::to_string(r.failed_verification) + " failed verification" +
+         (r.explored_chunked_loss ? " (logits dominate the peak: chunked cross-entropy explored)" : "") + "\n";
   if (r.best.empty()) {
     out += "none     no candidate fits the budget and passes verification\n";
     if (r.smallest) {
@@ -106,19 +100,20 @@ int run_plan(const PlanArgs& args) {
   const PlanSource source = read_plan_source(args.plan, load);
   const PlanSearchResult result = search_plans(source, options);
   if (!args.timeline.empty()) {
-    // The input plan's step as a Chrome trace, with device memory over its Alloc/Free ops.
+    // The input plan's step as a Chrome trace, with the memory model's device memory after each op.
     const Plan plan = parse_plan(source.yaml_text, source.source, source.options);
     const ModelStructure structure = build_model_structure(plan);
     const StepPrediction step = predict_step(plan, structure, result.device);
     TimelineOptions timeline;
-    timeline.memory = memory_over_ops(step.schedule.model);
+    timeline.memory = memory_samples(step.memory);
     emit(chrome_trace_json(step.schedule.model, timeline), args.timeline);
   }
   if (args.format == "json") {
     nlohmann::json j = {{"schema", "hookstream.plan/1"}, {"device", result.device.name},
                         {"budget_bytes", result.budget_bytes}, {"input", to_json(result.input)},
                         {"explored", result.explored}, {"over_budget", result.over_budget},
-                        {"failed_verification", result.failed_verification}, {"best", nlohmann::json::array()}};
+                        {"failed_verification", result.failed_verification},
+                        {"explored_chunked_loss", result.explored_chunked_loss}, {"best", nlohmann::json::array()}};
     for (const PlanCandidate& c : result.best) j["best"].push_back(to_json(c));
     if (result.smallest) j["smallest"] = to_json(*result.smallest);
     emit(j.dump(2) + "\n", args.output);

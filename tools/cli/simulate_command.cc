@@ -3,10 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 
-#include "sim/device_spec.h"
 #include "sim/memory_model.h"
 #include "sim/simulation_report.h"
-#include "sim/time_model.h"
 #include "sim/timeline.h"
 #include "tools/cli/commands.h"
 
@@ -37,15 +35,15 @@ int run_simulate(const SimulateArgs& args) {
   options.expansion.devices_per_process = args.devices_per_process;
   const SimulationReport report = simulate_plan(read_plan_source(args.plan, load), args.plan, options);
   if (!args.timeline.empty()) {
-    // The very step that was race-checked, scheduled by the time model on the plan's GPU: one track
-    // per rank and stream, flows for event waits, device memory as counters (open in Perfetto).
-    const Schedule schedule = schedule_step(report.streams.step, find_device_spec(report.ddp.plan.gpu));
+    // Rank 0's step as the time model scheduled it on the plan's GPU (the protocol and buckets of
+    // the race check): one track per stream, flows for event waits, and the memory model's device
+    // memory after every op as a counter (open in Perfetto).
     TimelineOptions timeline;
-    timeline.memory = memory_over_ops(schedule.model);
-    emit(chrome_trace_json(schedule.model, timeline), args.timeline);
+    timeline.memory = memory_samples(report.memory.estimate);
+    emit(chrome_trace_json(report.time.schedule.model, timeline), args.timeline);
   }
   if (args.format == "json") {
-    emit(render_simulation_json(report).dump(2) + "\n", args.output);
+    emit(render_simulation_json(report, options).dump(2) + "\n", args.output);
   } else {
     emit(render_simulation_text(report, options), args.output);
   }
@@ -55,7 +53,7 @@ int run_simulate(const SimulateArgs& args) {
 
 Command register_simulate_command(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
-  CLI::App* cmd = app.add_subcommand("simulate", "simulate DDP and the CUDA-stream schedule of a plan: hook verdicts and races");
+  CLI::App* cmd = app.add_subcommand("simulate", "simulate a plan: DDP hook verdicts, CUDA-stream races, memory per op, step time and critical path");
   cmd->add_option("plan", args->plan, "training plan (axolotl-style YAML)")->required();
   cmd->add_option("--protocol", args->protocol, "offload stream protocol: a name in protocols/ or a .yaml path (overrides hookstream.offload_protocol)");
   cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");

@@ -1,10 +1,10 @@
-// `hookstream verify PLAN.yaml`: the DDP hook-schedule verifier.
+// `hookstream verify PLAN.yaml`: every check of a plan: the DDP hook schedule, races in its offload
+// stream protocol, `oom` against its GPU (sim/simulation_report.h), with verified fixes.
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <unistd.h>
 
-#include "sim/report.h"
-#include "sim/verify.h"
+#include "sim/simulation_report.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {
@@ -25,20 +25,22 @@ int run_verify(const VerifyArgs& args) {
   if (!args.model.empty()) load.model_path = args.model;
   if (args.world_size != -1) load.world_size = args.world_size;
   load.set = args.set;
-  const VerifyResult result = verify_plan(read_plan_source(args.plan, load));
+  SimulateOptions options;
+  options.races_shown = 3;
+  const SimulationReport report = simulate_plan(read_plan_source(args.plan, load), args.plan, options);
   if (args.format == "json") {
-    emit(render_json(result).dump(2) + "\n", args.output);
+    emit(render_verify_json(report).dump(2) + "\n", args.output);
   } else {
     const bool colour = args.output.empty() && !args.no_colour && isatty(STDOUT_FILENO) != 0;
-    emit(render_text(result, colour), args.output);
+    emit(render_simulation_text(report, options, colour), args.output);
   }
-  return result.ok() ? 0 : 1;
+  return report.ok() ? 0 : 1;
 }
 }  // namespace
 
 Command register_verify_command(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
-  CLI::App* cmd = app.add_subcommand("verify", "simulate DDP's Reducer for every rank and iteration of a plan");
+  CLI::App* cmd = app.add_subcommand("verify", "check a plan: DDP's Reducer for every rank and iteration, stream races, memory against its GPU");
   cmd->add_option("plan", args->plan, "training plan (axolotl-style YAML)")->required();
   cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");
   cmd->add_option("--world-size", args->world_size, "number of ranks (overrides hookstream.world_size)");
