@@ -1,8 +1,6 @@
 // TrainModel (runtime/train_model.h) on the CPU in float64: every way the plan can run a layer
 // (checkpoint flavours, offload protocols interpreted with streams as ordered execution, tiled-MLP
 // strategies, chunked cross-entropy) computes the same loss and gradients as the plain model.
-#include <catch2/catch.hpp>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/record_function.h>
 
@@ -17,6 +15,10 @@
 #include "runtime/train_model.h"
 #include "sim/input_error.h"
 #include "sim/plan.h"
+
+// Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
+#undef CHECK
+#include <catch2/catch.hpp>
 
 namespace hookstream {
 namespace {
@@ -124,7 +126,7 @@ TEST_CASE("train model: checkpointing, offload protocols, tiled MLP and chunked 
       for (const std::string& protocol : protocols()) {
         variants.push_back(ckpt + "activation_offloading: true\nhookstream: {offload_protocol: " + protocol + "}\n");
       }
-      variants.push_back(ckpt + "activation_offloading: true\nhookstream: {checkpoint_layers: [0, 2]}\n");
+      variants.push_back(ckpt + "activation_offloading: true\nhookstream: {checkpoint_layers: [0]}\n");
     }
     const std::string tiled = "tiled_mlp: true\ntiled_mlp_num_shards: 2\n";
     variants.push_back(tiled);
