@@ -1,5 +1,6 @@
 // Activation checkpointing of one decoder layer, in the two flavours of torch.utils.checkpoint
-// (torch/utils/checkpoint.py), as seen by DDP's hooks.
+// (torch/utils/checkpoint.py), as seen by DDP's hooks; optionally with the layer's input offloaded
+// to the CPU by a stream protocol (runtime/activation_offload.h) instead of kept on the device.
 #pragma once
 
 #include <string>
@@ -10,6 +11,8 @@
 
 namespace hookstream {
 
+class ActivationOffload;
+
 // CheckpointFunction (use_reentrant=True): the layer runs under no_grad in forward; backward
 // recomputes it on a detached copy of the input and calls torch::autograd::backward on the
 // recomputed graph: a nested graph task in which the layer's parameters' AccumulateGrad nodes (and
@@ -19,7 +22,22 @@ namespace hookstream {
 at::Tensor checkpoint_reentrant(const at::Tensor& hidden, LayerFunction layer, const ParameterTable& params,
                                 HookRecorder* recorder, std::string label);
 
-// use_reentrant=False needs no Function here: see OracleModel::forward for why the oracle runs
-// the ordinary graph, which fires exactly the hooks the real non-reentrant checkpoint fires.
+struct CheckpointSpec {
+  LayerFunction layer;
+  ParameterTable params;
+  bool reentrant = true;
+  // Non-reentrant only: the trainable parameters (indices into `params`) the layer reads. They are
+  // inputs of the checkpoint node, which returns their gradients (see checkpoint.cc for why).
+  std::vector<int> weights;
+  // Offloaded: the protocol's forward/backward steps move the input; null: it is saved as is.
+  ActivationOffload* offload = nullptr;
+  int layer_index = -1;  // the decoder layer (slot selection of the protocol)
+  HookRecorder* recorder = nullptr;
+  std::string label;
+};
+
+// One checkpointed application of `spec.layer` to `hidden`: reentrant or non-reentrant, offloaded
+// or not.
+at::Tensor checkpoint_layer(const at::Tensor& hidden, CheckpointSpec spec);
 
 }  // namespace hookstream

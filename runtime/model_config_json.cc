@@ -33,6 +33,9 @@ std::string model_config_json(const ModelConfig& m) {
   // imply it.
   if (m.qk_norm) text["qk_norm"] = true;
   text["torch_dtype"] = hf_dtype(m.torch_dtype);
+  text["rms_norm_eps"] = m.rms_norm_eps;
+  text["rope_theta"] = m.rope_theta;
+  text["initializer_range"] = m.initializer_range;
 
   nlohmann::ordered_json j;
   if (!m.vision) {

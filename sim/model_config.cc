@@ -83,6 +83,15 @@ class ConfigReader {
     return to_positive_int(*value, dotted);
   }
 
+  // A positive number (integer or float); absent: nullopt.
+  std::optional<double> optional_positive_number(const std::string& key) const {
+    std::string dotted;
+    const json* value = find(key, &dotted);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_number() || !(value->get<double>() > 0)) fail(dotted, "expected a positive number", shown(*value));
+    return value->get<double>();
+  }
+
   std::optional<bool> optional_bool(const std::string& key) const {
     std::string dotted;
     const json* value = find(key, &dotted);
@@ -316,6 +325,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
   config.tie_word_embeddings = reader.optional_bool("tie_word_embeddings").value_or(false);
   config.torch_dtype = parse_dtype(reader);
+  config.rms_norm_eps = reader.optional_positive_number("rms_norm_eps").value_or(config.rms_norm_eps);
+  config.rope_theta = reader.optional_positive_number("rope_theta").value_or(config.rope_theta);
+  config.initializer_range = reader.optional_positive_number("initializer_range").value_or(config.initializer_range);
 
   std::string decoder_type = config.model_type;
   if (reader.has_text_config()) {

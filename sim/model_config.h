@@ -48,6 +48,11 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v biases (Qwen2 always has them)
   bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
   DType torch_dtype = DType::BFloat16;
+  // Numerics the runtime's model uses (runtime/train_model.h); the simulator ignores them.
+  // transformers' LlamaConfig defaults.
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double initializer_range = 0.02;
   // Prefix of the text decoder's modules as named_parameters() spells them:
   // "model" for *ForCausalLM, "model.language_model" for Qwen3-VL.
   std::string text_prefix = "model";

@@ -1,0 +1,548 @@
+#include "runtime/train_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/version.h>
+
+#include "runtime/activation_offload.h"
+#include "runtime/annotation.h"
+#include "runtime/checkpoint.h"
+#include "runtime/layer_function.h"
+#include "runtime/safetensors.h"
+#include "runtime/tiled_mlp.h"
+#include "sim/forward_graph.h"
+#include "sim/input_error.h"
+
+namespace hookstream {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int64_t kIgnoreIndex = -100;  // torch.nn.CrossEntropyLoss's ignore_index default
+const std::string kPeftPrefix = "base_model.model.";
+
+// splitmix64: independent random streams per (seed, parameter) without global state.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// The name a Hugging Face checkpoint (no PEFT wrapper) gives a parameter:
+// base_model.model.model.layers.3.mlp.up_proj.base_layer.weight -> model.layers.3.mlp.up_proj.weight.
+std::string hf_name(std::string name) {
+  if (name.rfind(kPeftPrefix, 0) == 0) name = name.substr(kPeftPrefix.size());
+  const std::string base = ".base_layer.";
+  const auto at = name.find(base);
+  if (at != std::string::npos) name.replace(at, base.size(), ".");
+  return name;
+}
+
+std::string shape_text(c10::IntArrayRef shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// HF's rotate_half (transformers/models/llama/modeling_llama.py): (x1, x2) -> (-x2, x1).
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// Causal attention through the fused kernels: at::scaled_dot_product_attention from LibTorch 2.0
+// (flash / memory-efficient / math backends chosen by the dispatcher); 1.13 has the same math
+// composite under its private name.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  return std::get<0>(at::_scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                       /*need_attn_weights=*/false, /*is_causal=*/true));
+#endif
+}
+
+// Cross-entropy of one slice of tokens, with the slice's logits recomputed in backward instead of
+// kept: the chunked loss then holds one slice's [tokens, vocab] logits (and their float32 upcast) at
+// a time, in forward and in backward. Inputs: the slice's final hidden states, the head weight;
+// output: the sum of the slice's token losses divided by `denominator` (the valid tokens of the
+// whole micro-batch, so the chunks add up to the unchunked mean).
+struct ChunkLossCall : torch::CustomClassHolder {
+  at::Tensor labels;
+  double denominator = 1;
+  c10::ScalarType loss_dtype = c10::kFloat;
+};
+
+at::Tensor chunk_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const ChunkLossCall& call) {
+  // transformers' ForCausalLMLoss upcasts the logits to float32 before the cross-entropy.
+  const at::Tensor logits = at::linear(hidden, weight).to(call.loss_dtype);
+  return at::cross_entropy_loss(logits, call.labels, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex) / call.denominator;
+}
+
+struct ChunkLossFunction : torch::autograd::Function<ChunkLossFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            c10::intrusive_ptr<ChunkLossCall> call) {
+    ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+    ctx->save_for_backward({hidden, weight});
+    torch::NoGradGuard no_grad;
+    return chunk_loss_sum(hidden, weight, *call);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto call = c10::static_intrusive_pointer_cast<ChunkLossCall>(ctx->saved_data["call"].toCapsule());
+    const auto saved = ctx->get_saved_variables();
+    at::Tensor hidden = saved[0].detach().requires_grad_(ctx->needs_input_grad(0));
+    at::Tensor weight = saved[1].detach().requires_grad_(ctx->needs_input_grad(1));
+    std::vector<at::Tensor> wrt;
+    if (hidden.requires_grad()) wrt.push_back(hidden);
+    if (weight.requires_grad()) wrt.push_back(weight);
+    at::Tensor hidden_grad, weight_grad;
+    if (!wrt.empty()) {
+      at::Tensor loss;
+      {
+        torch::AutoGradMode enable_grad(true);
+        loss = chunk_loss_sum(hidden, weight, *call);
+      }
+      // autograd::grad, not backward: no AccumulateGrad runs here, the head weight's gradient is
+      // returned to the outer graph task, where every chunk's share is summed before its one
+      // AccumulateGrad call (and DDP hook).
+      const variable_list grads = torch::autograd::grad({loss}, wrt, {grad_outputs[0]}, false, false, true);
+      size_t next = 0;
+      if (hidden.requires_grad()) hidden_grad = grads[next++];
+      if (weight.requires_grad()) weight_grad = grads[next++];
+    }
+    return {hidden_grad, weight_grad, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+struct TrainModel::Impl {
+  // What the plan says for one forward (TrainPosition): unused modules, tiled-MLP shards.
+  struct StepView {
+    TrainPosition position;
+    std::vector<std::string> unused;
+    int shards = 1;
+    bool skipped(const std::string& path) const { return !unused.empty() && module_unused(unused, path); }
+  };
+
+  Plan plan;
+  TrainModelOptions options;
+  ModelStructure structure;
+  ParameterTable params;
+  c10::ScalarType adapter_dtype = c10::kFloat;
+  std::unique_ptr<ActivationOffload> offload;
+
+  Impl(const Plan& p, const TrainModelOptions& o) : plan(p), options(o), structure(build_model_structure(p)) {
+    check_runnable();
+    // PEFT keeps LoRA weights in float32 over a bf16/fp16 base (autocast_adapter_dtype); a float64
+    // base (tests) keeps them in float64 so that comparisons stay exact.
+    adapter_dtype = options.dtype == c10::kDouble ? c10::kDouble : c10::kFloat;
+    initialise();
+    if (!options.weights_path.empty()) load_weights(options.weights_path);
+    bool offloaded = false;
+    for (const DecoderLayerUse& layer : structure.layers) offloaded = offloaded || layer_offloaded(layer.index);
+    if (offloaded) {
+      StreamProtocol protocol = options.protocol;
+      if (protocol.streams.empty()) {
+        const std::string dir = std::filesystem::path(plan.source).parent_path().string();
+        protocol = load_stream_protocol(plan.offload_protocol_name(), dir);
+      }
+      offload = std::make_unique<ActivationOffload>(std::move(protocol), plan.model.num_hidden_layers,
+                                                    make_stream_backend(options.device), options.inject_reload_oom);
+    }
+  }
+
+  std::string key(const std::string& name) const { return plan.source + ": key " + name; }
+
+  void check_runnable() const {
+    if (plan.load_in_4bit || plan.load_in_8bit) {
+      throw InputError(key(plan.load_in_4bit ? "load_in_4bit" : "load_in_8bit"),
+                       "quantized (bitsandbytes 4/8-bit) base weights are not supported by hookstream run; "
+                       "expected false (train the base in bf16 with a LoRA adapter instead)");
+    }
+    if (!structure.vision_blocks.empty() && plan.vision_inputs) {
+      throw InputError(key("hookstream.vision_inputs"),
+                       "hookstream run trains the text decoder only; the vision tower cannot run: expected false");
+    }
+    if (plan.device_map != DeviceMap::PerRank) {
+      throw InputError(key("device_map"), "hookstream run places one full replica per rank; expected no device_map");
+    }
+    if (plan.activation_offloading) {
+      for (int layer : plan.checkpoint_twice_layers) {
+        if (plan.layer_checkpointed(layer)) {
+          throw InputError(key("hookstream.checkpoint_twice_layers"),
+                           "layer " + std::to_string(layer) +
+                               " is offloaded; the offload protocol runs once per layer (as the simulator expands it)");
+        }
+      }
+    }
+  }
+
+  bool layer_offloaded(int layer) const {
+    // The expansion applies the protocol to the checkpointed layers (StepExpander::protocol_layer).
+    return plan.activation_offloading && plan.layer_checkpointed(layer);
+  }
+
+  c10::ScalarType dtype_of(const Parameter& p) const { return p.adapter ? adapter_dtype : options.dtype; }
+
+  // transformers' LlamaPreTrainedModel._init_weights: Linear and Embedding weights ~ N(0,
+  // initializer_range), biases zero, RMSNorm weights one; PEFT's LoRA: A kaiming_uniform(a=sqrt(5))
+  // (bound 1/sqrt(fan_in)), B zero, so the adapted model starts as the base model. Every parameter
+  // draws from its own stream, keyed by the seed and its name without PEFT's wrapping, so a base
+  // weight is the same with or without an adapter, in every rank, on every device.
+  void initialise() {
+    torch::NoGradGuard no_grad;
+    const double std = plan.model.initializer_range;
+    for (const Parameter& p : structure.parameters) {
+      const std::string name = hf_name(p.name);
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix(options.seed ^ fnv1a(name)));
+      at::Tensor t;
+      const bool lora_a = p.adapter && name.find(".lora_A.") != std::string::npos;
+      if (p.adapter && !lora_a) {
+        t = at::zeros(p.shape, at::kFloat);
+      } else if (lora_a) {
+        const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape[1]));
+        t = at::empty(p.shape, at::kFloat).uniform_(-bound, bound, gen);
+      } else if (p.shape.size() == 1 && name.find("norm") != std::string::npos) {
+        t = at::ones(p.shape, at::kFloat);
+      } else if (p.shape.size() == 1) {
+        t = at::zeros(p.shape, at::kFloat);
+      } else {
+        t = at::empty(p.shape, at::kFloat).normal_(0.0, std, gen);
+      }
+      t = t.to(options.device, dtype_of(p)).contiguous();
+      t.requires_grad_(p.trainable);
+      params.push_back(t);
+    }
+  }
+
+  // Names a tensor may have in the file: the structure's own (PEFT-wrapped) or the plain HF one.
+  void load_weights(const std::string& path) {
+    const SafetensorsFile file(path);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < structure.parameters.size(); ++i) {
+      const Parameter& p = structure.parameters[i];
+      std::string found;
+      for (const std::string& name : {p.name, hf_name(p.name)}) {
+        if (file.contains(name)) {
+          found = name;
+          break;
+        }
+      }
+      if (found.empty()) {
+        if (p.adapter) continue;  // a base checkpoint carries no adapter: PEFT's fresh init stays
+        throw InputError(path, "tensor " + hf_name(p.name) + " is missing (expected shape " + shape_text(p.shape) + ")");
+      }
+      const SafetensorsEntry& entry = file.entry(found);
+      if (entry.shape != p.shape) {
+        throw InputError(path, "tensor " + found + ": expected shape " + shape_text(p.shape) + ", got " + shape_text(entry.shape));
+      }
+      if (entry.dtype != "F32" && entry.dtype != "BF16" && entry.dtype != "F16" && entry.dtype != "F64") {
+        throw InputError(path, "tensor " + found + ": expected a floating-point dtype (F32, BF16, F16, F64), got " + entry.dtype);
+      }
+      // HF's from_pretrained casts to the model's dtype the same way (torch_dtype=...).
+      params[i].copy_(file.tensor(found));
+    }
+  }
+
+  StepView step_view(const TrainPosition& position) const {
+    StepView step;
+    step.position = position;
+    step.unused = plan.unused_modules_for(position.rank, position.iteration);
+    step.shards = plan.tiled_shards_for(position.rank, position.iteration);
+    // What the runtime can leave out is what a forward can skip without changing the model's
+    // meaning for the rest: decoder layers, their attention or MLP blocks, projections, adapters.
+    const int always[] = {structure.embed, structure.final_norm, structure.lm_head};
+    for (int index : always) {
+      if (step.skipped(structure.parameters[index].module) ||
+          (index == structure.lm_head && plan.model.tie_word_embeddings && step.skipped("lm_head"))) {
+        throw InputError(key("hookstream.unused_modules"),
+                         structure.parameters[index].module + " is always used by hookstream run");
+      }
+    }
+    return step;
+  }
+
+  // --- the model's maths (transformers' modeling_llama.py / modeling_qwen3.py) ------------------
+
+  std::string linear_path(const LinearUse& use) const {
+    std::string path = structure.parameters[use.weight].module;
+    const std::string base = ".base_layer";
+    if (path.size() > base.size() && path.compare(path.size() - base.size(), base.size(), base) == 0) path.resize(path.size() - base.size());
+    return path;
+  }
+
+  bool lora_on(const LinearUse& use, const StepView& step) const {
+    return use.lora_a >= 0 && use.lora_b >= 0 && !step.skipped(structure.parameters[use.lora_a].module) &&
+           !step.skipped(structure.parameters[use.lora_b].module);
+  }
+
+  // y = x W^T + b, plus PEFT's LoRA branch (peft/tuners/lora/layer.py Linear.forward): the input
+  // cast to the adapter's dtype, scale * B(A(x)) added, the sum cast back to the base's dtype.
+  at::Tensor linear(const at::Tensor& x, const LinearUse& use, const ParameterTable& p, const StepView& step) const {
+    if (step.skipped(linear_path(use))) {
+      auto sizes = x.sizes().vec();
+      sizes.back() = structure.parameters[use.weight].shape[0];
+      return at::zeros(sizes, x.options());
+    }
+    at::Tensor y = at::linear(x, p[use.weight], use.bias >= 0 ? p[use.bias] : at::Tensor());
+    if (lora_on(use, step)) {
+      const double scale = plan.lora_alpha / static_cast<double>(plan.lora_r);
+      const at::Tensor adapter_input = x.to(p[use.lora_a].scalar_type());
+      y = (y + at::linear(at::linear(adapter_input, p[use.lora_a]), p[use.lora_b]) * scale).to(x.scalar_type());
+    }
+    return y;
+  }
+
+  // LlamaRMSNorm: computed in float32, cast back, then scaled by the weight.
+  at::Tensor rms_norm(const at::Tensor& x, int weight, const ParameterTable& p) const {
+    const c10::ScalarType compute = x.scalar_type() == c10::kDouble ? c10::kDouble : c10::kFloat;
+    const at::Tensor h = x.to(compute);
+    const at::Tensor normed = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + plan.model.rms_norm_eps);
+    return p[weight] * normed.to(x.scalar_type());
+  }
+
+  // LlamaRotaryEmbedding: inv_freq = theta^(-2j/d), cos/sin of position * inv_freq computed in
+  // float32 and duplicated over both halves (HF's rotate_half convention), cast to the activations'
+  // dtype. [seq, head_dim] each.
+  std::pair<at::Tensor, at::Tensor> rope(int64_t seq, c10::ScalarType dtype) const {
+    const int64_t dim = plan.model.head_dim;
+    const auto f = at::TensorOptions().dtype(dtype == c10::kDouble ? c10::kDouble : c10::kFloat).device(options.device);
+    const at::Tensor inv_freq = 1.0 / at::pow(plan.model.rope_theta, at::arange(0, dim, 2, f) / static_cast<double>(dim));
+    const at::Tensor freqs = at::outer(at::arange(seq, f), inv_freq);
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);
+    return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  }
+
+  at::Tensor attention(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p, const StepView& step,
+                       const std::pair<at::Tensor, at::Tensor>& cos_sin) const {
+    const ModelConfig& m = plan.model;
+    const int64_t heads = m.num_attention_heads, kv_heads = m.num_key_value_heads, head_dim = m.head_dim;
+    const int64_t batch = x.size(0), seq = x.size(1);
+    const at::Tensor normed = rms_norm(x, layer.input_norm, p);
+    at::Tensor q = linear(normed, layer.q, p, step).view({batch, seq, heads, head_dim});
+    at::Tensor k = linear(normed, layer.k, p, step).view({batch, seq, kv_heads, head_dim});
+    at::Tensor v = linear(normed, layer.v, p, step).view({batch, seq, kv_heads, head_dim});
+    // Qwen3Attention: per-head RMSNorm on q and k before the rotary embedding.
+    if (layer.q_norm >= 0) q = rms_norm(q, layer.q_norm, p);
+    if (layer.k_norm >= 0) k = rms_norm(k, layer.k_norm, p);
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+    v = v.transpose(1, 2);
+    const at::Tensor& cos = cos_sin.first;
+    const at::Tensor& sin = cos_sin.second;
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    // Grouped-query attention: HF's repeat_kv gives each kv head to heads / kv_heads query heads.
+    if (kv_heads != heads) {
+      k = k.repeat_interleave(heads / kv_heads, 1);
+      v = v.repeat_interleave(heads / kv_heads, 1);
+    }
+    const at::Tensor context = causal_attention(q, k, v).transpose(1, 2).reshape({batch, seq, heads * head_dim});
+    return linear(context, layer.o, p, step);
+  }
+
+  // LlamaMLP: down(silu(gate(x)) * up(x)). C++ leaves operand order unspecified: sequence it, the
+  // creation order of autograd nodes decides the order of hook firings.
+  at::Tensor mlp(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p, const StepView& step) const {
+    const at::Tensor gate = at::silu(linear(x, layer.gate, p, step));
+    const at::Tensor up = linear(x, layer.up, p, step);
+    return linear(gate * up, layer.down, p, step);
+  }
+
+  // Trainable parameters a linear reads in this step.
+  void linear_weights(const LinearUse& use, const StepView& step, std::vector<int>& out) const {
+    if (step.skipped(linear_path(use))) return;
+    for (int index : {use.weight, use.bias}) {
+      if (index >= 0 && structure.parameters[index].trainable) out.push_back(index);
+    }
+    if (lora_on(use, step)) {
+      for (int index : {use.lora_a, use.lora_b}) {
+        if (structure.parameters[index].trainable) out.push_back(index);
+      }
+    }
+  }
+
+  std::vector<int> mlp_weights(const DecoderLayerUse& layer, const StepView& step) const {
+    std::vector<int> result;
+    for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) linear_weights(*use, step, result);
+    return result;
+  }
+
+  // The trainable parameters that are inputs of the layer's autograd graph: what a non-reentrant
+  // checkpoint must return gradients for. A tiled MLP reads its weights through its module, not as
+  // inputs, unless the plan passes them (weights_as_inputs, or FunctionReturnsGrads which needs it).
+  std::vector<int> layer_graph_weights(const DecoderLayerUse& layer, const StepView& step) const {
+    std::vector<int> result;
+    auto add = [&](int index) {
+      if (index >= 0 && structure.parameters[index].trainable) result.push_back(index);
+    };
+    if (!step.skipped(layer.path + ".self_attn")) {
+      add(layer.input_norm);
+      for (const LinearUse* use : {&layer.q, &layer.k, &layer.v, &layer.o}) linear_weights(*use, step, result);
+      add(layer.q_norm);
+      add(layer.k_norm);
+    }
+    if (!step.skipped(layer.path + ".mlp")) {
+      add(layer.post_attention_norm);
+      if (!plan.tiled_mlp || plan.tiled_mlp_weights_as_inputs || plan.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads) {
+        const std::vector<int> mlp = mlp_weights(layer, step);
+        result.insert(result.end(), mlp.begin(), mlp.end());
+      }
+    }
+    std::sort(result.begin(), result.end());
+    return result;
+  }
+
+  // LlamaDecoderLayer.forward: h = x + attn(input_layernorm(x)); h + mlp(post_attention_layernorm(h)).
+  // `p` is what the layer computes with (recomputation copies inside a non-reentrant checkpoint);
+  // a tiled MLP always recomputes with the real weights (ALST reads them through ctx.self).
+  at::Tensor decoder_layer(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p,
+                           const StepView& step, const std::pair<at::Tensor, at::Tensor>& cos_sin) const {
+    at::Tensor h = x;
+    if (!step.skipped(layer.path + ".self_attn")) h = h + attention(x, layer, p, step, cos_sin);
+    if (!step.skipped(layer.path + ".mlp")) {
+      const at::Tensor normed = rms_norm(h, layer.post_attention_norm, p);
+      if (plan.tiled_mlp) {
+        TiledMlpSpec spec;
+        spec.mlp = [this, &layer, step](const at::Tensor& shard, const ParameterTable& table) {
+          return mlp(shard, layer, table, step);
+        };
+        spec.weights_table = params;
+        spec.weights = mlp_weights(layer, step);
+        spec.shards = step.shards;
+        spec.strategy = plan.tiled_mlp_backward;
+        spec.weights_as_inputs = plan.tiled_mlp_weights_as_inputs;
+        spec.layer = layer.index;
+        h = h + tiled_mlp(normed, spec, p);
+      } else {
+        h = h + mlp(normed, layer, p, step);
+      }
+    }
+    return h;
+  }
+
+  at::Tensor head_loss(const at::Tensor& hidden, const at::Tensor& labels) const {
+    const at::Tensor weight = params[structure.lm_head];
+    const c10::ScalarType loss_dtype = options.dtype == c10::kDouble ? c10::kDouble : c10::kFloat;
+    const at::Tensor flat_hidden = hidden.reshape({-1, hidden.size(-1)});
+    const at::Tensor flat_labels = labels.reshape({-1});
+    if (!plan.chunked_cross_entropy) {
+      const at::Tensor logits = at::linear(flat_hidden, weight).to(loss_dtype);
+      return at::cross_entropy_loss(logits, flat_labels, {}, at::Reduction::Mean, kIgnoreIndex);
+    }
+    // Mean over the valid tokens of the whole micro-batch (0/0 = nan when there are none, as the
+    // unchunked mean gives).
+    const double valid = static_cast<double>(flat_labels.ne(kIgnoreIndex).sum().item<int64_t>());
+    const int64_t chunks = std::max(1, plan.chunked_cross_entropy_num_chunks);
+    const auto hidden_chunks = flat_hidden.chunk(chunks, 0);
+    const auto label_chunks = flat_labels.chunk(chunks, 0);
+    at::Tensor total;
+    for (size_t c = 0; c < hidden_chunks.size(); ++c) {
+      auto call = c10::make_intrusive<ChunkLossCall>();
+      call->labels = label_chunks[c];
+      call->denominator = valid;
+      call->loss_dtype = loss_dtype;
+      const at::Tensor part = ChunkLossFunction::apply(hidden_chunks[c], weight, call);
+      total = total.defined() ? total + part : part;
+    }
+    return total;
+  }
+
+  at::Tensor loss(const at::Tensor& input_ids, const at::Tensor& labels, const TrainPosition& position) {
+    if (input_ids.dim() != 2 || labels.sizes() != input_ids.sizes()) {
+      throw std::invalid_argument("TrainModel::loss: expected input_ids and labels of one shape [batch, sequence], got " +
+                                  shape_text(input_ids.sizes()) + " and " + shape_text(labels.sizes()));
+    }
+    const StepView step = step_view(position);
+    at::Tensor hidden = at::embedding(params[structure.embed], input_ids);
+    // PEFT's enable_input_require_grads(): a forward hook on the input embeddings doing
+    // output.requires_grad_(True), so that a reentrant checkpoint over frozen embeddings has a backward.
+    if (plan.input_require_grads() && !hidden.requires_grad()) hidden.requires_grad_(true);
+    const auto cos_sin = rope(input_ids.size(1), hidden.scalar_type());
+    if (offload) offload->begin_micro_step();
+
+    for (const DecoderLayerUse& layer : structure.layers) {
+      if (step.skipped(layer.path)) continue;
+      ScopedAnnotation forward_range(layer_annotation("forward", layer.index));
+      auto backward_range = c10::make_intrusive<BackwardRange>(layer_annotation("backward", layer.index));
+      hidden = mark_backward_range_end(hidden, backward_range);
+      const int count = plan.checkpoint_count(layer.index, position.rank, position.iteration);
+      LayerFunction fn = [this, &layer, step, cos_sin](const at::Tensor& x, const ParameterTable& table) {
+        return decoder_layer(x, layer, table, step, cos_sin);
+      };
+      if (count == 0) {
+        hidden = fn(hidden, params);
+      } else {
+        if (count > 1 && layer_offloaded(layer.index)) {
+          throw InputError(key("hookstream.checkpoint_twice_layers"),
+                           "layer " + std::to_string(layer.index) + " is offloaded; the offload protocol runs once per layer");
+        }
+        // Twice: the checkpointed function applied twice in sequence (PyTorch's
+        // CheckpointTwiceModule in test_distributed's DDP tests), both over the same parameters.
+        for (int application = 0; application < count; ++application) {
+          CheckpointSpec spec;
+          spec.layer = fn;
+          spec.params = params;
+          spec.reentrant = plan.use_reentrant;
+          if (!spec.reentrant) spec.weights = layer_graph_weights(layer, step);
+          spec.offload = layer_offloaded(layer.index) ? offload.get() : nullptr;
+          spec.layer_index = layer.index;
+          spec.label = "checkpoint(layer " + std::to_string(layer.index) + ")";
+          hidden = checkpoint_layer(hidden, std::move(spec));
+        }
+      }
+      hidden = mark_backward_range_start(hidden, backward_range);
+    }
+    hidden = rms_norm(hidden, structure.final_norm, params);
+    return head_loss(hidden, labels) / static_cast<double>(std::max(1, plan.gradient_accumulation_steps));
+  }
+};
+
+TrainModel::TrainModel(const Plan& plan, const TrainModelOptions& options) : impl_(std::make_unique<Impl>(plan, options)) {}
+TrainModel::~TrainModel() = default;
+
+const ModelStructure& TrainModel::structure() const { return impl_->structure; }
+
+std::vector<at::Tensor> TrainModel::ddp_parameters() const {
+  std::vector<at::Tensor> result;
+  for (int index : impl_->structure.ddp_parameters) result.push_back(impl_->params[index]);
+  return result;
+}
+
+std::vector<std::string> TrainModel::ddp_parameter_names() const {
+  std::vector<std::string> result;
+  for (int index : impl_->structure.ddp_parameters) result.push_back(impl_->structure.parameters[index].name);
+  return result;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> TrainModel::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> result;
+  for (size_t i = 0; i < impl_->params.size(); ++i) result.emplace_back(impl_->structure.parameters[i].name, impl_->params[i]);
+  return result;
+}
+
+at::Tensor TrainModel::loss(const at::Tensor& input_ids, const at::Tensor& labels, const TrainPosition& position) {
+  return impl_->loss(input_ids, labels, position);
+}
+
+OffloadStats TrainModel::take_offload_stats() {
+  if (!impl_->offload) return OffloadStats();
+  return impl_->offload->take_stats();
+}
+
+}  // namespace hookstream
