@@ -133,7 +133,13 @@ nlohmann::json summary_json(const Plan& plan, const RunArgs& args, const std::st
 std::string prediction_table(const nlohmann::json& summary) {
   const nlohmann::json& p = summary["predicted"];
   const nlohmann::json& m = summary["measured"];
-  auto seconds = [](const nlohmann::json& v) { return v.is_null() ? std::string("n/a") : fmt::format("{:.4f} s", v.get<double>()); };
+  auto seconds = [](const nlohmann::json& v) {
+    if (v.is_null()) return std::string("n/a");
+    const double s = v.get<double>();
+    if (s < 1e-3) return fmt::format("{:.2f} us", s * 1e6);
+    if (s < 1) return fmt::format("{:.2f} ms", s * 1e3);
+    return fmt::format("{:.3f} s", s);
+  };
   const std::string predicted_device = p.is_null() ? "n/a" : p["device"].get<std::string>();
   std::string text = fmt::format("predicted ({}) vs measured ({}):\n", predicted_device, m["device"].get<std::string>());
   text += fmt::format("  step time    {:>14}  {:>14}\n", p.is_null() ? "n/a" : seconds(p["step_seconds"]),
