@@ -145,20 +145,21 @@ RankState load_rank_state(const std::string& path, TrainModel& model, torch::opt
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path, device);
-    at::Tensor t;
-    archive.read("step", t);
-    state.step = static_cast<int>(t.item<int64_t>());
-    archive.read("data.cursor", t);
-    state.data.cursor = t.item<int64_t>();
-    archive.read("data.epoch", t);
-    state.data.epoch = t.item<int64_t>();
+    // A fresh tensor per key: read() into a defined tensor set_()s its storage.
+    auto read = [&archive](const std::string& key) {
+      at::Tensor value;
+      archive.read(key, value);
+      return value;
+    };
+    state.step = static_cast<int>(read("step").item<int64_t>());
+    state.data.cursor = read("data.cursor").item<int64_t>();
+    state.data.epoch = read("data.epoch").item<int64_t>();
     const std::vector<at::Tensor> params = model.ddp_parameters();
     const std::vector<std::string> names = model.ddp_parameter_names();
     {
       torch::NoGradGuard no_grad;
       for (size_t i = 0; i < params.size(); ++i) {
-        at::Tensor saved;
-        archive.read("param." + names[i], saved);
+        const at::Tensor saved = read("param." + names[i]);
         if (!saved.sizes().equals(params[i].sizes())) {
           throw InputError(path, "tensor param." + names[i] + " has another shape than the model's");
         }
@@ -169,16 +170,12 @@ RankState load_rank_state(const std::string& path, TrainModel& model, torch::opt
     torch::serialize::InputArchive optimizer_archive;
     archive.read("optimizer", optimizer_archive);
     optimizer.load(optimizer_archive);
-    archive.read("rng.cpu", t);
     at::Generator cpu = at::detail::getDefaultCPUGenerator();
     {
       std::lock_guard<std::mutex> lock(cpu.mutex());
-      cpu.set_state(t.to(at::kCPU));
+      cpu.set_state(read("rng.cpu").to(at::kCPU));
     }
-    if (device.is_cuda()) {
-      archive.read("rng.cuda", t);
-      set_cuda_rng_state(device, t.to(at::kCPU));
-    }
+    if (device.is_cuda()) set_cuda_rng_state(device, read("rng.cuda").to(at::kCPU));
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {

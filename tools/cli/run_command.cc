@@ -51,6 +51,8 @@ struct RunArgs {
   std::string json;
   std::string inject_fault;
   int timeout_seconds = 300;
+  // From the launcher to its ranks: the fix it verified and applied (already in --set), for the summary.
+  std::vector<std::string> applied_fix;
 };
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
@@ -152,7 +154,7 @@ std::string prediction_table(const nlohmann::json& summary) {
 }
 
 std::vector<std::string> rank_arguments(const RunArgs& args, const std::vector<std::string>& set, int steps,
-                                        const std::string& device) {
+                                        const std::string& device, const std::vector<FixChange>& applied) {
   std::vector<std::string> out = {"run", args.plan, "--steps", std::to_string(steps), "--device", device,
                                   "--timeout", std::to_string(args.timeout_seconds)};
   if (!args.model.empty()) out.insert(out.end(), {"--model", args.model});
@@ -166,6 +168,7 @@ std::vector<std::string> rank_arguments(const RunArgs& args, const std::vector<s
   if (!args.json.empty()) out.insert(out.end(), {"--json", args.json});
   if (!args.inject_fault.empty()) out.insert(out.end(), {"--inject-fault", args.inject_fault});
   if (args.force) out.push_back("--force");
+  for (const FixChange& c : applied) out.insert(out.end(), {"--applied-fix", c.key + "=" + c.value});
   return out;
 }
 
@@ -204,6 +207,10 @@ int run_run(const RunArgs& args) {
   Plan plan;
   if (launched) {
     plan = load_plan(args.plan, load);
+    for (const std::string& change : args.applied_fix) {
+      const size_t equals = change.find('=');
+      applied.push_back(FixChange{change.substr(0, equals), equals == std::string::npos ? "" : change.substr(equals + 1)});
+    }
   } else {
     VerifyResult verified = verify_plan(read_plan_source(args.plan, load));
     if (!verified.ok()) {
@@ -253,7 +260,7 @@ int run_run(const RunArgs& args) {
     }
     LaunchOptions launch;
     launch.executable = "/proc/self/exe";
-    launch.args = rank_arguments(args, set, steps, device);
+    launch.args = rank_arguments(args, set, steps, device, applied);
     launch.nproc = world_size;
     if (device == "cuda") launch.environment = nccl_multicast_off_environment();
     std::cerr << fmt::format("hookstream: training {} on {} {} rank{} for {} steps\n", args.plan, world_size, device,
@@ -325,6 +332,7 @@ Command register_run_command(CLI::App& app) {
   cmd->add_option("--timeout", args->timeout_seconds, "seconds for rendezvous, collectives and a vanished rank");
   cmd->add_option("--inject-fault", args->inject_fault,
                   "test hook: exit-rank=R@step=S, kill-rank=R@step=S or reload-oom (docs/run.md)");
+  cmd->add_option("--applied-fix", args->applied_fix, "(set by the launcher for its ranks)")->group("");
   return Command{cmd, [args] { return run_run(*args); }};
 }
 
