@@ -1,8 +1,5 @@
 #include "runtime/oracle.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,6 +12,7 @@
 #include "runtime/model_config_json.h"
 #include "runtime/oracle_findings.h"
 #include "runtime/plan_fingerprint.h"
+#include "runtime/process_runner.h"
 #include "runtime/worker.h"
 #include "sim/model_structure.h"
 
@@ -28,24 +26,6 @@ namespace {
 // in the last bits; a missed or extra local contribution differs in the first ones.
 constexpr double kRelativeTolerance = 1e-4;
 constexpr double kAbsoluteTolerance = 1e-6;
-
-// A port the kernel just handed out; the store binds it a few milliseconds later.
-int free_local_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("socket() failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    close(fd);
-    throw std::runtime_error("cannot find a free port on 127.0.0.1");
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

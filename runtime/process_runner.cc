@@ -1,9 +1,13 @@
 #include "runtime/process_runner.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,6 +17,21 @@
 extern char** environ;
 
 namespace hookstream {
+
+namespace {
+
+ProcessOutcome outcome_of(int status) {
+  ProcessOutcome outcome;
+  if (WIFEXITED(status)) {
+    outcome.exited = true;
+    outcome.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    outcome.signal = WTERMSIG(status);
+  }
+  return outcome;
+}
+
+}  // namespace
 
 ProcessGroupRunner::~ProcessGroupRunner() { kill_and_reap_all(); }
 
@@ -37,51 +56,33 @@ void ProcessGroupRunner::start(const std::string& path, const std::vector<std::s
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  if (!log_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  }
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw std::runtime_error("cannot start " + path + ": " + std::strerror(rc));
-  children_.push_back(pid);
+  children_.push_back(Child{pid, false});
 }
 
 std::vector<ProcessOutcome> ProcessGroupRunner::wait_all(std::chrono::steady_clock::time_point deadline) {
   std::vector<ProcessOutcome> outcomes(children_.size());
-  std::vector<bool> done(children_.size(), false);
-  size_t remaining = children_.size();
-  auto record = [&](size_t i, int status) {
-    done[i] = true;
-    --remaining;
-    if (WIFEXITED(status)) {
-      outcomes[i].exited = true;
-      outcomes[i].exit_code = WEXITSTATUS(status);
-    } else if (WIFSIGNALED(status)) {
-      outcomes[i].signal = WTERMSIG(status);
-    }
-  };
-  while (remaining > 0) {
-    for (size_t i = 0; i < children_.size(); ++i) {
-      if (done[i]) continue;
-      int status = 0;
-      const pid_t r = waitpid(children_[i], &status, WNOHANG);
-      if (r == children_[i]) record(i, status);
-      else if (r < 0 && errno != EINTR) {
-        done[i] = true;
-        --remaining;
-      }
-    }
-    if (remaining == 0) break;
+  for (;;) {
+    for (auto& [index, outcome] : reap_finished()) outcomes[index] = outcome;
+    if (all_finished()) break;
     if (std::chrono::steady_clock::now() >= deadline) {
       for (size_t i = 0; i < children_.size(); ++i) {
-        if (done[i]) continue;
-        kill(children_[i], SIGKILL);
+        if (children_[i].reaped) continue;
+        kill(children_[i].pid, SIGKILL);
         int status = 0;
-        while (waitpid(children_[i], &status, 0) < 0 && errno == EINTR) {
+        while (waitpid(children_[i].pid, &status, 0) < 0 && errno == EINTR) {
         }
+        children_[i].reaped = true;
+        outcomes[i] = outcome_of(status);
         outcomes[i].killed_at_deadline = true;
-        record(i, status);
       }
       break;
     }
@@ -91,14 +92,63 @@ std::vector<ProcessOutcome> ProcessGroupRunner::wait_all(std::chrono::steady_clo
   return outcomes;
 }
 
-void ProcessGroupRunner::kill_and_reap_all() {
-  for (pid_t pid : children_) {
-    kill(pid, SIGKILL);
+std::vector<std::pair<size_t, ProcessOutcome>> ProcessGroupRunner::reap_finished() {
+  std::vector<std::pair<size_t, ProcessOutcome>> finished;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (children_[i].reaped) continue;
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    const pid_t r = waitpid(children_[i].pid, &status, WNOHANG);
+    if (r == children_[i].pid) {
+      children_[i].reaped = true;
+      finished.emplace_back(i, outcome_of(status));
+    } else if (r < 0 && errno != EINTR) {
+      children_[i].reaped = true;  // not our child any more: nothing to wait for
+      finished.emplace_back(i, ProcessOutcome{});
     }
   }
+  return finished;
+}
+
+bool ProcessGroupRunner::all_finished() const {
+  for (const Child& child : children_) {
+    if (!child.reaped) return false;
+  }
+  return true;
+}
+
+void ProcessGroupRunner::signal_running(int signal) {
+  for (const Child& child : children_) {
+    if (!child.reaped) kill(child.pid, signal);
+  }
+}
+
+void ProcessGroupRunner::kill_and_reap_all() {
+  for (Child& child : children_) {
+    if (child.reaped) continue;
+    kill(child.pid, SIGKILL);
+    int status = 0;
+    while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    child.reaped = true;
+  }
   children_.clear();
+}
+
+int free_local_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket() failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot find a free port on 127.0.0.1");
+  }
+  close(fd);
+  return ntohs(address.sin_port);
 }
 
 }  // namespace hookstream

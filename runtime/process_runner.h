@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hookstream {
@@ -28,16 +29,31 @@ class ProcessGroupRunner {
   ~ProcessGroupRunner();
 
   // Runs `path args...` with the parent's environment plus `environment` (overriding), stdout and
-  // stderr appended to `log_path`. Throws std::runtime_error when the spawn fails.
+  // stderr appended to `log_path` (empty: the parent's stdout and stderr). Throws
+  // std::runtime_error when the spawn fails.
   void start(const std::string& path, const std::vector<std::string>& args,
              const std::map<std::string, std::string>& environment, const std::string& log_path);
 
   // Waits for all children until `deadline`; outcomes in start() order.
   std::vector<ProcessOutcome> wait_all(std::chrono::steady_clock::time_point deadline);
 
+  // Supervision without blocking (hookstream run's launcher): the children (start() order) that
+  // ended since the last call, reaped, with their outcomes.
+  std::vector<std::pair<size_t, ProcessOutcome>> reap_finished();
+  bool all_finished() const;
+  // Sends `signal` to every child not yet reaped (a reaped pid may already belong to another process).
+  void signal_running(int signal);
+
  private:
+  struct Child {
+    pid_t pid = 0;
+    bool reaped = false;
+  };
   void kill_and_reap_all();
-  std::vector<pid_t> children_;
+  std::vector<Child> children_;
 };
+
+// A TCP port on 127.0.0.1 the kernel just handed out; a store binds it a few milliseconds later.
+int free_local_port();
 
 }  // namespace hookstream

@@ -21,6 +21,7 @@ Command register_oracle_command(CLI::App& app);    // needs LibTorch
 Command register_simulate_command(CLI::App& app);  // streams, races, memory, time (issue 3)
 Command register_plan_command(CLI::App& app);      // plan search (issue 3)
 Command register_replay_command(CLI::App& app);    // trace import and analysis (issue 4)
+Command register_run_command(CLI::App& app);       // training (issue 5), needs LibTorch
 
 // Writes `text` to stdout, or atomically to `path` (temporary file + rename: a failed run never
 // leaves a partial file).
