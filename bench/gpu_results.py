@@ -21,17 +21,24 @@ def load(path):
 
 def run_numbers(doc):
     """step seconds, peak GiB, copy fraction hidden, H2D/D2H GB/s from a `hookstream run --json` summary."""
-    if not doc:
+    if not doc or not doc.get("steps"):
         return None
-    m = doc.get("measured", doc)
+    steps = doc["steps"][1:] or doc["steps"]  # the first step warms up allocator and bucket rebuild
+    times = sorted(s["step_seconds"] for s in steps)
+    median = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+    copy_ms = sum(s.get("copy_ms", 0) for s in steps)
+    hidden_ms = sum(s.get("hidden_copy_ms", 0) for s in steps)
+    copy_bytes = sum(s.get("copy_bytes", 0) for s in steps)
+    peaks = [s["peak_memory_bytes"] for s in steps if s.get("peak_memory_bytes") is not None]
+    predicted = doc.get("predicted") or {}
     return {
-        "step_s": m.get("median_step_s"),
-        "tokens_per_s": m.get("tokens_per_s"),
-        "peak_gib": m.get("peak_memory_gib"),
-        "copy_hidden": m.get("copy_hidden_fraction"),
-        "copy_gbps": m.get("copy_gb_per_s"),
-        "predicted_step_s": doc.get("predicted", {}).get("step_s"),
-        "predicted_peak_gib": doc.get("predicted", {}).get("peak_memory_gib"),
+        "step_s": median,
+        "tokens_per_s": steps[0]["tokens"] / median if median else None,
+        "peak_gib": max(peaks) / 2**30 if peaks else None,
+        "copy_hidden": hidden_ms / copy_ms if copy_ms > 0 else None,
+        "copy_gbps": copy_bytes / (copy_ms / 1e3) / 1e9 if copy_ms > 0 and copy_bytes > 0 else None,
+        "predicted_step_s": predicted.get("step_seconds"),
+        "predicted_peak_gib": predicted["peak_memory_bytes"] / 2**30 if predicted.get("peak_memory_bytes") else None,
     }
 
 

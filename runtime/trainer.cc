@@ -246,6 +246,7 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
       const OffloadStats offload = model.take_offload_stats();
       metrics.copy_ms = offload.copy_ms;
       metrics.exposed_copy_ms = offload.exposed_copy_ms;
+      metrics.copy_bytes = offload.offloaded_bytes + offload.reloaded_bytes;
       for (const std::string& warning : offload.warnings) {
         result.warnings.push_back(warning);
         if (rank == 0 && options.on_note) options.on_note(warning);

@@ -40,6 +40,7 @@ struct StepMetrics {
   bool peak_is_rss = false;
   double copy_ms = 0;           // offload copies' GPU time (TrainModel::take_offload_stats)
   double exposed_copy_ms = 0;   // ... of which the compute stream waited for
+  int64_t copy_bytes = 0;       // bytes the offload copies moved (D2H + H2D), for their bandwidth
   double hidden_copy_ms() const { return copy_ms > exposed_copy_ms ? copy_ms - exposed_copy_ms : 0; }
 };
 

@@ -103,6 +103,7 @@ nlohmann::json summary_json(const Plan& plan, const RunArgs& args, const std::st
     s["copy_ms"] = m.copy_ms;
     s["hidden_copy_ms"] = m.hidden_copy_ms();
     s["exposed_copy_ms"] = m.exposed_copy_ms;
+    s["copy_bytes"] = m.copy_bytes;
     j["steps"].push_back(s);
     peak = std::max(peak, m.peak_memory_bytes.value_or(0));
     // The first step of a run warms up allocators and the Reducer's bucket rebuild: left out of
