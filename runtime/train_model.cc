@@ -5,6 +5,10 @@
 #include <filesystem>
 
 #include <ATen/CPUGeneratorImpl.h>
+#ifdef HOOKSTREAM_HAVE_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
 
@@ -203,26 +207,41 @@ struct TrainModel::Impl {
   // initializer_range), biases zero, RMSNorm weights one; PEFT's LoRA: A kaiming_uniform(a=sqrt(5))
   // (bound 1/sqrt(fan_in)), B zero, so the adapted model starts as the base model. Every parameter
   // draws from its own stream, keyed by the seed and its name without PEFT's wrapping, so a base
-  // weight is the same with or without an adapter, in every rank, on every device.
+  // weight is the same with or without an adapter, in every rank. On a GPU the streams are CUDA
+  // generators (Philox) drawing on the device: an 8B model's CPU draw would take a minute per rank;
+  // so a CPU and a GPU run of the same seed start from different (equally distributed) weights.
+  at::Generator generator(uint64_t seed) const {
+#ifdef HOOKSTREAM_HAVE_CUDA
+    if (options.device.is_cuda()) {
+      at::Generator gen = at::make_generator<at::CUDAGeneratorImpl>(
+          options.device.has_index() ? options.device.index() : c10::cuda::current_device());
+      gen.set_current_seed(seed);
+      return gen;
+    }
+#endif
+    return at::make_generator<at::CPUGeneratorImpl>(seed);
+  }
+
   void initialise() {
     torch::NoGradGuard no_grad;
     const double std = plan.model.initializer_range;
     for (const Parameter& p : structure.parameters) {
       const std::string name = hf_name(p.name);
-      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix(options.seed ^ fnv1a(name)));
+      at::Generator gen = generator(mix(options.seed ^ fnv1a(name)));
+      const at::TensorOptions draw = at::TensorOptions().dtype(at::kFloat).device(options.device);
       at::Tensor t;
       const bool lora_a = p.adapter && name.find(".lora_A.") != std::string::npos;
       if (p.adapter && !lora_a) {
-        t = at::zeros(p.shape, at::kFloat);
+        t = at::zeros(p.shape, draw);
       } else if (lora_a) {
         const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape[1]));
-        t = at::empty(p.shape, at::kFloat).uniform_(-bound, bound, gen);
+        t = at::empty(p.shape, draw).uniform_(-bound, bound, gen);
       } else if (p.shape.size() == 1 && name.find("norm") != std::string::npos) {
-        t = at::ones(p.shape, at::kFloat);
+        t = at::ones(p.shape, draw);
       } else if (p.shape.size() == 1) {
-        t = at::zeros(p.shape, at::kFloat);
+        t = at::zeros(p.shape, draw);
       } else {
-        t = at::empty(p.shape, at::kFloat).normal_(0.0, std, gen);
+        t = at::empty(p.shape, draw).normal_(0.0, std, gen);
       }
       t = t.to(options.device, dtype_of(p)).contiguous();
       t.requires_grad_(p.trainable);
@@ -291,8 +310,12 @@ struct TrainModel::Impl {
            !step.skipped(structure.parameters[use.lora_b].module);
   }
 
-  // y = x W^T + b, plus PEFT's LoRA branch (peft/tuners/lora/layer.py Linear.forward): the input
-  // cast to the adapter's dtype, scale * B(A(x)) added, the sum cast back to the base's dtype.
+  // y = x W^T + b, plus PEFT's LoRA branch (peft/tuners/lora/layer.py Linear.forward): scale *
+  // B(A(x)) added. With bf16/fp16 activations the adapter GEMMs run in that dtype on the fp32
+  // weights cast down, which is what HF Trainer's bf16 autocast makes of PEFT's forward (autocast
+  // casts a linear's inputs to the autocast dtype); an fp32 copy of x per projection would be
+  // saved for backward otherwise and would cost ~4 bytes x tokens x hidden per adapted projection.
+  // In float32/float64 runs the input is cast to the adapter's dtype, as PEFT does without autocast.
   at::Tensor linear(const at::Tensor& x, const LinearUse& use, const ParameterTable& p, const StepView& step) const {
     if (step.skipped(linear_path(use))) {
       auto sizes = x.sizes().vec();
@@ -302,8 +325,13 @@ struct TrainModel::Impl {
     at::Tensor y = at::linear(x, p[use.weight], use.bias >= 0 ? p[use.bias] : at::Tensor());
     if (lora_on(use, step)) {
       const double scale = plan.lora_alpha / static_cast<double>(plan.lora_r);
-      const at::Tensor adapter_input = x.to(p[use.lora_a].scalar_type());
-      y = (y + at::linear(at::linear(adapter_input, p[use.lora_a]), p[use.lora_b]) * scale).to(x.scalar_type());
+      if (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) {
+        const at::Tensor a = at::linear(x, p[use.lora_a].to(x.scalar_type()));
+        y = y + at::linear(a, p[use.lora_b].to(x.scalar_type())) * scale;
+      } else {
+        const at::Tensor adapter_input = x.to(p[use.lora_a].scalar_type());
+        y = (y + at::linear(at::linear(adapter_input, p[use.lora_a]), p[use.lora_b]) * scale).to(x.scalar_type());
+      }
     }
     return y;
   }
