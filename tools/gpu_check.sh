@@ -6,23 +6,28 @@
 #   (e) PyTorch's Python path: torch.utils.checkpoint + save_on_cpu(pin_memory=True), and the same
 #       model with checkpointing only / nothing, for reference (bench/python_offload_baseline.py)
 # and, with --ddp, the same plan on 1 and on 2 GPUs (DDP over NCCL).
-# Results go to $OUT (the device tool's folder) or ./out/gpu; bench/gpu_results.py turns them into
-# the table in bench/RESULTS.md.
+# With --calibrate, (d) is also traced (`hookstream run --trace`), the trace replayed against its plan
+# (`hookstream replay --plan --calibrate`), and (a)-(d) predicted again with that calibration.
+# Results go to ./out/gpu, and, where the device tool's $OUT is set, as $OUT/results.tgz;
+# bench/gpu_results.py turns them into the table in bench/RESULTS.md.
 #
-#   tools/gpu_check.sh [--ddp] [--skip-bench] [--no-python] [--no-check] [--steps N]
+#   tools/gpu_check.sh [--ddp] [--skip-bench] [--no-python] [--no-check] [--calibrate] [--steps N]
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-out=${OUT:-$here/out/gpu}
-mkdir -p "$out"
-ddp=0 bench=1 python=1 check=1 steps=6
+out=$here/out/gpu
+rm -rf "$out"; mkdir -p "$out"
+# The device tool returns at most 8 files: everything is packed into one archive at the end.
+[[ -n "${OUT:-}" ]] && trap 'tar czf "$OUT/results.tgz" -C "$out" .' EXIT
+ddp=0 bench=1 python=1 check=1 calibrate=0 steps=6
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ddp) ddp=1 ;;
     --skip-bench) bench=0 ;;
     --no-python) python=0 ;;
     --no-check) check=0 ;;
+    --calibrate) calibrate=1 ;;
     --steps) steps=$2; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -69,6 +74,23 @@ if [[ $bench == 1 ]]; then
     python3 bench/python_offload_baseline.py --config presets/Llama-3.1-8B.json --mode "$m" --steps "$steps" \
       > "$out/python-$m.json" 2> "$out/python-$m.log" || { log "python $m FAILED"; tail -5 "$out/python-$m.log"; status=1; }
   done
+fi
+
+if [[ $calibrate == 1 ]]; then
+  plan=bench/plans/llama8b-lora-8k-offload_double.yaml
+  run_plan traced "$plan" --nproc 1 --trace "$out/trace-offload_double.json"
+  log "replay --calibrate"
+  if "$hs" replay "$out/trace-offload_double.json" --plan "$plan" --calibrate "$out/calibration.yaml" \
+      --format json -o "$out/replay.json" > "$out/replay.log" 2>&1; then
+    for m in none checkpoint offload_single offload_double; do
+      "$hs" plan "bench/plans/llama8b-lora-8k-$m.yaml" --gpu H100-SXM --budget-gib 80 \
+        --set hookstream.calibration="$out/calibration.yaml" > "$out/calibrated-$m.txt" 2>&1
+      head -3 "$out/calibrated-$m.txt" | tail -2
+    done
+  else
+    log "replay FAILED"; tail -5 "$out/replay.log"; status=1
+  fi
+  gzip -f "$out/trace-offload_double.json"
 fi
 
 if [[ $ddp == 1 ]]; then
