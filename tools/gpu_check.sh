@@ -95,9 +95,12 @@ fi
 
 if [[ $ddp == 1 ]]; then
   gpus=$(nvidia-smi -L | wc -l)
-  run_plan ddp1 bench/plans/llama8b-lora-8k-offload_double.yaml --nproc 1
+  gpu=H100-SXM
+  nvidia-smi -L | grep -q H200 && gpu=H200
+  run_plan ddp1 bench/plans/llama8b-lora-8k-offload_double.yaml --nproc 1 --set hookstream.gpu=$gpu
   if [[ $gpus -ge 2 ]]; then
-    run_plan ddp2 bench/plans/llama8b-lora-8k-offload_double.yaml --nproc 2 --set hookstream.world_size=2
+    run_plan ddp2 bench/plans/llama8b-lora-8k-offload_double.yaml --nproc 2 --set hookstream.world_size=2 \
+      --set hookstream.gpu=$gpu
   fi
 fi
 exit $status
