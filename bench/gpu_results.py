@@ -65,8 +65,6 @@ def main():
             rows.append(f"| {label} | hookstream run | {fmt(n['step_s'])} | {fmt(n['tokens_per_s'], '{:.0f}')} | "
                         f"{fmt(n['peak_gib'], '{:.2f}')} | {fmt(n['copy_hidden'], '{:.0%}')} | "
                         f"{fmt(n['predicted_step_s'])} | {fmt(n['predicted_peak_gib'], '{:.2f}')} |")
-        else:
-            rows.append(f"| {label} | hookstream run | not measured | | | | | |")
     py = {}
     for key, label in [("none", "Python, no checkpointing"), ("checkpoint", "Python, torch.utils.checkpoint"),
                        ("save_on_cpu", "(e) Python, checkpoint + save_on_cpu(pin_memory=True)")]:
@@ -75,8 +73,6 @@ def main():
         if doc:
             rows.append(f"| {label} | PyTorch {doc.get('torch', '')} | {doc['step_s']:.3f} | {doc['tokens_per_s']:.0f} | "
                         f"{doc['peak_gib']:.2f} | | | |")
-        else:
-            rows.append(f"| {label} | PyTorch | not measured | | | | | |")
     for key, label in [("ddp1", "DDP, 1 GPU (offload, two buffers)"), ("ddp2", "DDP, 2 GPUs, NCCL (same per-GPU batch)")]:
         n = run_numbers(load(os.path.join(d, f"run-{key}.json")))
         runs[key] = n
