@@ -183,11 +183,14 @@ class Checker {
           join(streams_[op.stream], streams_[op.sync_stream]);
         }
         return;
+      // Imported traces can hold syncs whose event or stream the importer could not resolve: they
+      // order nothing we know of, so they add no happens-before edge (a race they might have
+      // prevented is still reported, with the unresolved sync in the trace as its evidence).
       case OpKind::EventSync:
-        if (recorded_[op.event]) join(host, events_[op.event]);
+        if (op.event >= 0 && recorded_[op.event]) join(host, events_[op.event]);
         return;
       case OpKind::StreamSync:
-        join(host, streams_[op.sync_stream]);
+        if (op.sync_stream >= 0) join(host, streams_[op.sync_stream]);
         return;
       case OpKind::DeviceSync:
         for (size_t s = 0; s < model_.streams.size(); ++s) {

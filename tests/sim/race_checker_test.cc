@@ -45,6 +45,24 @@ struct Builder {
 
 }  // namespace
 
+TEST_CASE("a host sync whose stream or event is unresolved orders nothing and does not crash", "[streams]") {
+  // Imported traces (a Kineto file without sync records) can carry such syncs.
+  Builder m;
+  m.write(m.a, "producer");
+  Op sync;
+  sync.kind = OpKind::StreamSync;
+  sync.stream = m.a;
+  sync.sync_stream = -1;
+  sync.name = "cudaStreamSynchronize (stream unknown)";
+  m.model.ops.push_back(sync);
+  Op event_sync = sync;
+  event_sync.kind = OpKind::EventSync;
+  event_sync.event = -1;
+  m.model.ops.push_back(event_sync);
+  m.read(m.b, "consumer");
+  CHECK(check_races(m.model).races.size() == 1);
+}
+
 TEST_CASE("unordered accesses on two streams race; record + wait orders them", "[streams]") {
   Builder m;
   const int w = m.write(m.a, "producer");
