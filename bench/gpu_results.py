@@ -54,17 +54,20 @@ def main():
     d = args.dir
     machine = open(os.path.join(d, "machine.txt")).read().strip().replace("\n", "; ") if os.path.exists(
         os.path.join(d, "machine.txt")) else "unknown"
-    rows = []
-    runs = {}
+    runs, run_rows = {}, []
     for key, label in [("none", "(a) no checkpointing"), ("checkpoint", "(b) non-reentrant checkpointing"),
                        ("offload_single", "(c) offload, one reload buffer"),
-                       ("offload_double", "(d) offload, two buffers + events")]:
+                       ("offload_double", "(d) offload, two buffers + events"),
+                       ("ddp1", "DDP, 1 GPU (offload, two buffers)"),
+                       ("ddp2", "DDP, 2 GPUs, NCCL (same per-GPU batch)")]:
         n = run_numbers(load(os.path.join(d, f"run-{key}.json")))
         runs[key] = n
         if n:
-            rows.append(f"| {label} | hookstream run | {fmt(n['step_s'])} | {fmt(n['tokens_per_s'], '{:.0f}')} | "
-                        f"{fmt(n['peak_gib'], '{:.2f}')} | {fmt(n['copy_hidden'], '{:.0%}')} | "
-                        f"{fmt(n['predicted_step_s'])} | {fmt(n['predicted_peak_gib'], '{:.2f}')} |")
+            run_rows.append((key, f"| {label} | hookstream run | {fmt(n['step_s'])} | {fmt(n['tokens_per_s'], '{:.0f}')} | "
+                                  f"{fmt(n['peak_gib'], '{:.2f}')} | {fmt(n['copy_hidden'], '{:.0%}')} | "
+                                  f"{fmt(n['predicted_step_s'])} | {fmt(n['predicted_peak_gib'], '{:.2f}')} |"))
+    # Row order: the single-GPU runs, PyTorch's, then the DDP runs.
+    rows = [row for key, row in run_rows if not key.startswith("ddp")]
     py = {}
     for key, label in [("none", "Python, no checkpointing"), ("checkpoint", "Python, torch.utils.checkpoint"),
                        ("save_on_cpu", "(e) Python, checkpoint + save_on_cpu(pin_memory=True)")]:
@@ -73,13 +76,7 @@ def main():
         if doc:
             rows.append(f"| {label} | PyTorch {doc.get('torch', '')} | {doc['step_s']:.3f} | {doc['tokens_per_s']:.0f} | "
                         f"{doc['peak_gib']:.2f} | | | |")
-    for key, label in [("ddp1", "DDP, 1 GPU (offload, two buffers)"), ("ddp2", "DDP, 2 GPUs, NCCL (same per-GPU batch)")]:
-        n = run_numbers(load(os.path.join(d, f"run-{key}.json")))
-        runs[key] = n
-        if n:
-            rows.append(f"| {label} | hookstream run | {fmt(n['step_s'])} | {fmt(n['tokens_per_s'], '{:.0f}')} | "
-                        f"{fmt(n['peak_gib'], '{:.2f}')} | {fmt(n['copy_hidden'], '{:.0%}')} | "
-                        f"{fmt(n['predicted_step_s'])} | {fmt(n['predicted_peak_gib'], '{:.2f}')} |")
+    rows += [row for key, row in run_rows if key.startswith("ddp")]
 
     out = [f"Machine: {machine}. Date: {args.date}.", "",
            "| configuration | stack | step s (median) | tokens/s | peak GiB | copies hidden | predicted step s | predicted peak GiB |",
