@@ -101,12 +101,8 @@ TrainResult run_rank(const Plan& plan, const RankEnvironment& environment, Train
     torch::set_num_threads(1);
   }
 
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(environment.master_port);
-  store_options.isServer = environment.rank == 0;
-  store_options.numWorkers = environment.world_size;
-  store_options.waitWorkers = true;
-  store_options.timeout = timeout;
+  const c10d::TCPStoreOptions store_options =
+      rendezvous_store_options(environment.master_port, environment.rank, environment.world_size, timeout);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(environment.master_addr, store_options);

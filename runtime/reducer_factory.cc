@@ -50,6 +50,16 @@ std::shared_ptr<c10d::Reducer> make_reducer(ReducerArguments a) {
 
 #endif
 
+c10d::TCPStoreOptions rendezvous_store_options(int port, int rank, int world_size, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(port);
+  options.isServer = rank == 0;
+  options.numWorkers = world_size;
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  return options;
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                                 int rank, int world_size,
                                                                 std::chrono::milliseconds timeout) {

@@ -11,6 +11,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 namespace hookstream {
@@ -34,6 +35,10 @@ std::shared_ptr<c10d::Reducer> make_reducer(ReducerArguments arguments);
 c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                                 int rank, int world_size,
                                                                 std::chrono::milliseconds timeout);
+
+// The TCPStore rendezvous every rank of a job makes (torch.distributed's env:// init): rank 0 hosts
+// the store and waits for all `world_size` clients; everyone gives up after `timeout`.
+c10d::TCPStoreOptions rendezvous_store_options(int port, int rank, int world_size, std::chrono::milliseconds timeout);
 
 // "1.13.0": the LibTorch this was built against.
 std::string torch_version();

@@ -199,13 +199,8 @@ int run_worker(const WorkerOptions& options) {
   // Our hooks go on the accumulators before the Reducer's, so they run first (hook_recorder.h).
   HookRecorder recorder;
   recorder.attach(model.ddp_parameters());
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(options.store_port);
-  store_options.isServer = options.rank == 0;
-  store_options.numWorkers = options.world_size;
-  store_options.waitWorkers = true;
-  store_options.timeout = timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+  auto store = c10::make_intrusive<c10d::TCPStore>(
+      "127.0.0.1", rendezvous_store_options(options.store_port, options.rank, options.world_size, timeout));
   auto group = make_gloo_process_group(store, options.rank, options.world_size, timeout);
   DdpWrapper ddp(model.ddp_parameters(), model.ddp_parameter_names(), group,
                  ddp_settings_for(plan, distributed_debug_level() != "OFF"));
