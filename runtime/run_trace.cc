@@ -38,6 +38,15 @@ struct RunTrace::Impl {
   std::unique_ptr<torch::autograd::profiler::RecordProfile> legacy;
 };
 
+std::string rank_trace_path(const std::string& path, int rank, int world_size) {
+  if (world_size <= 1) return path;
+  const std::filesystem::path p(path);
+  std::filesystem::path name = p.stem();
+  name += ".rank" + std::to_string(rank);
+  name += p.extension();
+  return (p.parent_path() / name).string();
+}
+
 RunTrace::RunTrace(std::string path, c10::Device device) : impl_(std::make_unique<Impl>()) {
   impl_->path = std::move(path);
 #ifdef HOOKSTREAM_HAVE_CUDA

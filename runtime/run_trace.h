@@ -17,6 +17,12 @@
 
 namespace hookstream {
 
+// Where rank `rank` of `world_size` writes `--trace PATH`: PATH itself for one rank; otherwise
+// ".rank{r}" before the extension ("step.json" -> "step.rank1.json", "trace" -> "trace.rank1"), one
+// file per rank, which `hookstream replay` takes together (the torchrun habit of one profiler
+// trace per rank, as torch.profiler.tensorboard_trace_handler names them per worker).
+std::string rank_trace_path(const std::string& path, int rank, int world_size);
+
 class RunTrace {
  public:
   RunTrace(std::string path, c10::Device device);

@@ -176,7 +176,7 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
   };
 
   std::optional<RunTrace> trace;
-  if (!options.trace_path.empty() && rank == 0) trace.emplace(options.trace_path, device);
+  if (!options.trace_path.empty()) trace.emplace(rank_trace_path(options.trace_path, rank, options.world_size), device);
 
   const std::vector<at::Tensor> params = model.ddp_parameters();
   const int micro_steps = std::max(1, plan.gradient_accumulation_steps);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -75,6 +76,39 @@ std::string ratio(double measured, double predicted) {
   return out.str();
 }
 
+// Ranks side by side: each rank's step and, per op class, the fastest and slowest rank. In DDP
+// every rank waits for the slowest at each all-reduce, so the slow rank's extra compute shows up
+// as longer all-reduces on the others: the compute classes name the straggler, not the all-reduce.
+void render_ranks(std::ostream& out, const PlanComparison& c) {
+  out << "  per rank (measured step ms):";
+  const RankComparison* slowest = &c.ranks.front();
+  double mean = 0;
+  for (const RankComparison& r : c.ranks) {
+    out << " r" << r.rank << " " << ms(r.measured_step_ns);
+    if (r.measured_step_ns > slowest->measured_step_ns) slowest = &r;
+    mean += r.measured_step_ns / static_cast<double>(c.ranks.size());
+  }
+  out << "\n";
+  std::map<OpClass, std::vector<std::pair<double, int>>> by_class;  // class -> (ms, rank)
+  for (const RankComparison& r : c.ranks) {
+    for (const ClassComparison& k : r.classes) by_class[k.op_class].emplace_back(k.measured_ns, r.rank);
+  }
+  out << "  spread over ranks by op class (GPU time, fastest .. slowest rank):\n";
+  for (auto& [op_class, values] : by_class) {
+    std::stable_sort(values.begin(), values.end());
+    const double lo = values.front().first, hi = values.back().first;
+    out << "    " << to_string(op_class) << ": r" << values.front().second << " " << ms(lo) << " .. r" << values.back().second << " "
+        << ms(hi) << " ms";
+    if (lo > 0) out << " (+" << std::fixed << std::setprecision(1) << (hi / lo - 1) * 100 << "%)";
+    if (values.size() != c.ranks.size()) out << ", recorded on " << values.size() << " of " << c.ranks.size() << " ranks";
+    out << "\n";
+  }
+  if (mean > 0) {
+    out << "  slowest rank: " << slowest->rank << ", step " << ms(slowest->measured_step_ns) << " ms, " << std::fixed
+        << std::setprecision(1) << (slowest->measured_step_ns / mean - 1) * 100 << "% over the mean of the ranks\n";
+  }
+}
+
 }  // namespace
 
 PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan) {
@@ -93,28 +127,56 @@ PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan) {
   const EventModel& simulated = prediction.schedule.model;
   result.predicted_step_ns = prediction.schedule.step_ns;
 
-  int rank = 0;
-  if (!step.model.ops.empty()) {
-    rank = step.model.ops.front().rank;
-    for (const Op& op : step.model.ops) rank = std::min(rank, op.rank);
-  }
-  result.rank = rank;
-  double first = 1e300, last = -1e300;
-  std::map<OpGroup, GroupComparison> groups;
+  // Every recorded rank's groups; a group's measured figure is the mean over the ranks that
+  // recorded it, so that one calibration serves the plan (whose simulated ranks are identical).
+  struct RankGroups {
+    double first = 1e300, last = -1e300;
+    std::map<OpGroup, std::pair<int, double>> groups;  // ops, GPU time
+  };
+  std::map<int, RankGroups> by_rank;
   for (size_t i = 0; i < step.model.ops.size(); ++i) {
     const Op& op = step.model.ops[i];
-    if (op.rank != rank) continue;
+    RankGroups& r = by_rank[op.rank];
     if (op.start_ns >= 0) {
-      first = std::min(first, op.start_ns);
-      last = std::max(last, op.start_ns + std::max(0.0, op.duration_ns));
+      r.first = std::min(r.first, op.start_ns);
+      r.last = std::max(r.last, op.start_ns + std::max(0.0, op.duration_ns));
     }
     if (step.groups[i].op_class == OpClass::None || !is_work(op.kind)) continue;
-    GroupComparison& g = groups[step.groups[i]];
-    g.group = step.groups[i];
-    g.recorded_ops++;
-    g.measured_ns += std::max(0.0, op.duration_ns);
+    auto& g = r.groups[step.groups[i]];
+    g.first++;
+    g.second += std::max(0.0, op.duration_ns);
   }
-  result.measured_step_ns = last > first ? last - first : 0;
+  std::map<OpGroup, GroupComparison> groups;
+  std::map<OpGroup, int> ranks_with_group;
+  for (const auto& [rank, r] : by_rank) {
+    RankComparison rc;
+    rc.rank = rank;
+    rc.measured_step_ns = r.last > r.first ? r.last - r.first : 0;
+    result.measured_step_ns = std::max(result.measured_step_ns, rc.measured_step_ns);
+    std::map<OpClass, ClassComparison> classes;
+    for (const auto& [key, g] : r.groups) {
+      GroupComparison& total = groups[key];
+      total.group = key;
+      total.recorded_ops = std::max(total.recorded_ops, g.first);
+      total.measured_ns += g.second;
+      ranks_with_group[key]++;
+      ClassComparison& c = classes[key.op_class];
+      c.op_class = key.op_class;
+      c.recorded_ops += g.first;
+      c.measured_ns += g.second;
+    }
+    for (const auto& [key, c] : classes) rc.classes.push_back(c);
+    result.ranks.push_back(std::move(rc));
+  }
+  for (auto& [key, g] : groups) g.measured_ns /= ranks_with_group[key];
+  if (result.ranks.size() > 1) {
+    result.notes.push_back("every rank's step is compared with the plan's rank 0 (ranks with the same plan run the same ops); "
+                           "measured figures are the mean over " + std::to_string(result.ranks.size()) +
+                           " ranks, the step is the slowest rank's");
+  }
+  if (!plan.rank_overrides.empty()) {
+    result.notes.push_back("the plan overrides some ranks; they are simulated as rank 0 is");
+  }
 
   const std::vector<OpGroup> sim_groups = simulated_groups(simulated, 0);
   // Per group: the simulated ops by name, for the calibration entries.
@@ -204,7 +266,12 @@ PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan) {
 
 std::string render_plan_comparison_text(const PlanComparison& c, size_t largest) {
   std::ostringstream out;
-  out << "Plan vs trace: " << c.plan << " (protocol " << c.protocol << ", " << c.device << ") against rank " << c.rank << "\n";
+  out << "Plan vs trace: " << c.plan << " (protocol " << c.protocol << ", " << c.device << ") against ";
+  if (c.ranks.size() == 1) {
+    out << "rank " << c.ranks.front().rank << "\n";
+  } else {
+    out << c.ranks.size() << " ranks\n";
+  }
   out << "  step: measured " << ms(c.measured_step_ns) << " ms, predicted " << ms(c.predicted_step_ns) << " ms ("
       << ratio(c.measured_step_ns, c.predicted_step_ns) << ")\n";
   out << "  op groups: " << c.matched << " matched, " << c.recorded_only << " only in the trace, " << c.simulated_only
@@ -214,6 +281,7 @@ std::string render_plan_comparison_text(const PlanComparison& c, size_t largest)
     out << "    " << to_string(k.op_class) << ": " << ms(k.measured_ns) << " / " << ms(k.predicted_ns) << " ("
         << ratio(k.measured_ns, k.predicted_ns) << "), " << k.recorded_ops << " recorded / " << k.simulated_ops << " simulated ops\n";
   }
+  if (c.ranks.size() > 1) render_ranks(out, c);
   std::vector<GroupComparison> sorted = c.groups;
   std::stable_sort(sorted.begin(), sorted.end(), [](const GroupComparison& a, const GroupComparison& b) {
     return std::abs(a.measured_ns - a.predicted_ns) > std::abs(b.measured_ns - b.predicted_ns);
@@ -239,7 +307,15 @@ nlohmann::json render_plan_comparison_json(const PlanComparison& c) {
                       {"index", g.group.index}, {"recorded_ops", g.recorded_ops}, {"simulated_ops", g.simulated_ops},
                       {"measured_ns", g.measured_ns}, {"predicted_ns", g.predicted_ns}});
   }
-  return {{"plan", c.plan}, {"protocol", c.protocol}, {"device", c.device}, {"rank", c.rank},
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankComparison& r : c.ranks) {
+    nlohmann::json rank_classes = nlohmann::json::array();
+    for (const ClassComparison& k : r.classes) {
+      rank_classes.push_back({{"class", to_string(k.op_class)}, {"recorded_ops", k.recorded_ops}, {"measured_ns", k.measured_ns}});
+    }
+    ranks.push_back({{"rank", r.rank}, {"measured_step_ns", r.measured_step_ns}, {"classes", rank_classes}});
+  }
+  return {{"plan", c.plan}, {"protocol", c.protocol}, {"device", c.device}, {"ranks", ranks},
           {"measured_step_ns", c.measured_step_ns}, {"predicted_step_ns", c.predicted_step_ns},
           {"matched_groups", c.matched}, {"recorded_only_groups", c.recorded_only}, {"simulated_only_groups", c.simulated_only},
           {"classes", classes}, {"groups", groups}, {"notes", c.notes}};

@@ -30,9 +30,20 @@ struct ClassComparison {
   double measured_ns = 0, predicted_ns = 0;
 };
 
+// One recorded rank against the plan: DDP ranks run the same ops, so a rank whose step or op class
+// takes longer than the others' is a straggler (a slower GPU, a host hiccup, more tokens).
+struct RankComparison {
+  int rank = 0;
+  double measured_step_ns = 0;           // first issue .. last completion of that rank's step
+  std::vector<ClassComparison> classes;  // measured side only (predicted is the same for every rank)
+};
+
 struct PlanComparison {
   std::string plan, protocol, device;
-  int rank = 0;                     // the recorded rank compared (the first)
+  // Every recorded rank is compared with the plan's simulated rank 0 (sim/step_prediction.h
+  // simulates one rank; ranks with the same plan run the same ops). The group and class figures
+  // below are the mean over the ranks that recorded the group; the step is the slowest rank's.
+  std::vector<RankComparison> ranks;     // by rank
   double measured_step_ns = 0, predicted_step_ns = 0;
   std::vector<GroupComparison> groups;   // sorted by group
   std::vector<ClassComparison> classes;  // by class

@@ -2,6 +2,7 @@
 // Built only with LibTorch (HOOKSTREAM_CLI_HAS_RUN). Kept tiny: CI has 2 cores.
 #ifdef HOOKSTREAM_CLI_HAS_RUN
 
+#include <algorithm>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -87,13 +88,34 @@ TEST_CASE("run trains the bundled tiny plan on 2 CPU ranks and the loss falls", 
   CHECK(r.out.find("step 8/8  loss") != std::string::npos);
   CHECK(r.out.find("predicted (H100-SXM) vs measured (cpu)") != std::string::npos);
   CHECK(summary["predicted"]["step_seconds"].get<double>() > 0);
-  // The trace holds the optimizer-step annotations (Chrome JSON from LibTorch's profiler).
-  const std::string trace = read_text(dir / "trace.json");
-  CHECK(trace.find("hookstream:step:1") != std::string::npos);
-  CHECK(trace.find("hookstream:step:8") != std::string::npos);
-  CHECK(trace.find("hookstream:optimizer") != std::string::npos);
-  CHECK(nlohmann::json::parse(trace).is_array());
+  // One trace per rank, holding the optimizer-step annotations (Chrome JSON from LibTorch's profiler).
+  CHECK_FALSE(fs::exists(dir / "trace.json"));
+  for (const char* name : {"trace.rank0.json", "trace.rank1.json"}) {
+    INFO(name);
+    const std::string trace = read_text(dir / name);
+    CHECK(trace.find("hookstream:step:1") != std::string::npos);
+    CHECK(trace.find("hookstream:step:8") != std::string::npos);
+    CHECK(trace.find("hookstream:optimizer") != std::string::npos);
+    CHECK(nlohmann::json::parse(trace).is_array());
+  }
   CHECK_FALSE(has_temporary_files(dir));
+  // Both ranks' traces against the plan they ran: every rank compared, the slowest named.
+  const auto replay = run_binary("replay " + (dir / "trace.rank0.json").string() + " " + (dir / "trace.rank1.json").string() +
+                                 " --plan " + kTinyRun + " --format json");
+  INFO(replay.out);
+  REQUIRE(replay.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(replay.out);
+  const nlohmann::json& ranks = j["step"]["plan"]["ranks"];
+  REQUIRE(ranks.size() == 2);
+  CHECK(ranks[0]["rank"] == 0);
+  CHECK(ranks[1]["rank"] == 1);
+  double slowest = 0;
+  for (const auto& rank : ranks) {
+    CHECK(rank["measured_step_ns"].get<double>() > 0);
+    CHECK_FALSE(rank["classes"].empty());
+    slowest = std::max(slowest, rank["measured_step_ns"].get<double>());
+  }
+  CHECK(j["step"]["plan"]["measured_step_ns"].get<double>() == slowest);
   fs::remove_all(dir);
 }
 

@@ -328,7 +328,7 @@ Command register_run_command(CLI::App& app) {
   cmd->add_option("--checkpoint-dir", args->checkpoint_dir, "save checkpoints under DIR");
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "save every K steps (0: at the end only)");
   cmd->add_flag("--resume", args->resume, "continue from the newest complete checkpoint in --checkpoint-dir");
-  cmd->add_option("--trace", args->trace, "write rank 0's profiler trace (Chrome JSON) to FILE");
+  cmd->add_option("--trace", args->trace, "write each rank's profiler trace (Chrome JSON) to FILE; with several ranks, .rank{r} goes before its extension");
   cmd->add_option("--json", args->json, "write the JSON summary to FILE instead of stdout");
   cmd->add_option("--timeout", args->timeout_seconds, "seconds for rendezvous, collectives and a vanished rank");
   cmd->add_option("--inject-fault", args->inject_fault,
