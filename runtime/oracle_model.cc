@@ -1,6 +1,5 @@
 #include "runtime/oracle_model.h"
 
-#include "sim/forward_graph.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,16 +26,6 @@ uint64_t mix(uint64_t x) {
 }
 
 }  // namespace
-
-
-struct OracleModel::StepView {
-  StepPosition position;
-  std::vector<std::string> unused;
-  int sequence_len = 0;
-  int shards = 1;
-  // The simulator's matching rule (sim/forward_graph.h), so both skip the same modules.
-  bool skipped(const std::string& path) const { return !unused.empty() && module_unused(unused, path); }
-};
 
 OracleModel::OracleModel(const Plan& plan, uint64_t seed)
     : plan_(plan), seed_(seed), structure_(build_model_structure(plan)) {
@@ -94,21 +83,12 @@ Batch OracleModel::make_batch(const StepPosition& position) const {
   return b;
 }
 
-std::string OracleModel::linear_path(const LinearUse& use) const {
-  std::string path = structure_.parameters[use.weight].module;
-  const std::string base = ".base_layer";
-  if (path.size() > base.size() && path.compare(path.size() - base.size(), base.size(), base) == 0) {
-    path.resize(path.size() - base.size());
-  }
-  return path;
-}
-
 // y = x W^T + b, plus PEFT's LoRA branch scale * B(A(x)) (peft/tuners/lora/layer.py Linear.forward).
 // A skipped linear contributes zeros; a skipped lora_A/lora_B module drops the branch.
 at::Tensor OracleModel::linear(const at::Tensor& x, const LinearUse& use, const ParameterTable& p,
                                const StepView& step) const {
   const Parameter& weight = structure_.parameters[use.weight];
-  const std::string path = linear_path(use);
+  const std::string path = linear_module_path(structure_, use);
   if (step.skipped(path)) {
     auto sizes = x.sizes().vec();
     sizes.back() = weight.shape[0];
@@ -117,8 +97,7 @@ at::Tensor OracleModel::linear(const at::Tensor& x, const LinearUse& use, const 
   at::Tensor w = p[use.weight];
   if (w.dim() > 2) w = w.reshape({w.size(0), -1});  // Conv3d patch embedding as a linear map
   at::Tensor y = at::linear(x, w, use.bias >= 0 ? p[use.bias] : at::Tensor());
-  if (use.lora_a >= 0 && use.lora_b >= 0 && !step.skipped(structure_.parameters[use.lora_a].module) &&
-      !step.skipped(structure_.parameters[use.lora_b].module)) {
+  if (lora_active(structure_, use, step)) {
     const double scale = plan_.lora_alpha / static_cast<double>(plan_.lora_r);
     y = y + scale * at::linear(at::linear(x, p[use.lora_a]), p[use.lora_b]);
   }
@@ -166,19 +145,6 @@ at::Tensor OracleModel::mlp(const at::Tensor& x, const DecoderLayerUse& layer, c
   return linear(gate * up, layer.down, p, step);
 }
 
-std::vector<int> OracleModel::mlp_trainable_weights(const DecoderLayerUse& layer, const StepView& step) const {
-  std::vector<int> result;
-  for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) {
-    if (step.skipped(linear_path(*use))) continue;
-    for (int index : {use->weight, use->bias, use->lora_a, use->lora_b}) {
-      if (index < 0 || !structure_.parameters[index].trainable) continue;
-      if ((index == use->lora_a || index == use->lora_b) && step.skipped(structure_.parameters[index].module)) continue;
-      result.push_back(index);
-    }
-  }
-  return result;
-}
-
 // LlamaDecoderLayer.forward: x + attn(input_layernorm(x)); h + mlp(post_attention_layernorm(h)).
 // `inputs_table` is what a tiled MLP passes as its weight inputs (recomputation copies inside a
 // non-reentrant checkpoint); the computation itself always reads `p`.
@@ -197,7 +163,7 @@ at::Tensor OracleModel::decoder_layer(const at::Tensor& x, const DecoderLayerUse
         return mlp(shard, layer, table, step);
       };
       spec.weights_table = parameters_;
-      spec.weights = mlp_trainable_weights(layer, step);
+      spec.weights = mlp_trainable_weights(structure_, layer, step);
       spec.shards = step.shards;
       spec.strategy = plan_.tiled_mlp_backward;
       spec.weights_as_inputs = plan_.tiled_mlp_weights_as_inputs;
@@ -254,11 +220,8 @@ at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p
 }
 
 at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position, HookRecorder* recorder) const {
-  StepView step;
-  step.position = position;
-  step.unused = plan_.unused_modules_for(position.rank, position.iteration);
-  step.sequence_len = static_cast<int>(batch.input_ids.size(1));
-  step.shards = std::max(1, plan_.tiled_shards_for(position.rank, position.iteration));
+  // The trainer's view of the plan (runtime/model_step.h), so both skip the same modules.
+  const StepView step = model_step_view(plan_, position.rank, position.iteration);
   const ModelConfig& m = plan_.model;
   const ParameterTable& p = parameters_;
   const int64_t batch_size = batch.input_ids.size(0), seq = batch.input_ids.size(1);

@@ -15,6 +15,7 @@
 
 #include "runtime/hook_recorder.h"
 #include "runtime/layer_function.h"
+#include "runtime/model_step.h"
 #include "sim/model_structure.h"
 #include "sim/plan.h"
 
@@ -50,7 +51,7 @@ class OracleModel {
   at::Tensor forward(const Batch& batch, const StepPosition& position, HookRecorder* recorder) const;
 
  private:
-  struct StepView;  // what the plan says for one position (unused modules, checkpointing, shards)
+  using StepView = ModelStepView;  // what the plan says for one position (runtime/model_step.h)
 
   at::Tensor linear(const at::Tensor& x, const LinearUse& use, const ParameterTable& p, const StepView& step) const;
   at::Tensor rms_norm(const at::Tensor& x, int weight, const ParameterTable& p) const;
@@ -64,8 +65,6 @@ class OracleModel {
   // listed vision block, added after decoder layers 0, 1, ...
   at::Tensor vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step,
                     std::vector<at::Tensor>& deepstack) const;
-  std::vector<int> mlp_trainable_weights(const DecoderLayerUse& layer, const StepView& step) const;
-  std::string linear_path(const LinearUse& use) const;
 
   Plan plan_;
   uint64_t seed_;

@@ -16,9 +16,9 @@
 #include "runtime/annotation.h"
 #include "runtime/checkpoint.h"
 #include "runtime/layer_function.h"
+#include "runtime/model_step.h"
 #include "runtime/safetensors.h"
 #include "runtime/tiled_mlp.h"
-#include "sim/forward_graph.h"
 #include "sim/input_error.h"
 
 namespace hookstream {
@@ -136,12 +136,7 @@ struct ChunkLossFunction : torch::autograd::Function<ChunkLossFunction> {
 
 struct TrainModel::Impl {
   // What the plan says for one forward (TrainPosition): unused modules, tiled-MLP shards.
-  struct StepView {
-    TrainPosition position;
-    std::vector<std::string> unused;
-    int shards = 1;
-    bool skipped(const std::string& path) const { return !unused.empty() && module_unused(unused, path); }
-  };
+  using StepView = ModelStepView;
 
   Plan plan;
   TrainModelOptions options;
@@ -279,10 +274,7 @@ struct TrainModel::Impl {
   }
 
   StepView step_view(const TrainPosition& position) const {
-    StepView step;
-    step.position = position;
-    step.unused = plan.unused_modules_for(position.rank, position.iteration);
-    step.shards = plan.tiled_shards_for(position.rank, position.iteration);
+    const StepView step = model_step_view(plan, position.rank, position.iteration);
     // What the runtime can leave out is what a forward can skip without changing the model's
     // meaning for the rest: decoder layers, their attention or MLP blocks, projections, adapters.
     const int always[] = {structure.embed, structure.final_norm, structure.lm_head};
@@ -298,18 +290,6 @@ struct TrainModel::Impl {
 
   // --- the model's maths (transformers' modeling_llama.py / modeling_qwen3.py) ------------------
 
-  std::string linear_path(const LinearUse& use) const {
-    std::string path = structure.parameters[use.weight].module;
-    const std::string base = ".base_layer";
-    if (path.size() > base.size() && path.compare(path.size() - base.size(), base.size(), base) == 0) path.resize(path.size() - base.size());
-    return path;
-  }
-
-  bool lora_on(const LinearUse& use, const StepView& step) const {
-    return use.lora_a >= 0 && use.lora_b >= 0 && !step.skipped(structure.parameters[use.lora_a].module) &&
-           !step.skipped(structure.parameters[use.lora_b].module);
-  }
-
   // y = x W^T + b, plus PEFT's LoRA branch (peft/tuners/lora/layer.py Linear.forward): scale *
   // B(A(x)) added. With bf16/fp16 activations the adapter GEMMs run in that dtype on the fp32
   // weights cast down, which is what HF Trainer's bf16 autocast makes of PEFT's forward (autocast
@@ -317,13 +297,13 @@ struct TrainModel::Impl {
   // saved for backward otherwise and would cost ~4 bytes x tokens x hidden per adapted projection.
   // In float32/float64 runs the input is cast to the adapter's dtype, as PEFT does without autocast.
   at::Tensor linear(const at::Tensor& x, const LinearUse& use, const ParameterTable& p, const StepView& step) const {
-    if (step.skipped(linear_path(use))) {
+    if (step.skipped(linear_module_path(structure, use))) {
       auto sizes = x.sizes().vec();
       sizes.back() = structure.parameters[use.weight].shape[0];
       return at::zeros(sizes, x.options());
     }
     at::Tensor y = at::linear(x, p[use.weight], use.bias >= 0 ? p[use.bias] : at::Tensor());
-    if (lora_on(use, step)) {
+    if (lora_active(structure, use, step)) {
       const double scale = plan.lora_alpha / static_cast<double>(plan.lora_r);
       if (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) {
         const at::Tensor a = at::linear(x, p[use.lora_a].to(x.scalar_type()));
@@ -392,25 +372,6 @@ struct TrainModel::Impl {
     return linear(gate * up, layer.down, p, step);
   }
 
-  // Trainable parameters a linear reads in this step.
-  void linear_weights(const LinearUse& use, const StepView& step, std::vector<int>& out) const {
-    if (step.skipped(linear_path(use))) return;
-    for (int index : {use.weight, use.bias}) {
-      if (index >= 0 && structure.parameters[index].trainable) out.push_back(index);
-    }
-    if (lora_on(use, step)) {
-      for (int index : {use.lora_a, use.lora_b}) {
-        if (structure.parameters[index].trainable) out.push_back(index);
-      }
-    }
-  }
-
-  std::vector<int> mlp_weights(const DecoderLayerUse& layer, const StepView& step) const {
-    std::vector<int> result;
-    for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) linear_weights(*use, step, result);
-    return result;
-  }
-
   // The trainable parameters that are inputs of the layer's autograd graph: what a non-reentrant
   // checkpoint must return gradients for. A tiled MLP reads its weights through its module, not as
   // inputs, unless the plan passes them (weights_as_inputs, or FunctionReturnsGrads which needs it).
@@ -421,14 +382,14 @@ struct TrainModel::Impl {
     };
     if (!step.skipped(layer.path + ".self_attn")) {
       add(layer.input_norm);
-      for (const LinearUse* use : {&layer.q, &layer.k, &layer.v, &layer.o}) linear_weights(*use, step, result);
+      for (const LinearUse* use : {&layer.q, &layer.k, &layer.v, &layer.o}) append_linear_trainable_weights(structure, *use, step, result);
       add(layer.q_norm);
       add(layer.k_norm);
     }
     if (!step.skipped(layer.path + ".mlp")) {
       add(layer.post_attention_norm);
       if (!plan.tiled_mlp || plan.tiled_mlp_weights_as_inputs || plan.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads) {
-        const std::vector<int> mlp = mlp_weights(layer, step);
+        const std::vector<int> mlp = mlp_trainable_weights(structure, layer, step);
         result.insert(result.end(), mlp.begin(), mlp.end());
       }
     }
@@ -451,7 +412,7 @@ struct TrainModel::Impl {
           return mlp(shard, layer, table, step);
         };
         spec.weights_table = params;
-        spec.weights = mlp_weights(layer, step);
+        spec.weights = mlp_trainable_weights(structure, layer, step);
         spec.shards = step.shards;
         spec.strategy = plan.tiled_mlp_backward;
         spec.weights_as_inputs = plan.tiled_mlp_weights_as_inputs;
