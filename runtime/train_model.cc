@@ -17,6 +17,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/layer_function.h"
 #include "runtime/model_step.h"
+#include "runtime/rope.h"
 #include "runtime/safetensors.h"
 #include "runtime/tiled_mlp.h"
 #include "sim/input_error.h"
@@ -180,6 +181,10 @@ struct TrainModel::Impl {
     if (plan.device_map != DeviceMap::PerRank) {
       throw InputError(key("device_map"), "hookstream run places one full replica per rank; expected no device_map");
     }
+    if (!rope_supported(plan.model)) {
+      throw InputError(plan.model.source, "key \"rope_scaling.rope_type\": " + plan.model.rope_type +
+                                              " is not computed by hookstream run; expected default, linear or llama3");
+    }
     if (plan.activation_offloading) {
       for (int layer : plan.checkpoint_twice_layers) {
         if (plan.layer_checkpointed(layer)) {
@@ -324,13 +329,12 @@ struct TrainModel::Impl {
     return p[weight] * normed.to(x.scalar_type());
   }
 
-  // LlamaRotaryEmbedding: inv_freq = theta^(-2j/d), cos/sin of position * inv_freq computed in
-  // float32 and duplicated over both halves (HF's rotate_half convention), cast to the activations'
-  // dtype. [seq, head_dim] each.
+  // LlamaRotaryEmbedding: inv_freq (runtime/rope.h: theta^(-2j/d), with the config's rope_scaling),
+  // cos/sin of position * inv_freq computed in float32 and duplicated over both halves (HF's
+  // rotate_half convention), cast to the activations' dtype. [seq, head_dim] each.
   std::pair<at::Tensor, at::Tensor> rope(int64_t seq, c10::ScalarType dtype) const {
-    const int64_t dim = plan.model.head_dim;
     const auto f = at::TensorOptions().dtype(dtype == c10::kDouble ? c10::kDouble : c10::kFloat).device(options.device);
-    const at::Tensor inv_freq = 1.0 / at::pow(plan.model.rope_theta, at::arange(0, dim, 2, f) / static_cast<double>(dim));
+    const at::Tensor inv_freq = rope_inv_freq(plan.model, f);
     const at::Tensor freqs = at::outer(at::arange(seq, f), inv_freq);
     const at::Tensor emb = at::cat({freqs, freqs}, -1);
     return {emb.cos().to(dtype), emb.sin().to(dtype)};

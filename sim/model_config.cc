@@ -262,6 +262,43 @@ std::vector<std::string> preset_candidates(std::string name) {
   return candidates;
 }
 
+// transformers' rope_config_validation (modeling_rope_utils.py): "rope_type", or the older "type";
+// the keys each type it computes needs (hookstream run computes default, linear and llama3).
+void read_rope_scaling(const ConfigReader& reader, ModelConfig& config) {
+  std::string dotted;
+  const json* scaling = reader.find("rope_scaling", &dotted);
+  if (scaling == nullptr) return;
+  if (!scaling->is_object()) reader.fail(dotted, "expected an object or null", shown(*scaling));
+  std::string type = reader.optional_string(*scaling, "rope_type", dotted + ".rope_type");
+  if (type.empty()) type = reader.optional_string(*scaling, "type", dotted + ".type");
+  if (type.empty() || type == "mrope") type = "default";  // Qwen2-VL wrote "type": "mrope"
+  auto number = [&](const char* key, bool required, double fallback) {
+    const json* value = ConfigReader::find_in(*scaling, key);
+    const std::string name = dotted + "." + key;
+    if (value == nullptr) {
+      if (required) reader.fail(name, "missing; rope_type " + type + " needs it");
+      return fallback;
+    }
+    if (!value->is_number() || !(value->get<double>() > 0)) reader.fail(name, "expected a positive number", shown(*value));
+    return value->get<double>();
+  };
+  if (type == "default") {
+  } else if (type == "linear") {
+    config.rope_factor = number("factor", true, 1.0);
+  } else if (type == "llama3") {
+    config.rope_factor = number("factor", true, 1.0);
+    config.rope_low_freq_factor = number("low_freq_factor", true, 1.0);
+    config.rope_high_freq_factor = number("high_freq_factor", true, 4.0);
+    config.rope_original_max_position_embeddings = number("original_max_position_embeddings", true, 8192);
+    if (!(config.rope_high_freq_factor > config.rope_low_freq_factor)) {
+      reader.fail(dotted + ".high_freq_factor", "expected more than low_freq_factor " + shown(json(config.rope_low_freq_factor)));
+    }
+  }
+  // Other types (yarn, dynamic, longrope, ...) change no shape: the verifier takes them, and
+  // hookstream run refuses them (runtime/train_model.cc check_runnable).
+  config.rope_type = type;
+}
+
 }  // namespace
 
 std::string to_string(DType dtype) {
@@ -327,6 +364,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   config.torch_dtype = parse_dtype(reader);
   config.rms_norm_eps = reader.optional_positive_number("rms_norm_eps").value_or(config.rms_norm_eps);
   config.rope_theta = reader.optional_positive_number("rope_theta").value_or(config.rope_theta);
+  read_rope_scaling(reader, config);
   config.initializer_range = reader.optional_positive_number("initializer_range").value_or(config.initializer_range);
 
   std::string decoder_type = config.model_type;

@@ -52,6 +52,14 @@ struct ModelConfig {
   // transformers' LlamaConfig defaults.
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  // config.json "rope_scaling" (transformers' ROPE_INIT_FUNCTIONS, modeling_rope_utils.py): the
+  // frequency rules the runtime implements. "default" (also Qwen-VL's M-RoPE, which equals plain
+  // RoPE on text tokens), "linear" (inv_freq / factor) and "llama3" (Llama 3.1/3.2/3.3); other types
+  // (yarn, dynamic, longrope) are kept by name: they change no shape, and hookstream run refuses them.
+  std::string rope_type = "default";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
+  double rope_original_max_position_embeddings = 8192;
   double initializer_range = 0.02;
   // Prefix of the text decoder's modules as named_parameters() spells them:
   // "model" for *ForCausalLM, "model.language_model" for Qwen3-VL.

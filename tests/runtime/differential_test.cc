@@ -1,7 +1,6 @@
 // The differential test: every plan in tests/plans/ddp runs through the simulator and through the
 // real c10d Reducer (the oracle: one process per rank over Gloo); per rank, the first verdict and
 // the parameter it names must be the same.
-#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -9,6 +8,10 @@
 #include "runtime/differential.h"
 #include "runtime/oracle.h"
 #include "sim/verify.h"
+
+// Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
+#undef CHECK
+#include <catch2/catch.hpp>
 
 using namespace hookstream;
 

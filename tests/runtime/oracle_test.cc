@@ -1,11 +1,14 @@
 // The real-DDP oracle against c10d's Reducer (LibTorch, Gloo, 2 ranks on 127.0.0.1): the
 // behaviours docs/ddp-reducer-model.md describes, observed.
-#include <catch2/catch.hpp>
 
 #include <sstream>
 
 #include "runtime/oracle.h"
 #include "sim/plan.h"
+
+// Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
+#undef CHECK
+#include <catch2/catch.hpp>
 
 namespace hookstream {
 namespace {

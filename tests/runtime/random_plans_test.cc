@@ -1,7 +1,6 @@
 // Plans a new user might write, drawn at random (fixed seeds, so CI is reproducible) from the
 // features the verifier models, run through the simulator and the real c10d Reducer. The seeds
 // differ from those of the exploratory runs that found the bugs now pinned in tests/plans/ddp.
-#include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <fmt/format.h>
@@ -12,6 +11,10 @@
 #include "runtime/oracle.h"
 #include "sim/input_error.h"
 #include "sim/verify.h"
+
+// Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
+#undef CHECK
+#include <catch2/catch.hpp>
 
 using namespace hookstream;
 

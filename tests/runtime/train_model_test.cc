@@ -346,6 +346,11 @@ TEST_CASE("train model: what the runtime cannot run is an input error naming the
   REQUIRE_THROWS_WITH(TrainModel(make_plan("tiny-llama-tied.json", "adapter: qlora\nload_in_4bit: true\nlora_target_linear: true\n"),
                                  double_options()),
                       Catch::Contains("load_in_4bit"));
+  // A RoPE variant the runtime does not compute (the verifier takes it: it changes no shape).
+  Plan yarn = make_plan("tiny-llama-tied.json", "");
+  yarn.model.rope_type = "yarn";
+  REQUIRE_THROWS_WITH(TrainModel(yarn, double_options()),
+                      Catch::Contains("rope_scaling.rope_type") && Catch::Contains("yarn") && Catch::Contains(yarn.model.source));
 }
 
 TEST_CASE("train model: an out-of-memory second reload buffer falls back to single_buffer once", "[train_model]") {

@@ -1,6 +1,5 @@
 // The trainer's parts as library calls: token data, fault hooks, checkpoints, and one rank's
 // training loop (world size 1: the real Reducer still runs) with save and resume.
-#include <catch2/catch.hpp>
 
 #include <unistd.h>
 
@@ -16,6 +15,10 @@
 #include "runtime/training_checkpoint.h"
 #include "sim/input_error.h"
 #include "sim/plan.h"
+
+// Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
+#undef CHECK
+#include <catch2/catch.hpp>
 
 namespace fs = std::filesystem;
 using namespace hookstream;

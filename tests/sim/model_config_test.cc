@@ -315,4 +315,26 @@ TEST_CASE("dtype names and sizes", "[model_config]") {
   CHECK(dtype_bytes(DType::Float32) == 4);
 }
 
+TEST_CASE("rope_scaling: the RoPE variants the runtime computes are read with their keys checked", "[model_config]") {
+  const ModelConfig llama = load_model_config(preset_path("Llama-3.1-8B"));
+  CHECK(llama.rope_type == "llama3");
+  CHECK(llama.rope_factor == 8.0);
+  CHECK(llama.rope_low_freq_factor == 1.0);
+  CHECK(llama.rope_high_freq_factor == 4.0);
+  CHECK(llama.rope_original_max_position_embeddings == 8192);
+  CHECK(load_model_config(preset_path("Qwen3-VL-4B")).rope_type == "default");  // M-RoPE, rope_type default
+  CHECK(parse_model_config(llama_json("rope_scaling", "null"), "x").rope_type == "default");
+  CHECK(parse_model_config(llama_json("rope_scaling", R"({"type": "linear", "factor": 2})"), "x").rope_factor == 2.0);
+  CHECK(parse_model_config(llama_json("rope_scaling", R"({"type": "mrope", "mrope_section": [16, 24, 24]})"), "x").rope_type ==
+        "default");
+  // A variant the runtime does not compute changes no shape: the verifier takes it.
+  CHECK(parse_model_config(llama_json("rope_scaling", R"({"rope_type": "yarn", "factor": 4})"), "x").rope_type == "yarn");
+  CHECK(error_of([] { parse_model_config(llama_json("rope_scaling", R"({"rope_type": "llama3", "factor": 8})"), "c.json"); }) ==
+        "c.json: key \"rope_scaling.low_freq_factor\": missing; rope_type llama3 needs it");
+  CHECK(error_of([] { parse_model_config(llama_json("rope_scaling", R"({"rope_type": "linear", "factor": -1})"), "c.json"); }) ==
+        "c.json: key \"rope_scaling.factor\": expected a positive number, got -1");
+  CHECK(error_of([] { parse_model_config(llama_json("rope_scaling", "[1]"), "c.json"); }) ==
+        "c.json: key \"rope_scaling\": expected an object or null, got [1]");
+}
+
 }  // namespace hookstream
