@@ -1,45 +1,249 @@
 #include "traces/importers/gzip_reader.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "sim/input_error.h"
 
 namespace hookstream {
 
-GzipReader::GzipReader(const std::string& path, size_t block_bytes) : path_(path), block_(block_bytes) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (!file) throw InputError(path, std::string("cannot open (") + std::strerror(errno) + ")");
-  gzbuffer(file, static_cast<unsigned>(block_bytes));
-  file_ = file;
-  setg(block_.data(), block_.data(), block_.data());
+namespace {
+
+constexpr size_t kCompressedChunkBytes = size_t{1} << 18;
+
+// Reads up to `size` bytes, retrying short reads so blocks are full until the end of the file.
+// Returns the bytes read; -1 with errno set on a read error.
+ssize_t read_fully(int fd, char* data, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, data + done, size - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+}  // namespace
+
+// Inflates on its own thread into a ring of kRingBlocks blocks; the caller takes filled blocks in
+// order and gives each back when it asks for the next. The thread never outlives the reader (the
+// destructor stops and joins it) and hands errors over as text, thrown on the caller's thread.
+class GzipReader::Inflater {
+ public:
+  Inflater(int fd, std::vector<unsigned char> first_input, size_t block_bytes)
+      : fd_(fd), input_(std::move(first_input)), blocks_(kRingBlocks), sizes_(kRingBlocks, 0),
+        block_bytes_(block_bytes) {
+    input_size_ = input_.size();
+    input_.resize(std::max(input_.size(), kCompressedChunkBytes));
+    // 16 + MAX_WBITS: a gzip header and trailer (CRC-32, length), as gzread expects.
+    if (inflateInit2(&stream_, 16 + MAX_WBITS) != Z_OK) throw std::bad_alloc();
+    stream_.next_in = input_.data();
+    stream_.avail_in = static_cast<uInt>(input_size_);
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~Inflater() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    space_.notify_one();
+    thread_.join();
+    inflateEnd(&stream_);
+  }
+
+  // The next filled block; empty at the end of the data. Throws the inflater's error (with the
+  // decompressed offset `offset` where the good data ended) once the blocks before it are taken.
+  std::string_view next(const std::string& path, uint64_t offset) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (holding_) {
+      ++released_;
+      holding_ = false;
+      space_.notify_one();
+    }
+    ready_.wait(lock, [&] { return consumed_ < produced_ || finished_; });
+    if (consumed_ < produced_) {
+      const size_t index = consumed_ % blocks_.size();
+      ++consumed_;
+      holding_ = true;
+      return std::string_view(blocks_[index].data(), sizes_[index]);
+    }
+    if (!error_.empty()) {
+      throw InputError(path, "corrupt or truncated gzip data at decompressed byte " + std::to_string(offset) + " (" +
+                                 error_ + ")");
+    }
+    return {};
+  }
+
+ private:
+  void run() {
+    try {
+      for (;;) {
+        size_t index;
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          space_.wait(lock, [&] { return stop_ || produced_ - released_ < blocks_.size(); });
+          if (stop_) return;
+          index = produced_ % blocks_.size();
+        }
+        // The slot is neither filled nor held by the caller: this thread owns it until produced_ moves.
+        std::vector<char>& block = blocks_[index];
+        if (block.empty()) block.resize(block_bytes_);
+        bool end = false;
+        std::string error;
+        const size_t n = inflate_into(block.data(), block.size(), end, error);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          sizes_[index] = n;
+          if (n > 0) ++produced_;
+          if (end || !error.empty()) {
+            finished_ = true;
+            error_ = error;
+          }
+        }
+        ready_.notify_one();
+        if (end || !error.empty()) return;
+      }
+    } catch (const std::exception& e) {  // e.g. bad_alloc: the caller reports it, this thread must not throw
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_ = true;
+      error_ = e.what();
+      ready_.notify_one();
+    }
+  }
+
+  // Compressed bytes not yet inflated move to the front, and the rest of the buffer is filled.
+  // False at the end of the file; a read error is an error.
+  bool read_input(std::string& error) {
+    std::memmove(input_.data(), stream_.next_in, stream_.avail_in);
+    const ssize_t n = read_fully(fd_, reinterpret_cast<char*>(input_.data()) + stream_.avail_in,
+                                 input_.size() - stream_.avail_in);
+    if (n < 0) {
+      error = std::string("read error: ") + std::strerror(errno);
+      return false;
+    }
+    stream_.next_in = input_.data();
+    stream_.avail_in += static_cast<uInt>(n);
+    return n > 0;
+  }
+
+  // Inflates into out[0, capacity) until it is full, the data ends (`end`) or an error (`error`).
+  size_t inflate_into(char* out, size_t capacity, bool& end, std::string& error) {
+    stream_.next_out = reinterpret_cast<Bytef*>(out);
+    stream_.avail_out = static_cast<uInt>(capacity);
+    while (stream_.avail_out > 0) {
+      if (member_done_) {
+        // Concatenated gzip members are one stream (gunzip, gzread); bytes after the last member
+        // that do not start another are ignored, as gzread ignores them.
+        while (stream_.avail_in < 2 && read_input(error)) {
+        }
+        if (!error.empty()) break;
+        if (stream_.avail_in < 2 || stream_.next_in[0] != 0x1f || stream_.next_in[1] != 0x8b) {
+          end = true;
+          break;
+        }
+        inflateReset(&stream_);
+        member_done_ = false;
+      }
+      if (stream_.avail_in == 0 && !read_input(error)) {
+        // The same words gzread uses for a stream that stops before its trailer.
+        if (error.empty()) error = "unexpected end of file";
+        break;
+      }
+      const int ret = inflate(&stream_, Z_NO_FLUSH);
+      if (ret == Z_STREAM_END) {
+        member_done_ = true;
+      } else if (ret == Z_BUF_ERROR && stream_.avail_in > 0 && stream_.avail_out > 0) {
+        error = "inflate made no progress";
+        break;
+      } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
+        error = stream_.msg ? stream_.msg : "zlib error " + std::to_string(ret);
+        break;
+      }
+    }
+    return capacity - stream_.avail_out;
+  }
+
+  // Touched by the inflating thread only.
+  int fd_;
+  std::vector<unsigned char> input_;
+  size_t input_size_ = 0;
+  z_stream stream_{};
+  bool member_done_ = false;
+
+  // The ring: slot i % size holds block i. Guarded by mutex_ except a slot's bytes, which belong
+  // to the inflating thread from released_ to produced_ and to the caller while it holds them.
+  std::vector<std::vector<char>> blocks_;
+  std::vector<size_t> sizes_;
+  size_t block_bytes_;
+  std::mutex mutex_;
+  std::condition_variable ready_, space_;
+  uint64_t produced_ = 0, consumed_ = 0, released_ = 0;
+  bool holding_ = false, finished_ = false, stop_ = false;
+  std::string error_;
+  std::thread thread_;  // last: starts once everything above is initialised
+};
+
+GzipReader::GzipReader(const std::string& path, size_t block_bytes) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw InputError(path, std::string("cannot open (") + std::strerror(errno) + ")");
+  plain_block_.resize(block_bytes);
+  const ssize_t n = read_fully(fd_, plain_block_.data(), plain_block_.size());
+  if (n < 0) {
+    const int saved = errno;
+    ::close(fd_);
+    throw InputError(path, std::string("read error (") + std::strerror(saved) + ")");
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(plain_block_.data());
+  if (n >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) {
+    std::vector<unsigned char> first(bytes, bytes + n);
+    std::vector<char>().swap(plain_block_);
+    try {
+      inflater_ = std::make_unique<Inflater>(fd_, std::move(first), block_bytes);
+    } catch (...) {
+      ::close(fd_);
+      throw;
+    }
+  } else {
+    plain_pending_ = static_cast<size_t>(n);
+    plain_eof_ = static_cast<size_t>(n) < plain_block_.size();
+  }
 }
 
 GzipReader::~GzipReader() {
-  if (file_) gzclose(static_cast<gzFile>(file_));
+  inflater_.reset();  // joins the inflating thread before its file closes
+  ::close(fd_);
 }
 
-GzipReader::int_type GzipReader::underflow() {
-  if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-  consumed_before_block_ += static_cast<uint64_t>(egptr() - eback());
-  gzFile file = static_cast<gzFile>(file_);
-  const int n = gzread(file, block_.data(), static_cast<unsigned>(block_.size()));
-  int error = Z_OK;
-  const char* message = gzerror(file, &error);
-  // zlib returns the data it could inflate from a truncated stream and reports Z_BUF_ERROR
-  // ("unexpected end of file") only once the data runs out; a corrupt stream gives Z_DATA_ERROR.
-  if (n < 0 || (n == 0 && error != Z_OK)) {
-    // zlib prefixes its message with the path, which InputError already gives.
-    std::string reason = message ? message : "read error";
-    if (reason.compare(0, path_.size() + 2, path_ + ": ") == 0) reason = reason.substr(path_.size() + 2);
-    throw InputError(path_, "corrupt or truncated gzip data at decompressed byte " +
-                                std::to_string(consumed_before_block_) + " (" + reason + ")");
+std::string_view GzipReader::next_block() {
+  if (inflater_) {
+    const std::string_view block = inflater_->next(path_, handed_out_);
+    handed_out_ += block.size();
+    return block;
   }
-  setg(block_.data(), block_.data(), block_.data() + n);
-  if (n == 0) return traits_type::eof();
-  return traits_type::to_int_type(block_[0]);
+  size_t n = plain_pending_;
+  plain_pending_ = 0;
+  if (n == 0 && !plain_eof_) {
+    const ssize_t got = read_fully(fd_, plain_block_.data(), plain_block_.size());
+    if (got < 0) {
+      throw InputError(path_, "read error at byte " + std::to_string(handed_out_) + " (" + std::strerror(errno) + ")");
+    }
+    n = static_cast<size_t>(got);
+    plain_eof_ = n < plain_block_.size();
+  }
+  handed_out_ += n;
+  return std::string_view(plain_block_.data(), n);
 }
 
 }  // namespace hookstream

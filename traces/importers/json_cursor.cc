@@ -1,0 +1,372 @@
+#include "traces/importers/json_cursor.h"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "sim/input_error.h"
+
+namespace hookstream {
+
+namespace {
+
+constexpr uint64_t kOnes = 0x0101010101010101ULL;
+constexpr uint64_t kHighs = 0x8080808080808080ULL;
+
+// True when one of the eight bytes in `w` ends a plain run in a string: '"', '\\', a control
+// character (< 0x20) or a non-ASCII byte (UTF-8, validated byte by byte). The classic SWAR tests:
+// (v - 0x01..) & ~v & 0x80.. is non-zero iff some byte of v is zero; with every byte below 0x80,
+// (w - 0x20..) sets a high bit iff some byte is below 0x20.
+inline bool ends_plain_run(uint64_t w) {
+  const uint64_t quote = w ^ (kOnes * '"');
+  const uint64_t backslash = w ^ (kOnes * '\\');
+  return (((quote - kOnes) & ~quote) | ((backslash - kOnes) & ~backslash) | (w - kOnes * 0x20) | w) & kHighs;
+}
+
+inline bool is_digit(int c) { return c >= '0' && c <= '9'; }
+
+std::string describe_byte(int c) {
+  if (c > 0x20 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "'";
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "byte 0x%02X", static_cast<unsigned>(c));
+  return hex;
+}
+
+void append_utf8(std::string& out, unsigned code) {
+  if (code < 0x80) {
+    out += static_cast<char>(code);
+  } else if (code < 0x800) {
+    out += static_cast<char>(0xC0 | (code >> 6));
+    out += static_cast<char>(0x80 | (code & 0x3F));
+  } else if (code < 0x10000) {
+    out += static_cast<char>(0xE0 | (code >> 12));
+    out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (code & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (code >> 18));
+    out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (code & 0x3F));
+  }
+}
+
+}  // namespace
+
+JsonCursor::JsonCursor(GzipReader& reader) : reader_(reader) {}
+
+bool JsonCursor::refill() {
+  if (at_end_) return false;
+  block_offset_ += static_cast<uint64_t>(end_ - begin_);
+  const std::string_view block = reader_.next_block();
+  if (block.empty()) {
+    at_end_ = true;
+    begin_ = position_ = end_ = nullptr;
+    return false;
+  }
+  begin_ = position_ = block.data();
+  end_ = block.data() + block.size();
+  return true;
+}
+
+void JsonCursor::fail_reason(const std::string& reason) const {
+  throw InputError(reader_.path(), "malformed JSON at byte " + std::to_string(offset()) + ": " + reason);
+}
+
+void JsonCursor::fail(const std::string& expected) {
+  const int c = position_ < end_ || refill() ? static_cast<unsigned char>(*position_) : -1;
+  fail_reason("unexpected " + (c < 0 ? std::string("end of input") : describe_byte(c)) + "; expected " + expected);
+}
+
+void JsonCursor::skip_byte_order_mark() {
+  if (peek_byte() != 0xEF) return;
+  ++position_;
+  for (const int c : {0xBB, 0xBF}) {
+    if (peek_byte() != c) fail("a UTF-8 byte order mark (EF BB BF)");
+    ++position_;
+  }
+}
+
+void JsonCursor::read_string(std::string& out) {
+  out.clear();
+  scan_string<true>(&out);
+}
+
+void JsonCursor::skip_string() { scan_string<false>(nullptr); }
+
+template <bool Keep>
+void JsonCursor::scan_string(std::string* out) {
+  ++position_;  // the opening quote
+  for (;;) {
+    const char* run = position_;
+    while (end_ - position_ >= 8) {
+      uint64_t w;
+      std::memcpy(&w, position_, 8);
+      if (ends_plain_run(w)) break;
+      position_ += 8;
+    }
+    while (position_ < end_) {
+      const auto c = static_cast<unsigned char>(*position_);
+      if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+      ++position_;
+    }
+    if constexpr (Keep) out->append(run, position_);
+    if (position_ == end_) {
+      if (!refill()) fail("'\"' to close the string");
+      continue;
+    }
+    const auto c = static_cast<unsigned char>(*position_);
+    if (c == '"') {
+      ++position_;
+      return;
+    }
+    if (c == '\\') {
+      ++position_;
+      scan_escape<Keep>(out);
+    } else if (c < 0x20) {
+      fail_reason("control character " + describe_byte(c) + " in a string (must be escaped)");
+    } else {
+      scan_utf8<Keep>(out);
+    }
+  }
+}
+
+template <bool Keep>
+void JsonCursor::scan_escape(std::string* out) {
+  const int c = peek_byte();
+  char plain;
+  switch (c) {
+    case '"': plain = '"'; break;
+    case '\\': plain = '\\'; break;
+    case '/': plain = '/'; break;
+    case 'b': plain = '\b'; break;
+    case 'f': plain = '\f'; break;
+    case 'n': plain = '\n'; break;
+    case 'r': plain = '\r'; break;
+    case 't': plain = '\t'; break;
+    case 'u': {
+      ++position_;
+      unsigned code = scan_hex4();
+      if (code >= 0xDC00 && code <= 0xDFFF) {
+        fail_reason("lone low surrogate \\u" + [&] {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "%04X", code);
+          return std::string(hex);
+        }() + " in a string");
+      }
+      if (code >= 0xD800 && code <= 0xDBFF) {
+        // UTF-16 surrogate pair: "\uD83D\uDE00" is one code point.
+        if (peek_byte() != '\\') fail("'\\u' and a low surrogate after a high surrogate");
+        ++position_;
+        if (peek_byte() != 'u') fail("'\\u' and a low surrogate after a high surrogate");
+        ++position_;
+        const unsigned low = scan_hex4();
+        if (low < 0xDC00 || low > 0xDFFF) fail_reason("high surrogate not followed by a low surrogate \\uDC00..\\uDFFF");
+        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+      }
+      if constexpr (Keep) append_utf8(*out, code);
+      return;
+    }
+    default: fail("an escape: \\\" \\\\ \\/ \\b \\f \\n \\r \\t or \\uXXXX");
+  }
+  ++position_;
+  if constexpr (Keep) *out += plain;
+}
+
+unsigned JsonCursor::scan_hex4() {
+  unsigned code = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int c = peek_byte();
+    unsigned digit;
+    if (c >= '0' && c <= '9') digit = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f') digit = static_cast<unsigned>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') digit = static_cast<unsigned>(c - 'A' + 10);
+    else fail("four hex digits after \\u");
+    ++position_;
+    code = code * 16 + digit;
+  }
+  return code;
+}
+
+// RFC 3629's well-formed sequences (the table nlohmann::json checks against): no overlong forms,
+// no surrogates, nothing above U+10FFFF.
+template <bool Keep>
+void JsonCursor::scan_utf8(std::string* out) {
+  const auto lead = static_cast<unsigned char>(*position_);
+  int continuation;
+  unsigned char low = 0x80, high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    continuation = 1;
+  } else if (lead == 0xE0) {
+    continuation = 2;
+    low = 0xA0;
+  } else if ((lead >= 0xE1 && lead <= 0xEC) || lead == 0xEE || lead == 0xEF) {
+    continuation = 2;
+  } else if (lead == 0xED) {
+    continuation = 2;
+    high = 0x9F;
+  } else if (lead == 0xF0) {
+    continuation = 3;
+    low = 0x90;
+  } else if (lead >= 0xF1 && lead <= 0xF3) {
+    continuation = 3;
+  } else if (lead == 0xF4) {
+    continuation = 3;
+    high = 0x8F;
+  } else {
+    fail_reason("ill-formed UTF-8 " + describe_byte(lead) + " in a string");
+  }
+  ++position_;
+  char bytes[4] = {static_cast<char>(lead)};
+  for (int i = 1; i <= continuation; ++i) {
+    const int c = peek_byte();
+    if (c < 0) fail("'\"' to close the string");
+    if (c < low || c > high) fail_reason("ill-formed UTF-8 " + describe_byte(c) + " in a string");
+    ++position_;
+    bytes[i] = static_cast<char>(c);
+    low = 0x80;
+    high = 0xBF;
+  }
+  if constexpr (Keep) out->append(bytes, static_cast<size_t>(continuation) + 1);
+}
+
+void JsonCursor::scan_digits(bool keep) {
+  for (;;) {
+    const char* end = position_;
+    while (end < end_ && is_digit(*end)) ++end;
+    if (keep) number_.append(position_, end);
+    position_ = end;
+    if (end < end_ || !refill()) return;
+  }
+}
+
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, read until the first byte that cannot continue
+// it (the caller then checks that byte, as a JSON parser's next token would).
+template <bool Keep>
+void JsonCursor::scan_number(bool* is_float) {
+  if constexpr (Keep) number_.clear();
+  int c = peek_byte();
+  if (c == '-') {
+    if constexpr (Keep) number_ += '-';
+    ++position_;
+    c = peek_byte();
+  }
+  if (c == '0') {
+    if constexpr (Keep) number_ += '0';
+    ++position_;
+  } else if (c >= '1' && c <= '9') {
+    scan_digits(Keep);
+  } else {
+    fail("a digit");
+  }
+  c = peek_byte();
+  if (c == '.') {
+    if constexpr (Keep) number_ += '.';
+    ++position_;
+    if (!is_digit(peek_byte())) fail("a digit after '.'");
+    scan_digits(Keep);
+    if constexpr (Keep) *is_float = true;
+    c = peek_byte();
+  }
+  if (c == 'e' || c == 'E') {
+    if constexpr (Keep) number_ += static_cast<char>(c);
+    ++position_;
+    c = peek_byte();
+    if (c == '+' || c == '-') {
+      if constexpr (Keep) number_ += static_cast<char>(c);
+      ++position_;
+    }
+    if (!is_digit(peek_byte())) fail("a digit in the exponent");
+    scan_digits(Keep);
+    if constexpr (Keep) *is_float = true;
+  }
+}
+
+JsonNumber JsonCursor::read_number() {
+  bool is_float = false;
+  scan_number<true>(&is_float);
+  const char* first = number_.data();
+  const char* last = first + number_.size();
+  JsonNumber n;
+  if (!is_float) {
+    if (std::from_chars(first, last, n.integer).ec == std::errc()) return n;
+    if (number_[0] != '-' && std::from_chars(first, last, n.unsigned_integer).ec == std::errc()) {
+      n.kind = JsonNumber::Kind::Unsigned;
+      return n;
+    }
+  }
+  n.kind = JsonNumber::Kind::Float;
+  // Out of double's range, from_chars reports an error where strtod (which nlohmann::json uses)
+  // gives +-HUGE_VAL or the nearest denormal; keep strtod's answer for those.
+  if (std::from_chars(first, last, n.floating).ec != std::errc()) n.floating = std::strtod(number_.c_str(), nullptr);
+  return n;
+}
+
+void JsonCursor::scan_literal(const char* word) {
+  for (const char* w = word; *w; ++w) {
+    if (peek_byte() != static_cast<unsigned char>(*w)) fail(std::string("the literal '") + word + "'");
+    ++position_;
+  }
+}
+
+void JsonCursor::skip_key() {
+  if (peek() != '"') fail("a string as object key");
+  scan_string<false>(nullptr);
+  expect(':', "':' after an object key");
+}
+
+void JsonCursor::skip_value() {
+  open_.clear();
+  for (;;) {
+    switch (peek()) {
+      case '{':
+        ++position_;
+        if (peek() == '}') {
+          ++position_;
+          break;
+        }
+        open_.push_back('{');
+        skip_key();
+        continue;  // the member's value
+      case '[':
+        ++position_;
+        if (peek() == ']') {
+          ++position_;
+          break;
+        }
+        open_.push_back('[');
+        continue;  // the first element
+      case '"': scan_string<false>(nullptr); break;
+      case 't': scan_literal("true"); break;
+      case 'f': scan_literal("false"); break;
+      case 'n': scan_literal("null"); break;
+      case '-': case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8': case '9':
+        scan_number<false>(nullptr);
+        break;
+      default: fail("a value");
+    }
+    // A value ended: close the containers that end with it, or go on to the next member.
+    for (;;) {
+      if (open_.empty()) return;
+      const char open = open_.back();
+      if (next_member(open == '{' ? '}' : ']')) {
+        if (open == '{') skip_key();
+        break;
+      }
+      open_.pop_back();
+    }
+  }
+}
+
+void JsonCursor::skip_rest_of_object() {
+  while (next_member('}')) {
+    skip_key();
+    skip_value();
+  }
+}
+
+void JsonCursor::expect_end() {
+  if (peek() != -1) fail("end of input after the document");
+}
+
+}  // namespace hookstream
