@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -198,7 +199,7 @@ class GzipReader::Inflater {
 GzipReader::GzipReader(const std::string& path, size_t block_bytes) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw InputError(path, std::string("cannot open (") + std::strerror(errno) + ")");
-  plain_block_.resize(block_bytes);
+  plain_block_.resize(std::max<size_t>(block_bytes, 2));  // two bytes at least, to see the gzip magic
   const ssize_t n = read_fully(fd_, plain_block_.data(), plain_block_.size());
   if (n < 0) {
     const int saved = errno;
