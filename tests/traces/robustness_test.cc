@@ -279,6 +279,11 @@ TEST_CASE("corrupt gzip, empty and non-trace JSON are one-line errors; an early 
   CHECK(kineto_error(trailing) == trailing + ": malformed JSON at byte 20: unexpected 'x'; expected end of input after "
                                              "the document");
 
+  // Beyond double's range anywhere, skipped values included, as nlohmann::json says.
+  const std::string huge = (dir / "huge.json").string();
+  write_all(huge, "{\"traceEvents\": [{\"x\": 1e400}]}");
+  CHECK(kineto_error(huge) == huge + ": malformed JSON at byte 23: number overflow parsing '1e400'");
+
   // Malformed at byte 17 of 16 MiB that inflate on the other thread: the error comes at once and
   // the inflater, blocked on a full ring, is stopped and joined.
   const std::string early = (dir / "early.json.gz").string();

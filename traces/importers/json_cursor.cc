@@ -1,6 +1,7 @@
 #include "traces/importers/json_cursor.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -230,61 +231,70 @@ void JsonCursor::scan_utf8(std::string* out) {
   if constexpr (Keep) out->append(bytes, static_cast<size_t>(continuation) + 1);
 }
 
-void JsonCursor::scan_digits(bool keep) {
+void JsonCursor::scan_digits() {
   for (;;) {
     const char* end = position_;
     while (end < end_ && is_digit(*end)) ++end;
-    if (keep) number_.append(position_, end);
+    number_.append(position_, end);
     position_ = end;
     if (end < end_ || !refill()) return;
   }
 }
 
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, read until the first byte that cannot continue
-// it (the caller then checks that byte, as a JSON parser's next token would).
-template <bool Keep>
-void JsonCursor::scan_number(bool* is_float) {
-  if constexpr (Keep) number_.clear();
+// it (the caller then checks that byte, as a JSON parser's next token would). The text goes to
+// number_ (one append per run of digits); true when it has a fraction or an exponent.
+bool JsonCursor::scan_number() {
+  const uint64_t start = offset();
+  number_.clear();
+  bool is_float = false, has_exponent = false;
   int c = peek_byte();
   if (c == '-') {
-    if constexpr (Keep) number_ += '-';
+    number_ += '-';
     ++position_;
     c = peek_byte();
   }
   if (c == '0') {
-    if constexpr (Keep) number_ += '0';
+    number_ += '0';
     ++position_;
   } else if (c >= '1' && c <= '9') {
-    scan_digits(Keep);
+    scan_digits();
   } else {
     fail("a digit");
   }
   c = peek_byte();
   if (c == '.') {
-    if constexpr (Keep) number_ += '.';
+    number_ += '.';
     ++position_;
     if (!is_digit(peek_byte())) fail("a digit after '.'");
-    scan_digits(Keep);
-    if constexpr (Keep) *is_float = true;
+    scan_digits();
+    is_float = true;
     c = peek_byte();
   }
   if (c == 'e' || c == 'E') {
-    if constexpr (Keep) number_ += static_cast<char>(c);
+    number_ += static_cast<char>(c);
     ++position_;
     c = peek_byte();
     if (c == '+' || c == '-') {
-      if constexpr (Keep) number_ += static_cast<char>(c);
+      number_ += static_cast<char>(c);
       ++position_;
     }
     if (!is_digit(peek_byte())) fail("a digit in the exponent");
-    scan_digits(Keep);
-    if constexpr (Keep) *is_float = true;
+    scan_digits();
+    is_float = has_exponent = true;
   }
+  // nlohmann::json rejects a number beyond double's range (1e400, or 310 digits): so does this
+  // lexer, for skipped numbers too. Only an exponent or a long number can get there.
+  if ((has_exponent || number_.size() > 300) && !std::isfinite(std::strtod(number_.c_str(), nullptr))) {
+    const std::string shown = number_.size() > 40 ? number_.substr(0, 40) + "..." : number_;
+    throw InputError(reader_.path(), "malformed JSON at byte " + std::to_string(start) + ": number overflow parsing '" +
+                                         shown + "'");
+  }
+  return is_float;
 }
 
 JsonNumber JsonCursor::read_number() {
-  bool is_float = false;
-  scan_number<true>(&is_float);
+  const bool is_float = scan_number();
   const char* first = number_.data();
   const char* last = first + number_.size();
   JsonNumber n;
@@ -296,8 +306,8 @@ JsonNumber JsonCursor::read_number() {
     }
   }
   n.kind = JsonNumber::Kind::Float;
-  // Out of double's range, from_chars reports an error where strtod (which nlohmann::json uses)
-  // gives +-HUGE_VAL or the nearest denormal; keep strtod's answer for those.
+  // Below double's range (1e-400) from_chars reports an error where strtod, which nlohmann::json
+  // uses, gives 0 or the nearest denormal; keep strtod's answer. (Overflow failed in scan_number.)
   if (std::from_chars(first, last, n.floating).ec != std::errc()) n.floating = std::strtod(number_.c_str(), nullptr);
   return n;
 }
@@ -341,7 +351,7 @@ void JsonCursor::skip_value() {
       case 'f': scan_literal("false"); break;
       case 'n': scan_literal("null"); break;
       case '-': case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8': case '9':
-        scan_number<false>(nullptr);
+        scan_number();
         break;
       default: fail("a value");
     }

@@ -6,9 +6,10 @@
 //
 // It is a strict RFC 8259 validator for everything it passes over, skipped values included
 // (grammar, number syntax, escapes and surrogate pairs, unescaped control characters, ill-formed
-// UTF-8), as nlohmann::json's parser is: malformed input is an InputError
-// "malformed JSON at byte N: <reason>", N the 0-based offset of the offending byte in the
-// decompressed stream (the length of the input when it ends too early).
+// UTF-8, numbers beyond double's range), as nlohmann::json's parser is: malformed input is an
+// InputError "malformed JSON at byte N: <reason>", N the 0-based offset of the offending byte (of
+// the token's first byte for a number out of range) in the decompressed stream, or the length of
+// the input when it ends too early.
 #pragma once
 
 #include <cstdint>
@@ -102,9 +103,8 @@ class JsonCursor {
   void scan_escape(std::string* out);
   template <bool Keep>
   void scan_utf8(std::string* out);
-  template <bool Keep>
-  void scan_number(bool* is_float);
-  void scan_digits(bool keep);
+  bool scan_number();
+  void scan_digits();
   void scan_literal(const char* word);
   void skip_key();
   unsigned scan_hex4();
