@@ -8,6 +8,10 @@
 
 #include "sim/input_error.h"
 
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "json_cursor.cc reads eight string bytes as one little-endian word"
+#endif
+
 namespace hookstream {
 
 namespace {
@@ -15,17 +19,23 @@ namespace {
 constexpr uint64_t kOnes = 0x0101010101010101ULL;
 constexpr uint64_t kHighs = 0x8080808080808080ULL;
 
-// True when one of the eight bytes in `w` ends a plain run in a string: '"', '\\', a control
-// character (< 0x20) or a non-ASCII byte (UTF-8, validated byte by byte). The classic SWAR tests:
-// (v - 0x01..) & ~v & 0x80.. is non-zero iff some byte of v is zero; with every byte below 0x80,
-// (w - 0x20..) sets a high bit iff some byte is below 0x20.
-inline bool ends_plain_run(uint64_t w) {
+// The bytes of `w` (eight bytes of a string, the first in the low byte) that end a plain run:
+// '"', '\\', a control character (< 0x20) or a non-ASCII byte (UTF-8, validated byte by byte),
+// as a mask of their high bits. Classic SWAR: (v - 0x01..) & ~v marks the zero bytes of v, and
+// (w - 0x20..) & ~w the bytes below 0x20. Bytes above the first marked one may be marked falsely
+// (a borrow runs upwards), the first is exact: only its position is used.
+inline uint64_t plain_run_ends(uint64_t w) {
   const uint64_t quote = w ^ (kOnes * '"');
   const uint64_t backslash = w ^ (kOnes * '\\');
-  return (((quote - kOnes) & ~quote) | ((backslash - kOnes) & ~backslash) | (w - kOnes * 0x20) | w) & kHighs;
+  return (((quote - kOnes) & ~quote) | ((backslash - kOnes) & ~backslash) | ((w - kOnes * 0x20) & ~w) | w) & kHighs;
 }
 
 inline bool is_digit(int c) { return c >= '0' && c <= '9'; }
+
+inline bool is_string_special(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u == '"' || u == '\\' || u < 0x20 || u >= 0x80;
+}
 
 std::string describe_byte(int c) {
   if (c > 0x20 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "'";
@@ -58,14 +68,15 @@ JsonCursor::JsonCursor(GzipReader& reader) : reader_(reader) {}
 
 bool JsonCursor::refill() {
   if (at_end_) return false;
+  if (in_number_) number_.append(number_start_, static_cast<size_t>(end_ - number_start_));
   block_offset_ += static_cast<uint64_t>(end_ - begin_);
   const std::string_view block = reader_.next_block();
   if (block.empty()) {
     at_end_ = true;
-    begin_ = position_ = end_ = nullptr;
+    begin_ = position_ = end_ = number_start_ = nullptr;
     return false;
   }
-  begin_ = position_ = block.data();
+  begin_ = position_ = number_start_ = block.data();
   end_ = block.data() + block.size();
   return true;
 }
@@ -99,33 +110,49 @@ template <bool Keep>
 void JsonCursor::scan_string(std::string* out) {
   ++position_;  // the opening quote
   for (;;) {
-    const char* run = position_;
-    while (end_ - position_ >= 8) {
+    // Locals, not members, in the hot loop: the compiler keeps them in registers.
+    const char* const run = position_;
+    const char* p = position_;
+    const char* const end = end_;
+    unsigned c = 0;
+    bool found = false;
+    // Eight bytes at a time; the first byte that ends the run comes from the mask, its value from
+    // the word (no second load).
+    while (end - p >= 8) {
       uint64_t w;
-      std::memcpy(&w, position_, 8);
-      if (ends_plain_run(w)) break;
-      position_ += 8;
+      std::memcpy(&w, p, 8);
+      const uint64_t ends = plain_run_ends(w);
+      if (ends != 0) {
+        const int bit = __builtin_ctzll(ends) & ~7;
+        p += bit / 8;
+        c = static_cast<unsigned>(w >> bit) & 0xFF;
+        found = true;
+        break;
+      }
+      p += 8;
     }
-    while (position_ < end_) {
-      const auto c = static_cast<unsigned char>(*position_);
-      if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
-      ++position_;
+    if (!found) {
+      while (p < end && !is_string_special(*p)) ++p;
+      if (p < end) {
+        c = static_cast<unsigned char>(*p);
+        found = true;
+      }
     }
-    if constexpr (Keep) out->append(run, position_);
-    if (position_ == end_) {
+    if constexpr (Keep) out->append(run, static_cast<size_t>(p - run));
+    position_ = p;
+    if (!found) {
       if (!refill()) fail("'\"' to close the string");
       continue;
     }
-    const auto c = static_cast<unsigned char>(*position_);
     if (c == '"') {
-      ++position_;
+      position_ = p + 1;
       return;
     }
     if (c == '\\') {
       ++position_;
       scan_escape<Keep>(out);
     } else if (c < 0x20) {
-      fail_reason("control character " + describe_byte(c) + " in a string (must be escaped)");
+      fail_reason("control character " + describe_byte(static_cast<int>(c)) + " in a string (must be escaped)");
     } else {
       scan_utf8<Keep>(out);
     }
@@ -233,29 +260,53 @@ void JsonCursor::scan_utf8(std::string* out) {
 
 void JsonCursor::scan_digits() {
   for (;;) {
-    const char* end = position_;
-    while (end < end_ && is_digit(*end)) ++end;
-    number_.append(position_, end);
-    position_ = end;
-    if (end < end_ || !refill()) return;
+    while (position_ < end_ && is_digit(*position_)) ++position_;
+    if (position_ < end_ || !refill()) return;
   }
 }
 
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, read until the first byte that cannot continue
-// it (the caller then checks that byte, as a JSON parser's next token would). The text goes to
-// number_ (one append per run of digits); true when it has a fraction or an exponent.
-bool JsonCursor::scan_number() {
+// it (the caller then checks that byte, as a JSON parser's next token would). `text` is the
+// number: a view into the block, or number_ when it spans two blocks (refill() keeps the part in
+// the block it leaves). True when the number has a fraction or an exponent.
+bool JsonCursor::scan_number(std::string_view& text) {
+  // Fast path, for nearly every number: short, no exponent, well inside the block, so no byte
+  // needs a bounds check. Anything else takes the careful path below from the start.
+  if (end_ - position_ >= 48) {
+    const char* p = position_;
+    const char* const limit = position_ + 40;
+    if (*p == '-') ++p;
+    bool plain = true, is_float = false;
+    if (*p == '0') {
+      ++p;
+    } else if (*p >= '1' && *p <= '9') {
+      while (p < limit && is_digit(*p)) ++p;
+    } else {
+      plain = false;
+    }
+    if (plain && *p == '.') {
+      ++p;
+      is_float = true;
+      if (!is_digit(*p)) plain = false;
+      while (p < limit && is_digit(*p)) ++p;
+    }
+    if (plain && p < limit && *p != 'e' && *p != 'E') {
+      text = std::string_view(position_, static_cast<size_t>(p - position_));
+      position_ = p;
+      return is_float;
+    }
+  }
   const uint64_t start = offset();
   number_.clear();
+  number_start_ = position_;
+  in_number_ = true;
   bool is_float = false, has_exponent = false;
   int c = peek_byte();
   if (c == '-') {
-    number_ += '-';
     ++position_;
     c = peek_byte();
   }
   if (c == '0') {
-    number_ += '0';
     ++position_;
   } else if (c >= '1' && c <= '9') {
     scan_digits();
@@ -264,7 +315,6 @@ bool JsonCursor::scan_number() {
   }
   c = peek_byte();
   if (c == '.') {
-    number_ += '.';
     ++position_;
     if (!is_digit(peek_byte())) fail("a digit after '.'");
     scan_digits();
@@ -272,35 +322,43 @@ bool JsonCursor::scan_number() {
     c = peek_byte();
   }
   if (c == 'e' || c == 'E') {
-    number_ += static_cast<char>(c);
     ++position_;
     c = peek_byte();
-    if (c == '+' || c == '-') {
-      number_ += static_cast<char>(c);
-      ++position_;
-    }
+    if (c == '+' || c == '-') ++position_;
     if (!is_digit(peek_byte())) fail("a digit in the exponent");
     scan_digits();
     is_float = has_exponent = true;
   }
+  in_number_ = false;
+  if (number_.empty()) {
+    text = std::string_view(number_start_, static_cast<size_t>(position_ - number_start_));
+  } else {
+    number_.append(number_start_, static_cast<size_t>(position_ - number_start_));
+    text = number_;
+  }
   // nlohmann::json rejects a number beyond double's range (1e400, or 310 digits): so does this
   // lexer, for skipped numbers too. Only an exponent or a long number can get there.
-  if ((has_exponent || number_.size() > 300) && !std::isfinite(std::strtod(number_.c_str(), nullptr))) {
-    const std::string shown = number_.size() > 40 ? number_.substr(0, 40) + "..." : number_;
-    throw InputError(reader_.path(), "malformed JSON at byte " + std::to_string(start) + ": number overflow parsing '" +
-                                         shown + "'");
+  if (has_exponent || text.size() > 300) {
+    number_.assign(text);  // strtod needs a terminating NUL
+    text = number_;
+    if (!std::isfinite(std::strtod(number_.c_str(), nullptr))) {
+      const std::string shown = number_.size() > 40 ? number_.substr(0, 40) + "..." : number_;
+      throw InputError(reader_.path(), "malformed JSON at byte " + std::to_string(start) +
+                                           ": number overflow parsing '" + shown + "'");
+    }
   }
   return is_float;
 }
 
 JsonNumber JsonCursor::read_number() {
-  const bool is_float = scan_number();
-  const char* first = number_.data();
-  const char* last = first + number_.size();
+  std::string_view text;
+  const bool is_float = scan_number(text);
+  const char* first = text.data();
+  const char* last = first + text.size();
   JsonNumber n;
   if (!is_float) {
     if (std::from_chars(first, last, n.integer).ec == std::errc()) return n;
-    if (number_[0] != '-' && std::from_chars(first, last, n.unsigned_integer).ec == std::errc()) {
+    if (text[0] != '-' && std::from_chars(first, last, n.unsigned_integer).ec == std::errc()) {
       n.kind = JsonNumber::Kind::Unsigned;
       return n;
     }
@@ -308,7 +366,10 @@ JsonNumber JsonCursor::read_number() {
   n.kind = JsonNumber::Kind::Float;
   // Below double's range (1e-400) from_chars reports an error where strtod, which nlohmann::json
   // uses, gives 0 or the nearest denormal; keep strtod's answer. (Overflow failed in scan_number.)
-  if (std::from_chars(first, last, n.floating).ec != std::errc()) n.floating = std::strtod(number_.c_str(), nullptr);
+  if (std::from_chars(first, last, n.floating).ec != std::errc()) {
+    const std::string terminated(text);
+    n.floating = std::strtod(terminated.c_str(), nullptr);
+  }
   return n;
 }
 
@@ -326,6 +387,7 @@ void JsonCursor::skip_key() {
 }
 
 void JsonCursor::skip_value() {
+  std::string_view skipped_number;
   open_.clear();
   for (;;) {
     switch (peek()) {
@@ -351,7 +413,7 @@ void JsonCursor::skip_value() {
       case 'f': scan_literal("false"); break;
       case 'n': scan_literal("null"); break;
       case '-': case '0': case '1': case '2': case '3': case '4': case '5': case '6': case '7': case '8': case '9':
-        scan_number();
+        scan_number(skipped_number);
         break;
       default: fail("a value");
     }

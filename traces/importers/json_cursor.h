@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "traces/importers/gzip_reader.h"
@@ -44,8 +45,8 @@ class JsonCursor {
   int peek() {
     for (;;) {
       while (position_ < end_) {
-        const char c = *position_;
-        if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return static_cast<unsigned char>(c);
+        const auto c = static_cast<unsigned char>(*position_);
+        if (c > ' ' || (c != ' ' && c != '\n' && c != '\r' && c != '\t')) return c;
         ++position_;
       }
       if (!refill()) return -1;
@@ -103,7 +104,7 @@ class JsonCursor {
   void scan_escape(std::string* out);
   template <bool Keep>
   void scan_utf8(std::string* out);
-  bool scan_number();
+  bool scan_number(std::string_view& text);
   void scan_digits();
   void scan_literal(const char* word);
   void skip_key();
@@ -115,7 +116,9 @@ class JsonCursor {
   const char* end_ = nullptr;
   uint64_t block_offset_ = 0;
   bool at_end_ = false;
-  std::string number_;       // the number being converted (its text may span two blocks)
+  std::string number_;  // a number's text when it spans two blocks (or must end in a NUL)
+  const char* number_start_ = nullptr;
+  bool in_number_ = false;
   std::vector<char> open_;   // containers open while skipping a value: '{' or '['
 };
 

@@ -161,7 +161,7 @@ class KinetoScanner {
         case EventKey::Ph:
           if (c != '"') break;
           cursor_.read_string(e.ph);
-          if (e.ph != "X") {  // only complete events carry GPU work and API calls
+          if (e.ph.size() != 1 || e.ph[0] != 'X') {  // only complete events carry GPU work and API calls
             cursor_.skip_rest_of_object();
             return;
           }
