@@ -32,6 +32,21 @@ inline uint64_t plain_run_ends(uint64_t w) {
 
 inline bool is_digit(int c) { return c >= '0' && c <= '9'; }
 
+// The first byte at or after `p` that is not a digit, eight bytes at a time, or a byte at or past
+// `limit` (the caller then takes its careful path). At most limit - p + 8 bytes are read.
+// (w - 0x30..) marks bytes below '0', (w + 0x46..) bytes above '9'; a borrow or carry only runs
+// upwards from a marked byte, so the first mark is exact.
+inline const char* skip_digits_in_block(const char* p, const char* limit) {
+  while (p < limit) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    const uint64_t not_digit = ((w - kOnes * '0') | (w + kOnes * (0x7F - '9'))) & kHighs;
+    if (not_digit != 0) return p + __builtin_ctzll(not_digit) / 8;
+    p += 8;
+  }
+  return p;
+}
+
 inline bool is_string_special(char c) {
   const auto u = static_cast<unsigned char>(c);
   return u == '"' || u == '\\' || u < 0x20 || u >= 0x80;
@@ -272,15 +287,15 @@ void JsonCursor::scan_digits() {
 bool JsonCursor::scan_number(std::string_view& text) {
   // Fast path, for nearly every number: short, no exponent, well inside the block, so no byte
   // needs a bounds check. Anything else takes the careful path below from the start.
-  if (end_ - position_ >= 48) {
+  if (end_ - position_ >= 64) {
     const char* p = position_;
-    const char* const limit = position_ + 40;
+    const char* const limit = position_ + 40;  // 40 + 8 + 8 bytes may be read: inside the block
     if (*p == '-') ++p;
     bool plain = true, is_float = false;
     if (*p == '0') {
       ++p;
     } else if (*p >= '1' && *p <= '9') {
-      while (p < limit && is_digit(*p)) ++p;
+      p = skip_digits_in_block(p, limit);
     } else {
       plain = false;
     }
@@ -288,7 +303,7 @@ bool JsonCursor::scan_number(std::string_view& text) {
       ++p;
       is_float = true;
       if (!is_digit(*p)) plain = false;
-      while (p < limit && is_digit(*p)) ++p;
+      p = skip_digits_in_block(p, limit);
     }
     if (plain && p < limit && *p != 'e' && *p != 'E') {
       text = std::string_view(position_, static_cast<size_t>(p - position_));

@@ -190,9 +190,8 @@ class KinetoAssembler {
 
   EventModel build(int rank) {
     constexpr int64_t process = 0;  // one file is one rank
-    std::unordered_map<int64_t, size_t>& call_op = call_op_;  // correlation -> builder handle
-    std::unordered_map<int64_t, double> call_start;    // correlation -> issue time
-    std::unordered_map<int64_t, ApiRole> call_role;
+    // One entry per correlation (the last call with it wins): ~25k calls in the a100 trace.
+    calls_.reserve(parsed_.calls.size());
     for (CallRecord& c : parsed_.calls) {
       const ApiRole role = classify_api(c.name);
       Op op;
@@ -211,21 +210,19 @@ class KinetoAssembler {
       const double start = op.start_ns;
       const size_t handle = builder_.add_op(std::move(op), process, start);
       if (c.correlation >= 0) {
-        call_op[c.correlation] = handle;
-        call_start[c.correlation] = start;
-        call_role[c.correlation] = role;
+        calls_[c.correlation] = Call{handle, start, role};
       }
     }
     for (GpuRecord& g : parsed_.gpu) {
       g.op.start_ns = ns(g.ts);
       g.op.duration_ns = duration(g.dur);
-      const auto call = call_start.find(g.op.correlation);
+      const auto call = calls_.find(g.op.correlation);
       double issue = g.op.start_ns;
       ApiRole role = ApiRole::Other;
-      if (call != call_start.end()) {
-        issue = call->second;
-        role = call_role[g.op.correlation];
-        g.op.source_api = builder_.op(call_op[g.op.correlation]).name;
+      if (call != calls_.end()) {
+        issue = call->second.start;
+        role = call->second.role;
+        g.op.source_api = builder_.op(call->second.handle).name;
       }
       // Same rule as nsys: cudaMemcpy/cudaMemset return when done; pageable copies are staged.
       if (g.op.kind == OpKind::Copy || g.op.kind == OpKind::Memset) {
@@ -236,15 +233,15 @@ class KinetoAssembler {
       builder_.set_stream(handle, {process, g.device, g.context, g.stream});
     }
     for (const SyncRecord& s : parsed_.syncs) {
-      const auto call = call_op.find(s.correlation);
+      const auto call = calls_.find(s.correlation);
       // Classify by the API call's name when the call is in the trace: CUPTI emits "Event Sync"
       // records for cudaEventQuery too, which does not block (event-sync.json.gz has one).
-      const ApiRole role = call != call_op.end() ? call_role[s.correlation] : role_from_sync_kind(s.kind);
+      const ApiRole role = call != calls_.end() ? call->second.role : role_from_sync_kind(s.kind);
       const bool is_sync = role == ApiRole::StreamWait || role == ApiRole::EventSync ||
                            role == ApiRole::StreamSync || role == ApiRole::DeviceSync;
       size_t handle;
-      if (call != call_op.end()) {
-        handle = call->second;
+      if (call != calls_.end()) {
+        handle = call->second.handle;
       } else {
         Op op;
         op.name = s.kind;
@@ -304,11 +301,11 @@ class KinetoAssembler {
   // call with that correlation recorded, which makes that call an EventRecord op.
   void mark_record(const SyncRecord& s) {
     if (s.wait_record < 0 || s.wait_on_stream < 0) return;
-    const auto record = call_op_.find(s.wait_record);
-    if (record == call_op_.end()) return;
-    builder_.op(record->second).kind = OpKind::EventRecord;
-    builder_.set_stream(record->second, {0, s.device, s.context, s.wait_on_stream});
-    builder_.set_event(record->second, 0, s.wait_record, s.wait_event, event_name(s));
+    const auto record = calls_.find(s.wait_record);
+    if (record == calls_.end()) return;
+    builder_.op(record->second.handle).kind = OpKind::EventRecord;
+    builder_.set_stream(record->second.handle, {0, s.device, s.context, s.wait_on_stream});
+    builder_.set_event(record->second.handle, 0, s.wait_record, s.wait_event, event_name(s));
   }
 
   static ApiRole role_from_sync_kind(const std::string& kind) {
@@ -328,7 +325,13 @@ class KinetoAssembler {
   TraceBuilder builder_;
   int64_t origin_us_ = 0;
   double offset_ns_ = 0;
-  std::unordered_map<int64_t, size_t> call_op_;
+  // A host API call by correlation: its builder handle, issue time and role.
+  struct Call {
+    size_t handle;
+    double start;
+    ApiRole role;
+  };
+  std::unordered_map<int64_t, Call> calls_;
 };
 
 }  // namespace
