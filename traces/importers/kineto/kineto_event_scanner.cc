@@ -156,8 +156,9 @@ class KinetoScanner {
     }
     do {
       read_key();
+      const EventKey key = event_key(key_);
       const int c = cursor_.peek();
-      switch (event_key(key_)) {
+      switch (key) {
         case EventKey::Ph:
           if (c != '"') break;
           cursor_.read_string(e.ph);
@@ -181,14 +182,14 @@ class KinetoScanner {
         case EventKey::Pid:
         case EventKey::Tid:
           if (!starts_number(c)) break;
-          set_integer(cursor_.read_number(), key_[0] == 'p' ? e.pid : e.tid);
+          set_integer(cursor_.read_number(), key == EventKey::Pid ? e.pid : e.tid);
           continue;
         case EventKey::Ts:
         case EventKey::Dur: {
           if (!starts_number(c)) break;
           const JsonNumber n = cursor_.read_number();
-          (key_[0] == 't' ? e.ts : e.dur) = to_micros(n);
-          (key_[0] == 't' ? e.has_ts : e.has_dur) = true;
+          (key == EventKey::Ts ? e.ts : e.dur) = to_micros(n);
+          (key == EventKey::Ts ? e.has_ts : e.has_dur) = true;
           continue;
         }
         case EventKey::Args:
