@@ -191,11 +191,9 @@ void JsonCursor::scan_escape(std::string* out) {
       ++position_;
       unsigned code = scan_hex4();
       if (code >= 0xDC00 && code <= 0xDFFF) {
-        fail_reason("lone low surrogate \\u" + [&] {
-          char hex[8];
-          std::snprintf(hex, sizeof hex, "%04X", code);
-          return std::string(hex);
-        }() + " in a string");
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "%04X", code);
+        fail_reason(std::string("lone low surrogate \\u") + hex + " in a string");
       }
       if (code >= 0xD800 && code <= 0xDBFF) {
         // UTF-16 surrogate pair: "\uD83D\uDE00" is one code point.

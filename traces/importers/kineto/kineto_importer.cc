@@ -27,6 +27,7 @@ enum class Category { Other, Kernel, Copy, Memset, Runtime, Sync, Annotation };
 // Kineto's categories; traces before 2022 capitalised them (Kernel, Memcpy, Memset, Runtime).
 // Asked once or twice for each of a trace's ~10^5 events: compare lengths first.
 Category category_of(const std::string& cat) {
+  // Only called on words of cat's length (the switch below).
   const auto is = [&cat](std::string_view word) { return std::memcmp(cat.data(), word.data(), word.size()) == 0; };
   switch (cat.size()) {
     case 6:
