@@ -60,9 +60,11 @@ Category category_of(const std::string& cat) {
   return Category::Other;
 }
 
+// Kept small (no Op yet: that is built once, in the model): a trace has ~10^4 of them.
 struct GpuRecord {
-  Op op;
-  int64_t device, context, stream;
+  std::string name;
+  Category category;  // Kernel, Copy or Memset
+  int64_t correlation, bytes, device, context, stream;
   Micros ts, dur;
 };
 struct CallRecord {
@@ -134,25 +136,10 @@ class KinetoRecords : public KinetoEventSink {
     // and each record's name gets an allocation of its own size.
     switch (category) {
       case Category::Kernel: case Category::Copy: case Category::Memset: {
-        GpuRecord& r = gpu.emplace_back();
-        r.op.name = e.name;
-        r.op.correlation = or_else(e.correlation, -1);
-        r.op.bytes = or_else(e.bytes, 0);
-        if (category == Category::Kernel) {
-          r.op.kind = is_collective_kernel(r.op.name) ? OpKind::Collective : OpKind::Kernel;
-        } else if (category == Category::Copy) {
-          r.op.kind = OpKind::Copy;
-          parse_copy_name(r.op.name, r.op);
-        } else {
-          r.op.kind = OpKind::Memset;
-          parse_memset_name(r.op.name, r.op);
-        }
         // pid is the device and tid the stream; args say the same in traces since 2021.
-        r.device = or_else(e.device, or_else(e.pid, 0));
-        r.context = or_else(e.context, 0);
-        r.stream = or_else(e.stream, or_else(e.tid, 0));
-        r.ts = e.ts;
-        r.dur = e.dur;
+        gpu.push_back(GpuRecord{e.name, category, or_else(e.correlation, -1), or_else(e.bytes, 0),
+                                or_else(e.device, or_else(e.pid, 0)), or_else(e.context, 0),
+                                or_else(e.stream, or_else(e.tid, 0)), e.ts, e.dur});
         break;
       }
       case Category::Runtime:
@@ -215,22 +202,35 @@ class KinetoAssembler {
       }
     }
     for (GpuRecord& g : parsed_.gpu) {
-      g.op.start_ns = ns(g.ts);
-      g.op.duration_ns = duration(g.dur);
-      const auto call = calls_.find(g.op.correlation);
-      double issue = g.op.start_ns;
+      Op op;
+      op.name = std::move(g.name);
+      op.correlation = g.correlation;
+      op.bytes = g.bytes;
+      if (g.category == Category::Kernel) {
+        op.kind = is_collective_kernel(op.name) ? OpKind::Collective : OpKind::Kernel;
+      } else if (g.category == Category::Copy) {
+        op.kind = OpKind::Copy;
+        parse_copy_name(op.name, op);
+      } else {
+        op.kind = OpKind::Memset;
+        parse_memset_name(op.name, op);
+      }
+      op.start_ns = ns(g.ts);
+      op.duration_ns = duration(g.dur);
+      const auto call = calls_.find(op.correlation);
+      double issue = op.start_ns;
       ApiRole role = ApiRole::Other;
       if (call != calls_.end()) {
         issue = call->second.start;
         role = call->second.role;
-        g.op.source_api = builder_.op(call->second.handle).name;
+        op.source_api = builder_.op(call->second.handle).name;
       }
       // Same rule as nsys: cudaMemcpy/cudaMemset return when done; pageable copies are staged.
-      if (g.op.kind == OpKind::Copy || g.op.kind == OpKind::Memset) {
-        g.op.blocks_host = role == ApiRole::SyncCopy || role == ApiRole::SyncMemset ||
-                           g.op.source == MemoryKind::PageableHost || g.op.destination == MemoryKind::PageableHost;
+      if (op.kind == OpKind::Copy || op.kind == OpKind::Memset) {
+        op.blocks_host = role == ApiRole::SyncCopy || role == ApiRole::SyncMemset ||
+                         op.source == MemoryKind::PageableHost || op.destination == MemoryKind::PageableHost;
       }
-      const size_t handle = builder_.add_op(std::move(g.op), process, issue);
+      const size_t handle = builder_.add_op(std::move(op), process, issue);
       builder_.set_stream(handle, {process, g.device, g.context, g.stream});
     }
     for (const SyncRecord& s : parsed_.syncs) {
