@@ -285,10 +285,15 @@ TEST_CASE("corrupt gzip, empty and non-trace JSON are one-line errors; an early 
   write_all(huge, "{\"traceEvents\": [{\"x\": 1e400}]}");
   CHECK(kineto_error(huge) == huge + ": malformed JSON at byte 23: number overflow parsing '1e400'");
 
-  // Malformed at byte 17 of 16 MiB that inflate on the other thread: the error comes at once and
-  // the inflater, blocked on a full ring, is stopped and joined.
+  // Malformed at byte 17 of 8 MiB that do not compress (so the gzip file is large enough to be
+  // inflated on the other thread): the error comes at once and the inflater, blocked on a full
+  // ring, is stopped and joined.
   const std::string early = (dir / "early.json.gz").string();
-  write_gzip(early, "{\"traceEvents\": [!" + std::string(16 << 20, ' ') + "]}");
+  std::string noise(8 << 20, '\0');
+  uint32_t state = 12345;
+  for (char& c : noise) c = static_cast<char>((state = state * 1103515245 + 12345) >> 24);
+  write_gzip(early, "{\"traceEvents\": [!" + noise);
+  REQUIRE(std::filesystem::file_size(early) > 4 * GzipReader::kDefaultBlockBytes);
   CHECK(kineto_error(early) == early + ": malformed JSON at byte 17: unexpected '!'; expected a value");
 }
 
