@@ -1,8 +1,9 @@
 // Reads a file that may be gzip-compressed (Kineto writes .json.gz) as a sequence of blocks of
 // decompressed bytes, so a large trace is never held in memory whole. Plain files are read with
-// large read() calls on the calling thread. Gzip files are inflated on a second thread into a small
-// ring of blocks (bounded memory) while the caller parses the previous block: on a 2-core machine
-// inflating and parsing a 35 MB trace then take about as long as the slower of the two.
+// large read() calls on the calling thread. Gzip files are inflated (ISA-L's igzip when the build
+// has it, else zlib) on a second thread into a ring of kRingBlocks blocks (1 MiB in all) while
+// the caller parses the previous block, so on two cores inflating and parsing overlap; a file
+// whose compressed bytes fit the first read is inflated on the calling thread instead.
 // Errors (open, read, corrupt or truncated gzip) are InputErrors thrown on the calling thread,
 // naming the file and the offset in the decompressed data where reading stopped.
 #pragma once
