@@ -2,9 +2,17 @@
 // by hand with a Python one-off (json.load(gzip.open(f)), filtering traceEvents by cat/args).
 #include <catch2/catch.hpp>
 
-#include <algorithm>
-#include <fstream>
+#include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "traces/importers/gzip_reader.h"
+#include "traces/importers/kineto/kineto_event_scanner.h"
 #include "traces/importers/kineto/kineto_importer.h"
 #include "trace_test_files.h"
 
@@ -139,4 +147,261 @@ TEST_CASE("kineto newer format: float microseconds after baseTimeNanoseconds", "
   CHECK(m.ops[1].duration_ns == 2250);
   CHECK(m.ops[1].source_api == "cudaLaunchKernel");
   CHECK(m.streams[m.ops[1].stream].id == 13);
+}
+
+// ---- The streaming scanner (kineto_event_scanner.h over json_cursor.h) ----
+
+namespace {
+
+// One line per event with every field the scanner extracts; doubles printed exactly.
+std::string describe(const KinetoEvent& e) {
+  char times[128];
+  std::snprintf(times, sizeof times, "%lld+%.17g(%d) %lld+%.17g(%d)", static_cast<long long>(e.ts.whole), e.ts.fraction,
+                e.has_ts, static_cast<long long>(e.dur.whole), e.dur.fraction, e.has_dur);
+  std::string s = e.ph + "|" + e.cat + "|" + e.name + "|" + e.sync_kind + "|" + times;
+  for (int64_t v : {e.pid, e.tid, e.device, e.context, e.stream, e.correlation, e.bytes, e.wait_on_stream, e.wait_record,
+                    e.wait_event}) {
+    s += "|" + (v == kKinetoAbsent ? std::string("-") : std::to_string(v));
+  }
+  return s;
+}
+
+// Keeps every event the scanner hands over (it wants every category).
+class RecordingSink : public KinetoEventSink {
+ public:
+  std::vector<std::string> events;
+  bool wants_category(const std::string&) const override { return true; }
+  void event(KinetoEvent& e) override { events.push_back(describe(e)); }
+};
+
+struct Scanned {
+  std::vector<std::string> events;
+  KinetoTraceInfo info;
+};
+
+Scanned scan(const std::string& path, size_t block_bytes = GzipReader::kDefaultBlockBytes) {
+  GzipReader reader(path, block_bytes);
+  RecordingSink sink;
+  Scanned out;
+  out.info = scan_kineto_trace(reader, sink);
+  out.events = std::move(sink.events);
+  return out;
+}
+
+// The same fields read independently from the whole document parsed by nlohmann::json, with the
+// rules of the nlohmann SAX handler the scanner replaced: integers (above INT64_MAX: absent) for
+// pid, tid and args; ts/dur integer or float; strings for ph/cat/name/cuda_sync_kind.
+Scanned scan_with_nlohmann(const std::string& path) {
+  std::string text;
+  {
+    gzFile file = gzopen(path.c_str(), "rb");
+    REQUIRE(file != nullptr);
+    char buffer[1 << 16];
+    int n;
+    while ((n = gzread(file, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+    gzclose(file);
+  }
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  const auto integer = [](const nlohmann::json& v, int64_t& out) {
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      out = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? kKinetoAbsent : static_cast<int64_t>(u);
+    } else if (v.is_number_integer()) {
+      out = v.get<int64_t>();
+    }
+  };
+  const auto micros = [](const nlohmann::json& v, KinetoMicros& out, bool& has) {
+    if (v.is_number_float()) {
+      const double d = v.get<double>(), whole = std::floor(d);
+      out = KinetoMicros{static_cast<int64_t>(whole), d - whole};
+      has = true;
+    } else if (v.is_number()) {
+      int64_t i = kKinetoAbsent;
+      if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        i = static_cast<int64_t>(v.get<uint64_t>());
+      } else if (!v.is_number_unsigned()) {
+        i = v.get<int64_t>();
+      }
+      out = KinetoMicros{i, 0};
+      has = true;
+    }
+  };
+  Scanned out;
+  const nlohmann::json* events = doc.is_array() ? &doc : nullptr;
+  if (doc.is_object()) {
+    if (doc.contains("traceEvents") && doc["traceEvents"].is_array()) events = &doc["traceEvents"];
+    if (doc.contains("baseTimeNanoseconds") && doc["baseTimeNanoseconds"].is_number_integer()) {
+      out.info.has_base_time = true;
+      integer(doc["baseTimeNanoseconds"], out.info.base_time_ns);
+    }
+  }
+  out.info.saw_events = events != nullptr;
+  if (!events) return out;
+  for (const nlohmann::json& item : *events) {
+    if (!item.is_object()) continue;
+    if (item.contains("ph") && item["ph"].is_string() && item["ph"] != "X") continue;  // dropped unread
+    KinetoEvent e;
+    for (const auto& [key, value] : item.items()) {
+      if (key == "ph" && value.is_string()) e.ph = value;
+      else if (key == "cat" && value.is_string()) e.cat = value;
+      else if (key == "name" && value.is_string()) e.name = value;
+      else if (key == "pid") integer(value, e.pid);
+      else if (key == "tid") integer(value, e.tid);
+      else if (key == "ts") micros(value, e.ts, e.has_ts);
+      else if (key == "dur") micros(value, e.dur, e.has_dur);
+      else if (key == "args" && value.is_object()) {
+        for (const auto& [arg, v] : value.items()) {
+          if (arg == "stream") integer(v, e.stream);
+          else if (arg == "correlation") integer(v, e.correlation);
+          else if (arg == "device") integer(v, e.device);
+          else if (arg == "context") integer(v, e.context);
+          else if (arg == "bytes") integer(v, e.bytes);
+          else if (arg == "wait_on_stream") integer(v, e.wait_on_stream);
+          else if (arg == "wait_on_cuda_event_record_corr_id") integer(v, e.wait_record);
+          else if (arg == "wait_on_cuda_event_id") integer(v, e.wait_event);
+          else if (arg == "cuda_sync_kind" && v.is_string()) e.sync_kind = v;
+        }
+      }
+    }
+    out.events.push_back(describe(e));
+  }
+  return out;
+}
+
+void check_same(const Scanned& a, const Scanned& b) {
+  CHECK(a.info.saw_events == b.info.saw_events);
+  CHECK(a.info.has_base_time == b.info.has_base_time);
+  CHECK(a.info.base_time_ns == b.info.base_time_ns);
+  REQUIRE(a.events.size() == b.events.size());
+  for (size_t i = 0; i < a.events.size(); ++i) {
+    if (a.events[i] != b.events[i]) {
+      INFO("event " << i);
+      CHECK(a.events[i] == b.events[i]);
+      return;
+    }
+  }
+}
+
+const std::vector<std::string> kKinetoTraces = {"kineto/a100-rank3-of-8-control.json.gz",
+                                                "kineto/alexnet-a100-syncevents.json.gz",
+                                                "kineto/event-sync-multistream.json.gz", "kineto/event-sync.json.gz"};
+
+// Every field of a model that an importer fills, one line per item.
+std::vector<std::string> model_lines(const EventModel& m) {
+  std::vector<std::string> lines;
+  for (const Stream& s : m.streams) {
+    lines.push_back("stream " + std::to_string(s.rank) + " " + std::to_string(s.device) + " " + std::to_string(s.id) +
+                    " " + s.name);
+  }
+  for (const Event& e : m.events) lines.push_back("event " + e.name + " " + std::to_string(e.rank));
+  for (const Op& op : m.ops) {
+    char times[96];
+    std::snprintf(times, sizeof times, "%.17g %.17g", op.start_ns, op.duration_ns);
+    lines.push_back(std::string(to_string(op.kind)) + " " + std::to_string(op.rank) + " " + std::to_string(op.stream) +
+                    " " + op.name + " " + std::to_string(op.event) + " " + std::to_string(op.sync_stream) + " " +
+                    to_string(op.copy) + " " + to_string(op.source) + " " + to_string(op.destination) + " " +
+                    std::to_string(op.blocks_host) + " " + std::to_string(op.bytes) + " " + times + " " +
+                    std::to_string(op.correlation) + " " + op.source_api);
+  }
+  return lines;
+}
+
+std::string inflate_to(const std::string& gz, const std::string& path) {
+  gzFile file = gzopen(gz.c_str(), "rb");
+  REQUIRE(file != nullptr);
+  std::ofstream out(path, std::ios::binary);
+  char buffer[1 << 16];
+  int n;
+  while ((n = gzread(file, buffer, sizeof buffer)) > 0) out.write(buffer, n);
+  gzclose(file);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("kineto scanner: every real trace scans to the fields nlohmann::json reads", "[traces][kineto][scanner]") {
+  for (const std::string& trace : kKinetoTraces) {
+    INFO(trace);
+    const std::string path = test::shared_trace(trace);
+    const Scanned ours = scan(path);
+    CHECK(ours.events.size() > 0);
+    check_same(ours, scan_with_nlohmann(path));
+  }
+}
+
+TEST_CASE("kineto scanner: block boundaries anywhere give the same events", "[traces][kineto][scanner]") {
+  // Tokens, escapes, UTF-8 sequences and numbers split across blocks: blocks of 1, 2, 3 and 7
+  // bytes put a boundary everywhere in the small traces; odd sizes in the larger ones.
+  for (const std::string& trace : kKinetoTraces) {
+    INFO(trace);
+    const std::string path = test::shared_trace(trace);
+    const Scanned whole = scan(path);
+    std::vector<size_t> blocks = {1, 2, 3, 7};  // the event-sync traces: ~30 kB inflated
+    if (trace.find("alexnet") != std::string::npos) blocks = {3, 7, 4093};
+    if (trace.find("a100-rank3") != std::string::npos) blocks = {4093, 65537};
+    for (size_t block : blocks) {
+      INFO("block " << block);
+      check_same(scan(path, block), whole);
+    }
+  }
+}
+
+TEST_CASE("kineto importer: .json.gz, the inflated .json and a compact rewrite give one model", "[traces][kineto]") {
+  const auto dir = test::temp_dir("kineto-forms");
+  for (const std::string& trace : kKinetoTraces) {
+    INFO(trace);
+    const std::string gz = test::shared_trace(trace);
+    const std::string plain = inflate_to(gz, (dir / "plain.json").string());
+    // nlohmann's dump: no whitespace, every non-ASCII character as \uXXXX (surrogate pairs too).
+    const std::string compact = (dir / "compact.json").string();
+    {
+      std::ifstream in(plain, std::ios::binary);
+      std::ofstream(compact, std::ios::binary)
+          << nlohmann::json::parse(in).dump(-1, ' ', true, nlohmann::json::error_handler_t::strict);
+    }
+    const std::vector<std::string> expected = model_lines(import_kineto_json(gz));
+    CHECK(model_lines(import_kineto_json(plain)) == expected);
+    CHECK(model_lines(import_kineto_json(compact)) == expected);
+  }
+}
+
+TEST_CASE("kineto scanner: escapes in kept names, numbers in every JSON form", "[traces][kineto][scanner]") {
+  const auto dir = test::temp_dir("kineto-escapes");
+  const std::string path = (dir / "escapes.json").string();
+  // Kernel names with escaped quotes, \u0026 (nlohmann's dump of '&' in some writers), a
+  // surrogate pair, raw UTF-8; ts in exponent form; pid as a string; tid above INT64_MAX;
+  // a float pid; keys written with escapes; nested values in args that must be skipped.
+  std::ofstream(path, std::ios::binary) << "\xEF\xBB\xBF" << R"json({"traceEvents":[
+    {"ph":"X","cat":"kernel","name":"void f<\"q\"> \u0026 \ud83d\ude00 caf\u00e9 caf)json" "\xC3\xA9" R"json( \/\\\b\f\n\r\t",
+     "pid":"Spans","tid":18446744073709551615,"ts":1.5e1,"dur":2E0,
+     "args":{"grid":[1,[2,{"stream":99}]],"stream":7,"device":0.0,"correlation":-0,"bytes":12,"x":{"y":null},"z":true}},
+    {"p\u0068":"X","c\u0061t":"gpu_memcpy","name":"Memcpy DtoH (Device -> Pinned)","pid":2,"tid":3,"ts":-4,"dur":0.25,
+     "args":{"bytes":1024,"correlation":false,"context":5}},
+    {"ph":"X","cat":"cpu_op","name":"aten::mm","ts":1,"args":{"stream":1}},
+    {"ph":"i","cat":"kernel","name":"instant","ts":1},
+    {"ph":"X","cat":"kernel","name":"no ts","dur":3},
+    7, "text", [1, 2], {}
+  ], "baseTimeNanoseconds": 1700000000000000000, "other": {"traceEvents": 5}})json";
+  const EventModel m = import_kineto_json(path);
+  REQUIRE(m.ops.size() == 2);
+  REQUIRE(m.ops[0].kind == OpKind::Copy);  // ops are in time order: the copy at -4 us first
+  const Op& kernel = m.ops[1];
+  CHECK(kernel.kind == OpKind::Kernel);
+  CHECK(kernel.name == "void f<\"q\"> & \xF0\x9F\x98\x80 caf\xC3\xA9 caf\xC3\xA9 /\\\b\f\n\r\t");
+  CHECK(kernel.start_ns == 15000);
+  CHECK(kernel.duration_ns == 2000);
+  CHECK(kernel.bytes == 12);
+  CHECK(kernel.correlation == 0);
+  // pid "Spans" is no device and tid 2^64-1 no stream: args.device (a float) does not count
+  // either, so the device falls back to 0; args.stream says 7 (the nested "stream" is not args').
+  CHECK(m.streams[kernel.stream].device == 0);
+  CHECK(m.streams[kernel.stream].id == 7);
+  const Op& copy = m.ops[0];
+  CHECK(copy.copy == CopyKind::DeviceToHost);
+  CHECK(copy.destination == MemoryKind::PinnedHost);
+  CHECK(copy.start_ns == -4000);
+  CHECK(copy.duration_ns == 250);
+  CHECK(copy.correlation == -1);  // false is no correlation
+  CHECK(m.streams[copy.stream].device == 2);
+  CHECK(m.streams[copy.stream].id == 3);
 }

@@ -3,11 +3,15 @@
 #include <catch2/catch.hpp>
 
 #include <sqlite3.h>
+#include <zlib.h>
 
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "sim/input_error.h"
+#include "traces/importers/gzip_reader.h"
+#include "traces/importers/kineto/kineto_importer.h"
 #include "traces/replay_report.h"
 #include "traces/trace_loader.h"
 #include "trace_test_files.h"
@@ -32,6 +36,39 @@ std::string load_error(const std::string& path) {
   return "";
 }
 bool one_line(const std::string& s) { return s.find('\n') == std::string::npos; }
+std::string inflate_all(const std::string& gz) {
+  gzFile file = gzopen(gz.c_str(), "rb");
+  REQUIRE(file != nullptr);
+  std::string text;
+  char buffer[1 << 16];
+  int n;
+  while ((n = gzread(file, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+  gzclose(file);
+  return text;
+}
+void write_gzip(const std::string& path, const std::string& bytes) {
+  gzFile file = gzopen(path.c_str(), "wb");
+  REQUIRE(file != nullptr);
+  REQUIRE(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  gzclose(file);
+}
+// The InputError message of importing `path` as a Kineto trace, or "" if it imported.
+std::string kineto_error(const std::string& path) {
+  try {
+    import_kineto_json(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+// The same for a file with `bytes`, removed afterwards: rewriting one file in place thousands of
+// times is slow where truncating a file makes the filesystem flush it (ext4's auto_da_alloc).
+std::string kineto_error_of(const std::string& path, const std::string& bytes) {
+  write_all(path, bytes);
+  const std::string error = kineto_error(path);
+  std::filesystem::remove(path);
+  return error;
+}
 }  // namespace
 
 TEST_CASE("truncated and corrupt SQLite exports are InputErrors naming the file", "[traces][robustness]") {
@@ -156,4 +193,169 @@ TEST_CASE("several files are ranks in order, and the report is deterministic", "
                                         test::shared_trace("nsys/fuser-report1-nsys2024.6.sqlite")});
   CHECK(render_replay_json(analyse_replay(again)).dump() == render_replay_json(report).dump());
   CHECK(render_replay_text(analyse_replay(again)) == render_replay_text(report));
+}
+
+TEST_CASE("a Kineto trace cut at any byte is a one-line error at that byte", "[traces][robustness][kineto]") {
+  const auto dir = test::temp_dir("kineto-cut");
+  const std::string text = inflate_all(test::shared_trace("kineto/alexnet-a100-syncevents.json.gz"));
+  REQUIRE(text.size() > 100000);
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  const std::string path = (dir / "cut.json").string();
+  int cuts = 0;
+  for (size_t cut = 0; cut < text.size(); cut += 997) {
+    INFO("cut at " << cut);
+    const std::string error = kineto_error_of(path, text.substr(0, cut));
+    CHECK(one_line(error));
+    if (cut > last) {  // only trailing whitespace cut off
+      CHECK(error.empty());
+      continue;
+    }
+    // Every byte before the cut is a valid prefix: the error is the missing byte.
+    CHECK(error.find(path + ": malformed JSON at byte " + std::to_string(cut) + ": unexpected end of input; expected ") == 0);
+    ++cuts;
+  }
+  CHECK(cuts > 100);
+
+  // The compressed file cut anywhere: the data inflated so far parses, then the gzip error.
+  const std::string gz = read_all(test::shared_trace("kineto/alexnet-a100-syncevents.json.gz"));
+  const std::string gz_path = (dir / "cut.json.gz").string();
+  for (size_t cut = 2; cut < gz.size(); cut += 997) {
+    INFO("gzip cut at " << cut);
+    const std::string error = kineto_error_of(gz_path, gz.substr(0, cut));
+    CHECK(error.find(gz_path + ": corrupt or truncated gzip data at decompressed byte ") == 0);
+    CHECK(error.find("(unexpected end of file)") != std::string::npos);
+    CHECK(one_line(error));
+  }
+}
+
+TEST_CASE("a Kineto trace with a bad byte anywhere is rejected exactly when nlohmann::json rejects it",
+          "[traces][robustness][kineto]") {
+  const auto dir = test::temp_dir("kineto-bytes");
+  const std::string text = inflate_all(test::shared_trace("kineto/event-sync.json.gz"));
+  const std::string path = (dir / "mutated.json").string();
+  int rejected = 0, accepted = 0;
+  for (size_t at = 0; at < text.size(); at += 29) {
+    for (const char bad : {'\0', '"', '}', ']', ',', '1', 'x', '\\', '\xC3', '\xFF'}) {
+      std::string mutated = text;
+      mutated[at] = bad;
+      INFO("byte " << at << " set to " << static_cast<int>(static_cast<unsigned char>(bad)));
+      const std::string error = kineto_error_of(path, mutated);
+      CHECK(one_line(error));
+      if (!error.empty()) CHECK(error.find(path + ": ") == 0);
+      const bool valid = nlohmann::json::accept(mutated);
+      CHECK((error.find("malformed JSON at byte ") != std::string::npos) == !valid);
+      (valid ? accepted : rejected) += 1;
+    }
+  }
+  CHECK(rejected > 1000);
+  CHECK(accepted > 100);
+}
+
+TEST_CASE("corrupt gzip, empty and non-trace JSON are one-line errors; an early error stops the inflater",
+          "[traces][robustness][kineto]") {
+  const auto dir = test::temp_dir("kineto-bad");
+  const std::string gz = read_all(test::shared_trace("kineto/alexnet-a100-syncevents.json.gz"));
+  const std::string flipped = (dir / "flipped.json.gz").string();
+  for (size_t at = 64; at < gz.size(); at += 1201) {  // past the header (with its file name)
+    std::string damaged = gz;
+    damaged[at] = static_cast<char>(damaged[at] ^ 0x55);
+    const std::string error = kineto_error_of(flipped, damaged);
+    INFO("flipped byte " << at << ": " << error);
+    CHECK_FALSE(error.empty());  // deflate data or its CRC-32 catches every flip
+    CHECK(error.find(flipped + ": ") == 0);
+    CHECK(one_line(error));
+  }
+
+  const std::string empty = (dir / "empty.json").string();
+  write_all(empty, "");
+  CHECK(kineto_error(empty) == empty + ": malformed JSON at byte 0: unexpected end of input; expected a value");
+  const std::string empty_gz = (dir / "empty.json.gz").string();
+  write_gzip(empty_gz, "");
+  CHECK(kineto_error(empty_gz) == empty_gz + ": malformed JSON at byte 0: unexpected end of input; expected a value");
+  const std::string scalar = (dir / "scalar.json").string();
+  write_all(scalar, " 42 ");
+  CHECK(kineto_error(scalar).find("not a Chrome trace: no \"traceEvents\" array") != std::string::npos);
+  const std::string trailing = (dir / "trailing.json").string();
+  write_all(trailing, "{\"traceEvents\": []} x");
+  CHECK(kineto_error(trailing) == trailing + ": malformed JSON at byte 20: unexpected 'x'; expected end of input after "
+                                             "the document");
+
+  // Beyond double's range anywhere, skipped values included, as nlohmann::json says.
+  const std::string huge = (dir / "huge.json").string();
+  write_all(huge, "{\"traceEvents\": [{\"x\": 1e400}]}");
+  CHECK(kineto_error(huge) == huge + ": malformed JSON at byte 23: number overflow parsing '1e400'");
+
+  // Malformed at byte 17 of 8 MiB that do not compress (so the gzip file is large enough to be
+  // inflated on the other thread): the error comes at once and the inflater, blocked on a full
+  // ring, is stopped and joined.
+  const std::string early = (dir / "early.json.gz").string();
+  std::string noise(8 << 20, '\0');
+  uint32_t state = 12345;
+  for (char& c : noise) c = static_cast<char>((state = state * 1103515245 + 12345) >> 24);
+  write_gzip(early, "{\"traceEvents\": [!" + noise);
+  REQUIRE(std::filesystem::file_size(early) > 4 * GzipReader::kDefaultBlockBytes);
+  CHECK(kineto_error(early) == early + ": malformed JSON at byte 17: unexpected '!'; expected a value");
+}
+
+TEST_CASE("zlib and ISA-L read the same bytes and fail alike on cut or damaged gzip", "[traces][robustness][kineto]") {
+  const auto dir = test::temp_dir("gzip-engines");
+  // Everything a reader hands out, then its error ("" at a clean end).
+  const auto read_all_blocks = [](const std::string& path, InflateEngine engine, size_t block) {
+    std::string bytes, error;
+    try {
+      GzipReader reader(path, block, engine);
+      for (std::string_view b = reader.next_block(); !b.empty(); b = reader.next_block()) bytes.append(b);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    return std::make_pair(bytes, error);
+  };
+  std::vector<InflateEngine> engines = {InflateEngine::Zlib};
+  if (GzipReader::engine_available(InflateEngine::Fastest)) engines.push_back(InflateEngine::Fastest);
+  INFO("fastest engine: " << GzipReader::engine_name(InflateEngine::Fastest));
+  for (const std::string trace : {"kineto/a100-rank3-of-8-control.json.gz", "kineto/alexnet-a100-syncevents.json.gz"}) {
+    const std::string path = test::shared_trace(trace);
+    const std::string expected = inflate_all(path);
+    for (const InflateEngine engine : engines) {
+      INFO(trace << " with " << (engine == InflateEngine::Zlib ? "zlib" : "fastest"));
+      const auto [bytes, error] = read_all_blocks(path, engine, GzipReader::kDefaultBlockBytes);
+      CHECK(error.empty());
+      CHECK(bytes == expected);  // std::string == : no 35 MB diff printed unless it fails
+    }
+  }
+
+  // Two members (gzip a; gzip b; cat) are one stream, as for gunzip; trailing junk is ignored.
+  const std::string two = (dir / "two.json.gz").string();
+  write_gzip((dir / "a.gz").string(), "{\"traceEvents\": ");
+  write_gzip((dir / "b.gz").string(), "[]}");
+  write_all(two, read_all((dir / "a.gz").string()) + read_all((dir / "b.gz").string()) + "junk");
+  for (const InflateEngine engine : engines) {
+    CHECK(read_all_blocks(two, engine, 3).first == "{\"traceEvents\": []}");
+    CHECK(read_all_blocks(two, engine, 3).second.empty());
+  }
+
+  const std::string gz = read_all(test::shared_trace("kineto/alexnet-a100-syncevents.json.gz"));
+  const std::string damaged_path = (dir / "damaged.json.gz").string();
+  for (size_t at = 2; at < gz.size(); at += 499) {
+    for (const bool cut : {true, false}) {
+      std::string damaged = gz;
+      if (cut) damaged.resize(at);
+      else damaged[at] = static_cast<char>(damaged[at] ^ 0x55);
+      write_all(damaged_path, damaged);
+      for (const InflateEngine engine : engines) {
+        const auto [bytes, error] = read_all_blocks(damaged_path, engine, 4093);
+        INFO((cut ? "cut at " : "flipped ") << at << ", " << (engine == InflateEngine::Zlib ? "zlib" : "fastest")
+                                            << ": " << error);
+        CHECK(one_line(error));
+        if (cut) {
+          CHECK(error == damaged_path + ": corrupt or truncated gzip data at decompressed byte " +
+                             std::to_string(bytes.size()) + " (unexpected end of file)");
+        } else if (at >= 64) {  // past the header's file name: the data or its CRC-32 is hit
+          CHECK(error.find(damaged_path + ": corrupt or truncated gzip data at decompressed byte " +
+                           std::to_string(bytes.size()) + " (") == 0);
+        }
+      }
+      std::filesystem::remove(damaged_path);
+    }
+  }
 }

@@ -1,35 +1,62 @@
-// Reads a file that may be gzip-compressed (Kineto writes .json.gz) as a stream of bytes, a block at
-// a time, so a large trace is never held in memory whole. Plain files pass through unchanged
-// (zlib's transparent mode). Errors are InputErrors naming the file and the byte offset in the
-// decompressed data where reading stopped.
+// Reads a file that may be gzip-compressed (Kineto writes .json.gz) as a sequence of blocks of
+// decompressed bytes, so a large trace is never held in memory whole. Plain files are read with
+// large read() calls on the calling thread. Gzip files are inflated (ISA-L's igzip when the build
+// has it, else zlib) on a second thread into a ring of kRingBlocks blocks (1 MiB in all) while
+// the caller parses the previous block, so on two cores inflating and parsing overlap; a file
+// whose compressed bytes fit the first read is inflated on the calling thread instead.
+// Errors (open, read, corrupt or truncated gzip) are InputErrors thrown on the calling thread,
+// naming the file and the offset in the decompressed data where reading stopped.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <streambuf>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hookstream {
 
-class GzipReader : public std::streambuf {
+// What inflates gzip: ISA-L's igzip where the build found it (libisal-dev), else zlib; or zlib.
+enum class InflateEngine { Fastest, Zlib };
+
+class GzipReader {
  public:
-  explicit GzipReader(const std::string& path, size_t block_bytes = 1 << 18);
-  ~GzipReader() override;
+  // 256 KiB: inflating into blocks that stay in a core's L2 cache measured 27 ms CPU for the
+  // 35 MB a100 trace, 1 MiB blocks 40 ms (single-threaded inflate(): 23 ms).
+  static constexpr size_t kDefaultBlockBytes = size_t{1} << 18;
+  static constexpr size_t kRingBlocks = 4;
+
+  explicit GzipReader(const std::string& path, size_t block_bytes = kDefaultBlockBytes,
+                      InflateEngine engine = InflateEngine::Fastest);
+  ~GzipReader();
   GzipReader(const GzipReader&) = delete;
   GzipReader& operator=(const GzipReader&) = delete;
 
-  const std::string& path() const { return path_; }
-  // Decompressed bytes handed out so far (the offset of the next byte).
-  uint64_t offset() const { return consumed_before_block_ + static_cast<uint64_t>(gptr() - eback()); }
+  // Whether this build has the engine (zlib always; Fastest means ISA-L when it is available).
+  static bool engine_available(InflateEngine engine);
+  static const char* engine_name(InflateEngine engine);
 
- protected:
-  int_type underflow() override;
+  const std::string& path() const { return path_; }
+  bool compressed() const { return inflater_ != nullptr; }
+
+  // The next block of decompressed bytes, empty at the end of the file. The bytes stay valid
+  // until the next call (the block then goes back to the ring).
+  std::string_view next_block();
+
+  // Decompressed bytes handed out so far (the offset of the first byte of the next block).
+  uint64_t offset() const { return handed_out_; }
 
  private:
+  class Inflater;
+
   std::string path_;
-  void* file_ = nullptr;  // gzFile
-  std::vector<char> block_;
-  uint64_t consumed_before_block_ = 0;
+  int fd_ = -1;
+  std::vector<char> plain_block_;  // plain files: the block handed out last
+  size_t plain_pending_ = 0;       // bytes read while sniffing the gzip magic, not yet handed out
+  bool plain_eof_ = false;
+  std::unique_ptr<Inflater> inflater_;
+  uint64_t handed_out_ = 0;
 };
 
 }  // namespace hookstream

@@ -1,6 +1,7 @@
 // PyTorch profiler (Kineto) Chrome trace, .json or .json.gz -> EventModel.
-// Parsed with nlohmann::json's SAX interface over a streaming gzip reader, so only the fields we use
-// are kept, never the whole document. One file is one process: all its ops get rank `rank`.
+// Scanned as a stream (kineto_event_scanner.h over gzip_reader.h, inflating on a second thread), so
+// only the fields of the events we use are kept, never the whole document: memory grows with the
+// ops kept, not with the file. One file is one process: all its ops get rank `rank`.
 #pragma once
 
 #include <string>
