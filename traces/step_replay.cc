@@ -139,16 +139,15 @@ CriticalPathReport replay_critical_path(const Schedule& schedule, const StepRepl
   CriticalPathReport report;
   report.step_ns = schedule.step_ns;
   const EventModel& model = schedule.model;
-  DependencyGraph dag;
+  std::vector<double> durations(model.ops.size(), 0);
+  for (size_t i = 0; i < model.ops.size(); ++i) durations[i] = std::max(0.0, model.ops[i].duration_ns);
+  CriticalPath path;
   try {
-    dag = build_dependency_graph(model);
+    path = critical_path(model, durations);  // only the path is needed: no Boost graph is built
   } catch (const std::runtime_error& error) {
     report.unavailable = error.what();
     return report;
   }
-  std::vector<double> durations(model.ops.size(), 0);
-  for (size_t i = 0; i < model.ops.size(); ++i) durations[i] = std::max(0.0, model.ops[i].duration_ns);
-  const CriticalPath path = critical_path(dag, durations);
   report.length_ns = path.length;
   // Each op on the path is named by its group's label ("backward L3", "host work"): labels are built
   // once per distinct group and compared as ids, and a segment's last op name is filled in once it
