@@ -11,8 +11,9 @@
 // CPU time of the process is reported next to wall time: on a shared 2-core machine it is the
 // steadier of the two.
 //
-// Usage: replay_bench [TRACES_DIR] [--real-only | --scaled-only] [--no-large]
-//   --no-large skips the ~1 M GPU op rows (they take minutes with today's Kineto importer).
+// Usage: replay_bench [TRACES_DIR] [--real-only | --scaled-only] [--no-large] [--only TEXT]
+//   --no-large skips the ~1 M GPU op rows (minutes and ~10 GiB with today's Kineto importer);
+//   --only runs the scaled rows whose label contains TEXT.
 //        replay_bench --write SOURCE COPIES TARGET
 //   writes one scaled trace and keeps it (for perf record, or `hookstream replay TARGET`).
 #include <malloc.h>
@@ -123,7 +124,7 @@ struct ScaledCase {
   bool large;
 };
 
-void scaled_traces(const std::string& shared, bool include_large) {
+void scaled_traces(const std::string& shared, bool include_large, const std::string& only) {
   const std::vector<ScaledCase> cases = {
       {"nsys cloverleaf x64", "nsys/cloverleaf-nsys2024.5.sqlite", ".sqlite", 64, false},
       {"nsys cloverleaf x640", "nsys/cloverleaf-nsys2024.5.sqlite", ".sqlite", 640, true},
@@ -139,7 +140,7 @@ void scaled_traces(const std::string& shared, bool include_large) {
               "peak RSS growth MB | RSS bytes per op |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const ScaledCase& c : cases) {
-    if (c.large && !include_large) continue;
+    if ((c.large && !include_large) || c.label.find(only) == std::string::npos) continue;
     const std::string path = (std::filesystem::temp_directory_path() /
                               ("hookstream-replay-bench-" + std::to_string(getpid()) + "-x" + std::to_string(c.copies) + c.suffix))
                                  .string();
@@ -177,6 +178,7 @@ void scaled_traces(const std::string& shared, bool include_large) {
 int main(int argc, char** argv) {
   std::string shared = std::string(HOOKSTREAM_SOURCE_DIR) + "/../shared/traces";
   bool real = true, scaled = true, large = true;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--write" && i + 3 < argc) {
@@ -189,14 +191,15 @@ int main(int argc, char** argv) {
     if (arg == "--real-only") scaled = false;
     else if (arg == "--scaled-only") real = false;
     else if (arg == "--no-large") large = false;
+    else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg.rfind("--", 0) == 0) {
-      std::fprintf(stderr, "replay_bench: unknown option %s (expected --real-only, --scaled-only, --no-large, --write)\n", arg.c_str());
+      std::fprintf(stderr, "replay_bench: unknown option %s (expected --real-only, --scaled-only, --no-large, --only TEXT, --write)\n", arg.c_str());
       return 2;
     } else {
       shared = arg;
     }
   }
   if (real) real_traces(shared);
-  if (scaled) scaled_traces(shared, large);
+  if (scaled) scaled_traces(shared, large, only);
   return 0;
 }

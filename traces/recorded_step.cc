@@ -373,7 +373,7 @@ class StepExtractor {
     return OpClass::Copy;
   }
 
-  void push(Op op, const OpGroup& group, int origin, const std::string& annotation) {
+  void push(Op&& op, const OpGroup& group, int origin, const std::string& annotation) {
     step_.model.ops.push_back(std::move(op));
     step_.groups.push_back(group);
     step_.origin.push_back(origin);
