@@ -135,6 +135,14 @@ Schedule schedule_replay(const StepReplay& replay) {
   return schedule_step(replay.model, no_device, options);
 }
 
+Schedule schedule_replay_in_place(StepReplay& replay) {
+  const DeviceSpec no_device;
+  TimeModelOptions options;
+  Schedule schedule = schedule_step(std::move(replay.model), no_device, options);
+  replay.model = EventModel{};
+  return schedule;
+}
+
 CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay) {
   CriticalPathReport report;
   report.step_ns = schedule.step_ns;
