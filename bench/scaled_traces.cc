@@ -75,7 +75,9 @@ void write_scaled_nsys(const std::string& source, const std::string& target, int
   if (copies <= 1) return;
   Database db(target);
   db.exec("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -262144;");
-  db.exec("ATTACH DATABASE '" + source + "' AS src");
+  std::string literal;  // the path as an SQL string literal
+  for (char c : source) literal += c == '\'' ? std::string("''") : std::string(1, c);
+  db.exec("ATTACH DATABASE '" + literal + "' AS src");
 
   struct Table {
     std::string name;
