@@ -32,9 +32,10 @@ ReplayReport analyse_replay(const EventModel& model) {
     if (by_kind[k] > 0) r.ops_by_kind[static_cast<OpKind>(k)] = by_kind[k];
   }
   r.ranks = static_cast<int>(ranks.size());
-  r.devices = analyse_device_utilisation(model);
-  r.copy_overlap = analyse_copy_compute_overlap(model);
-  r.collective_overlap = analyse_collective_compute_overlap(model);
+  const GpuOpsByDevice by_device = gpu_ops_by_device(model);  // grouped and sorted once for all three
+  r.devices = analyse_device_utilisation(model, by_device);
+  r.copy_overlap = analyse_copy_compute_overlap(model, by_device);
+  r.collective_overlap = analyse_collective_compute_overlap(model, by_device);
   r.pageable = analyse_pageable_async_copies(model);
   r.sync = analyse_synchronising_calls(model);
   r.streams = analyse_stream_op_counts(model);

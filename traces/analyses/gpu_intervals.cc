@@ -12,7 +12,7 @@ bool is_gpu_work(const Op& op) {
 
 bool is_compute(const Op& op) { return op.kind == OpKind::Kernel && is_gpu_work(op); }
 
-std::map<std::pair<int, int>, std::vector<int>> gpu_ops_by_device(const EventModel& model) {
+GpuOpsByDevice gpu_ops_by_device(const EventModel& model) {
   // Sorted as (start, op) pairs held side by side rather than op indices compared through the
   // model: the same stable order (ops are gathered in index order), without a cache miss per compare.
   std::map<std::pair<int, int>, std::vector<std::pair<double, int>>> timed;
@@ -29,7 +29,7 @@ std::map<std::pair<int, int>, std::vector<int>> gpu_ops_by_device(const EventMod
     }
     last->emplace_back(op.start_ns, static_cast<int>(i));
   }
-  std::map<std::pair<int, int>, std::vector<int>> by_device;
+  GpuOpsByDevice by_device;
   for (auto& [key, ops] : timed) {
     std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<int>& indices = by_device[key];
