@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -66,6 +67,13 @@ bool reset_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");
   out << "5";
   return static_cast<bool>(out.flush());
+}
+
+// Whether glibc was told to back malloc's memory with transparent huge pages (read once at startup;
+// the variable cannot change that afterwards).
+bool hugetlb_heap() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return tunables && std::strstr(tunables, "glibc.malloc.hugetlb=1") != nullptr;
 }
 
 struct Measurement {
@@ -136,7 +144,10 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
               "traceEvents) repeated N times, each copy shifted by the trace's span with its correlation/event ids offset "
               "(bench/scaled_traces.h). First run: one import + all analyses from a trimmed heap, as one `hookstream replay` "
               "process; warm: the median of later runs in the same process (at least 3 and 1 s, at most ~20 s). Peak RSS "
-              "growth: VmHWM after the first run minus VmRSS before it.\n\n");
+              "growth: VmHWM after the first run minus VmRSS before it. Heap: %s.\n\n",
+              hugetlb_heap() ? "glibc.malloc.hugetlb=1 (transparent huge pages)"
+                             : "4 KiB pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1 backs it with transparent huge "
+                               "pages: on this VM page faults are most of the cost of the large rows)");
   std::printf("| trace (rows repeated with shifted times) | file MB | GPU ops | all ops | first run: import CPU s | "
               "first run: import + all analyses CPU s (wall s) | first run GPU ops/s (import, CPU) | first run GPU ops/s "
               "(all, CPU) | warm runs | warm: import CPU s | warm: import + all CPU s (wall s) | warm GPU ops/s (import, CPU) | "
