@@ -99,8 +99,7 @@ StepReplay build_step_replay(const RecordedStep& step) {
   replay.model.ops.reserve(2 * step.model.ops.size());
   replay.groups.reserve(2 * step.model.ops.size());
   replay.step_op.reserve(2 * step.model.ops.size());
-  // rank -> when the host finished its previous host-side op (recorded); ranks are few, and a step's
-  // ops come rank by rank, so the last rank looked up is cached.
+  // rank -> when the host finished its previous host-side op (recorded).
   std::unordered_map<int, double> host_end;
   for (int i = 0; i < static_cast<int>(step.model.ops.size()); ++i) {
     const Op& recorded = step.model.ops[i];
