@@ -28,6 +28,10 @@ struct CriticalPath {
 // `durations[i]` is op i's duration (any unit; ops not in the graph are ignored). Topological order
 // + longest path.
 CriticalPath critical_path(const DependencyGraph& graph, const std::vector<double>& durations);
+// The same path for the DAG of `model` without building the Boost graph (plain arrays, one DFS):
+// what a caller that needs only the path uses on long traces. Throws what build_dependency_graph
+// throws.
+CriticalPath critical_path(const EventModel& model, const std::vector<double>& durations);
 
 // The critical path of a scheduled step (Schedule::model from schedule_step): each op's duration is
 // the one the time model gave it. With one rank and no host launch cost its length is the step

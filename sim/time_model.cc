@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <stdexcept>
 
 namespace hookstream {
@@ -17,16 +16,15 @@ bool pageable(const Op& op) {
   return op.source == MemoryKind::PageableHost || op.destination == MemoryKind::PageableHost;
 }
 
-int distinct_ranks(const EventModel& model) {
-  std::set<int> ranks;
-  for (const Op& op : model.ops) ranks.insert(op.rank);
-  return std::max<int>(1, static_cast<int>(ranks.size()));
-}
-
 // Total length of the overlap of [start, end) with a sorted, disjoint interval list.
+// Intervals ending at or before `start` add exactly 0, so the scan starts at the first one that ends
+// after it (ends are ascending in a merged list): a copy costs log n, not n.
 double overlap(const std::vector<IdleGap>& intervals, double start, double end) {
   double sum = 0;
-  for (const IdleGap& interval : intervals) {
+  const auto first = std::upper_bound(intervals.begin(), intervals.end(), start,
+                                      [](double at, const IdleGap& interval) { return at < interval.end_ns; });
+  for (auto it = first; it != intervals.end(); ++it) {
+    const IdleGap& interval = *it;
     if (interval.start_ns >= end) break;
     sum += std::max(0.0, std::min(end, interval.end_ns) - std::max(start, interval.start_ns));
   }
@@ -94,66 +92,101 @@ double estimate_op_ns(const Op& op, const DeviceSpec& device, int collective_ran
 namespace {
 
 // The scheduler's state: per stream the time its last op completes, per event its last record's
-// completion time (-1: never recorded), per rank the host's clock.
+// completion time (-1: never recorded), per rank the host's clock. Ranks are kept in ascending
+// order (they are visited in that order, which decides nothing but keeps runs deterministic) and
+// looked up through a per-op rank slot, so the per-op work is array indexing.
 class Scheduler {
  public:
-  Scheduler(const EventModel& input, const DeviceSpec& device, const TimeModelOptions& options)
-      : model_(input), device_(device), options_(options),
-        stream_free_(input.streams.size(), 0.0), event_done_(input.events.size(), -1.0) {
-    ranks_ = options.collective_ranks > 0 ? options.collective_ranks : distinct_ranks(input);
-    for (int i = 0; i < static_cast<int>(input.ops.size()); ++i) ops_by_rank_[input.ops[i].rank].push_back(i);
-    for (const auto& [rank, ops] : ops_by_rank_) {
-      host_[rank] = 0;
-      cursor_[rank] = 0;
+  Scheduler(EventModel model, const DeviceSpec& device, const TimeModelOptions& options)
+      : model_(std::move(model)), device_(device), options_(options),
+        stream_free_(model_.streams.size(), 0.0), event_done_(model_.events.size(), -1.0) {
+    const std::vector<Op>& ops = model_.ops;
+    for (const Op& op : ops) ranks_seen_.push_back(op.rank);
+    std::sort(ranks_seen_.begin(), ranks_seen_.end());
+    ranks_seen_.erase(std::unique(ranks_seen_.begin(), ranks_seen_.end()), ranks_seen_.end());
+    ranks_ = options.collective_ranks > 0 ? options.collective_ranks : std::max<int>(1, static_cast<int>(ranks_seen_.size()));
+    slot_of_op_.resize(ops.size());
+    ops_by_rank_.resize(ranks_seen_.size());
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      // Ops of one rank are usually contiguous: try the previous op's slot before searching.
+      const int previous = i > 0 ? slot_of_op_[i - 1] : 0;
+      const int slot = !ranks_seen_.empty() && ranks_seen_[previous] == ops[i].rank
+                           ? previous
+                           : static_cast<int>(std::lower_bound(ranks_seen_.begin(), ranks_seen_.end(), ops[i].rank) - ranks_seen_.begin());
+      slot_of_op_[i] = slot;
+      ops_by_rank_[slot].push_back(i);
+    }
+    host_.assign(ranks_seen_.size(), 0.0);
+    cursor_.assign(ranks_seen_.size(), 0);
+    // The streams each stream is coupled with by CUDA's legacy default stream rule, once, instead
+    // of a scan over every stream per op.
+    coupled_.resize(model_.streams.size());
+    for (size_t a = 0; a < model_.streams.size(); ++a) {
+      const Stream& own = model_.streams[a];
+      for (size_t b = 0; b < model_.streams.size(); ++b) {
+        const Stream& other = model_.streams[b];
+        if (a == b || other.rank != own.rank || other.device != own.device) continue;
+        if ((own.legacy_default && !other.non_blocking) || (other.legacy_default && !own.non_blocking)) {
+          coupled_[a].push_back(static_cast<int>(b));
+        }
+      }
     }
   }
 
-  EventModel run() {
+  // Moves the timed model out: the scheduler is done with it.
+  EventModel run() && {
     // Ranks advance independently except at collectives: the k-th collective of every rank that has
     // one is the same NCCL call and starts when all of them are ready.
-    std::map<int, int> collectives_seen;
+    const size_t rank_count = ranks_seen_.size();
+    std::vector<int> collectives_seen(rank_count, 0);
+    std::vector<std::pair<int, double>> waiting(rank_count);  // per rank slot: (op, ready time); op -1: not waiting
     for (;;) {
       bool progressed = false;
-      std::map<int, std::pair<int, double>> waiting;  // rank -> (op, ready time)
-      for (auto& [rank, position] : cursor_) {
-        const std::vector<int>& ops = ops_by_rank_[rank];
+      bool any_waiting = false;
+      for (size_t slot = 0; slot < rank_count; ++slot) {
+        waiting[slot].first = -1;
+        const std::vector<int>& ops = ops_by_rank_[slot];
+        size_t& position = cursor_[slot];
         while (position < ops.size()) {
-          Op& op = model_.ops[ops[position]];
+          const int index = ops[position];
+          Op& op = model_.ops[index];
           if (op.kind == OpKind::Collective && op.stream >= 0) {
-            waiting[rank] = {ops[position], ready_time(op)};
+            waiting[slot] = {index, ready_time(op, static_cast<int>(slot))};
+            any_waiting = true;
             break;
           }
-          execute(op);
+          execute(op, static_cast<int>(slot));
           ++position;
           progressed = true;
         }
       }
-      if (waiting.empty()) break;
+      if (!any_waiting) break;
       // Resolve the earliest pending collective ordinal among the waiting ranks; ranks that are
       // finished or have fewer collectives do not take part (the verifier reports that mismatch).
       int ordinal = -1;
-      for (const auto& [rank, pending] : waiting) {
-        if (ordinal < 0 || collectives_seen[rank] < ordinal) ordinal = collectives_seen[rank];
+      for (size_t slot = 0; slot < rank_count; ++slot) {
+        if (waiting[slot].first < 0) continue;
+        if (ordinal < 0 || collectives_seen[slot] < ordinal) ordinal = collectives_seen[slot];
       }
       std::vector<int> members;
       bool all_arrived = true;
-      for (const auto& [rank, ops] : ops_by_rank_) {
-        if (collectives_seen[rank] != ordinal) continue;
-        if (waiting.count(rank)) members.push_back(rank);
-        else if (cursor_[rank] < ops.size()) all_arrived = false;
+      for (size_t slot = 0; slot < rank_count; ++slot) {
+        if (collectives_seen[slot] != ordinal) continue;
+        if (waiting[slot].first >= 0) members.push_back(static_cast<int>(slot));
+        else if (cursor_[slot] < ops_by_rank_[slot].size()) all_arrived = false;
       }
       if (!all_arrived && progressed) continue;
       double start = 0;
-      for (int rank : members) start = std::max(start, waiting[rank].second);
-      for (int rank : members) {
-        Op& op = model_.ops[waiting[rank].first];
+      for (int slot : members) start = std::max(start, waiting[slot].second);
+      for (int slot : members) {
+        Op& op = model_.ops[waiting[slot].first];
         place(op, start);
-        host_[rank] += options_.host_issue_ns;
-        ++collectives_seen[rank];
-        ++cursor_[rank];
+        host_[slot] += options_.host_issue_ns;
+        ++collectives_seen[slot];
+        ++cursor_[slot];
       }
     }
-    return model_;
+    return std::move(model_);
   }
 
  private:
@@ -161,15 +194,9 @@ class Scheduler {
 
   // Earliest start on the op's stream: stream free, host issued, and CUDA's legacy default stream
   // rule (the legacy stream waits for blocking streams of its device and they wait for it).
-  double ready_time(const Op& op) const {
-    double ready = std::max(stream_free_[op.stream], host_.at(op.rank));
-    const Stream& own = stream_of(op);
-    for (size_t s = 0; s < model_.streams.size(); ++s) {
-      const Stream& other = model_.streams[s];
-      if (static_cast<int>(s) == op.stream || other.rank != own.rank || other.device != own.device) continue;
-      const bool couples = (own.legacy_default && !other.non_blocking) || (other.legacy_default && !own.non_blocking);
-      if (couples) ready = std::max(ready, stream_free_[s]);
-    }
+  double ready_time(const Op& op, int rank_slot) const {
+    double ready = std::max(stream_free_.at(op.stream), host_[rank_slot]);
+    for (int s : coupled_[op.stream]) ready = std::max(ready, stream_free_[s]);
     return ready;
   }
 
@@ -179,15 +206,15 @@ class Scheduler {
     stream_free_[op.stream] = start + op.duration_ns;
   }
 
-  void execute(Op& op) {
-    double& host = host_[op.rank];
+  void execute(Op& op, int rank_slot) {
+    double& host = host_[rank_slot];
     switch (op.kind) {
       case OpKind::Kernel:
       case OpKind::Copy:
       case OpKind::Memset:
       case OpKind::Collective: {
         if (op.stream < 0) throw std::invalid_argument("op \"" + op.name + "\" runs on a stream but names none");
-        place(op, ready_time(op));
+        place(op, ready_time(op, rank_slot));
         // Pageable copies are synchronous for the host (cudaMemcpyAsync stages through a pinned
         // buffer and returns only when done); so is anything the trace marks as blocking.
         if (op.blocks_host || (op.kind == OpKind::Copy && pageable(op))) host = op.start_ns + op.duration_ns;
@@ -195,7 +222,7 @@ class Scheduler {
       }
       case OpKind::EventRecord: {
         // The event completes when the stream reaches it; on an idle stream, when it is issued.
-        const double done = op.stream >= 0 ? ready_time(op) : host;
+        const double done = op.stream >= 0 ? ready_time(op, rank_slot) : host;
         op.start_ns = done;
         op.duration_ns = 0;
         if (op.stream >= 0) stream_free_[op.stream] = done;
@@ -205,7 +232,7 @@ class Scheduler {
       case OpKind::StreamWait: {
         // Waiting on an event never recorded is a no-op (CUDA semantics). The op lasts from its
         // issue until the stream may go on: the stall a timeline shows.
-        op.start_ns = op.stream >= 0 ? ready_time(op) : host;
+        op.start_ns = op.stream >= 0 ? ready_time(op, rank_slot) : host;
         if (op.stream >= 0 && op.event >= 0 && event_done_.at(op.event) >= 0) {
           stream_free_[op.stream] = std::max(stream_free_[op.stream], event_done_[op.event]);
         }
@@ -255,16 +282,23 @@ class Scheduler {
   int ranks_ = 1;
   std::vector<double> stream_free_;
   std::vector<double> event_done_;
-  std::map<int, double> host_;
-  std::map<int, size_t> cursor_;
-  std::map<int, std::vector<int>> ops_by_rank_;
+  std::vector<int> ranks_seen_;               // distinct ranks of the ops, ascending
+  std::vector<int> slot_of_op_;               // op -> index into ranks_seen_
+  std::vector<std::vector<int>> ops_by_rank_; // per rank slot, in issue order
+  std::vector<double> host_;                  // per rank slot
+  std::vector<size_t> cursor_;                // per rank slot
+  std::vector<std::vector<int>> coupled_;     // per stream: streams the legacy default rule couples it with
 };
 
 }  // namespace
 
 Schedule schedule_step(const EventModel& model, const DeviceSpec& device, const TimeModelOptions& options) {
+  return schedule_step(EventModel(model), device, options);
+}
+
+Schedule schedule_step(EventModel&& model, const DeviceSpec& device, const TimeModelOptions& options) {
   Schedule schedule;
-  schedule.model = Scheduler(model, device, options).run();
+  schedule.model = Scheduler(std::move(model), device, options).run();
   const EventModel& timed = schedule.model;
   std::map<int, std::vector<IdleGap>> compute_by_rank;
   std::vector<std::vector<IdleGap>> busy(timed.streams.size());
@@ -276,7 +310,7 @@ Schedule schedule_step(const EventModel& model, const DeviceSpec& device, const 
     }
     if (op.kind == OpKind::Kernel) compute_by_rank[op.rank].push_back({op.start_ns, op.start_ns + op.duration_ns});
   }
-  for (auto& [rank, intervals] : compute_by_rank) intervals = merge(intervals);
+  for (auto& [rank, intervals] : compute_by_rank) intervals = merge(std::move(intervals));
   for (const Op& op : timed.ops) {
     if (op.kind != OpKind::Copy || op.duration_ns <= 0) continue;
     if (op.copy != CopyKind::HostToDevice && op.copy != CopyKind::DeviceToHost) continue;
@@ -284,13 +318,14 @@ Schedule schedule_step(const EventModel& model, const DeviceSpec& device, const 
     schedule.hidden_copy_ns += overlap(compute_by_rank[op.rank], op.start_ns, op.start_ns + op.duration_ns);
   }
   schedule.copy_hidden_fraction = schedule.copy_ns > 0 ? schedule.hidden_copy_ns / schedule.copy_ns : 1.0;
+  schedule.streams.reserve(timed.streams.size());
   for (size_t s = 0; s < timed.streams.size(); ++s) {
     StreamUsage usage;
     usage.stream = static_cast<int>(s);
-    std::vector<IdleGap> intervals = busy[s];
+    std::vector<IdleGap>& intervals = busy[s];
     std::sort(intervals.begin(), intervals.end(), [](const IdleGap& a, const IdleGap& b) { return a.start_ns < b.start_ns; });
     for (const IdleGap& interval : intervals) usage.busy_ns += interval.end_ns - interval.start_ns;
-    const std::vector<IdleGap> merged = merge(intervals);
+    const std::vector<IdleGap> merged = merge(std::move(intervals));
     for (size_t i = 1; i < merged.size(); ++i) {
       if (merged[i].start_ns > merged[i - 1].end_ns) usage.gaps.push_back({merged[i - 1].end_ns, merged[i].start_ns});
     }

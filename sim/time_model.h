@@ -52,5 +52,7 @@ struct Schedule {
 };
 
 Schedule schedule_step(const EventModel& model, const DeviceSpec& device, const TimeModelOptions& options = {});
+// The same, scheduling `model` in place instead of a copy of it (a caller that is done with it).
+Schedule schedule_step(EventModel&& model, const DeviceSpec& device, const TimeModelOptions& options = {});
 
 }  // namespace hookstream

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 #include <tuple>
 
 #include "sim/input_error.h"
@@ -340,7 +342,7 @@ class StepExtractor {
         } else if (op.kind == OpKind::Copy) {
           group = {copy_class(op, ""), -1, 0};
         } else if (!step_.annotated) {
-          OpClass c = foreign != OpClass::None ? foreign : kernel_name_class(op.name);
+          OpClass c = foreign != OpClass::None ? foreign : name_class(op.name);
           group = {c == OpClass::None ? OpClass::Other : c, -1, 0};
         } else {
           group = {OpClass::Other, -1, position};
@@ -353,6 +355,15 @@ class StepExtractor {
     }
   }
 
+  // kernel_name_class once per distinct kernel name: a long trace launches the same few hundred
+  // kernels over and over, and the case-insensitive word search is the costly part. Keys view the
+  // trace's own names, which outlive the extractor.
+  OpClass name_class(const std::string& name) {
+    const auto found = name_class_.find(name);
+    if (found != name_class_.end()) return found->second;
+    return name_class_.emplace(name, kernel_name_class(name)).first->second;
+  }
+
   static OpClass copy_class(const Op& op, const std::string& phase) {
     if (op.copy == CopyKind::DeviceToHost) return OpClass::CopyD2H;
     if (op.copy == CopyKind::HostToDevice) return OpClass::CopyH2D;
@@ -362,7 +373,7 @@ class StepExtractor {
     return OpClass::Copy;
   }
 
-  void push(Op op, const OpGroup& group, int origin, const std::string& annotation) {
+  void push(Op&& op, const OpGroup& group, int origin, const std::string& annotation) {
     step_.model.ops.push_back(std::move(op));
     step_.groups.push_back(group);
     step_.origin.push_back(origin);
@@ -488,6 +499,7 @@ class StepExtractor {
   std::map<std::pair<int, std::string>, int> events_;
   std::map<std::pair<int, std::string>, int> buffers_;
   std::map<int, std::string> current_;
+  std::unordered_map<std::string_view, OpClass> name_class_;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <vector>
 
 #include "traces/analyses/gpu_intervals.h"
 
@@ -11,17 +12,30 @@ namespace hookstream {
 ReplayReport analyse_replay(const EventModel& model) {
   ReplayReport r;
   r.model = &model;
+  // One sweep with plain counters: ops come rank by rank, so the rank set is touched only when the
+  // rank changes, and kinds are counted in an array before they become the report's map.
   std::set<int> ranks;
   for (const Stream& s : model.streams) ranks.insert(s.rank);
+  std::vector<int64_t> by_kind(static_cast<size_t>(OpKind::Marker) + 1, 0);
+  bool any = false;
+  int last_rank = 0;
   for (const Op& op : model.ops) {
-    ranks.insert(op.rank);
-    ++r.ops_by_kind[op.kind];
+    if (!any || op.rank != last_rank) ranks.insert(op.rank);
+    any = true;
+    last_rank = op.rank;
+    const size_t kind = static_cast<size_t>(op.kind);
+    if (kind >= by_kind.size()) by_kind.resize(kind + 1, 0);
+    ++by_kind[kind];
     if (is_gpu_work(op)) ++r.gpu_ops;
   }
+  for (size_t k = 0; k < by_kind.size(); ++k) {
+    if (by_kind[k] > 0) r.ops_by_kind[static_cast<OpKind>(k)] = by_kind[k];
+  }
   r.ranks = static_cast<int>(ranks.size());
-  r.devices = analyse_device_utilisation(model);
-  r.copy_overlap = analyse_copy_compute_overlap(model);
-  r.collective_overlap = analyse_collective_compute_overlap(model);
+  const GpuOpsByDevice by_device = gpu_ops_by_device(model);  // grouped and sorted once for all three
+  r.devices = analyse_device_utilisation(model, by_device);
+  r.copy_overlap = analyse_copy_compute_overlap(model, by_device);
+  r.collective_overlap = analyse_collective_compute_overlap(model, by_device);
   r.pageable = analyse_pageable_async_copies(model);
   r.sync = analyse_synchronising_calls(model);
   r.streams = analyse_stream_op_counts(model);

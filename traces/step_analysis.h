@@ -26,7 +26,8 @@ struct StepAnalysisOptions {
 
 struct StepAnalysis {
   RecordedStep step;
-  StepReplay replay;
+  StepReplay replay;                   // groups and step_op per op of schedule.model; replay.model is
+                                       // empty: its ops were moved into schedule.model
   Schedule schedule;                   // the replay without changes
   CriticalPathReport critical;
   StepRaceReport races;

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "sim/device_spec.h"
 #include "sim/input_error.h"
@@ -67,6 +69,12 @@ Op sync_op(OpKind kind, int rank, int stream, const std::string& name) {
   return op;
 }
 
+struct RankCorrelationHash {
+  size_t operator()(const std::pair<int, int64_t>& key) const {
+    return std::hash<int64_t>()(key.second * 1000003 ^ key.first);
+  }
+};
+
 double host_blocked_ns(const Schedule& schedule) {
   double sum = 0;
   for (const Op& op : schedule.model.ops) if (is_host_sync(op.kind)) sum += std::max(0.0, op.duration_ns);
@@ -83,7 +91,7 @@ StepReplay build_step_replay(const RecordedStep& step) {
   replay.model.source = step.model.source;
   // Calls whose GPU work blocks the host (cudaMemcpy, pageable cudaMemcpyAsync): the recorded call
   // duration includes the wait the scheduler recomputes, so the call itself takes no host time.
-  std::set<std::pair<int, int64_t>> blocking_calls;
+  std::unordered_set<std::pair<int, int64_t>, RankCorrelationHash> blocking_calls;
   for (const Op& op : step.model.ops) {
     if (is_gpu_kind(op.kind) && op.blocks_host && op.correlation >= 0) blocking_calls.insert({op.rank, op.correlation});
   }
@@ -91,25 +99,28 @@ StepReplay build_step_replay(const RecordedStep& step) {
   replay.model.ops.reserve(2 * step.model.ops.size());
   replay.groups.reserve(2 * step.model.ops.size());
   replay.step_op.reserve(2 * step.model.ops.size());
-  std::map<int, double> host_end;  // rank -> when the host finished its previous host-side op (recorded)
+  // rank -> when the host finished its previous host-side op (recorded).
+  std::unordered_map<int, double> host_end;
   for (int i = 0; i < static_cast<int>(step.model.ops.size()); ++i) {
-    Op op = step.model.ops[i];
-    if (!is_gpu_kind(op.kind)) {
-      const auto previous = host_end.find(op.rank);
-      if (previous != host_end.end() && op.start_ns > previous->second) {
-        Op host = sync_op(OpKind::HostCompute, op.rank, -1, "host");
-        host.duration_ns = op.start_ns - previous->second;
-        host.phase = op.phase;
-        replay.model.ops.push_back(host);
+    const Op& recorded = step.model.ops[i];
+    if (!is_gpu_kind(recorded.kind)) {
+      const auto previous = host_end.find(recorded.rank);
+      if (previous != host_end.end() && recorded.start_ns > previous->second) {
+        Op host = sync_op(OpKind::HostCompute, recorded.rank, -1, "host");
+        host.duration_ns = recorded.start_ns - previous->second;
+        host.phase = recorded.phase;
+        replay.model.ops.push_back(std::move(host));
         replay.groups.push_back(OpGroup{});
         replay.step_op.push_back(-1);
       }
-      const double recorded_end = op.start_ns + std::max(0.0, op.duration_ns);
-      host_end[op.rank] = previous == host_end.end() ? recorded_end : std::max(previous->second, recorded_end);
-      if (op.kind == OpKind::HostCompute && blocking_calls.count({op.rank, op.correlation})) op.duration_ns = 0;
+      const double recorded_end = recorded.start_ns + std::max(0.0, recorded.duration_ns);
+      if (previous == host_end.end()) host_end.emplace(recorded.rank, recorded_end);
+      else previous->second = std::max(previous->second, recorded_end);
     }
+    replay.model.ops.push_back(recorded);
+    Op& op = replay.model.ops.back();
+    if (op.kind == OpKind::HostCompute && !blocking_calls.empty() && blocking_calls.count({op.rank, op.correlation})) op.duration_ns = 0;
     op.duration_ns = std::max(0.0, op.duration_ns);
-    replay.model.ops.push_back(std::move(op));
     replay.groups.push_back(step.groups[i]);
     replay.step_op.push_back(i);
   }
@@ -123,50 +134,96 @@ Schedule schedule_replay(const StepReplay& replay) {
   return schedule_step(replay.model, no_device, options);
 }
 
+Schedule schedule_replay_in_place(StepReplay& replay) {
+  const DeviceSpec no_device;
+  TimeModelOptions options;
+  Schedule schedule = schedule_step(std::move(replay.model), no_device, options);
+  replay.model = EventModel{};
+  return schedule;
+}
+
 CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay) {
   CriticalPathReport report;
   report.step_ns = schedule.step_ns;
   const EventModel& model = schedule.model;
-  DependencyGraph dag;
+  std::vector<double> durations(model.ops.size(), 0);
+  for (size_t i = 0; i < model.ops.size(); ++i) durations[i] = std::max(0.0, model.ops[i].duration_ns);
+  CriticalPath path;
   try {
-    dag = build_dependency_graph(model);
+    path = critical_path(model, durations);  // only the path is needed: no Boost graph is built
   } catch (const std::runtime_error& error) {
     report.unavailable = error.what();
     return report;
   }
-  std::vector<double> durations(model.ops.size(), 0);
-  for (size_t i = 0; i < model.ops.size(); ++i) durations[i] = std::max(0.0, model.ops[i].duration_ns);
-  const CriticalPath path = critical_path(dag, durations);
   report.length_ns = path.length;
-  std::map<std::string, double> by_what;
+  // Each op on the path is named by its group's label ("backward L3", "host work"): labels are built
+  // once per distinct group and compared as ids, and a segment's last op name is filled in once it
+  // is complete, so a long path costs no string work per op.
+  std::vector<std::string> labels;
+  std::map<std::string, int> label_id;
+  std::map<OpGroup, int> group_label;
+  std::vector<int> kind_label;
+  const auto intern = [&](std::string label) {
+    const auto [it, added] = label_id.emplace(std::move(label), static_cast<int>(labels.size()));
+    if (added) labels.push_back(it->first);
+    return it->second;
+  };
+  const auto what_of = [&](int index) {
+    const OpGroup& group = replay.groups[index];
+    if (group.op_class == OpClass::None) {
+      const OpKind kind = model.ops[index].kind;
+      const size_t k = static_cast<size_t>(kind);
+      if (k >= kind_label.size()) kind_label.resize(k + 1, -1);
+      if (kind_label[k] < 0) kind_label[k] = intern(kind == OpKind::HostCompute ? "host work" : to_string(kind));
+      return kind_label[k];
+    }
+    const auto found = group_label.find(group);
+    if (found != group_label.end()) return found->second;
+    return group_label[group] = intern(group.label());
+  };
+  std::vector<double> by_what;  // per label id, summed in path order
+  std::vector<bool> on_path;
+  int last_what = -1, last_index = -1;
+  const auto close_segment = [&] {
+    if (!report.segments.empty() && last_index >= 0) report.segments.back().last_op = model.ops[last_index].name;
+  };
   for (int index : path.ops) {
     const Op& op = model.ops[index];
-    const std::string what = replay.groups[index].op_class == OpClass::None
-                                 ? (op.kind == OpKind::HostCompute ? "host work" : to_string(op.kind))
-                                 : replay.groups[index].label();
+    const int what = what_of(index);
     if (durations[index] <= 0) continue;  // frees and other bookkeeping on the path take no time
+    if (static_cast<size_t>(what) >= by_what.size()) {
+      by_what.resize(what + 1, 0.0);
+      on_path.resize(what + 1, false);
+    }
     by_what[what] += durations[index];
+    on_path[what] = true;
     if (!report.segments.empty()) {
       CriticalSegment& last = report.segments.back();
-      if (last.rank == op.rank && last.stream == op.stream && last.what == what) {
+      if (last.rank == op.rank && last.stream == op.stream && last_what == what) {
         last.ops++;
         last.duration_ns = op.start_ns + durations[index] - last.start_ns;
-        last.last_op = op.name;
+        last_index = index;
         continue;
       }
     }
+    close_segment();
     CriticalSegment segment;
     segment.rank = op.rank;
     segment.stream = op.stream;
     segment.where = op.stream >= 0 ? model.streams[op.stream].name : "host";
-    segment.what = what;
+    segment.what = labels[what];
     segment.ops = 1;
     segment.start_ns = op.start_ns;
     segment.duration_ns = durations[index];
-    segment.first_op = segment.last_op = op.name;
+    segment.first_op = op.name;
     report.segments.push_back(std::move(segment));
+    last_what = what;
+    last_index = index;
   }
-  report.by_what.assign(by_what.begin(), by_what.end());
+  close_segment();
+  std::map<std::string, double> by_label;
+  for (size_t id = 0; id < by_what.size(); ++id) if (on_path[id]) by_label[labels[id]] = by_what[id];
+  report.by_what.assign(by_label.begin(), by_label.end());
   std::stable_sort(report.by_what.begin(), report.by_what.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   return report;

@@ -31,6 +31,10 @@ StepReplay build_step_replay(const RecordedStep& step);
 
 // schedule_step over the recorded durations (every op carries one; no device estimate is used).
 Schedule schedule_replay(const StepReplay& replay);
+// The same without copying the ops: `replay.model` is moved into the schedule (Schedule::model is
+// the replay op for op, with scheduled times); `replay.groups` and `replay.step_op` stay and still
+// describe those ops.
+Schedule schedule_replay_in_place(StepReplay& replay);
 
 // The critical path of a scheduled replay, grouped into runs of consecutive ops on the same stream
 // (or the host) and op group.

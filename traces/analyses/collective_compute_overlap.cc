@@ -7,8 +7,12 @@
 namespace hookstream {
 
 std::vector<CollectiveOverlap> analyse_collective_compute_overlap(const EventModel& model) {
+  return analyse_collective_compute_overlap(model, gpu_ops_by_device(model));
+}
+
+std::vector<CollectiveOverlap> analyse_collective_compute_overlap(const EventModel& model, const GpuOpsByDevice& by_device) {
   std::vector<CollectiveOverlap> result;
-  for (const auto& [key, ops] : gpu_ops_by_device(model)) {
+  for (const auto& [key, ops] : by_device) {
     std::map<int, std::vector<GpuInterval>> compute_elsewhere;
     CollectiveOverlap o;
     o.rank = key.first;

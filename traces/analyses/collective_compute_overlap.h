@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/event_model.h"
+#include "traces/analyses/gpu_intervals.h"
 
 namespace hookstream {
 
@@ -21,5 +22,7 @@ struct CollectiveOverlap {
 
 // One entry per (rank, device) with collectives.
 std::vector<CollectiveOverlap> analyse_collective_compute_overlap(const EventModel& model);
+// The same over GPU ops already grouped by gpu_ops_by_device (analyses of one model share them).
+std::vector<CollectiveOverlap> analyse_collective_compute_overlap(const EventModel& model, const GpuOpsByDevice& by_device);
 
 }  // namespace hookstream

@@ -7,8 +7,12 @@
 namespace hookstream {
 
 std::vector<CopyOverlap> analyse_copy_compute_overlap(const EventModel& model) {
+  return analyse_copy_compute_overlap(model, gpu_ops_by_device(model));
+}
+
+std::vector<CopyOverlap> analyse_copy_compute_overlap(const EventModel& model, const GpuOpsByDevice& by_device) {
   std::vector<CopyOverlap> result;
-  for (const auto& [key, ops] : gpu_ops_by_device(model)) {
+  for (const auto& [key, ops] : by_device) {
     // Kernel time of every stream except the copy's own, built once per copy stream.
     std::map<int, std::vector<GpuInterval>> compute_elsewhere;
     std::map<CopyKind, CopyOverlap> per_direction;

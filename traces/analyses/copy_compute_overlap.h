@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/event_model.h"
+#include "traces/analyses/gpu_intervals.h"
 
 namespace hookstream {
 
@@ -23,5 +24,7 @@ struct CopyOverlap {
 
 // One entry per (rank, device, direction) that has copies, in that order.
 std::vector<CopyOverlap> analyse_copy_compute_overlap(const EventModel& model);
+// The same over GPU ops already grouped by gpu_ops_by_device (analyses of one model share them).
+std::vector<CopyOverlap> analyse_copy_compute_overlap(const EventModel& model, const GpuOpsByDevice& by_device);
 
 }  // namespace hookstream

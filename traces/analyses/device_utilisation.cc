@@ -7,8 +7,12 @@
 namespace hookstream {
 
 std::vector<DeviceUtilisation> analyse_device_utilisation(const EventModel& model, int max_gaps) {
+  return analyse_device_utilisation(model, gpu_ops_by_device(model), max_gaps);
+}
+
+std::vector<DeviceUtilisation> analyse_device_utilisation(const EventModel& model, const GpuOpsByDevice& by_device, int max_gaps) {
   std::vector<DeviceUtilisation> result;
-  for (const auto& [key, ops] : gpu_ops_by_device(model)) {
+  for (const auto& [key, ops] : by_device) {
     DeviceUtilisation u;
     u.rank = key.first;
     u.device = key.second;

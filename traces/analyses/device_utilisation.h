@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sim/event_model.h"
+#include "traces/analyses/gpu_intervals.h"
 
 namespace hookstream {
 
@@ -29,5 +30,7 @@ struct DeviceUtilisation {
 };
 
 std::vector<DeviceUtilisation> analyse_device_utilisation(const EventModel& model, int max_gaps = 5);
+// The same over GPU ops already grouped by gpu_ops_by_device (analyses of one model share them).
+std::vector<DeviceUtilisation> analyse_device_utilisation(const EventModel& model, const GpuOpsByDevice& by_device, int max_gaps = 5);
 
 }  // namespace hookstream

@@ -12,16 +12,29 @@ bool is_gpu_work(const Op& op) {
 
 bool is_compute(const Op& op) { return op.kind == OpKind::Kernel && is_gpu_work(op); }
 
-std::map<std::pair<int, int>, std::vector<int>> gpu_ops_by_device(const EventModel& model) {
-  std::map<std::pair<int, int>, std::vector<int>> by_device;
+GpuOpsByDevice gpu_ops_by_device(const EventModel& model) {
+  // Sorted as (start, op) pairs held side by side rather than op indices compared through the
+  // model: the same stable order (ops are gathered in index order), without a cache miss per compare.
+  std::map<std::pair<int, int>, std::vector<std::pair<double, int>>> timed;
+  std::pair<int, int> last_key{-1, -1};
+  std::vector<std::pair<double, int>>* last = nullptr;
   for (size_t i = 0; i < model.ops.size(); ++i) {
     const Op& op = model.ops[i];
     if (!is_gpu_work(op)) continue;
     const Stream& s = model.streams[op.stream];
-    by_device[{s.rank, s.device}].push_back(static_cast<int>(i));
+    const std::pair<int, int> key{s.rank, s.device};
+    if (!last || key != last_key) {
+      last = &timed[key];
+      last_key = key;
+    }
+    last->emplace_back(op.start_ns, static_cast<int>(i));
   }
-  for (auto& [key, ops] : by_device) {
-    std::stable_sort(ops.begin(), ops.end(), [&](int a, int b) { return model.ops[a].start_ns < model.ops[b].start_ns; });
+  GpuOpsByDevice by_device;
+  for (auto& [key, ops] : timed) {
+    std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<int>& indices = by_device[key];
+    indices.reserve(ops.size());
+    for (const auto& op : ops) indices.push_back(op.second);
   }
   return by_device;
 }

@@ -21,7 +21,8 @@ bool is_gpu_work(const Op& op);      // kernel, collective, copy or memset with 
 bool is_compute(const Op& op);       // kernel (not collective) with a measured time
 
 // Indices of GPU-work ops per (rank, device), each list sorted by start then index.
-std::map<std::pair<int, int>, std::vector<int>> gpu_ops_by_device(const EventModel& model);
+using GpuOpsByDevice = std::map<std::pair<int, int>, std::vector<int>>;
+GpuOpsByDevice gpu_ops_by_device(const EventModel& model);
 
 // Union of intervals: sorted, disjoint, touching intervals joined.
 std::vector<GpuInterval> merge_intervals(std::vector<GpuInterval> intervals);

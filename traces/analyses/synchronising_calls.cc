@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 
 #include "traces/cuda_api.h"
 
@@ -9,7 +10,7 @@ namespace hookstream {
 
 SynchronisingCalls analyse_synchronising_calls(const EventModel& model) {
   SynchronisingCalls result;
-  std::map<std::string, SyncCallSite> sites;
+  std::map<std::string, SyncCallSite, std::less<>> sites;
   std::vector<char> recorded(model.events.size(), 0);  // an EventRecord of the event seen so far
   for (const Op& op : model.ops) {
     if (op.kind == OpKind::EventRecord && op.event >= 0 && op.stream >= 0) recorded[op.event] = 1;
@@ -19,9 +20,14 @@ SynchronisingCalls analyse_synchronising_calls(const EventModel& model) {
     }
     // The host call itself: GPU-side ops (a copy on a stream) are not host time.
     if (!op.blocks_host || op.stream >= 0) continue;
-    const std::string api(strip_api_version(op.source_api.empty() ? op.name : op.source_api));
-    SyncCallSite& site = sites[api];
-    site.api = api;
+    // Looked up by view first: a long trace repeats the same few calls, so no name is built per call.
+    const std::string_view api = strip_api_version(op.source_api.empty() ? op.name : op.source_api);
+    auto found = sites.find(api);
+    if (found == sites.end()) {
+      found = sites.emplace(std::string(api), SyncCallSite{}).first;
+      found->second.api = found->first;
+    }
+    SyncCallSite& site = found->second;
     ++site.calls;
     ++result.calls;
     if (op.duration_ns > 0) {

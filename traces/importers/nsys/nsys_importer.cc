@@ -1,5 +1,6 @@
 #include "traces/importers/nsys/nsys_importer.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -175,19 +176,28 @@ class NsysReader {
               correlation = c.want("correlationId"), name = c.want("nameId");
     if (start < 0 || correlation < 0 || name < 0) return;
     roles_.resize(strings_.size(), -1);
+    // Per name id, the name without its version suffix: classified and stripped once, not per call.
+    std::vector<std::string> stripped(strings_.size());
+    // Every call is joined to by correlation id: room for all of them up front (rowid counts rows
+    // of an nsys table, which are only ever appended).
+    calls_.reserve(static_cast<size_t>(std::max<int64_t>(0, db_.max_rowid("CUPTI_ACTIVITY_KIND_RUNTIME"))));
     SqliteQuery q(db_, c.select());
     while (q.step()) {
       const int64_t name_id = q.integer(name);
       const std::string& api = string_at(name_id);
       ApiRole role = ApiRole::Other;
-      if (name_id >= 0 && static_cast<size_t>(name_id) < roles_.size()) {
-        if (roles_[name_id] < 0) roles_[name_id] = static_cast<int>(classify_api(api));
+      const bool known = name_id >= 0 && static_cast<size_t>(name_id) < roles_.size();
+      if (known) {
+        if (roles_[name_id] < 0) {
+          roles_[name_id] = static_cast<int>(classify_api(api));
+          stripped[name_id] = std::string(strip_api_version(api));
+        }
         role = static_cast<ApiRole>(roles_[name_id]);
       }
       const int64_t process = process_of(get(q, tid, 0));
       Op op;
       op.kind = host_kind(role);
-      op.name = std::string(strip_api_version(api));
+      op.name = known ? stripped[name_id] : std::string(strip_api_version(api));
       op.source_api = api;
       op.blocks_host = blocks_host(role);
       op.start_ns = static_cast<double>(q.integer(start));

@@ -78,6 +78,12 @@ std::set<std::string> SqliteDatabase::columns(const std::string& table) const {
   return names;
 }
 
+int64_t SqliteDatabase::max_rowid(const std::string& table) const {
+  if (!has_table(table)) return 0;
+  SqliteQuery query(*this, "SELECT max(rowid) FROM " + table);
+  return query.step() && !query.is_null(0) ? query.integer(0) : 0;
+}
+
 bool SqliteDatabase::has_column(const std::string& table, const std::string& column) const {
   return columns(table).count(column) != 0;
 }

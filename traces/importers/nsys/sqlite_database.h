@@ -48,6 +48,9 @@ class SqliteDatabase {
   bool has_table(const std::string& table) const { return tables_.count(table) != 0; }
   bool has_column(const std::string& table, const std::string& column) const;
   std::set<std::string> columns(const std::string& table) const;
+  // The largest rowid of `table` (0 when empty or absent): its row count for tables that are only
+  // appended to, as nsys writes them, found in O(log n) where COUNT(*) reads every page.
+  int64_t max_rowid(const std::string& table) const;
 
   // Throws InputError(path, "<what> (<sqlite message>)").
   [[noreturn]] void fail(const std::string& what) const;
