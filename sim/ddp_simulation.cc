@@ -576,4 +576,15 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
   return result;
 }
 
+const BucketAssignment& steady_state_buckets(const DdpSimulation& simulation) {
+  return simulation.rebuilt_buckets ? *simulation.rebuilt_buckets : simulation.initial_buckets;
+}
+
+BucketAssignment steady_state_buckets(const Plan& plan, const ModelStructure& structure) {
+  if (plan.iterations >= 2) return steady_state_buckets(simulate_ddp(plan, structure));
+  Plan two = plan;
+  two.iterations = 2;
+  return steady_state_buckets(simulate_ddp(two, structure));
+}
+
 }  // namespace hookstream

@@ -45,6 +45,15 @@ struct DdpSimulation {
 DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure,
                            const DdpSimulationOptions& options = {});
 
+// The buckets every iteration after the first runs with, which is what a step time is measured
+// on: reducer.cpp rebuild_buckets reassigns them after the first iteration in the order gradients
+// became ready, with {first_bucket_bytes_cap, bucket_bytes_cap} limits, when
+// find_unused_parameters is off or static_graph is on (the first iteration then ran with one
+// bucket); otherwise the initial assignment stays. Simulates two iterations when the plan has one.
+BucketAssignment steady_state_buckets(const Plan& plan, const ModelStructure& structure);
+// The same from a simulation already run (its rebuilt buckets, else its initial ones).
+const BucketAssignment& steady_state_buckets(const DdpSimulation& simulation);
+
 // The Reducer's view of a model's DDP parameters.
 std::vector<ReducerParameter> reducer_parameters(const ModelStructure& structure);
 ReducerOptions reducer_options(const Plan& plan);

@@ -84,8 +84,14 @@ class StructureBuilder {
       if (bias) use.bias = add(path + ".base_layer", "bias", {out}, false, layer, group);
       use.lora_a = add(path + ".lora_A.default", "weight", {plan_.lora_r, in}, true, layer, group);
       use.lora_b = add(path + ".lora_B.default", "weight", {out, plan_.lora_r}, true, layer, group);
-      out_.parameters[static_cast<size_t>(use.lora_a)].adapter = true;
-      out_.parameters[static_cast<size_t>(use.lora_b)].adapter = true;
+      // PEFT creates adapter weights in float32 even on a bf16/fp16 base (LoraLayer.update_layer,
+      // `autocast_adapter_dtype=True`, the default since PEFT 0.12): their gradients, and so DDP's
+      // buckets (a bucket holds one dtype, reducer.cpp compute_bucket_assignment_by_size), are fp32.
+      for (int index : {use.lora_a, use.lora_b}) {
+        Parameter& adapter = out_.parameters[static_cast<size_t>(index)];
+        adapter.adapter = true;
+        if (!adapter.quantized) adapter.dtype = DType::Float32;
+      }
     } else {
       const bool trainable = full_trainable && !adapter_on;
       use.weight = add(path, "weight", {out, in}, trainable, layer, group, quantized);

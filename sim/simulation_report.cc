@@ -85,10 +85,14 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const DdpSi
   // memory model sizes the reload buffers from the override.
   Plan modelled = plan;
   if (!protocol.empty()) modelled.offload_protocol = streams.protocol_file;
+  // Timed in the steady state: DDP's buckets as rebuilt after the first iteration (the race check
+  // above covers the expanded iteration's own buckets).
   ExpansionOptions rank0 = expansion;
   rank0.ranks = {0};
   rank0.all_ranks = false;
-  const bool same = expansion.ranks == std::vector<int>{0} || (expansion.ranks.empty() && !expansion.all_ranks);
+  if (ddp != nullptr) rank0.buckets = &steady_state_buckets(*ddp);
+  const bool same = (expansion.ranks == std::vector<int>{0} || (expansion.ranks.empty() && !expansion.all_ranks)) &&
+                    rank0.buckets == expansion.buckets;
   const EventModel step = same ? streams.step : expand_step(plan, structure, streams.protocol, rank0);
   const DeviceSpec device = find_device_spec(plan.gpu);
   std::optional<Calibration> calibration;

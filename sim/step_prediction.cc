@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "sim/ddp_simulation.h"
 #include "sim/stream_expansion.h"
 #include "sim/stream_protocol.h"
 
@@ -14,7 +15,11 @@ StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, c
   // every layer on the current stream.
   const StreamProtocol protocol =
       load_stream_protocol(plan.activation_offloading ? plan.offload_protocol_name() : "none", plan_dir);
-  return predict_expanded_step(plan, structure, device, expand_step(plan, structure, protocol), calibration);
+  // The steady-state step: DDP's buckets as rebuilt after the first iteration.
+  const BucketAssignment buckets = steady_state_buckets(plan, structure);
+  ExpansionOptions expansion;
+  expansion.buckets = &buckets;
+  return predict_expanded_step(plan, structure, device, expand_step(plan, structure, protocol, expansion), calibration);
 }
 
 StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
