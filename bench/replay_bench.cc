@@ -11,8 +11,8 @@
 // CPU time of the process is reported next to wall time: on a shared 2-core machine it is the
 // steadier of the two.
 //
-// Usage: replay_bench [TRACES_DIR] [--real-only | --scaled-only] [--no-large] [--only TEXT]
-//   --no-large skips the ~1 M GPU op rows (minutes and ~10 GiB with today's Kineto importer);
+// Usage: replay_bench [TRACES_DIR] [--real-only | --scaled-only] [--large] [--only TEXT]
+//   --large adds the ~1 M GPU op rows (minutes and several GiB of memory and /tmp);
 //   --only runs the scaled rows whose label contains TEXT.
 //        replay_bench --write SOURCE COPIES TARGET
 //   writes one scaled trace and keeps it (for perf record, or `hookstream replay TARGET`).
@@ -105,6 +105,8 @@ void real_traces(const std::string& shared) {
       "nsys/cloverleaf-nsys2024.5.sqlite",         "nsys/fuser-report1-nsys2024.6.sqlite",
       "kineto/a100-rank3-of-8-control.json.gz",    "kineto/alexnet-a100-syncevents.json.gz",
       "kineto/event-sync-multistream.json.gz",     "kineto/event-sync.json.gz",
+      // Recorded for hookstream (bench/traces/README.md): PyTorch 2.11, 300 MLP training steps.
+      "@bench/traces/torch2.11-mlp-train-300steps.json.gz",
   };
   std::printf("| trace | GPU ops | all ops | median wall ms (runs) | import CPU ms | import + all analyses CPU ms | "
               "GPU ops/s (import, CPU) | GPU ops/s (all, CPU) | all ops/s (all, CPU) |\n");
@@ -113,7 +115,7 @@ void real_traces(const std::string& shared) {
     Measurement m;
     double total = 0;
     while (m.wall.size() < 5 || total < 1.0) {
-      run_once(shared + "/" + file, m);
+      run_once(file[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + file.substr(1) : shared + "/" + file, m);
       total += m.wall.back();
     }
     const double cpu = m.median(m.cpu), import_cpu = m.median(m.import_cpu);
@@ -194,7 +196,7 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
 
 int main(int argc, char** argv) {
   std::string shared = std::string(HOOKSTREAM_SOURCE_DIR) + "/../shared/traces";
-  bool real = true, scaled = true, large = true;
+  bool real = true, scaled = true, large = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -207,10 +209,10 @@ int main(int argc, char** argv) {
     }
     if (arg == "--real-only") scaled = false;
     else if (arg == "--scaled-only") real = false;
-    else if (arg == "--no-large") large = false;
+    else if (arg == "--large") large = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg.rfind("--", 0) == 0) {
-      std::fprintf(stderr, "replay_bench: unknown option %s (expected --real-only, --scaled-only, --no-large, --only TEXT, --write)\n", arg.c_str());
+      std::fprintf(stderr, "replay_bench: unknown option %s (expected --real-only, --scaled-only, --large, --only TEXT, --write)\n", arg.c_str());
       return 2;
     } else {
       shared = arg;

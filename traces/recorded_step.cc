@@ -342,7 +342,11 @@ class StepExtractor {
         } else if (op.kind == OpKind::Copy) {
           group = {copy_class(op, ""), -1, 0};
         } else if (!step_.annotated) {
-          OpClass c = foreign != OpClass::None ? foreign : name_class(op.name);
+          // Evidence, strongest first: the profiler's phase ranges, the importer's launching-thread
+          // rule (phase "backward": launched from the autograd engine's thread), kernel names.
+          OpClass c = foreign;
+          if (c == OpClass::None && op.phase == "backward") c = OpClass::Backward;
+          if (c == OpClass::None) c = name_class(op.name);
           group = {c == OpClass::None ? OpClass::Other : c, -1, 0};
         } else {
           group = {OpClass::Other, -1, position};
@@ -474,6 +478,7 @@ class StepExtractor {
   }
 
   void finish() {
+    if (!step_.annotated) forward_before_backward();
     double first = 1e300, last = -1e300;
     for (const Op& op : step_.model.ops) {
       if (op.start_ns < 0) continue;
@@ -486,8 +491,25 @@ class StepExtractor {
       step_.notes.push_back("attributed by the hookstream runtime annotations (layer, phase, buffers, logical streams)");
     } else {
       step_.notes.push_back("no hookstream annotations: all-reduces from NCCL kernel names, copies from memcpy kinds, "
-                            "phases from the profiler's ranges or kernel names; no per-layer attribution, no buffer "
+                            "phases from the profiler's ranges, the launching thread (autograd's for backward) or kernel names, "
+                            "forward before the first backward; no per-layer attribution, no buffer "
                             "accesses");
+    }
+  }
+
+  // A foreign trace's GPU work that nothing attributed and that a rank launched before its first
+  // backward op is that step's forward (a training step runs forward, then backward, then the
+  // optimizer); unattributed work after it stays "outside layers".
+  void forward_before_backward() {
+    std::map<int, size_t> first_backward;  // rank -> index of its first backward op
+    for (size_t i = 0; i < step_.model.ops.size(); ++i) {
+      if (step_.groups[i].op_class == OpClass::Backward) first_backward.emplace(step_.model.ops[i].rank, i);
+    }
+    for (size_t i = 0; i < step_.model.ops.size(); ++i) {
+      const auto b = first_backward.find(step_.model.ops[i].rank);
+      if (b == first_backward.end() || i >= b->second || step_.groups[i].op_class != OpClass::Other) continue;
+      step_.groups[i].op_class = OpClass::Forward;
+      step_.model.ops[i].phase = "forward";
     }
   }
 

@@ -153,6 +153,15 @@ std::string render_replay_text(const ReplayReport& r) {
   }
   out += "  waits: " + std::to_string(r.sync.stream_waits) + " stream waits, " + std::to_string(r.sync.event_syncs) +
          " event syncs, " + std::to_string(r.sync.waits_matched) + " matched to their event record\n";
+  const int64_t unmatched = r.sync.stream_waits + r.sync.event_syncs - r.sync.waits_matched;
+  if (unmatched > 0) {
+    // Kineto names a wait's record only when CUPTI reported the cudaEventRecord (PyTorch 2.11 with
+    // CUDA 13 writes wait_on_cuda_event_record_corr_id -1 throughout); nsys when the record fell in
+    // the capture window. Without it the wait orders nothing in the analyses below.
+    out += "    " + std::to_string(unmatched) +
+           " wait(s) name no event record in the trace (recorded before the window, or a profiler that "
+           "does not report records): the order they give is unknown here, not assumed\n";
+  }
 
   out += "\nStreams\n";
   // Streams a trace declares but never used (nsys lists every stream the process created) go on

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "sim/calibration.h"
@@ -286,4 +287,48 @@ TEST_CASE("malformed runtime annotation in a trace is an input error naming the 
   std::ofstream(path) << R"([{"name": "hookstream:forward:L1:compute:compute:what=sideways", "ph": "X", "ts": 1.0, "dur": 2.0, "tid": 1, "pid": "CPU Functions", "args": {}}])";
   const EventModel model = load_trace(path);
   CHECK_THROWS_WITH(extract_step(model), Catch::Contains(path) && Catch::Contains("what=sideways"));
+}
+
+// A PyTorch-profiler step with no phase ranges: the forward launched from the main thread, the
+// backward from the autograd engine's device thread, the optimizer inside its Optimizer.step range.
+// Expectations come from how the fixture below is written.
+TEST_CASE("foreign Kineto step: backward from the autograd thread, forward before it, optimizer by its range",
+          "[traces][replay-step]") {
+  std::string events;
+  int correlation = 100;
+  double ts = 1000;
+  auto launch = [&](int tid, const std::string& kernel) {
+    const int c = correlation++;
+    events += R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": )" + std::to_string(tid) +
+              R"(, "ts": )" + std::to_string(ts) + R"(, "dur": 2, "args": {"correlation": )" + std::to_string(c) + "}},\n";
+    events += R"({"ph": "X", "cat": "kernel", "name": ")" + kernel + R"(", "pid": 0, "tid": 7, "ts": )" +
+              std::to_string(ts + 5) + R"(, "dur": 3, "args": {"device": 0, "stream": 7, "correlation": )" +
+              std::to_string(c) + "}},\n";
+    ts += 10;
+  };
+  const double step_start = ts - 1;
+  for (int i = 0; i < 3; ++i) launch(11, "volta_sgemm_128x64_nn");         // forward GEMMs (main thread)
+  launch(11, "vectorized_elementwise_kernel");                             // forward, unattributed name
+  for (int i = 0; i < 2; ++i) launch(22, "volta_sgemm_128x64_tn");         // backward on thread 22
+  const double optimizer_start = ts - 1;
+  launch(11, "vectorized_elementwise_kernel");                             // the optimizer's kernel
+  const double end = ts;
+  events += R"({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#AdamW.step", "pid": 1, "tid": 11, "ts": )" +
+            std::to_string(optimizer_start) + R"(, "dur": )" + std::to_string(end - optimizer_start) + "},\n";
+  events += R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "pid": 1, "tid": 11, "ts": )" +
+            std::to_string(step_start) + R"(, "dur": )" + std::to_string(end - step_start) + "}\n";
+  const auto dir = test::temp_dir("foreign-threads");
+  const std::string path = (dir / "trace.json").string();
+  std::ofstream(path) << "{\"traceEvents\": [\n" << events << "]}\n";
+
+  const RecordedStep step = extract_step(load_trace(path));
+  CHECK(step.step_label == "ProfilerStep#5");
+  std::map<OpClass, int> kernels;
+  for (size_t i = 0; i < step.model.ops.size(); ++i) {
+    if (step.model.ops[i].kind == OpKind::Kernel) kernels[step.groups[i].op_class]++;
+  }
+  CHECK(kernels[OpClass::Forward] == 4);
+  CHECK(kernels[OpClass::Backward] == 2);
+  CHECK(kernels[OpClass::Optimizer] == 1);
+  CHECK(kernels[OpClass::Other] == 0);
 }

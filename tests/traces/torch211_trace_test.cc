@@ -108,4 +108,6 @@ TEST_CASE("torch 2.11 trace: copies, waits and syncs of the recorded offload sch
   CHECK(report.pageable.bytes == 3 * 4 * 1024 * 1024);
   CHECK(report.sync.stream_waits == 6);
   CHECK(report.sync.waits_matched == 0);
+  // The text says why the waits order nothing, rather than staying silent.
+  CHECK(render_replay_text(report).find("6 wait(s) name no event record in the trace") != std::string::npos);
 }

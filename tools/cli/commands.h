@@ -27,4 +27,8 @@ Command register_run_command(CLI::App& app);       // training (issue 5), needs 
 // leaves a partial file).
 void emit(const std::string& text, const std::string& path);
 
+// Runs a subcommand: InputError and filesystem errors print one line and return 2, any other
+// exception "internal error" and 3.
+int run_reporting_errors(const std::function<int()>& body);
+
 }  // namespace hookstream

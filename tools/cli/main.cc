@@ -9,28 +9,6 @@
 #include "sim/input_error.h"
 #include "tools/cli/commands.h"
 
-namespace hookstream {
-
-void emit(const std::string& text, const std::string& path) {
-  if (path.empty()) {
-    std::cout << text;
-    return;
-  }
-  const std::string temporary = path + ".tmp-hookstream";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "cannot write the output file");
-    out << text;
-    if (!out.flush()) {
-      out.close();
-      std::filesystem::remove(temporary);
-      throw InputError(path, "cannot write the output file");
-    }
-  }
-  std::filesystem::rename(temporary, path);
-}
-
-}  // namespace hookstream
 
 int main(int argc, char** argv) {
   using namespace hookstream;
@@ -52,19 +30,8 @@ int main(int argc, char** argv) {
     std::cerr << "hookstream: error: " << e.what() << "\n";
     return 2;
   }
-  try {
-    for (const Command& command : commands) {
-      if (command.app && command.app->parsed()) return command.run();
-    }
-  } catch (const InputError& e) {
-    std::cerr << "hookstream: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::filesystem::filesystem_error& e) {
-    std::cerr << "hookstream: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "hookstream: internal error: " << e.what() << "\n";
-    return 3;
+  for (const Command& command : commands) {
+    if (command.app && command.app->parsed()) return run_reporting_errors(command.run);
   }
   return 2;
 }

@@ -1,86 +1,17 @@
-// `hookstream oracle PLAN.yaml`: runs the plan's structure under the real c10d Reducer (one process
-// per rank over Gloo on 127.0.0.1) and prints what really happened beside the simulator's
-// prediction. Built only with LibTorch.
+// `hookstream oracle PLAN.yaml`: its options. The command itself is in the LibTorch commands
+// module, tools/cli/torch/oracle_main.cc (why: tools/cli/torch_commands.h).
 #include <CLI/CLI.hpp>
-#include <cstdlib>
-#include <fmt/format.h>
-#include <iostream>
+
 #include <memory>
 
 #include "tools/cli/commands.h"
-
-#ifdef HOOKSTREAM_WITH_TORCH
-#include "runtime/differential.h"
-#include "sim/input_error.h"
-#include "runtime/oracle.h"
-#include "sim/report.h"
-#include "sim/verify.h"
-#endif
+#include "tools/cli/torch_commands.h"
 
 namespace hookstream {
 
 #ifndef HOOKSTREAM_WITH_TORCH
 Command register_oracle_command(CLI::App&) { return {}; }
 #else
-
-namespace {
-struct OracleArgs {
-  std::string plan;
-  std::string model;
-  int world_size = -1;  // -1: not given
-  std::vector<std::string> set;
-  std::string format = "text";
-  int timeout_seconds = 120;
-};
-
-int run_oracle_command(const OracleArgs& args) {
-  LoadOptions load;
-  if (!args.model.empty()) load.model_path = args.model;
-  if (args.world_size != -1) load.world_size = args.world_size;
-  load.set = args.set;
-  VerifyOptions verify_options;
-  verify_options.search_fixes = false;
-  const VerifyResult predicted = verify_plan(read_plan_source(args.plan, load), verify_options);
-  int64_t parameters = 0;
-  for (const auto& p : predicted.structure.parameters) parameters += p.numel();
-  if (parameters > 50'000'000) {
-    throw InputError(args.plan, fmt::format("the oracle trains the model for real on the CPU; this one has {} parameters "
-                                            "(expected a tiny config, e.g. presets/tiny-llama.json via --model)",
-                                            parameters));
-  }
-  OracleOptions options;
-  const char* worker = std::getenv("HOOKSTREAM_ORACLE_WORKER");
-  options.worker_path = worker ? worker : HOOKSTREAM_ORACLE_WORKER_PATH;
-  options.timeout = std::chrono::seconds(args.timeout_seconds);
-  const OracleResult observed = run_oracle(predicted.plan, options);
-  const DifferentialReport comparison = compare_with_oracle(predicted.plan, predicted.simulation, observed);
-  if (args.format == "json") {
-    nlohmann::json j;
-    j["schema"] = "hookstream.oracle/1";
-    j["plan"] = args.plan;
-    j["observed"] = nlohmann::json::array();
-    for (const auto& f : observed.findings) j["observed"].push_back(finding_json(f));
-    j["predicted"] = nlohmann::json::array();
-    for (const auto& f : predicted.simulation.findings) j["predicted"].push_back(finding_json(f));
-    j["unclassified_errors"] = observed.unclassified_errors;
-    j["agree"] = comparison.agree();
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << fmt::format("real DDP (c10d Reducer over Gloo, {} ranks): {}\n", predicted.plan.world_size,
-                             observed.ok() ? "ok" : "failed");
-    for (const auto& f : observed.findings) {
-      std::cout << fmt::format("  {} rank {} iteration {}: {} {}\n", to_string(f.kind),
-                               ranks_text(f.ranks.empty() ? std::vector<int>{f.rank} : f.ranks), f.iteration,
-                               f.parameter, f.error_text.substr(0, f.error_text.find('\n')).substr(0, 120));
-    }
-    for (const auto& e : observed.unclassified_errors) std::cout << "  unclassified error: " << e.substr(0, e.find('\n')) << "\n";
-    std::cout << "simulator vs real DDP:\n" << comparison.describe();
-  }
-  if (!comparison.agree()) return 1;
-  return observed.ok() ? 0 : 1;
-}
-}  // namespace
-
 Command register_oracle_command(CLI::App& app) {
   auto args = std::make_shared<OracleArgs>();
   CLI::App* cmd = app.add_subcommand("oracle", "run the plan's structure under the real c10d Reducer (tiny models, CPU)");
@@ -90,9 +21,8 @@ Command register_oracle_command(CLI::App& app) {
   cmd->add_option("--set", args->set, "override a plan key: key=value");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--timeout", args->timeout_seconds, "seconds before the workers are stopped");
-  return Command{cmd, [args] { return run_oracle_command(*args); }};
+  return Command{cmd, [args] { return call_torch_command("hookstream_oracle_main", args.get()); }};
 }
-
 #endif
 
 }  // namespace hookstream

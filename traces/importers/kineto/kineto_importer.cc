@@ -70,6 +70,7 @@ struct GpuRecord {
 struct CallRecord {
   std::string name;
   int64_t correlation;
+  int64_t tid;  // the host thread that made the call
   Micros ts, dur;
 };
 struct SyncRecord {
@@ -143,7 +144,7 @@ class KinetoRecords : public KinetoEventSink {
         break;
       }
       case Category::Runtime:
-        calls.push_back(CallRecord{e.name, or_else(e.correlation, -1), e.ts, e.dur});
+        calls.push_back(CallRecord{e.name, or_else(e.correlation, -1), or_else(e.tid, -1), e.ts, e.dur});
         break;
       case Category::Sync:
         syncs.push_back(SyncRecord{e.sync_kind.empty() ? e.name : e.sync_kind, or_else(e.device, or_else(e.pid, 0)),
@@ -197,11 +198,25 @@ class KinetoAssembler {
       const double start = op.start_ns;
       const size_t handle = builder_.add_op(std::move(op), process, start);
       if (c.correlation >= 0) {
-        calls_.push_back(Call{c.correlation, handle, start, role});
+        calls_.push_back(Call{c.correlation, handle, start, role, c.tid});
       }
     }
     std::stable_sort(calls_.begin(), calls_.end(),
                      [](const Call& a, const Call& b) { return a.correlation < b.correlation; });
+    // PyTorch runs a CUDA backward on the autograd engine's own device thread
+    // (torch/csrc/autograd/engine.cpp, Engine::start_device_threads / thread_main), while forward
+    // and optimizer run on the thread that called them. So in a trace without phase ranges, GPU
+    // work launched from another thread than the one that launched the first GPU op is backward
+    // work (the step analysis uses it where no range says otherwise; NCCL kernels stay all-reduces).
+    int64_t main_thread = -1;
+    double first_launch = std::numeric_limits<double>::infinity();
+    for (const GpuRecord& g : parsed_.gpu) {
+      const Call* call = find_call(g.correlation);
+      if (call && call->start < first_launch) {
+        first_launch = call->start;
+        main_thread = call->tid;
+      }
+    }
     for (GpuRecord& g : parsed_.gpu) {
       Op op;
       op.name = std::move(g.name);
@@ -225,6 +240,7 @@ class KinetoAssembler {
         issue = call->start;
         role = call->role;
         op.source_api = builder_.op(call->handle).name;
+        if (call->tid >= 0 && main_thread >= 0 && call->tid != main_thread) op.phase = "backward";
       }
       // Same rule as nsys: cudaMemcpy/cudaMemset return when done; pageable copies are staged.
       if (op.kind == OpKind::Copy || op.kind == OpKind::Memset) {
@@ -334,6 +350,7 @@ class KinetoAssembler {
     size_t handle;
     double start;
     ApiRole role;
+    int64_t tid;
   };
   // The last call with this correlation (the stable sort keeps calls with equal ones in trace
   // order), or nullptr.

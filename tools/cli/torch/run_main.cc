@@ -1,0 +1,299 @@
+// `hookstream run PLAN.yaml`: verify the plan with the simulator, then train it for real
+// (runtime/trainer.h) on N ranks, launched here (runtime/launcher.h) or by torchrun. Part of the
+// LibTorch commands module (tools/cli/torch_commands.h); options in tools/cli/run_command.cc.
+// docs/run.md.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "tools/cli/commands.h"
+#include "tools/cli/torch_commands.h"
+
+#include "runtime/cuda_device.h"
+#include "runtime/launcher.h"
+#include "runtime/reducer_factory.h"
+#include "runtime/stop_signal.h"
+#include "runtime/token_data.h"
+#include "runtime/trainer.h"
+#include "runtime/training_checkpoint.h"
+#include "sim/input_error.h"
+#include "sim/model_structure.h"
+#include "sim/report.h"
+#include "sim/verify.h"
+
+namespace hookstream {
+
+
+namespace {
+
+
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0)); }
+
+std::string step_line(const StepMetrics& m, int total) {
+  std::string peak = m.peak_memory_bytes ? mib(*m.peak_memory_bytes) + (m.peak_is_rss ? " (max RSS)" : "") : "n/a";
+  return fmt::format("step {}/{}  loss {:.6f}  {:.3f} s  {:.0f} tok/s  peak {}  copy hidden {:.2f} ms (exposed {:.2f} ms)",
+                     m.step, total, m.loss, m.step_seconds, m.tokens_per_second, peak, m.hidden_copy_ms(),
+                     m.exposed_copy_ms);
+}
+
+std::string progress_bar(int done, int total) {
+  constexpr int kWidth = 30;
+  const int filled = total > 0 ? done * kWidth / total : kWidth;
+  return fmt::format("\r[{}{}] {}/{}", std::string(filled, '#'), std::string(kWidth - filled, '.'), done, total);
+}
+
+// Rank 0's summary: the steps, and the simulator's prediction for the plan's GPU beside what
+// this run measured.
+nlohmann::json summary_json(const Plan& plan, const RunArgs& args, const std::string& device, int world_size,
+                            const TrainResult& result, const std::optional<PlanCost>& predicted,
+                            const std::vector<FixChange>& fix) {
+  nlohmann::json j;
+  j["schema"] = "hookstream.run/1";
+  j["plan"] = args.plan;
+  j["world_size"] = world_size;
+  j["device"] = device;
+  j["torch_version"] = torch_version();
+  j["first_step"] = result.first_step;
+  j["last_step"] = result.last_step;
+  j["resumed_from"] = result.resumed_from ? nlohmann::json(*result.resumed_from) : nlohmann::json();
+  j["checkpoint"] = result.last_checkpoint ? nlohmann::json(*result.last_checkpoint) : nlohmann::json();
+  j["forced"] = args.force;
+  j["applied_fix"] = nlohmann::json::array();
+  for (const FixChange& c : fix) j["applied_fix"].push_back(c.key + "=" + c.value);
+  j["steps"] = nlohmann::json::array();
+  double time_sum = 0;
+  int timed = 0;
+  int64_t peak = 0;
+  for (const StepMetrics& m : result.steps) {
+    nlohmann::json s;
+    s["step"] = m.step;
+    s["loss"] = m.loss;
+    s["step_seconds"] = m.step_seconds;
+    s["tokens"] = m.tokens;
+    s["tokens_per_second"] = m.tokens_per_second;
+    s["peak_memory_bytes"] = m.peak_memory_bytes ? nlohmann::json(*m.peak_memory_bytes) : nlohmann::json();
+    s["copy_ms"] = m.copy_ms;
+    s["hidden_copy_ms"] = m.hidden_copy_ms();
+    s["exposed_copy_ms"] = m.exposed_copy_ms;
+    s["copy_bytes"] = m.copy_bytes;
+    j["steps"].push_back(s);
+    peak = std::max(peak, m.peak_memory_bytes.value_or(0));
+    // The first step of a run warms up allocators and the Reducer's bucket rebuild: left out of
+    // the mean when there are others.
+    if (&m != &result.steps.front() || result.steps.size() == 1) {
+      time_sum += m.step_seconds;
+      ++timed;
+    }
+  }
+  j["final_loss"] = result.steps.empty() ? nlohmann::json() : nlohmann::json(result.steps.back().loss);
+  j["warnings"] = result.warnings;
+  j["parameter_digest"] = result.parameter_digest;
+  j["replicas_identical"] = result.replicas_identical;
+  nlohmann::json measured;
+  measured["device"] = device;
+  measured["step_seconds"] = timed ? nlohmann::json(time_sum / timed) : nlohmann::json();
+  measured["peak_memory_bytes"] = peak;
+  measured["peak_memory_kind"] = device == "cpu" ? "max_rss" : "cuda_caching_allocator";
+  j["measured"] = measured;
+  if (predicted) {
+    j["predicted"] = {{"device", predicted->device},
+                      {"step_seconds", predicted->step_seconds},
+                      {"peak_memory_bytes", predicted->peak_device_bytes}};
+  } else {
+    j["predicted"] = nullptr;
+  }
+  return j;
+}
+
+std::string prediction_table(const nlohmann::json& summary) {
+  const nlohmann::json& p = summary["predicted"];
+  const nlohmann::json& m = summary["measured"];
+  auto seconds = [](const nlohmann::json& v) {
+    if (v.is_null()) return std::string("n/a");
+    const double s = v.get<double>();
+    if (s < 1e-3) return fmt::format("{:.2f} us", s * 1e6);
+    if (s < 1) return fmt::format("{:.2f} ms", s * 1e3);
+    return fmt::format("{:.3f} s", s);
+  };
+  const std::string predicted_device = p.is_null() ? "n/a" : p["device"].get<std::string>();
+  std::string text = fmt::format("predicted ({}) vs measured ({}):\n", predicted_device, m["device"].get<std::string>());
+  text += fmt::format("  step time    {:>14}  {:>14}\n", p.is_null() ? "n/a" : seconds(p["step_seconds"]),
+                      seconds(m["step_seconds"]));
+  text += fmt::format("  peak memory  {:>14}  {:>14}{}\n",
+                      p.is_null() ? "n/a" : mib(p["peak_memory_bytes"].get<int64_t>()),
+                      mib(m["peak_memory_bytes"].get<int64_t>()),
+                      m["peak_memory_kind"] == "max_rss" ? " (max RSS of the process)" : "");
+  return text;
+}
+
+std::vector<std::string> rank_arguments(const RunArgs& args, const std::vector<std::string>& set, int steps,
+                                        const std::string& device, const std::vector<FixChange>& applied) {
+  std::vector<std::string> out = {"run", args.plan, "--steps", std::to_string(steps), "--device", device,
+                                  "--timeout", std::to_string(args.timeout_seconds)};
+  if (!args.model.empty()) out.insert(out.end(), {"--model", args.model});
+  for (const std::string& s : set) out.insert(out.end(), {"--set", s});
+  if (!args.checkpoint_dir.empty()) {
+    out.insert(out.end(), {"--checkpoint-dir", args.checkpoint_dir, "--checkpoint-every",
+                           std::to_string(args.checkpoint_every)});
+  }
+  if (args.resume) out.push_back("--resume");
+  if (!args.trace.empty()) out.insert(out.end(), {"--trace", args.trace});
+  if (!args.json.empty()) out.insert(out.end(), {"--json", args.json});
+  if (!args.inject_fault.empty()) out.insert(out.end(), {"--inject-fault", args.inject_fault});
+  if (args.force) out.push_back("--force");
+  for (const FixChange& c : applied) out.insert(out.end(), {"--applied-fix", c.key + "=" + c.value});
+  return out;
+}
+
+int run_run(const RunArgs& args) {
+  install_stop_handlers();
+  const std::optional<RankEnvironment> environment = rank_environment();
+  const bool launched = std::getenv(kLaunchedVariable) != nullptr && environment.has_value();
+  const bool reporter = !environment || environment->rank == 0;  // prints the verifier's report
+
+  std::string device = args.device;
+  if (device.empty()) device = cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (device == "cuda" && cuda_device_count() == 0) {
+    throw InputError("--device", "cuda: this build or machine has no GPU (expected --device cpu)");
+  }
+  if (args.checkpoint_every < 0) throw InputError("--checkpoint-every", "expected an integer >= 0");
+  if (args.resume && args.checkpoint_dir.empty()) throw InputError("--resume", "needs --checkpoint-dir DIR");
+  if (args.timeout_seconds < 1) throw InputError("--timeout", "expected seconds >= 1");
+  const FaultInjection fault = parse_fault_injection(args.inject_fault);
+
+  LoadOptions load;
+  if (!args.model.empty()) load.model_path = args.model;
+  load.set = args.set;
+  int world_size = 0;
+  if (environment) {
+    world_size = environment->world_size;
+  } else {
+    world_size = args.nproc > 0 ? args.nproc : load_plan(args.plan, load).world_size;
+    if (device == "cuda") world_size = std::min(world_size, cuda_device_count());
+  }
+  if (args.nproc < 0) throw InputError("--nproc", "expected an integer >= 1");
+  load.world_size = world_size;
+
+  // Verify (the same code as `hookstream verify`), unless the launcher already did.
+  std::vector<std::string> set = args.set;
+  std::vector<FixChange> applied;
+  Plan plan;
+  if (launched) {
+    plan = load_plan(args.plan, load);
+    for (const std::string& change : args.applied_fix) {
+      const size_t equals = change.find('=');
+      applied.push_back(FixChange{change.substr(0, equals), equals == std::string::npos ? "" : change.substr(equals + 1)});
+    }
+  } else {
+    VerifyResult verified = verify_plan(read_plan_source(args.plan, load));
+    if (!verified.ok()) {
+      if (args.apply_fix && !verified.fixes.empty()) {
+        applied = verified.fixes.front().changes;
+        const std::string rationale = verified.fixes.front().rationale;
+        for (const FixChange& c : applied) set.push_back(c.key + "=" + c.value);
+        load.set = set;
+        verified = verify_plan(read_plan_source(args.plan, load));
+        if (!verified.ok()) throw std::runtime_error("the verified fix failed re-verification");
+        if (reporter) {
+          std::string changes;
+          for (const FixChange& c : applied) changes += (changes.empty() ? "" : ", ") + c.key + "=" + c.value;
+          std::cerr << fmt::format("hookstream: the plan fails verification; running the first verified fix: {} ({})\n",
+                                   changes, rationale);
+        }
+      } else if (args.force) {
+        if (reporter) {
+          std::cerr << render_text(verified, false)
+                    << "hookstream: --force: running a plan that fails verification\n";
+        }
+      } else {
+        if (reporter) {
+          std::cout << render_text(verified, false);
+          std::cerr << "hookstream: refusing to run a plan that fails verification"
+                    << (verified.fixes.empty() ? "" : " (--apply-fix runs the first verified fix)")
+                    << "; --force runs it anyway\n";
+        }
+        return 1;
+      }
+    }
+    plan = verified.plan;
+  }
+  const int steps = args.steps > 0 ? args.steps : plan.max_steps.value_or(plan.iterations);
+  if (args.steps < 0) throw InputError("--steps", "expected an integer >= 1");
+
+  if (!environment) {
+    // Everything a rank would refuse as bad input is checked here, so it is one line and exit 2
+    // before any process starts.
+    if (plan.data) {
+      validate_token_file(plan_relative_path(plan, *plan.data), plan.model.vocab_size, world_size, plan.sequence_len);
+    }
+    if (args.resume) {
+      if (const auto checkpoint = latest_checkpoint(args.checkpoint_dir)) {
+        validate_checkpoint(*checkpoint, plan, world_size, /*read_rank_files=*/true);
+      }
+    }
+    LaunchOptions launch;
+    launch.executable = "/proc/self/exe";
+    launch.args = rank_arguments(args, set, steps, device, applied);
+    launch.nproc = world_size;
+    if (device == "cuda") launch.environment = nccl_multicast_off_environment();
+    std::cerr << fmt::format("hookstream: training {} on {} {} rank{} for {} steps\n", args.plan, world_size, device,
+                             world_size == 1 ? "" : "s", steps);
+    return launch_ranks(launch);
+  }
+
+  const bool rank0 = environment->rank == 0;
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  TrainerOptions options;
+  options.device = device == "cuda" ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU);
+  options.steps = steps;
+  options.checkpoint_dir = args.checkpoint_dir;
+  options.checkpoint_every = args.checkpoint_every;
+  options.resume = args.resume;
+  options.trace_path = args.trace;
+  options.fault = fault;
+  options.stop_requested = [] { return stop_signals_received() > 0; };
+  options.on_step = [&](const StepMetrics& m) {
+    if (tty) std::cerr << "\r\033[K";
+    std::cerr << step_line(m, steps) << "\n";
+    if (tty) std::cerr << progress_bar(m.step, steps) << std::flush;
+  };
+  options.on_note = [&](const std::string& note) { std::cerr << "hookstream: " << note << "\n"; };
+  TrainResult result;
+  try {
+    result = run_rank(plan, *environment, options, std::chrono::seconds(args.timeout_seconds));
+  } catch (const RankFailure& failure) {
+    if (tty && rank0) std::cerr << "\r\033[K";
+    std::cerr << "hookstream: " << failure.what() << "\n";
+    return 1;
+  }
+  if (tty && rank0) std::cerr << "\r\033[K" << std::flush;
+  if (result.interrupted) {
+    if (rank0) {
+      std::cerr << fmt::format("hookstream: interrupted after step {}{}\n", result.last_step,
+                               result.last_checkpoint ? "; checkpoint " + *result.last_checkpoint : std::string());
+    }
+    return kInterruptedExitCode;
+  }
+  if (rank0) {
+    const std::optional<PlanCost> predicted = predict_cost(plan, build_model_structure(plan));
+    const nlohmann::json summary = summary_json(plan, args, device, environment->world_size, result, predicted, applied);
+    std::cerr << prediction_table(summary);
+    emit(summary.dump(2) + "\n", args.json);
+  }
+  return 0;
+}
+
+}  // namespace
+
+}  // namespace hookstream
+
+extern "C" int hookstream_run_main(const void* run_args) {
+  const auto& args = *static_cast<const hookstream::RunArgs*>(run_args);
+  return hookstream::run_reporting_errors([&] { return hookstream::run_run(args); });
+}
