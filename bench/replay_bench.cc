@@ -119,7 +119,8 @@ void real_traces(const std::string& shared) {
       total += m.wall.back();
     }
     const double cpu = m.median(m.cpu), import_cpu = m.median(m.import_cpu);
-    std::printf("| %s | %lld | %lld | %.3f (%zu) | %.3f | %.3f | %.2fM | %.2fM | %.2fM |\n", file.c_str(),
+    std::printf("| %s | %lld | %lld | %.3f (%zu) | %.3f | %.3f | %.2fM | %.2fM | %.2fM |\n",
+                (file[0] == '@' ? file.substr(1) : file).c_str(),
                 static_cast<long long>(m.gpu_ops), static_cast<long long>(m.all_ops), m.median(m.wall) * 1e3, m.wall.size(),
                 import_cpu * 1e3, cpu * 1e3, m.gpu_ops / import_cpu / 1e6, m.gpu_ops / cpu / 1e6, m.all_ops / cpu / 1e6);
   }
