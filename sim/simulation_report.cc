@@ -108,19 +108,27 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const DdpSi
   checks.time.critical_path = scheduled_critical_path(checks.time.schedule.model);
 
   // The cost of each shown race's verified sync: the race-checked step with the sync inserted,
-  // scheduled (a sync adds no memory: the peak stays the plan's).
+  // scheduled (a sync adds no memory: the peak stays the plan's). When the timed step is another
+  // expansion (steady-state buckets, rank 0 only), the sync's cost is what it adds to the
+  // race-checked step, added to the timed step's time.
   streams.fix_costs.assign(streams.races.races.size(), std::nullopt);
   std::map<std::string, bool> patterns;
   TimeModelOptions timing;
   timing.calibration = measured;
   timing.collective_ranks = plan.world_size;
+  std::optional<double> race_checked_ns;  // the race-checked step without a fix, when it is not the timed one
   for (size_t i = 0; i < streams.races.races.size(); ++i) {
     const Race& race = streams.races.races[i];
     if (!patterns.emplace(race_pattern(streams.step, race), true).second) continue;
     if (patterns.size() > options.races_shown) break;
     if (!race.fix.verified) continue;
     const Schedule fixed = schedule_step(with_sync(streams.step, race.fix), device, timing);
-    streams.fix_costs[i] = PlanCost{device.name, fixed.step_ns * 1e-9, checks.memory.estimate.device_peak.total()};
+    double step_ns = fixed.step_ns;
+    if (!same) {
+      if (!race_checked_ns) race_checked_ns = schedule_step(streams.step, device, timing).step_ns;
+      step_ns = checks.time.schedule.step_ns + (fixed.step_ns - *race_checked_ns);
+    }
+    streams.fix_costs[i] = PlanCost{device.name, step_ns * 1e-9, checks.memory.estimate.device_peak.total()};
   }
   return checks;
 }
