@@ -36,16 +36,6 @@ std::string load_error(const std::string& path) {
   return "";
 }
 bool one_line(const std::string& s) { return s.find('\n') == std::string::npos; }
-std::string inflate_all(const std::string& gz) {
-  gzFile file = gzopen(gz.c_str(), "rb");
-  REQUIRE(file != nullptr);
-  std::string text;
-  char buffer[1 << 16];
-  int n;
-  while ((n = gzread(file, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
-  gzclose(file);
-  return text;
-}
 void write_gzip(const std::string& path, const std::string& bytes) {
   gzFile file = gzopen(path.c_str(), "wb");
   REQUIRE(file != nullptr);
@@ -197,7 +187,7 @@ TEST_CASE("several files are ranks in order, and the report is deterministic", "
 
 TEST_CASE("a Kineto trace cut at any byte is a one-line error at that byte", "[traces][robustness][kineto]") {
   const auto dir = test::temp_dir("kineto-cut");
-  const std::string text = inflate_all(test::shared_trace("kineto/alexnet-a100-syncevents.json.gz"));
+  const std::string text = test::inflate_all(test::shared_trace("kineto/alexnet-a100-syncevents.json.gz"));
   REQUIRE(text.size() > 100000);
   const size_t last = text.find_last_not_of(" \t\r\n");
   const std::string path = (dir / "cut.json").string();
@@ -231,7 +221,7 @@ TEST_CASE("a Kineto trace cut at any byte is a one-line error at that byte", "[t
 TEST_CASE("a Kineto trace with a bad byte anywhere is rejected exactly when nlohmann::json rejects it",
           "[traces][robustness][kineto]") {
   const auto dir = test::temp_dir("kineto-bytes");
-  const std::string text = inflate_all(test::shared_trace("kineto/event-sync.json.gz"));
+  const std::string text = test::inflate_all(test::shared_trace("kineto/event-sync.json.gz"));
   const std::string path = (dir / "mutated.json").string();
   int rejected = 0, accepted = 0;
   for (size_t at = 0; at < text.size(); at += 29) {
@@ -315,7 +305,7 @@ TEST_CASE("zlib and ISA-L read the same bytes and fail alike on cut or damaged g
   INFO("fastest engine: " << GzipReader::engine_name(InflateEngine::Fastest));
   for (const std::string trace : {"kineto/a100-rank3-of-8-control.json.gz", "kineto/alexnet-a100-syncevents.json.gz"}) {
     const std::string path = test::shared_trace(trace);
-    const std::string expected = inflate_all(path);
+    const std::string expected = test::inflate_all(path);
     for (const InflateEngine engine : engines) {
       INFO(trace << " with " << (engine == InflateEngine::Zlib ? "zlib" : "fastest"));
       const auto [bytes, error] = read_all_blocks(path, engine, GzipReader::kDefaultBlockBytes);

@@ -8,8 +8,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <zlib.h>
 
+#include "tests/traces/trace_test_files.h"
 #include "traces/replay_report.h"
 #include "traces/trace_loader.h"
 
@@ -19,16 +19,7 @@ namespace {
 
 std::string fixture() { return std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/traces/data/torch2.11-offload-small.json.gz"; }
 
-nlohmann::json read_gzip_json(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  REQUIRE(file != nullptr);
-  std::string text;
-  char block[1 << 16];
-  int n;
-  while ((n = gzread(file, block, sizeof block)) > 0) text.append(block, static_cast<size_t>(n));
-  gzclose(file);
-  return nlohmann::json::parse(text);
-}
+nlohmann::json read_gzip_json(const std::string& path) { return nlohmann::json::parse(test::inflate_all(path)); }
 
 int64_t count(const EventModel& m, OpKind kind) {
   return std::count_if(m.ops.begin(), m.ops.end(), [&](const Op& op) { return op.kind == kind; });

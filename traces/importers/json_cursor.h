@@ -59,6 +59,14 @@ class JsonCursor {
     if (peek() != static_cast<unsigned char>(c)) fail(expected);
     ++position_;
   }
+  // At the '{' or '[' peek() returned: takes it, then `close` too when the container is empty
+  // (false); true when a first member or element follows.
+  bool enter(char close) {
+    ++position_;
+    if (peek() != static_cast<unsigned char>(close)) return true;
+    ++position_;
+    return false;
+  }
   // After a member or element: takes ',' (true) or `close` (false), or fails.
   bool next_member(char close) {
     const int c = peek();

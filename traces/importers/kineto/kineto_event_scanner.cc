@@ -110,11 +110,7 @@ class KinetoScanner {
   }
 
   void scan_top_object() {
-    cursor_.advance();
-    if (cursor_.peek() == '}') {
-      cursor_.advance();
-      return;
-    }
+    if (!cursor_.enter('}')) return;
     do {
       read_key();
       const int c = cursor_.peek();
@@ -134,11 +130,7 @@ class KinetoScanner {
   }
 
   void scan_events() {
-    cursor_.advance();
-    if (cursor_.peek() == ']') {
-      cursor_.advance();
-      return;
-    }
+    if (!cursor_.enter(']')) return;
     do {
       if (cursor_.peek() == '{') scan_event();
       else cursor_.skip_value();
@@ -146,11 +138,9 @@ class KinetoScanner {
   }
 
   void scan_event() {
-    cursor_.advance();
     KinetoEvent& e = event_;
     e.clear();
-    if (cursor_.peek() == '}') {
-      cursor_.advance();
+    if (!cursor_.enter('}')) {
       sink_.event(e);
       return;
     }
@@ -204,11 +194,7 @@ class KinetoScanner {
   }
 
   void scan_args(KinetoEvent& e) {
-    cursor_.advance();
-    if (cursor_.peek() == '}') {
-      cursor_.advance();
-      return;
-    }
+    if (!cursor_.enter('}')) return;
     do {
       read_key();
       const int c = cursor_.peek();
