@@ -580,8 +580,8 @@ const BucketAssignment& steady_state_buckets(const DdpSimulation& simulation) {
   return simulation.rebuilt_buckets ? *simulation.rebuilt_buckets : simulation.initial_buckets;
 }
 
-BucketAssignment steady_state_buckets(const Plan& plan, const ModelStructure& structure) {
-  if (plan.iterations >= 2) return steady_state_buckets(simulate_ddp(plan, structure));
+BucketAssignment steady_state_buckets(const Plan& plan, const ModelStructure& structure, const DdpSimulation* simulated) {
+  if (plan.iterations >= 2) return steady_state_buckets(simulated ? *simulated : simulate_ddp(plan, structure));
   Plan two = plan;
   two.iterations = 2;
   return steady_state_buckets(simulate_ddp(two, structure));

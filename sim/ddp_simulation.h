@@ -49,8 +49,11 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure,
 // on: reducer.cpp rebuild_buckets reassigns them after the first iteration in the order gradients
 // became ready, with {first_bucket_bytes_cap, bucket_bytes_cap} limits, when
 // find_unused_parameters is off or static_graph is on (the first iteration then ran with one
-// bucket); otherwise the initial assignment stays. Simulates two iterations when the plan has one.
-BucketAssignment steady_state_buckets(const Plan& plan, const ModelStructure& structure);
+// bucket); otherwise the initial assignment stays. `simulated`: this plan's simulation if the
+// caller ran it (reused when it covers a second iteration); otherwise one is run, with two
+// iterations when the plan has one.
+BucketAssignment steady_state_buckets(const Plan& plan, const ModelStructure& structure,
+                                      const DdpSimulation* simulated = nullptr);
 // The same from a simulation already run (its rebuilt buckets, else its initial ones).
 const BucketAssignment& steady_state_buckets(const DdpSimulation& simulation);
 

@@ -9,14 +9,14 @@
 namespace hookstream {
 
 StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
-                            const Calibration* calibration) {
+                            const Calibration* calibration, const DdpSimulation* ddp) {
   const std::string plan_dir = std::filesystem::path(plan.source).parent_path().string();
   // The protocol only matters for offloaded layers; without offloading the "none" protocol runs
   // every layer on the current stream.
   const StreamProtocol protocol =
       load_stream_protocol(plan.activation_offloading ? plan.offload_protocol_name() : "none", plan_dir);
   // The steady-state step: DDP's buckets as rebuilt after the first iteration.
-  const BucketAssignment buckets = steady_state_buckets(plan, structure);
+  const BucketAssignment buckets = steady_state_buckets(plan, structure, ddp);
   ExpansionOptions expansion;
   expansion.buckets = &buckets;
   return predict_expanded_step(plan, structure, device, expand_step(plan, structure, protocol, expansion), calibration);

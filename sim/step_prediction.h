@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "sim/calibration.h"
+#include "sim/ddp_simulation.h"
 #include "sim/device_spec.h"
 #include "sim/event_model.h"
 #include "sim/memory_model.h"
@@ -21,10 +22,11 @@ struct StepPrediction {
   double tokens_per_second = 0;   // over all ranks
 };
 
-// `calibration` overrides estimated durations where it matches. Throws InputError for a protocol or
-// calibration file that cannot be read.
+// `calibration` overrides estimated durations where it matches. `ddp`: this plan's DDP simulation
+// when the caller has run it (its steady-state buckets are reused; otherwise they are simulated).
+// Throws InputError for a protocol or calibration file that cannot be read.
 StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
-                            const Calibration* calibration = nullptr);
+                            const Calibration* calibration = nullptr, const DdpSimulation* ddp = nullptr);
 
 // The same for a step already expanded (rank 0's ops, e.g. with a protocol given on the command
 // line): memory per op over it, and its schedule with every all-reduce over plan.world_size ranks.

@@ -49,10 +49,10 @@ std::string describe(const Finding& f) {
 
 }  // namespace
 
-std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure) {
+std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure, const DdpSimulation* ddp) {
   try {
     const DeviceSpec device = find_device_spec(plan.gpu);
-    const StepPrediction prediction = predict_step(plan, structure, device);
+    const StepPrediction prediction = predict_step(plan, structure, device, nullptr, ddp);
     return PlanCost{plan.gpu, prediction.schedule.step_ns * 1e-9, prediction.memory.device_peak.total()};
   } catch (const InputError&) {
     return std::nullopt;
@@ -117,7 +117,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
   result.simulation = simulate_ddp(result.plan, result.structure, sim_options);
   if (result.ok() || !options.search_fixes) return result;
 
-  if (options.cost_fixes) result.cost = predict_cost(result.plan, result.structure);
+  if (options.cost_fixes) result.cost = predict_cost(result.plan, result.structure, &result.simulation);
   auto try_changes = [&](const std::vector<FixChange>& changes, std::string* failure,
                          std::optional<PlanCost>* cost) {
     LoadOptions fixed = source.options;
@@ -143,7 +143,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
         return false;
       }
     }
-    if (cost && options.cost_fixes) *cost = predict_cost(plan, structure);
+    if (cost && options.cost_fixes) *cost = predict_cost(plan, structure, &sim);
     return true;
   };
 

@@ -68,7 +68,8 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options 
 
 // The plan's predicted step time and peak device memory; nullopt when the models cannot run for it
 // (an unknown GPU name, a protocol file that cannot be read: verify itself does not need them).
-std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure);
+// `ddp`: the plan's DDP simulation when the caller has it (not simulated again).
+std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure, const DdpSimulation* ddp = nullptr);
 
 // The candidate changes for a plan, in the order users reach for them.
 std::vector<VerifiedFix> candidate_fixes(const Plan& plan);
