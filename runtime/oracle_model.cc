@@ -158,17 +158,11 @@ at::Tensor OracleModel::decoder_layer(const at::Tensor& x, const DecoderLayerUse
                                   ? h
                                   : rms_norm(h, layer.post_attention_norm, p);
     if (plan_.tiled_mlp) {
-      TiledMlpSpec spec;
-      spec.mlp = [this, &layer, step](const at::Tensor& shard, const ParameterTable& table) {
-        return mlp(shard, layer, table, step);
-      };
-      spec.weights_table = parameters_;
-      spec.weights = mlp_trainable_weights(structure_, layer, step);
-      spec.shards = step.shards;
-      spec.strategy = plan_.tiled_mlp_backward;
-      spec.weights_as_inputs = plan_.tiled_mlp_weights_as_inputs;
+      TiledMlpSpec spec = tiled_mlp_spec(plan_, structure_, layer, step, parameters_,
+                                         [this, &layer, step](const at::Tensor& shard, const ParameterTable& table) {
+                                           return mlp(shard, layer, table, step);
+                                         });
       spec.recorder = recorder;
-      spec.layer = layer.index;
       h = h + tiled_mlp(normed, spec, inputs_table);
     } else {
       h = h + mlp(normed, layer, p, step);

@@ -4,6 +4,19 @@
 
 namespace hookstream {
 
+TiledMlpSpec tiled_mlp_spec(const Plan& plan, const ModelStructure& structure, const DecoderLayerUse& layer,
+                            const ModelStepView& step, const ParameterTable& weights_table, LayerFunction mlp) {
+  TiledMlpSpec spec;
+  spec.mlp = std::move(mlp);
+  spec.weights_table = weights_table;
+  spec.weights = mlp_trainable_weights(structure, layer, step);
+  spec.shards = step.shards;
+  spec.strategy = plan.tiled_mlp_backward;
+  spec.weights_as_inputs = plan.tiled_mlp_weights_as_inputs;
+  spec.layer = layer.index;
+  return spec;
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;

@@ -9,6 +9,7 @@
 
 #include "runtime/hook_recorder.h"
 #include "runtime/layer_function.h"
+#include "runtime/model_step.h"
 #include "sim/plan.h"
 
 namespace hookstream {
@@ -26,6 +27,12 @@ struct TiledMlpSpec {
   HookRecorder* recorder = nullptr;
   int layer = -1;
 };
+
+// The spec of decoder layer `layer`'s tiled MLP under `plan` at `step`: its trainable weights in
+// `weights_table`, the step's shards, the plan's backward strategy; `mlp` computes one shard. The
+// trainer and the DDP oracle both build theirs here.
+TiledMlpSpec tiled_mlp_spec(const Plan& plan, const ModelStructure& structure, const DecoderLayerUse& layer,
+                            const ModelStepView& step, const ParameterTable& weights_table, LayerFunction mlp);
 
 // `inputs_table` supplies the tensors passed as the Function's weight inputs.
 at::Tensor tiled_mlp(const at::Tensor& hidden, const TiledMlpSpec& spec, const ParameterTable& inputs_table);

@@ -411,16 +411,10 @@ struct TrainModel::Impl {
     if (!step.skipped(layer.path + ".mlp")) {
       const at::Tensor normed = rms_norm(h, layer.post_attention_norm, p);
       if (plan.tiled_mlp) {
-        TiledMlpSpec spec;
-        spec.mlp = [this, &layer, step](const at::Tensor& shard, const ParameterTable& table) {
-          return mlp(shard, layer, table, step);
-        };
-        spec.weights_table = params;
-        spec.weights = mlp_trainable_weights(structure, layer, step);
-        spec.shards = step.shards;
-        spec.strategy = plan.tiled_mlp_backward;
-        spec.weights_as_inputs = plan.tiled_mlp_weights_as_inputs;
-        spec.layer = layer.index;
+        const TiledMlpSpec spec = tiled_mlp_spec(plan, structure, layer, step, params,
+                                                 [this, &layer, step](const at::Tensor& shard, const ParameterTable& table) {
+                                                   return mlp(shard, layer, table, step);
+                                                 });
         h = h + tiled_mlp(normed, spec, p);
       } else {
         h = h + mlp(normed, layer, p, step);
