@@ -7,14 +7,6 @@ namespace hookstream {
 
 namespace {
 
-std::string ms(double ns) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(3);
-  out << ns * 1e-6 << " ms";
-  return out.str();
-}
-
 std::string percent(double part, double whole) {
   std::ostringstream out;
   out.setf(std::ios::fixed);
@@ -52,25 +44,25 @@ std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& o
     c.first++;
     c.second += std::max(0.0, step.model.ops[i].duration_ns);
   }
-  out << "\nStep " << step.step_label << ": " << ms(step.measured_ns()) << " measured, " << ms(a.schedule.step_ns)
+  out << "\nStep " << step.step_label << ": " << ms_text(step.measured_ns()) << " measured, " << ms_text(a.schedule.step_ns)
       << " replayed by the simulator's scheduler over the recorded durations\n";
   for (const std::string& note : step.notes) out << "  " << note << "\n";
   out << "  GPU time by op class:";
-  for (const auto& [op_class, c] : classes) out << " " << to_string(op_class) << " " << ms(c.second) << " (" << c.first << " ops);";
+  for (const auto& [op_class, c] : classes) out << " " << to_string(op_class) << " " << ms_text(c.second) << " (" << c.first << " ops);";
   out << "\n";
 
-  out << "\nCritical path of the replayed step: " << ms(a.critical.length_ns) << " of " << ms(a.critical.step_ns) << "\n";
+  out << "\nCritical path of the replayed step: " << ms_text(a.critical.length_ns) << " of " << ms_text(a.critical.step_ns) << "\n";
   if (!a.critical.unavailable.empty()) {
     out << "  not computed: " << a.critical.unavailable << "\n";
   } else {
     for (size_t k = 0; k < a.critical.by_what.size() && k < 6; ++k) {
-      out << "  " << a.critical.by_what[k].first << ": " << ms(a.critical.by_what[k].second) << " ("
+      out << "  " << a.critical.by_what[k].first << ": " << ms_text(a.critical.by_what[k].second) << " ("
           << percent(a.critical.by_what[k].second, a.critical.length_ns) << ")\n";
     }
     const size_t shown = std::min(a.critical.segments.size(), options.critical_segments_shown);
     for (size_t k = 0; k < shown; ++k) {
       const CriticalSegment& s = a.critical.segments[k];
-      out << "  " << ms(s.start_ns) << " +" << ms(s.duration_ns) << "  rank " << s.rank << " " << s.where << ": " << s.what << ", "
+      out << "  " << ms_text(s.start_ns) << " +" << ms_text(s.duration_ns) << "  rank " << s.rank << " " << s.where << ": " << s.what << ", "
           << s.ops << " op" << (s.ops == 1 ? "" : "s") << " (" << s.first_op << (s.ops > 1 ? " .. " + s.last_op : "") << ")\n";
     }
     if (a.critical.segments.size() > shown) {
@@ -87,7 +79,7 @@ std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& o
       out << "  " << r.kind << " on " << r.buffer << (r.unordered_producer_consumer ? " (unordered producer/consumer)" : "") << "\n"
           << "    earlier: " << r.earlier << "\n    later:   " << r.later << "\n    evidence: "
           << (r.overlapped ? "the two ran at the same time in this recording"
-                           : "no ordering between them; in this recording " + ms(r.gap_ns) + " apart")
+                           : "no ordering between them; in this recording " + ms_text(r.gap_ns) + " apart")
           << "\n";
       if (!r.race.fix.text.empty()) out << "    fix: " << r.race.fix.text << (r.race.fix.verified ? " (verified)" : "") << "\n";
     }
@@ -95,9 +87,9 @@ std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& o
 
   if (a.plan) out << "\n" << render_plan_comparison_text(*a.plan);
   if (a.what_if) {
-    out << "\nWhat-if (replayed step " << ms(a.what_if->replayed_ns) << ", measured " << ms(a.what_if->measured_ns) << "):\n";
+    out << "\nWhat-if (replayed step " << ms_text(a.what_if->replayed_ns) << ", measured " << ms_text(a.what_if->measured_ns) << "):\n";
     for (const WhatIfOutcome& o : a.what_if->outcomes) {
-      out << "  " << o.change << ": " << ms(o.old_step_ns) << " -> " << ms(o.new_step_ns) << " ("
+      out << "  " << o.change << ": " << ms_text(o.old_step_ns) << " -> " << ms_text(o.new_step_ns) << " ("
           << (o.new_step_ns <= o.old_step_ns ? "-" : "+") << percent(std::abs(o.old_step_ns - o.new_step_ns), o.old_step_ns) << ")\n"
           << "    why: " << o.why << "\n";
     }

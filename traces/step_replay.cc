@@ -26,14 +26,6 @@ bool is_host_sync(OpKind kind) {
   return kind == OpKind::EventSync || kind == OpKind::StreamSync || kind == OpKind::DeviceSync;
 }
 
-std::string ms(double ns) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(3);
-  out << ns * 1e-6 << " ms";
-  return out.str();
-}
-
 // Ops are edited by rebuilding the list: insertions before/after an op index.
 struct Edit {
   std::map<int, std::vector<std::pair<Op, OpGroup>>> before, after;
@@ -82,6 +74,14 @@ double host_blocked_ns(const Schedule& schedule) {
 }
 
 }  // namespace
+
+std::string ms_text(double ns) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(3);
+  out << ns * 1e-6 << " ms";
+  return out.str();
+}
 
 StepReplay build_step_replay(const RecordedStep& step) {
   StepReplay replay;
@@ -513,7 +513,7 @@ std::string effect(const Schedule& before, const Schedule& after) {
   text.setf(std::ios::fixed);
   text.precision(1);
   text << "copies hidden behind compute " << before.copy_hidden_fraction * 100 << "% -> " << after.copy_hidden_fraction * 100
-       << "%, host blocked " << ms(host_blocked_ns(before)) << " -> " << ms(host_blocked_ns(after));
+       << "%, host blocked " << ms_text(host_blocked_ns(before)) << " -> " << ms_text(host_blocked_ns(after));
   return text.str();
 }
 

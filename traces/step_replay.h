@@ -83,4 +83,7 @@ struct WhatIfReport {
 WhatIfReport run_what_if(const RecordedStep& step, const StepReplay& replay, const std::vector<WhatIfChange>& changes,
                          const std::vector<int64_t>& bucket_bytes = {});
 
+// "12.345 ms": how the step reports (replay, what-if, critical path) print a duration.
+std::string ms_text(double ns);
+
 }  // namespace hookstream

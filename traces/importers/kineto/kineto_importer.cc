@@ -210,14 +210,16 @@ class KinetoAssembler {
     // work (the step analysis uses it where no range says otherwise; NCCL kernels stay all-reduces).
     int64_t main_thread = -1;
     double first_launch = std::numeric_limits<double>::infinity();
-    for (const GpuRecord& g : parsed_.gpu) {
-      const Call* call = find_call(g.correlation);
+    std::vector<const Call*> launches(parsed_.gpu.size());  // each GPU record's launching call, or null
+    for (size_t i = 0; i < parsed_.gpu.size(); ++i) {
+      const Call* call = launches[i] = find_call(parsed_.gpu[i].correlation);
       if (call && call->start < first_launch) {
         first_launch = call->start;
         main_thread = call->tid;
       }
     }
-    for (GpuRecord& g : parsed_.gpu) {
+    for (size_t i = 0; i < parsed_.gpu.size(); ++i) {
+      GpuRecord& g = parsed_.gpu[i];
       Op op;
       op.name = std::move(g.name);
       op.correlation = g.correlation;
@@ -233,7 +235,7 @@ class KinetoAssembler {
       }
       op.start_ns = ns(g.ts);
       op.duration_ns = duration(g.dur);
-      const Call* call = find_call(op.correlation);
+      const Call* call = launches[i];
       double issue = op.start_ns;
       ApiRole role = ApiRole::Other;
       if (call) {
