@@ -16,19 +16,16 @@
 
 namespace {
 
-// The analysis commands build op vectors of hundreds of MB from large traces; on 4 KiB pages their
-// first-touch page faults were most of `hookstream replay`'s time (a 102 k GPU-op nsys trace: 2.3 s
-// CPU, 0.55 s with huge pages, bench/RESULTS.md). glibc (>= 2.35) backs malloc with transparent huge
-// pages only when the tunable is set before the process starts, so these commands re-execute
-// themselves once with glibc.malloc.hugetlb=1 added (a user's own GLIBC_TUNABLES setting of it
-// wins). `run` and `oracle` keep the allocator as it is: their memory is LibTorch's.
+// `replay` builds op vectors of hundreds of MB from large traces; on 4 KiB pages their first-touch
+// page faults were most of its time (a 102 k GPU-op nsys trace: 2.3 s CPU, 0.55 s with huge pages,
+// bench/RESULTS.md). glibc (>= 2.35) backs malloc with transparent huge pages only when the tunable
+// is set before the process starts, so `replay` re-executes itself once with glibc.malloc.hugetlb=1
+// added (a user's own GLIBC_TUNABLES setting of it wins). The other commands allocate little and
+// are not worth the second exec; `run` and `oracle`'s memory is LibTorch's.
 void reexec_with_huge_pages(char** argv) {
-  static const char* const kAnalysis[] = {"verify", "simulate", "plan", "replay"};
-  if (argv[1] == nullptr) return;
-  bool analysis = false;
-  for (const char* name : kAnalysis) analysis = analysis || std::strcmp(argv[1], name) == 0;
+  if (argv[1] == nullptr || std::strcmp(argv[1], "replay") != 0) return;
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (!analysis || (tunables != nullptr && std::strstr(tunables, "glibc.malloc.hugetlb") != nullptr)) return;
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.hugetlb") != nullptr) return;
   const std::string value =
       tunables != nullptr && *tunables != 0 ? std::string(tunables) + ":glibc.malloc.hugetlb=1" : "glibc.malloc.hugetlb=1";
   if (setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
