@@ -69,11 +69,15 @@ bool reset_peak_rss() {
   return static_cast<bool>(out.flush());
 }
 
-// Whether glibc was told to back malloc's memory with transparent huge pages (read once at startup;
-// the variable cannot change that afterwards).
-bool hugetlb_heap() {
+// The heap settings glibc was started with (GLIBC_TUNABLES; it cannot change afterwards):
+// `hookstream replay` runs with huge pages and large blocks kept in the heap (tools/cli/main.cc).
+std::string heap_settings() {
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  return tunables && std::strstr(tunables, "glibc.malloc.hugetlb=1") != nullptr;
+  if (tunables == nullptr || *tunables == 0) {
+    return "glibc defaults, 4 KiB pages (`hookstream replay` sets GLIBC_TUNABLES: see tools/cli/main.cc; on this VM "
+           "page faults are most of the cost of the large rows)";
+  }
+  return std::string("GLIBC_TUNABLES=") + tunables + " (as `hookstream replay` runs)";
 }
 
 struct Measurement {
@@ -148,9 +152,7 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
               "(bench/scaled_traces.h). First run: one import + all analyses from a trimmed heap, as one `hookstream replay` "
               "process; warm: the median of later runs in the same process (at least 3 and 1 s, at most ~20 s). Peak RSS "
               "growth: VmHWM after the first run minus VmRSS before it. Heap: %s.\n\n",
-              hugetlb_heap() ? "glibc.malloc.hugetlb=1 (transparent huge pages)"
-                             : "4 KiB pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1 backs it with transparent huge "
-                               "pages: on this VM page faults are most of the cost of the large rows)");
+              heap_settings().c_str());
   std::printf("| trace (rows repeated with shifted times) | file MB | GPU ops | all ops | first run: import CPU s | "
               "first run: import + all analyses CPU s (wall s) | first run GPU ops/s (import, CPU) | first run GPU ops/s "
               "(all, CPU) | warm runs | warm: import CPU s | warm: import + all CPU s (wall s) | warm GPU ops/s (import, CPU) | "

@@ -48,7 +48,7 @@ std::vector<int> entry_lines(const std::string& text) {
 
 std::optional<double> Calibration::lookup(const Op& op) const {
   for (const CalibrationEntry& entry : entries) {
-    if (!entry.name_pattern.empty() && !std::regex_search(op.name, entry.name)) continue;
+    if (!entry.name_pattern.empty() && !std::regex_search(op.name.str(), entry.name)) continue;
     if (entry.phase && *entry.phase != op.phase) continue;
     if (entry.kind && *entry.kind != to_string(op.kind)) continue;
     if (entry.layer && *entry.layer != op.layer) continue;

@@ -44,7 +44,7 @@ DependencyEdges dependency_edges(const EventModel& model) {
   for (size_t v = 0; v < out.op_of_vertex.size(); ++v) {
     const Op& op = model.ops[out.op_of_vertex[v]];
     const int own = op.stream >= 0 ? op.stream : host_slot_of_rank.at(op.rank);
-    const VectorClock& clock = report.work_clocks[v];
+    const uint32_t* clock = report.work_clocks[v];
     for (size_t s = 0; s < slots; ++s) {
       const std::vector<int>& vertices = by_slot[s];
       const uint32_t seq = clock[s];
@@ -55,7 +55,7 @@ DependencyEdges dependency_edges(const EventModel& model) {
       // with this one: the edge comes from the op before them.
       const auto same_call = [&](int u) {
         return op.kind == OpKind::Collective && model.ops[out.op_of_vertex[u]].kind == OpKind::Collective &&
-               report.work_clocks[u] == clock;
+               report.work_clocks.same(u, report.work_clocks, v);
       };
       while (count > 0 && same_call(vertices[count - 1])) --count;
       if (count > 0) out.edges.emplace_back(vertices[count - 1], static_cast<int>(v));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sim/hook_firing.h"
+#include "sim/text.h"
 
 namespace hookstream {
 
@@ -70,12 +71,12 @@ struct Op {
   OpKind kind = OpKind::Kernel;
   int rank = 0;
   int stream = -1;           // index into EventModel::streams; -1 for host-only ops
-  std::string name;          // kernel name, "D2H activation layer 3", "allreduce bucket 2", ...
+  Text name;                 // kernel name, "D2H activation layer 3", "allreduce bucket 2", ...
   // Where in the step it belongs (simulator ops; importers fill what they can).
   int iteration = 0;
   int micro_step = 0;
   int layer = -1;
-  std::string phase;         // "forward", "backward", "recompute", "optimizer", "reduction", ...
+  Text phase;                // "forward", "backward", "recompute", "optimizer", "reduction", ...
   std::vector<BufferAccess> accesses;
   int event = -1;            // EventRecord/StreamWait/EventSync: index into EventModel::events
   int sync_stream = -1;      // StreamSync: the stream waited for; StreamWait with event -1: the
@@ -89,7 +90,7 @@ struct Op {
   double start_ns = -1;      // measured or predicted start, -1 unknown
   double duration_ns = -1;   // measured or predicted duration, -1 unknown
   int64_t correlation = -1;  // trace correlation id linking host call and GPU activity
-  std::string source_api;    // the runtime/driver API call that issued it, when known
+  Text source_api;           // the runtime/driver API call that issued it, when known
 };
 
 struct Event {

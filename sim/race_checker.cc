@@ -81,6 +81,7 @@ class Checker {
   RaceReport run() {
     RaceReport report;
     if (options_.record_clocks) {
+      report.work_clocks.set_slots(layout_.slots);
       report.work_clocks.reserve(model_.ops.size());
       for (int s = 0; s < layout_.slots; ++s) {
         const bool host = s >= static_cast<int>(model_.streams.size());
@@ -411,7 +412,7 @@ bool same_happens_before(const EventModel& a, const EventModel& b) {
     const Op& x = a.ops[ra.work_ops[i]];
     const Op& y = b.ops[rb.work_ops[i]];
     if (x.kind != y.kind || x.stream != y.stream || x.name != y.name) return false;
-    if (ra.work_clocks[i] != rb.work_clocks[i]) return false;
+    if (!ra.work_clocks.same(i, rb.work_clocks, i)) return false;
   }
   return true;
 }

@@ -19,6 +19,7 @@
 //   have one slot per stream of every rank, plus one per rank's host thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,25 @@ namespace hookstream {
 
 // One counter per stream (EventModel::streams, every rank) plus one per rank's host thread.
 using VectorClock = std::vector<uint32_t>;
+
+// Every work op's clock in one array (`slots` counters each): a long trace's step has ~10^5 work
+// ops, and one vector per op was an allocation each.
+class ClockTable {
+ public:
+  void set_slots(size_t slots) { slots_ = slots; }
+  void reserve(size_t clocks) { values_.reserve(clocks * slots_); }
+  void push_back(const VectorClock& clock) { values_.insert(values_.end(), clock.begin(), clock.end()); }
+  size_t size() const { return slots_ ? values_.size() / slots_ : 0; }
+  size_t slots() const { return slots_; }
+  const uint32_t* operator[](size_t clock) const { return values_.data() + clock * slots_; }
+  bool same(size_t a, const ClockTable& other, size_t b) const {
+    return slots_ == other.slots_ && std::equal((*this)[a], (*this)[a] + slots_, other[b]);
+  }
+
+ private:
+  size_t slots_ = 0;
+  std::vector<uint32_t> values_;
+};
 
 // The smallest sync that orders a racing pair, as ops to insert.
 struct SyncSuggestion {
@@ -69,7 +89,7 @@ struct RaceReport {
   size_t ops_checked = 0;
   std::vector<int> work_ops;        // record_clocks: the work ops, in check order (host order per
                                     // rank; ranks interleaved at collectives)
-  std::vector<VectorClock> work_clocks;
+  ClockTable work_clocks;           // record_clocks: per work op, its clock
   std::vector<int> clock_slot_stream;  // record_clocks: clock slot -> stream index (-1: a host slot)
   std::vector<int> clock_slot_rank;    // record_clocks: clock slot -> rank
   bool ok() const { return race_count == 0; }

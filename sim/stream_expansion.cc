@@ -359,7 +359,7 @@ class StepExpander {
     op.iteration = options_.iteration;
     op.micro_step = micro_;
     op.layer = layer;
-    op.phase = phase;
+    op.phase = phases_(phase);
     model_.ops.push_back(std::move(op));
     return model_.ops.back();
   }
@@ -640,6 +640,7 @@ class StepExpander {
   ExpansionOptions options_;
   int layers_;
   EventModel model_;
+  TextInterner phases_;  // every op of a phase shares its name
   std::vector<std::vector<int>> launch_at_;        // backward position -> buckets launched there
   std::vector<std::vector<int>> buckets_of_layer_;  // backward position -> buckets it writes
   std::vector<int64_t> bucket_bytes_;

@@ -19,8 +19,9 @@ out="$here/bench/RESULTS.md.tmp"
     echo "Machine: $machine. Date: $stamp. Build: Release (-O3), g++ $(g++ -dumpfullversion)."
     echo
     if [[ $name == replay_bench ]]; then
-      # As `hookstream replay` runs (tools/cli/main.cc re-executes with it): huge pages for the heap.
-      GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$bench"
+      # As `hookstream replay` runs (tools/cli/main.cc re-executes with them): huge pages for the heap,
+      # large blocks kept in it, freed memory kept in the process.
+      GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295 "$bench"
     else
       "$bench"
     fi

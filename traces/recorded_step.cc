@@ -318,11 +318,11 @@ class StepExtractor {
         const RuntimeAnnotation* a = protocol ? &*protocol->annotation : layer ? &*layer->annotation : nullptr;
         if (a) {
           copy.layer = a->layer;
-          copy.phase = a->phase;
+          copy.phase = phases_(a->phase);
         }
         if (op.kind == OpKind::Collective) {
           group = {OpClass::AllReduce, -1, collectives++};
-          copy.phase = "reduction";
+          copy.phase = phases_("reduction");
         } else if (protocol && (protocol->annotation->kind == "compute" || protocol->annotation->kind == "copy")) {
           const RuntimeAnnotation& p = *protocol->annotation;
           copy.accesses = accesses(op.rank, op.stream, p);
@@ -330,7 +330,7 @@ class StepExtractor {
             group = {copy_class(op, p.phase), p.layer, 0};
           } else {
             group = {p.what == "recompute" ? OpClass::Recompute : p.what == "backward" ? OpClass::Backward : OpClass::Forward, p.layer, 0};
-            if (p.what == "recompute") copy.phase = "recompute";
+            if (p.what == "recompute") copy.phase = phases_("recompute");
           }
         } else if (layer || protocol) {
           const RuntimeAnnotation& l = layer ? *layer->annotation : *protocol->annotation;
@@ -338,7 +338,7 @@ class StepExtractor {
                    l.layer, 0};
         } else if (optimizer) {
           group = {OpClass::Optimizer, -1, 0};
-          copy.phase = "optimizer";
+          copy.phase = phases_("optimizer");
         } else if (op.kind == OpKind::Copy) {
           group = {copy_class(op, ""), -1, 0};
         } else if (!step_.annotated) {
@@ -393,7 +393,7 @@ class StepExtractor {
     op.rank = rank;
     op.name = marker.name;
     op.layer = a.layer;
-    op.phase = a.phase;
+    op.phase = phases_(a.phase);
     op.start_ns = marker.start_ns;
     op.duration_ns = 0;
     OpGroup group;
@@ -408,7 +408,7 @@ class StepExtractor {
       op.kind = OpKind::Kernel;
       op.stream = logical_stream(rank, current_stream_name(rank));
       op.duration_ns = marker.duration_ns;
-      op.phase = "optimizer";
+      op.phase = phases_("optimizer");
       group = {OpClass::Optimizer, -1, 0};
     } else if (a.kind == "compute" || a.kind == "copy") {
       if (contents.gpu_ops > 0) return;
@@ -421,7 +421,7 @@ class StepExtractor {
         group = {copy_class(op, a.phase), a.layer, 0};
       } else {
         group = {a.what == "recompute" ? OpClass::Recompute : a.what == "backward" ? OpClass::Backward : OpClass::Forward, a.layer, 0};
-        if (a.what == "recompute") op.phase = "recompute";
+        if (a.what == "recompute") op.phase = phases_("recompute");
       }
     } else {
       if (contents.imported_syncs > 0 && a.kind != "free" && a.kind != "record_stream") return;
@@ -509,13 +509,14 @@ class StepExtractor {
       const auto b = first_backward.find(step_.model.ops[i].rank);
       if (b == first_backward.end() || i >= b->second || step_.groups[i].op_class != OpClass::Other) continue;
       step_.groups[i].op_class = OpClass::Forward;
-      step_.model.ops[i].phase = "forward";
+      step_.model.ops[i].phase = phases_("forward");
     }
   }
 
   const EventModel& trace_;
   StepSelection selection_;
   RecordedStep step_;
+  TextInterner phases_;  // one Text per phase name, shared by the ops
   std::map<int, RangeContents> contents_;
   std::map<std::pair<int, std::string>, int> logical_;
   std::map<std::pair<int, std::string>, int> events_;

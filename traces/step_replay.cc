@@ -50,7 +50,7 @@ struct Edit {
   }
 };
 
-Op sync_op(OpKind kind, int rank, int stream, const std::string& name) {
+Op sync_op(OpKind kind, int rank, int stream, const Text& name) {
   Op op;
   op.kind = kind;
   op.rank = rank;
@@ -101,12 +101,13 @@ StepReplay build_step_replay(const RecordedStep& step) {
   replay.step_op.reserve(2 * step.model.ops.size());
   // rank -> when the host finished its previous host-side op (recorded).
   std::unordered_map<int, double> host_end;
+  const Text host_name("host");  // one shared name for every host-time op
   for (int i = 0; i < static_cast<int>(step.model.ops.size()); ++i) {
     const Op& recorded = step.model.ops[i];
     if (!is_gpu_kind(recorded.kind)) {
       const auto previous = host_end.find(recorded.rank);
       if (previous != host_end.end() && recorded.start_ns > previous->second) {
-        Op host = sync_op(OpKind::HostCompute, recorded.rank, -1, "host");
+        Op host = sync_op(OpKind::HostCompute, recorded.rank, -1, host_name);
         host.duration_ns = recorded.start_ns - previous->second;
         host.phase = recorded.phase;
         replay.model.ops.push_back(std::move(host));
@@ -159,7 +160,7 @@ CriticalPathReport replay_critical_path(const Schedule& schedule, const StepRepl
   // Each op on the path is named by its group's label ("backward L3", "host work"): labels are built
   // once per distinct group and compared as ids, and a segment's last op name is filled in once it
   // is complete, so a long path costs no string work per op.
-  std::vector<std::string> labels;
+  std::vector<Text> labels;
   std::map<std::string, int> label_id;
   std::map<OpGroup, int> group_label;
   std::vector<int> kind_label;
@@ -181,6 +182,9 @@ CriticalPathReport replay_critical_path(const Schedule& schedule, const StepRepl
     if (found != group_label.end()) return found->second;
     return group_label[group] = intern(group.label());
   };
+  std::vector<Text> stream_names(model.streams.size());
+  for (size_t s = 0; s < model.streams.size(); ++s) stream_names[s] = Text(model.streams[s].name);
+  const Text host("host");
   std::vector<double> by_what;  // per label id, summed in path order
   std::vector<bool> on_path;
   int last_what = -1, last_index = -1;
@@ -210,7 +214,7 @@ CriticalPathReport replay_critical_path(const Schedule& schedule, const StepRepl
     CriticalSegment segment;
     segment.rank = op.rank;
     segment.stream = op.stream;
-    segment.where = op.stream >= 0 ? model.streams[op.stream].name : "host";
+    segment.where = op.stream >= 0 ? stream_names[op.stream] : host;
     segment.what = labels[what];
     segment.ops = 1;
     segment.start_ns = op.start_ns;
@@ -222,7 +226,7 @@ CriticalPathReport replay_critical_path(const Schedule& schedule, const StepRepl
   }
   close_segment();
   std::map<std::string, double> by_label;
-  for (size_t id = 0; id < by_what.size(); ++id) if (on_path[id]) by_label[labels[id]] = by_what[id];
+  for (size_t id = 0; id < by_what.size(); ++id) if (on_path[id]) by_label[labels[id].str()] = by_what[id];
   report.by_what.assign(by_label.begin(), by_label.end());
   std::stable_sort(report.by_what.begin(), report.by_what.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -488,7 +492,7 @@ StepReplay remove_host_sync(const StepReplay& in, const std::string& api, int& c
     op.event = -1;
     op.sync_stream = -1;
     op.blocks_host = false;
-    op.name += " (removed)";
+    op.name = op.name + " (removed)";
     ++changed;
   }
   why = std::to_string(changed) + " host synchronisation" + (changed == 1 ? "" : "s") + (api.empty() ? "" : " (" + api + ")") +

@@ -41,11 +41,12 @@ Schedule schedule_replay_in_place(StepReplay& replay);
 struct CriticalSegment {
   int rank = 0;
   int stream = -1;          // -1: the host
-  std::string where;        // "host" or the stream's name
-  std::string what;         // the op group's label, or "host work"
+  // Shared strings (sim/text.h): a long trace's path has ~10^5 segments naming few distinct things.
+  Text where;               // "host" or the stream's name
+  Text what;                // the op group's label, or "host work"
   int ops = 0;
   double start_ns = 0, duration_ns = 0;  // scheduled, relative to the step's start
-  std::string first_op, last_op;         // names
+  Text first_op, last_op;                // names
 };
 struct CriticalPathReport {
   double length_ns = 0;     // sum of the durations on the path

@@ -134,8 +134,7 @@ TEST_CASE("elementwise kernels and the vision tower get their own memory-bound /
     const EventModel m = expand_step(plan, build_model_structure(plan), load_stream_protocol("none"));
     int n = 0;
     for (const Op& op : m.ops) {
-      n += op.name.rfind("vision", 0) == 0 && op.name.size() > suffix.size() &&
-           op.name.compare(op.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+      n += op.name.starts_with("vision") && op.name.size() > suffix.size() && op.name.ends_with(suffix);
     }
     return n;
   };

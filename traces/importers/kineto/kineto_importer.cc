@@ -62,24 +62,24 @@ Category category_of(const std::string& cat) {
 
 // Kept small (no Op yet: that is built once, in the model): a trace has ~10^4 of them.
 struct GpuRecord {
-  std::string name;
+  Text name;
   Category category;  // Kernel, Copy or Memset
   int64_t correlation, bytes, device, context, stream;
   Micros ts, dur;
 };
 struct CallRecord {
-  std::string name;
+  Text name;
   int64_t correlation;
   int64_t tid;  // the host thread that made the call
   Micros ts, dur;
 };
 struct SyncRecord {
-  std::string kind;
+  Text kind;
   int64_t device, context, stream, correlation, wait_on_stream, wait_record, wait_event;
   Micros ts, dur;
 };
 struct AnnotationRecord {
-  std::string name;
+  Text name;
   Micros ts, dur;
 };
 
@@ -118,6 +118,7 @@ class KinetoRecords : public KinetoEventSink {
   std::vector<SyncRecord> syncs;
   std::vector<AnnotationRecord> annotations;
   int64_t min_whole_us = std::numeric_limits<int64_t>::max();
+  TextInterner names;
 
   bool wants_category(const std::string& cat) const override { return category_of(cat) != Category::Other; }
 
@@ -133,27 +134,27 @@ class KinetoRecords : public KinetoEventSink {
     if (category == Category::Other) return;
     min_whole_us = std::min(min_whole_us, e.ts.whole);
     const auto or_else = [](int64_t v, int64_t fallback) { return v == kKinetoAbsent ? fallback : v; };
-    // Names are copied, not moved: the scanner's strings keep their capacity for the next event,
-    // and each record's name gets an allocation of its own size.
+    // Names are interned, not moved: the scanner's strings keep their capacity for the next event,
+    // and a trace's few distinct names are stored once, shared by every op that has them.
     switch (category) {
       case Category::Kernel: case Category::Copy: case Category::Memset: {
         // pid is the device and tid the stream; args say the same in traces since 2021.
-        gpu.push_back(GpuRecord{e.name, category, or_else(e.correlation, -1), or_else(e.bytes, 0),
+        gpu.push_back(GpuRecord{names(e.name), category, or_else(e.correlation, -1), or_else(e.bytes, 0),
                                 or_else(e.device, or_else(e.pid, 0)), or_else(e.context, 0),
                                 or_else(e.stream, or_else(e.tid, 0)), e.ts, e.dur});
         break;
       }
       case Category::Runtime:
-        calls.push_back(CallRecord{e.name, or_else(e.correlation, -1), or_else(e.tid, -1), e.ts, e.dur});
+        calls.push_back(CallRecord{names(e.name), or_else(e.correlation, -1), or_else(e.tid, -1), e.ts, e.dur});
         break;
       case Category::Sync:
-        syncs.push_back(SyncRecord{e.sync_kind.empty() ? e.name : e.sync_kind, or_else(e.device, or_else(e.pid, 0)),
+        syncs.push_back(SyncRecord{names(e.sync_kind.empty() ? e.name : e.sync_kind), or_else(e.device, or_else(e.pid, 0)),
                                    or_else(e.context, 0), or_else(e.stream, or_else(e.tid, -1)),
                                    or_else(e.correlation, -1), or_else(e.wait_on_stream, -1),
                                    or_else(e.wait_record, -1), or_else(e.wait_event, -1), e.ts, e.dur});
         break;
       case Category::Annotation:
-        annotations.push_back(AnnotationRecord{e.name, e.ts, e.dur});
+        annotations.push_back(AnnotationRecord{names(e.name), e.ts, e.dur});
         break;
       default:
         break;
@@ -218,6 +219,7 @@ class KinetoAssembler {
         main_thread = call->tid;
       }
     }
+    const Text backward("backward");  // shared by every backward op
     for (size_t i = 0; i < parsed_.gpu.size(); ++i) {
       GpuRecord& g = parsed_.gpu[i];
       Op op;
@@ -242,7 +244,7 @@ class KinetoAssembler {
         issue = call->start;
         role = call->role;
         op.source_api = builder_.op(call->handle).name;
-        if (call->tid >= 0 && main_thread >= 0 && call->tid != main_thread) op.phase = "backward";
+        if (call->tid >= 0 && main_thread >= 0 && call->tid != main_thread) op.phase = backward;
       }
       // Same rule as nsys: cudaMemcpy/cudaMemset return when done; pageable copies are staged.
       if (op.kind == OpKind::Copy || op.kind == OpKind::Memset) {

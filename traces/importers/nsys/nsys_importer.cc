@@ -1,6 +1,9 @@
 #include "traces/importers/nsys/nsys_importer.h"
 
 #include <algorithm>
+#include <array>
+#include <future>
+#include <initializer_list>
 #include <unordered_map>
 #include <vector>
 
@@ -72,6 +75,7 @@ class ColumnList {
     return sql + " FROM " + table_;
   }
   bool empty() const { return names_.empty(); }
+  int64_t size() const { return static_cast<int64_t>(names_.size()); }
 
  private:
   std::string table_;
@@ -79,7 +83,8 @@ class ColumnList {
   std::vector<std::string> names_;
 };
 
-int64_t get(const SqliteQuery& q, int column, int64_t fallback) {
+template <typename Rows>  // SqliteQuery or IntegerRows
+int64_t get(const Rows& q, int column, int64_t fallback) {
   return column < 0 || q.is_null(column) ? fallback : q.integer(column);
 }
 
@@ -87,7 +92,7 @@ struct RuntimeCall {
   size_t op = 0;          // builder handle of the host op made for the call
   double start_ns = 0;
   ApiRole role = ApiRole::Other;
-  const std::string* name = nullptr;  // into the string table, suffix kept as nsys wrote it
+  const Text* name = nullptr;  // into the string table, suffix kept as nsys wrote it
 };
 
 class NsysReader {
@@ -102,19 +107,45 @@ class NsysReader {
     }
     read_strings();
     read_streams();
+    // The GPU activity tables are read through a second connection on another thread while this
+    // one reads the API calls they join to (SQLite connections are not shared between threads);
+    // the rows are then added here in the same order as ever, so the model does not depend on the
+    // threads' timing. Columns are chosen here, from the schema, before the thread starts.
+    const GpuColumns kernels(db_, "CUPTI_ACTIVITY_KIND_KERNEL", {"demangledName", "shortName"}),
+        copies(db_, "CUPTI_ACTIVITY_KIND_MEMCPY", {"bytes", "copyKind", "srcKind", "dstKind"}),
+        memsets(db_, "CUPTI_ACTIVITY_KIND_MEMSET", {"bytes", "memKind"}),
+        event_records(db_, "CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"eventId"}),
+        syncs(db_, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {"eventId", "syncType"});
+    const GpuColumns* tables[] = {&kernels, &copies, &memsets, &event_records, &syncs};
+    // Which tables have the columns their reader needs (absent tables and columns are not errors).
+    const bool use[] = {kernels.usable(), copies.usable(), memsets.usable(),
+                        event_records.present && event_records.stream >= 0 && event_records.extra[0] >= 0,
+                        syncs.present && syncs.start >= 0 && syncs.end >= 0};
+    std::array<IntegerRows, 5> rows;
+    for (size_t t = 0; t < rows.size(); ++t) {
+      if (use[t]) rows[t] = IntegerRows(tables[t]->columns.size(), db_.max_rowid(tables[t]->table));
+    }
+    auto ahead = std::async(std::launch::async, [&db = db_, &tables, &use, &rows] {
+      SqliteDatabase connection(db.path());
+      for (size_t t = 0; t < rows.size(); ++t) {
+        if (use[t]) rows[t].read(connection, tables[t]->columns.select());
+      }
+    });
     read_runtime();
-    read_kernels();
-    read_copies();
-    read_memsets();
-    read_event_records();
-    read_synchronization();
+    ahead.get();
+    if (use[0]) read_kernels(rows[0], kernels);
+    if (use[1]) read_copies(rows[1], copies);
+    if (use[2]) read_memsets(rows[2], memsets);
+    if (use[3]) read_event_records(rows[3], event_records);
+    if (use[4]) read_synchronization(rows[4], syncs);
     read_nvtx();
     return builder_.finish(first_rank);
   }
 
  private:
-  const std::string& string_at(int64_t id) const {
-    static const std::string empty;
+  // Ops share the table's Text: one copy of each kernel name however often it runs.
+  const Text& string_at(int64_t id) const {
+    static const Text empty;
     return id >= 0 && static_cast<size_t>(id) < strings_.size() ? strings_[id] : empty;
   }
 
@@ -125,7 +156,7 @@ class NsysReader {
       const int64_t id = q.integer(0);
       if (id < 0 || id > (int64_t{1} << 28)) continue;
       if (static_cast<size_t>(id) >= strings_.size()) strings_.resize(id + 1);
-      strings_[id] = q.text(1);
+      strings_[id] = Text(q.text_view(1));
     }
   }
 
@@ -177,27 +208,28 @@ class NsysReader {
     if (start < 0 || correlation < 0 || name < 0) return;
     roles_.resize(strings_.size(), -1);
     // Per name id, the name without its version suffix: classified and stripped once, not per call.
-    std::vector<std::string> stripped(strings_.size());
+    std::vector<Text> stripped(strings_.size());
     // Every call is joined to by correlation id: room for all of them up front (rowid counts rows
     // of an nsys table, which are only ever appended).
     calls_.reserve(static_cast<size_t>(std::max<int64_t>(0, db_.max_rowid("CUPTI_ACTIVITY_KIND_RUNTIME"))));
     SqliteQuery q(db_, c.select());
     while (q.step()) {
       const int64_t name_id = q.integer(name);
-      const std::string& api = string_at(name_id);
+      const Text& api = string_at(name_id);
       ApiRole role = ApiRole::Other;
       const bool known = name_id >= 0 && static_cast<size_t>(name_id) < roles_.size();
       if (known) {
         if (roles_[name_id] < 0) {
           roles_[name_id] = static_cast<int>(classify_api(api));
-          stripped[name_id] = std::string(strip_api_version(api));
+          const std::string_view bare = strip_api_version(api);
+          stripped[name_id] = bare.size() == api.size() ? api : Text(bare);
         }
         role = static_cast<ApiRole>(roles_[name_id]);
       }
       const int64_t process = process_of(get(q, tid, 0));
       Op op;
       op.kind = host_kind(role);
-      op.name = known ? stripped[name_id] : std::string(strip_api_version(api));
+      op.name = known ? stripped[name_id] : Text(strip_api_version(api));
       op.source_api = api;
       op.blocks_host = blocks_host(role);
       op.start_ns = static_cast<double>(q.integer(start));
@@ -226,18 +258,26 @@ class NsysReader {
     return found == calls_.end() ? nullptr : &found->second;
   }
 
-  // Columns every GPU activity table shares.
+  // The columns read from one GPU activity table (those every such table shares, and `extra` in
+  // the order asked for, -1 where this schema lacks one), chosen from the schema.
   struct GpuColumns {
+    std::string table;
+    ColumnList columns;
+    bool present;
     int start, end, device, context, stream, correlation, pid;
-    explicit GpuColumns(ColumnList& c)
-        : start(c.want("start")), end(c.want("end")), device(c.want("deviceId")), context(c.want("contextId")),
-          stream(c.want("streamId")), correlation(c.want("correlationId")), pid(c.want("globalPid")) {}
-    bool usable() const { return start >= 0 && end >= 0 && stream >= 0; }
+    std::vector<int> extra;
+    GpuColumns(const SqliteDatabase& db, const std::string& table, std::initializer_list<const char*> wanted)
+        : table(table), columns(db, table), present(db.has_table(table)), start(columns.want("start")), end(columns.want("end")),
+          device(columns.want("deviceId")), context(columns.want("contextId")), stream(columns.want("streamId")),
+          correlation(columns.want("correlationId")), pid(columns.want("globalPid")) {
+      for (const char* name : wanted) extra.push_back(columns.want(name));
+    }
+    bool usable() const { return present && start >= 0 && end >= 0 && stream >= 0; }
   };
 
   // Adds a GPU op on its stream, issued when its API call started (GPU start if the call is
   // missing), and returns its handle and the call.
-  std::pair<size_t, const RuntimeCall*> add_gpu_op(Op op, const SqliteQuery& q, const GpuColumns& g) {
+  std::pair<size_t, const RuntimeCall*> add_gpu_op(Op op, const IntegerRows& q, const GpuColumns& g) {
     const int64_t process = process_of(get(q, g.pid, 0));
     const int64_t correlation = get(q, g.correlation, -1);
     op.start_ns = static_cast<double>(q.integer(g.start));
@@ -250,15 +290,10 @@ class NsysReader {
     return {handle, call};
   }
 
-  void read_kernels() {
-    if (!db_.has_table("CUPTI_ACTIVITY_KIND_KERNEL")) return;
-    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_KERNEL");
-    GpuColumns g(c);
-    // demangledName is what Kineto reports too; 2022 exports may only have shortName.
-    int name = c.want("demangledName");
-    if (name < 0) name = c.want("shortName");
-    if (!g.usable()) return;
-    SqliteQuery q(db_, c.select());
+  // extra: demangledName, shortName. demangledName is what Kineto reports too; 2022 exports may
+  // only have shortName.
+  void read_kernels(IntegerRows& q, const GpuColumns& g) {
+    const int name = g.extra[0] >= 0 ? g.extra[0] : g.extra[1];
     std::vector<signed char> collective(strings_.size(), -1);  // per name id: -1 unknown, 0/1
     while (q.step()) {
       Op op;
@@ -276,13 +311,9 @@ class NsysReader {
     }
   }
 
-  void read_copies() {
-    if (!db_.has_table("CUPTI_ACTIVITY_KIND_MEMCPY")) return;
-    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_MEMCPY");
-    GpuColumns g(c);
-    const int bytes = c.want("bytes"), kind = c.want("copyKind"), src = c.want("srcKind"), dst = c.want("dstKind");
-    if (!g.usable()) return;
-    SqliteQuery q(db_, c.select());
+  // extra: bytes, copyKind, srcKind, dstKind.
+  void read_copies(IntegerRows& q, const GpuColumns& g) {
+    const int bytes = g.extra[0], kind = g.extra[1], src = g.extra[2], dst = g.extra[3];
     while (q.step()) {
       Op op;
       op.kind = OpKind::Copy;
@@ -290,8 +321,8 @@ class NsysReader {
       op.source = memory_kind(get(q, src, 7));
       op.destination = memory_kind(get(q, dst, 7));
       op.bytes = get(q, bytes, 0);
-      op.name = std::string("Memcpy ") + to_string(op.copy) + " (" + to_string(op.source) + " -> " +
-                to_string(op.destination) + ")";
+      op.name = names_(std::string("Memcpy ") + to_string(op.copy) + " (" + to_string(op.source) + " -> " +
+                       to_string(op.destination) + ")");
       const auto [handle, call] = add_gpu_op(std::move(op), q, g);
       builder_.op(handle).blocks_host = copy_blocks_host(builder_.op(handle), call);
     }
@@ -305,19 +336,15 @@ class NsysReader {
     return op.source == MemoryKind::PageableHost || op.destination == MemoryKind::PageableHost;
   }
 
-  void read_memsets() {
-    if (!db_.has_table("CUPTI_ACTIVITY_KIND_MEMSET")) return;
-    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_MEMSET");
-    GpuColumns g(c);
-    const int bytes = c.want("bytes"), kind = c.want("memKind");
-    if (!g.usable()) return;
-    SqliteQuery q(db_, c.select());
+  // extra: bytes, memKind.
+  void read_memsets(IntegerRows& q, const GpuColumns& g) {
+    const int bytes = g.extra[0], kind = g.extra[1];
     while (q.step()) {
       Op op;
       op.kind = OpKind::Memset;
       op.destination = memory_kind(get(q, kind, 7));
       op.bytes = get(q, bytes, 0);
-      op.name = std::string("Memset (") + to_string(op.destination) + ")";
+      op.name = names_(std::string("Memset (") + to_string(op.destination) + ")");
       const auto [handle, call] = add_gpu_op(std::move(op), q, g);
       builder_.op(handle).blocks_host = copy_blocks_host(builder_.op(handle), call);
     }
@@ -331,49 +358,37 @@ class NsysReader {
   }
 
   // CUPTI_ACTIVITY_KIND_CUDA_EVENT exists only when CUDA event tracing was on
-  // (--cuda-event-trace=true); it says which stream each cudaEventRecord acted on.
-  void read_event_records() {
-    if (!db_.has_table("CUPTI_ACTIVITY_KIND_CUDA_EVENT")) return;
-    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_CUDA_EVENT");
-    const int start = c.want("start"), device = c.want("deviceId"), context = c.want("contextId"),
-              stream = c.want("streamId"), event = c.want("eventId"), correlation = c.want("correlationId"),
-              pid = c.want("globalPid");
-    if (stream < 0 || event < 0) return;
-    SqliteQuery q(db_, c.select());
+  // (--cuda-event-trace=true); it says which stream each cudaEventRecord acted on. extra: eventId.
+  void read_event_records(IntegerRows& q, const GpuColumns& g) {
+    const int event = g.extra[0];
     while (q.step()) {
-      const int64_t process = process_of(get(q, pid, 0));
-      const RuntimeCall* call = call_of(process, get(q, correlation, -1));
+      const int64_t process = process_of(get(q, g.pid, 0));
+      const RuntimeCall* call = call_of(process, get(q, g.correlation, -1));
       size_t handle;
       if (call) {
         handle = call->op;
       } else {
         Op op;
-        op.name = "cudaEventRecord";
-        op.start_ns = get(q, start, -1);
-        op.correlation = get(q, correlation, -1);
-        handle = builder_.add_op(std::move(op), process, static_cast<double>(get(q, start, 0)));
+        op.name = names_("cudaEventRecord");
+        op.start_ns = get(q, g.start, -1);
+        op.correlation = get(q, g.correlation, -1);
+        handle = builder_.add_op(std::move(op), process, static_cast<double>(get(q, g.start, 0)));
       }
       Op& op = builder_.op(handle);
       op.kind = OpKind::EventRecord;
-      const int64_t ctx = get(q, context, 0);
-      builder_.set_stream(handle, {process, get(q, device, 0), ctx, q.integer(stream)});
+      const int64_t ctx = get(q, g.context, 0);
+      builder_.set_stream(handle, {process, get(q, g.device, 0), ctx, q.integer(g.stream)});
       attach_event(handle, process, ctx, q.integer(event));
     }
   }
 
   // A SYNCHRONIZATION record gives the stream or event of a sync call; the call's name (joined by
-  // correlationId) says what kind of sync it was.
-  void read_synchronization() {
-    if (!db_.has_table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")) return;
-    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION");
-    const int start = c.want("start"), end = c.want("end"), device = c.want("deviceId"),
-              context = c.want("contextId"), stream = c.want("streamId"), event = c.want("eventId"),
-              correlation = c.want("correlationId"), pid = c.want("globalPid"), type = c.want("syncType");
-    if (start < 0 || end < 0) return;
-    SqliteQuery q(db_, c.select());
+  // correlationId) says what kind of sync it was. extra: eventId, syncType.
+  void read_synchronization(IntegerRows& q, const GpuColumns& g) {
+    const int event = g.extra[0], type = g.extra[1];
     while (q.step()) {
-      const int64_t process = process_of(get(q, pid, 0));
-      const RuntimeCall* call = call_of(process, get(q, correlation, -1));
+      const int64_t process = process_of(get(q, g.pid, 0));
+      const RuntimeCall* call = call_of(process, get(q, g.correlation, -1));
       const ApiRole role = call ? call->role : role_from_sync_type(get(q, type, 0));
       // The name wins: CUPTI also writes records for calls that do not block (cudaEventQuery,
       // cudaStreamQuery); those stay HostCompute.
@@ -386,14 +401,14 @@ class NsysReader {
         handle = call->op;
       } else {
         Op op;
-        op.start_ns = static_cast<double>(q.integer(start));
-        op.duration_ns = static_cast<double>(q.integer(end)) - op.start_ns;
-        op.correlation = get(q, correlation, -1);
+        op.start_ns = static_cast<double>(q.integer(g.start));
+        op.duration_ns = static_cast<double>(q.integer(g.end)) - op.start_ns;
+        op.correlation = get(q, g.correlation, -1);
         const double issue = op.start_ns;
         handle = builder_.add_op(std::move(op), process, issue);
       }
-      const int64_t ctx = get(q, context, 0), dev = get(q, device, 0);
-      const int64_t stream_id = get(q, stream, kNotApplicable), event_id = get(q, event, kNotApplicable);
+      const int64_t ctx = get(q, g.context, 0), dev = get(q, g.device, 0);
+      const int64_t stream_id = get(q, g.stream, kNotApplicable), event_id = get(q, event, kNotApplicable);
       Op& op = builder_.op(handle);
       switch (role) {
         case ApiRole::StreamWait:
@@ -420,7 +435,7 @@ class NsysReader {
         default:
           break;
       }
-      if (op.name.empty()) op.name = to_string(op.kind);
+      if (op.name.empty()) op.name = names_(to_string(op.kind));
     }
   }
 
@@ -438,7 +453,7 @@ class NsysReader {
       if (event_type != 59 && event_type != 60 && event_type != 34) continue;
       Op op;
       op.kind = OpKind::Marker;
-      op.name = text >= 0 && !q.is_null(text) ? q.text(text) : string_at(get(q, text_id, -1));
+      op.name = text >= 0 && !q.is_null(text) ? names_(q.text_view(text)) : string_at(get(q, text_id, -1));
       op.start_ns = static_cast<double>(q.integer(start));
       op.duration_ns = event_type == 34 ? 0 : (end >= 0 && !q.is_null(end) ? q.integer(end) - op.start_ns : -1);
       builder_.add_op(std::move(op), process_of(get(q, tid, 0)), static_cast<double>(q.integer(start)));
@@ -447,7 +462,8 @@ class NsysReader {
 
   SqliteDatabase db_;
   TraceBuilder builder_;
-  std::vector<std::string> strings_;
+  std::vector<Text> strings_;
+  TextInterner names_;  // names made here (copies, memsets, NVTX text): one Text each
   std::vector<int> roles_;  // ApiRole per string id, -1 not yet classified
   std::unordered_map<int64_t, RuntimeCall> calls_;
 };

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -110,9 +111,33 @@ bool SqliteQuery::step() {
 int64_t SqliteQuery::integer(int column) const { return sqlite3_column_int64(statement_, column); }
 double SqliteQuery::real(int column) const { return sqlite3_column_double(statement_, column); }
 bool SqliteQuery::is_null(int column) const { return sqlite3_column_type(statement_, column) == SQLITE_NULL; }
-std::string SqliteQuery::text(int column) const {
+std::string SqliteQuery::text(int column) const { return std::string(text_view(column)); }
+
+std::string_view SqliteQuery::text_view(int column) const {
   const unsigned char* value = sqlite3_column_text(statement_, column);
-  return value ? std::string(reinterpret_cast<const char*>(value), sqlite3_column_bytes(statement_, column)) : "";
+  return value ? std::string_view(reinterpret_cast<const char*>(value), sqlite3_column_bytes(statement_, column))
+               : std::string_view();
+}
+
+IntegerRows::IntegerRows(int64_t columns, int64_t expected_rows) : columns_(columns) {
+  values_.reserve(static_cast<size_t>(std::max<int64_t>(0, expected_rows) * columns_));
+  nulls_.reserve(values_.capacity());
+}
+
+void IntegerRows::read(const SqliteDatabase& db, const std::string& sql) {
+  SqliteQuery query(db, sql);
+  sqlite3_stmt* statement = query.statement_;
+  if (sqlite3_column_count(statement) != columns_) db.fail("internal: '" + sql.substr(0, 60) + "' column count");
+  while (query.step()) {
+    for (int c = 0; c < columns_; ++c) {
+      const int64_t value = sqlite3_column_int64(statement, c);
+      // NULL reads as 0: only a 0 needs the (costly) type lookup.
+      const bool null = value == 0 && sqlite3_column_type(statement, c) == SQLITE_NULL;
+      values_.push_back(value);
+      nulls_.push_back(null ? 1 : 0);
+    }
+    ++rows_;
+  }
 }
 
 }  // namespace hookstream
