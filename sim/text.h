@@ -52,6 +52,9 @@ class Text {
   bool ends_with(std::string_view s) const { return size() >= s.size() && std::string_view(str()).substr(size() - s.size()) == s; }
   // Same shared string (interned names compare by pointer first).
   bool same(const Text& other) const { return p_ == other.p_; }
+  // Identifies the shared string (null when empty) while some Text holds it: a key for values
+  // computed once per interned name (PerText).
+  const void* id() const { return p_.get(); }
 
   friend bool operator==(const Text& a, const Text& b) { return a.p_ == b.p_ || a.str() == b.str(); }
   friend bool operator==(const Text& a, std::string_view b) { return std::string_view(a.str()) == b; }
@@ -106,6 +109,22 @@ class TextInterner {
 
  private:
   std::unordered_map<std::string_view, Text> texts_;
+};
+
+// A value computed once per distinct shared string: with interned names, once per kernel name
+// rather than once per launch. Keyed by Text::id(), so the Texts must outlive it.
+template <typename T>
+class PerText {
+ public:
+  template <typename Compute>
+  const T& operator()(const Text& text, Compute&& compute) {
+    const auto [it, added] = values_.try_emplace(text.id());
+    if (added) it->second = compute(text.str());
+    return it->second;
+  }
+
+ private:
+  std::unordered_map<const void*, T> values_;
 };
 
 }  // namespace hookstream

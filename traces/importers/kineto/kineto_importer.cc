@@ -182,7 +182,7 @@ class KinetoAssembler {
     constexpr int64_t process = 0;  // one file is one rank
     calls_.reserve(parsed_.calls.size());
     for (CallRecord& c : parsed_.calls) {
-      const ApiRole role = classify_api(c.name);
+      const ApiRole role = roles_(c.name, [](const std::string& name) { return classify_api(name); });
       Op op;
       switch (role) {
         case ApiRole::EventSync: op.kind = OpKind::EventSync; break;
@@ -227,13 +227,26 @@ class KinetoAssembler {
       op.correlation = g.correlation;
       op.bytes = g.bytes;
       if (g.category == Category::Kernel) {
-        op.kind = is_collective_kernel(op.name) ? OpKind::Collective : OpKind::Kernel;
+        op.kind = kernel_kinds_(op.name, [](const std::string& name) {
+          return is_collective_kernel(name) ? OpKind::Collective : OpKind::Kernel;
+        });
       } else if (g.category == Category::Copy) {
         op.kind = OpKind::Copy;
-        parse_copy_name(op.name, op);
+        const Op& parsed = copy_names_(op.name, [](const std::string& name) {
+          Op fields;
+          parse_copy_name(name, fields);
+          return fields;
+        });
+        op.copy = parsed.copy;
+        op.source = parsed.source;
+        op.destination = parsed.destination;
       } else {
         op.kind = OpKind::Memset;
-        parse_memset_name(op.name, op);
+        op.destination = memset_names_(op.name, [](const std::string& name) {
+          Op fields;
+          parse_memset_name(name, fields);
+          return fields.destination;
+        });
       }
       op.start_ns = ns(g.ts);
       op.duration_ns = duration(g.dur);
@@ -344,6 +357,11 @@ class KinetoAssembler {
   static double duration(const Micros& m) { return static_cast<double>(m.whole) * 1000.0 + m.fraction * 1000.0; }
 
   KinetoRecords& parsed_;
+  // Per interned name (a trace launches few distinct kernels many times): classified once each.
+  PerText<ApiRole> roles_;
+  PerText<OpKind> kernel_kinds_;
+  PerText<Op> copy_names_;
+  PerText<MemoryKind> memset_names_;
   TraceBuilder builder_;
   int64_t origin_us_ = 0;
   double offset_ns_ = 0;
