@@ -9,7 +9,11 @@
 //    removed after. These measure throughput per op and the peak memory a trace of that size needs
 //    (issue 4: memory proportional to ops, not to file size).
 // CPU time of the process is reported next to wall time: on a shared 2-core machine it is the
-// steadier of the two.
+// steadier of the two; wall time is what a user waits (the nsys importer reads on two threads, the
+// Kineto importer inflates on a second one). The reading floor is what the file costs before any
+// hookstream work, single-threaded: SQLite stepping through every row of the tables the importer
+// reads (no column decoded), or inflating the .json.gz (ISA-L when built with it). Throughput
+// above ~GPU ops / floor is out of reach whatever hookstream does.
 //
 // Usage: replay_bench [TRACES_DIR] [--real-only | --scaled-only] [--large] [--only TEXT]
 //   --large adds the ~1 M GPU op rows (minutes and several GiB of memory and /tmp);
@@ -30,7 +34,10 @@
 #include <string>
 #include <vector>
 
+#include <sqlite3.h>
+
 #include "bench/scaled_traces.h"
+#include "traces/importers/gzip_reader.h"
 #include "traces/replay_report.h"
 #include "traces/step_analysis.h"
 #include "traces/trace_loader.h"
@@ -80,6 +87,38 @@ std::string heap_settings() {
   return std::string("GLIBC_TUNABLES=") + tunables + " (as `hookstream replay` runs)";
 }
 
+// Seconds to read `path` with nothing done with what is read (see the header comment); the best of
+// three.
+double reading_floor_s(const std::string& path) {
+  double best = 1e300;
+  for (int run = 0; run < 3; ++run) {
+    const double start = wall_now();
+    if (detect_trace_format(path) == TraceFormat::NsysSqlite) {
+      sqlite3* db = nullptr;
+      if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return -1;
+      sqlite3_exec(db, "PRAGMA mmap_size = 1073741824", nullptr, nullptr, nullptr);  // as the importer
+      for (const char* table : {"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+                                "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"}) {
+        sqlite3_stmt* query = nullptr;
+        if (sqlite3_prepare_v2(db, (std::string("SELECT * FROM ") + table).c_str(), -1, &query, nullptr) != SQLITE_OK) {
+          continue;  // absent in this export
+        }
+        while (sqlite3_step(query) == SQLITE_ROW) {
+        }
+        sqlite3_finalize(query);
+      }
+      sqlite3_close(db);
+    } else {
+      GzipReader reader(path);
+      while (!reader.next_block().empty()) {
+      }
+    }
+    best = std::min(best, wall_now() - start);
+  }
+  return best;
+}
+
 struct Measurement {
   int64_t gpu_ops = 0, all_ops = 0;
   std::vector<double> wall, cpu, import_cpu, import_wall;
@@ -96,8 +135,8 @@ void run_once(const std::string& path, Measurement& m) {
   const EventModel model = load_trace(path);
   m.import_cpu.push_back(cpu_now() - cpu_start);
   m.import_wall.push_back(wall_now() - wall_start);
-  const ReplayReport report = analyse_replay(model);
-  const StepAnalysis step = analyse_step(model);
+  const TraceAnalysis analysis = analyse_trace(model);  // as `hookstream replay` runs them
+  const ReplayReport& report = analysis.report;
   m.cpu.push_back(cpu_now() - cpu_start);
   m.wall.push_back(wall_now() - wall_start);
   m.gpu_ops = report.gpu_ops;
@@ -113,8 +152,9 @@ void real_traces(const std::string& shared) {
       "@bench/traces/torch2.11-mlp-train-300steps.json.gz",
   };
   std::printf("| trace | GPU ops | all ops | median wall ms (runs) | import CPU ms | import + all analyses CPU ms | "
-              "GPU ops/s (import, CPU) | GPU ops/s (all, CPU) | all ops/s (all, CPU) |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+              "GPU ops/s (import, CPU) | GPU ops/s (all, CPU) | GPU ops/s (all, wall) | all ops/s (all, CPU) | reading floor ms "
+              "| GPU ops / floor |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const std::string& file : files) {
     Measurement m;
     double total = 0;
@@ -122,11 +162,13 @@ void real_traces(const std::string& shared) {
       run_once(file[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + file.substr(1) : shared + "/" + file, m);
       total += m.wall.back();
     }
-    const double cpu = m.median(m.cpu), import_cpu = m.median(m.import_cpu);
-    std::printf("| %s | %lld | %lld | %.3f (%zu) | %.3f | %.3f | %.2fM | %.2fM | %.2fM |\n",
+    const double cpu = m.median(m.cpu), import_cpu = m.median(m.import_cpu), wall = m.median(m.wall);
+    const double floor = reading_floor_s(file[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + file.substr(1) : shared + "/" + file);
+    std::printf("| %s | %lld | %lld | %.3f (%zu) | %.3f | %.3f | %.2fM | %.2fM | %.2fM | %.2fM | %.3f | %.2fM |\n",
                 (file[0] == '@' ? file.substr(1) : file).c_str(),
-                static_cast<long long>(m.gpu_ops), static_cast<long long>(m.all_ops), m.median(m.wall) * 1e3, m.wall.size(),
-                import_cpu * 1e3, cpu * 1e3, m.gpu_ops / import_cpu / 1e6, m.gpu_ops / cpu / 1e6, m.all_ops / cpu / 1e6);
+                static_cast<long long>(m.gpu_ops), static_cast<long long>(m.all_ops), wall * 1e3, m.wall.size(),
+                import_cpu * 1e3, cpu * 1e3, m.gpu_ops / import_cpu / 1e6, m.gpu_ops / cpu / 1e6, m.gpu_ops / wall / 1e6,
+                m.all_ops / cpu / 1e6, floor * 1e3, m.gpu_ops / floor / 1e6);
   }
   std::fflush(stdout);
 }
@@ -156,8 +198,9 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
   std::printf("| trace (rows repeated with shifted times) | file MB | GPU ops | all ops | first run: import CPU s | "
               "first run: import + all analyses CPU s (wall s) | first run GPU ops/s (import, CPU) | first run GPU ops/s "
               "(all, CPU) | warm runs | warm: import CPU s | warm: import + all CPU s (wall s) | warm GPU ops/s (import, CPU) | "
-              "warm GPU ops/s (all, CPU) | peak RSS growth MB | RSS bytes per op |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+              "warm GPU ops/s (all, CPU) | GPU ops/s (all, wall): first / warm | peak RSS growth MB | RSS bytes per op | "
+              "reading floor s | GPU ops / floor |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const ScaledCase& c : cases) {
     if ((c.large && !include_large) || c.label.find(only) == std::string::npos) continue;
     const std::string path = (std::filesystem::temp_directory_path() /
@@ -184,13 +227,17 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
       run_once(path, warm);
       total += warm.wall.back();
     }
+    const double floor = reading_floor_s(path);
     std::filesystem::remove(path);
     const double cold_all = first.cpu[0], cpu = warm.median(warm.cpu), import_cpu = warm.median(warm.import_cpu);
-    std::printf("| %s | %.1f | %lld | %lld | %.3f | %.3f (%.3f) | %.2fM | %.2fM | %zu | %.3f | %.3f (%.3f) | %.2fM | %.2fM | %.0f | %.0f |\n",
+    const double warm_wall = warm.median(warm.wall);
+    std::printf("| %s | %.1f | %lld | %lld | %.3f | %.3f (%.3f) | %.2fM | %.2fM | %zu | %.3f | %.3f (%.3f) | %.2fM | %.2fM | "
+                "%.2fM / %.2fM | %.0f | %.0f | %.3f | %.2fM |\n",
                 c.label.c_str(), file_mb, static_cast<long long>(first.gpu_ops), static_cast<long long>(first.all_ops),
                 first.import_cpu[0], cold_all, first.wall[0], first.gpu_ops / first.import_cpu[0] / 1e6, first.gpu_ops / cold_all / 1e6,
-                warm.wall.size(), import_cpu, cpu, warm.median(warm.wall), warm.gpu_ops / import_cpu / 1e6, warm.gpu_ops / cpu / 1e6,
-                growth_mb, growth_mb * (1 << 20) / std::max<int64_t>(1, first.all_ops));
+                warm.wall.size(), import_cpu, cpu, warm_wall, warm.gpu_ops / import_cpu / 1e6, warm.gpu_ops / cpu / 1e6,
+                first.gpu_ops / first.wall[0] / 1e6, warm.gpu_ops / warm_wall / 1e6, growth_mb,
+                growth_mb * (1 << 20) / std::max<int64_t>(1, first.all_ops), floor, first.gpu_ops / floor / 1e6);
     std::fflush(stdout);
   }
 }

@@ -1,5 +1,6 @@
 #include "traces/step_analysis.h"
 
+#include <future>
 #include <map>
 #include <sstream>
 
@@ -20,6 +21,8 @@ std::string percent(double part, double whole) {
 StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& options) {
   StepAnalysis analysis;
   analysis.step = extract_step(trace, options.selection);
+  // The race check reads only the step; the replay chain below never changes it.
+  auto races = std::async(std::launch::async, [&step = analysis.step] { return check_step_races(step); });
   analysis.replay = build_step_replay(analysis.step);
   if (options.plan) analysis.plan = compare_with_plan(analysis.step, *options.plan);
   if (!options.what_if.empty()) {
@@ -30,7 +33,15 @@ StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& op
   // step is hundreds of MB of ops); schedule.model is the replay op for op, with scheduled times.
   analysis.schedule = schedule_replay_in_place(analysis.replay);
   analysis.critical = replay_critical_path(analysis.schedule, analysis.replay);
-  analysis.races = check_step_races(analysis.step);
+  analysis.races = races.get();
+  return analysis;
+}
+
+TraceAnalysis analyse_trace(const EventModel& trace, const StepAnalysisOptions& options) {
+  auto report = std::async(std::launch::async, [&trace] { return analyse_replay(trace); });
+  TraceAnalysis analysis;
+  analysis.step = analyse_step(trace, options);
+  analysis.report = report.get();
   return analysis;
 }
 

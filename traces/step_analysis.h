@@ -12,6 +12,7 @@
 #include "sim/plan.h"
 #include "traces/plan_comparison.h"
 #include "traces/recorded_step.h"
+#include "traces/replay_report.h"
 #include "traces/step_findings.h"
 #include "traces/step_replay.h"
 
@@ -36,6 +37,15 @@ struct StepAnalysis {
 };
 
 StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& options = {});
+
+// What `hookstream replay` computes: the whole-trace analyses (replay_report.h) and the step
+// analysis. Both only read the trace, so the whole-trace analyses run on a second thread; the
+// results do not depend on the threads' timing.
+struct TraceAnalysis {
+  ReplayReport report;
+  StepAnalysis step;
+};
+TraceAnalysis analyse_trace(const EventModel& trace, const StepAnalysisOptions& options = {});
 
 std::string render_step_text(const StepAnalysis& analysis, const StepAnalysisOptions& options = {});
 nlohmann::json render_step_json(const StepAnalysis& analysis);

@@ -44,8 +44,9 @@ int run_replay(const ReplayArgs& args) {
   options.plan = plan ? &*plan : nullptr;
   for (const std::string& spec : args.what_if) options.what_if.push_back(parse_what_if(spec));
   const EventModel model = load_traces(args.traces);
-  const ReplayReport report = analyse_replay(model);
-  const StepAnalysis step = analyse_step(model, options);
+  const TraceAnalysis analysis = analyse_trace(model, options);
+  const ReplayReport& report = analysis.report;
+  const StepAnalysis& step = analysis.step;
   if (!args.calibrate.empty()) emit(step.plan->calibration.dump(2) + "\n", args.calibrate);
   if (!args.timeline.empty()) emit(recorded_step_timeline(step.step, step.races), args.timeline);
   if (args.format == "json") {

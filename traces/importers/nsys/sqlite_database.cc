@@ -105,7 +105,10 @@ bool SqliteQuery::step() {
   const int rc = sqlite3_step(statement_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  db_.fail("corrupt nsys export while reading '" + sql_.substr(0, 60) + "'");
+  // Name the table (the select list of a wide table would push it out of a short quote).
+  const size_t from = sql_.find(" FROM ");
+  db_.fail("corrupt nsys export while reading " +
+           (from != std::string::npos ? "table " + sql_.substr(from + 6, 80) : "'" + sql_.substr(0, 60) + "'"));
 }
 
 int64_t SqliteQuery::integer(int column) const { return sqlite3_column_int64(statement_, column); }
