@@ -9,6 +9,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "bench/scaled_traces.h"
 #include "sim/input_error.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/kineto/kineto_importer.h"
@@ -88,37 +89,41 @@ TEST_CASE("truncated and corrupt SQLite exports are InputErrors naming the file"
   CHECK(load_error(tiny).find("not an SQLite database") != std::string::npos);
 }
 
-TEST_CASE("a damaged GPU activity table, read on the importer's second connection, is the same one-line error",
+TEST_CASE("a damaged GPU activity table is the same one-line error on one connection or two",
           "[traces][robustness]") {
-  // The kernel table is read through a second connection on another thread (nsys_importer.cc);
-  // damage in one of its leaf pages (found with SQLite's dbstat table) must come back as the
-  // InputError, not as a crash or a silently short table.
-  const std::string source = test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite");
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open_v2(source.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
-  sqlite3_stmt* query = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db,
-                             "SELECT pageno FROM dbstat WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL' AND pagetype = 'leaf' "
-                             "ORDER BY pageno LIMIT 1 OFFSET 1",
-                             -1, &query, nullptr) == SQLITE_OK);
-  REQUIRE(sqlite3_step(query) == SQLITE_ROW);
-  const int64_t page = sqlite3_column_int64(query, 0);
-  sqlite3_finalize(query);
-  sqlite3_close(db);
-
-  std::string damaged = read_all(source);
-  const size_t page_bytes = 4096;  // cloverleaf's page size
-  REQUIRE(page * page_bytes <= damaged.size());
-  for (size_t i = (page - 1) * page_bytes; i < page * page_bytes; ++i) damaged[i] = static_cast<char>(0xA5);
+  // The GPU activity tables of a large export are read through a second connection on another
+  // thread (nsys_importer.cc; the 8-copy scaled trace is past that threshold, the original is not).
+  // Damage in one of the kernel table's leaf pages (found with SQLite's dbstat table) must come
+  // back as the InputError either way, not as a crash or a silently short table.
   const auto dir = test::temp_dir("sqlite-kernels");
-  const std::string path = (dir / "kernel-page.sqlite").string();
-  write_all(path, damaged);
-  const std::string error = load_error(path);
-  INFO(error);
-  CHECK(error.find(path) == 0);
-  CHECK(error.find("corrupt") != std::string::npos);
-  CHECK(error.find("CUPTI_ACTIVITY_KIND_KERNEL") != std::string::npos);
-  CHECK(one_line(error));
+  const std::string scaled = (dir / "x8.sqlite").string();
+  bench::write_scaled_nsys(test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite"), scaled, 8);
+  for (const std::string& source : {test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite"), scaled}) {
+    INFO(source);
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open_v2(source.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+    sqlite3_stmt* query = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "SELECT pageno, (SELECT page_size FROM pragma_page_size) FROM dbstat "
+                               "WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL' AND pagetype = 'leaf' ORDER BY pageno LIMIT 1 OFFSET 1",
+                               -1, &query, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(query) == SQLITE_ROW);
+    const int64_t page = sqlite3_column_int64(query, 0), page_bytes = sqlite3_column_int64(query, 1);
+    sqlite3_finalize(query);
+    sqlite3_close(db);
+
+    std::string damaged = read_all(source);
+    REQUIRE(static_cast<size_t>(page * page_bytes) <= damaged.size());
+    for (int64_t i = (page - 1) * page_bytes; i < page * page_bytes; ++i) damaged[i] = static_cast<char>(0xA5);
+    const std::string path = (dir / "kernel-page.sqlite").string();
+    write_all(path, damaged);
+    const std::string error = load_error(path);
+    INFO(error);
+    CHECK(error.find(path) == 0);
+    CHECK(error.find("corrupt") != std::string::npos);
+    CHECK(error.find("CUPTI_ACTIVITY_KIND_KERNEL") != std::string::npos);
+    CHECK(one_line(error));
+  }
 }
 
 TEST_CASE("truncated .json.gz and malformed JSON name the file and byte offset", "[traces][robustness]") {

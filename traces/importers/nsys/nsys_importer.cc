@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <future>
+#include <optional>
 #include <initializer_list>
 #include <unordered_map>
 #include <vector>
@@ -122,11 +123,21 @@ class NsysReader {
                         event_records.present && event_records.stream >= 0 && event_records.extra[0] >= 0,
                         syncs.present && syncs.start >= 0 && syncs.end >= 0};
     std::array<IntegerRows, 5> rows;
+    int64_t gpu_rows = 0;
     for (size_t t = 0; t < rows.size(); ++t) {
-      if (use[t]) rows[t] = IntegerRows(tables[t]->columns.size(), db_.max_rowid(tables[t]->table));
+      if (!use[t]) continue;
+      const int64_t expected = db_.max_rowid(tables[t]->table);
+      rows[t] = IntegerRows(tables[t]->columns.size(), expected);
+      gpu_rows += expected;
     }
-    auto ahead = std::async(std::launch::async, [&db = db_, &tables, &use, &rows] {
-      SqliteDatabase connection(db.path());
+    // A second connection costs ~1 ms to open (the schema of ~90 tables is read again): for a small
+    // export the rows are read on this thread, after the API calls, instead.
+    constexpr int64_t kSecondConnectionRows = 20000;
+    const auto policy = gpu_rows >= kSecondConnectionRows ? std::launch::async : std::launch::deferred;
+    auto ahead = std::async(policy, [&db = db_, &tables, &use, &rows, policy] {
+      std::optional<SqliteDatabase> second;
+      if (policy == std::launch::async) second.emplace(db.path());
+      const SqliteDatabase& connection = second ? *second : db;
       for (size_t t = 0; t < rows.size(); ++t) {
         if (use[t]) rows[t].read(connection, tables[t]->columns.select());
       }
