@@ -158,12 +158,13 @@ void real_traces(const std::string& shared) {
   for (const std::string& file : files) {
     Measurement m;
     double total = 0;
+    const std::string path = file[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + file.substr(1) : shared + "/" + file;
     while (m.wall.size() < 5 || total < 1.0) {
-      run_once(file[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + file.substr(1) : shared + "/" + file, m);
+      run_once(path, m);
       total += m.wall.back();
     }
     const double cpu = m.median(m.cpu), import_cpu = m.median(m.import_cpu), wall = m.median(m.wall);
-    const double floor = reading_floor_s(file[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + file.substr(1) : shared + "/" + file);
+    const double floor = reading_floor_s(path);
     std::printf("| %s | %lld | %lld | %.3f (%zu) | %.3f | %.3f | %.2fM | %.2fM | %.2fM | %.2fM | %.3f | %.2fM |\n",
                 (file[0] == '@' ? file.substr(1) : file).c_str(),
                 static_cast<long long>(m.gpu_ops), static_cast<long long>(m.all_ops), wall * 1e3, m.wall.size(),

@@ -38,8 +38,6 @@ class ClockTable {
   void set_slots(size_t slots) { slots_ = slots; }
   void reserve(size_t clocks) { values_.reserve(clocks * slots_); }
   void push_back(const VectorClock& clock) { values_.insert(values_.end(), clock.begin(), clock.end()); }
-  size_t size() const { return slots_ ? values_.size() / slots_ : 0; }
-  size_t slots() const { return slots_; }
   const uint32_t* operator[](size_t clock) const { return values_.data() + clock * slots_; }
   bool same(size_t a, const ClockTable& other, size_t b) const {
     return slots_ == other.slots_ && std::equal((*this)[a], (*this)[a] + slots_, other[b]);
