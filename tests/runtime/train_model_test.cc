@@ -207,7 +207,7 @@ TEST_CASE("train model: LoRA B starts at zero, so the adapted model's first loss
   CHECK(loss.requires_grad());
 }
 
-TEST_CASE("train model: initialisation is deterministic and HF-like; loss divides by accumulation steps", "[train_model]") {
+TEST_CASE("train model: initialisation is deterministic and HF-like, loss divides by accumulation steps", "[train_model]") {
   const Plan plan = make_plan("tiny-llama-untied.json", "gradient_accumulation_steps: 4\n");
   TrainModel a(plan, double_options()), b(plan, double_options());
   const auto pa = a.named_parameters(), pb = b.named_parameters();

@@ -67,7 +67,7 @@ TEST_CASE("a nested backward is its own graph task and its callbacks run when it
   CHECK(log[1] == "inner callback");
 }
 
-TEST_CASE("autograd.grad executes no AccumulateGrad; undefined gradients still fire post hooks", "[autograd]") {
+TEST_CASE("autograd.grad executes no AccumulateGrad, undefined gradients still fire post hooks", "[autograd]") {
   AutogradEngine engine(2);
   Recorder rec;
   rec.attach(engine);
@@ -84,7 +84,7 @@ TEST_CASE("autograd.grad executes no AccumulateGrad; undefined gradients still f
   CHECK(std::count(defined.begin(), defined.end(), false) == 1);
 }
 
-TEST_CASE("under no_grad nothing is recorded; an op without grad inputs records nothing", "[autograd]") {
+TEST_CASE("under no_grad nothing is recorded, an op without grad inputs records nothing", "[autograd]") {
   AutogradEngine engine(1);
   engine.set_grad_enabled(false);
   CHECK_FALSE(engine.op("y", {engine.parameter_leaf(0)}).requires_grad());

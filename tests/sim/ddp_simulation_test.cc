@@ -94,7 +94,7 @@ TEST_CASE("device_map auto across ranks is a split replica", "[ddp]") {
   CHECK(r.fixes.front().changes.front().key == "device_map");
 }
 
-TEST_CASE("ranks with identical plans are simulated once; overrides split them", "[ddp]") {
+TEST_CASE("ranks with identical plans are simulated once, overrides split them", "[ddp]") {
   const VerifyResult same = verify_file("plans/default.yaml", {"hookstream.world_size=64"});
   CHECK(same.simulation.rank_classes.size() == 1);
   const VerifyResult split = verify_file("tests/plans/ddp/rank_unused_module.yaml");

@@ -7,7 +7,7 @@
 
 using namespace hookstream;
 
-TEST_CASE("every bundled device loads; H100 resolves to H100-SXM with the measured 55 GB/s link", "[time][memory]") {
+TEST_CASE("every bundled device loads, H100 resolves to H100-SXM with the measured 55 GB/s link", "[time][memory]") {
   const std::vector<std::string> names = list_devices();
   for (const char* wanted : {"A100-80GB", "B200", "H100-SXM", "H200", "L40S", "RTX-4090"}) {
     CHECK(std::find(names.begin(), names.end(), wanted) != names.end());

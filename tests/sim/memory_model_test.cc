@@ -37,7 +37,7 @@ const std::string kLlama100k =
 
 }  // namespace
 
-TEST_CASE("the caching allocator rounds to 512 B blocks; large tensors keep small segment tails", "[memory]") {
+TEST_CASE("the caching allocator rounds to 512 B blocks, large tensors keep small segment tails", "[memory]") {
   CHECK(device_allocation_bytes(0) == 0);
   CHECK(device_allocation_bytes(1) == 512);
   CHECK(device_allocation_bytes(512) == 512);
@@ -81,7 +81,7 @@ TEST_CASE("a single-buffer protocol keeps one reload buffer", "[memory]") {
   CHECK(category(single.device_points.front(), MemoryCategory::ReloadBuffers) == int64_t{100000} * 4096 * 2);
 }
 
-TEST_CASE("full fine-tune: weights, grads and AdamW states in bf16; DDP buckets copy the grads", "[memory]") {
+TEST_CASE("full fine-tune: weights, grads and AdamW states in bf16, DDP buckets copy the grads", "[memory]") {
   const std::string yaml = "base_model: Llama-3.1-8B\nsequence_len: 1024\n";
   const Plan plan = plan_from(yaml + "hookstream:\n  world_size: 2\n");
   const ModelStructure structure = build_model_structure(plan);
@@ -126,7 +126,7 @@ TEST_CASE("QLoRA: 4-bit packed base weights plus quantization state, fp32 adapte
   CHECK(category(step, MemoryCategory::OptimizerStates) == 8 * adapter);
 }
 
-TEST_CASE("checkpointing and tiled MLP shrink activations; an oversized plan is an oom finding", "[memory]") {
+TEST_CASE("checkpointing and tiled MLP shrink activations, an oversized plan is an oom finding", "[memory]") {
   const std::string yaml = "base_model: Llama-3.1-8B\nsequence_len: 16384\n";
   const MemoryEstimate none = estimate(plan_from(yaml));
   const MemoryEstimate checkpointed = estimate(plan_from(yaml + "gradient_checkpointing: true\n"));

@@ -63,7 +63,7 @@ TEST_CASE("a host sync whose stream or event is unresolved orders nothing and do
   CHECK(check_races(m.model).races.size() == 1);
 }
 
-TEST_CASE("unordered accesses on two streams race; record + wait orders them", "[streams]") {
+TEST_CASE("unordered accesses on two streams race, record + wait orders them", "[streams]") {
   Builder m;
   const int w = m.write(m.a, "producer");
   const int r = m.read(m.b, "consumer");
@@ -108,7 +108,7 @@ TEST_CASE("wait_stream merges the other stream's clock at the time of the wait",
   CHECK(m.model.ops[report.races[0].later_op].name == "second");
 }
 
-TEST_CASE("host synchronization orders later issues; blocking copies order the host", "[streams]") {
+TEST_CASE("host synchronization orders later issues, blocking copies order the host", "[streams]") {
   Builder sync;
   sync.write(sync.a, "producer");
   Op s;

@@ -61,7 +61,7 @@ TEST_CASE("a second mark in one iteration raises the Reducer's error naming the 
   CHECK(queued.empty());
 }
 
-TEST_CASE("finalize is queued when the last bucket launches; hooks after it are ignored", "[reducer]") {
+TEST_CASE("finalize is queued when the last bucket launches, hooks after it are ignored", "[reducer]") {
   ReducerModel reducer(params({4, 4}), ReducerOptions{});
   std::vector<std::function<void()>> queued;
   reducer.set_queue_callback([&](std::function<void()> cb) { queued.push_back(std::move(cb)); });

@@ -47,7 +47,7 @@ TEST_CASE("Text reads and compares like the string it holds", "[text]") {
   CHECK(j["name"].get<std::string>() == name.str());
 }
 
-TEST_CASE("Text copies share one string; equal texts made apart are equal but not shared", "[text]") {
+TEST_CASE("Text copies share one string, equal texts made apart are equal but not shared", "[text]") {
   const Text a("backward");
   const Text copy = a;
   CHECK(copy.same(a));

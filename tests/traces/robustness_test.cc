@@ -279,7 +279,7 @@ TEST_CASE("a Kineto trace with a bad byte anywhere is rejected exactly when nloh
   CHECK(accepted > 100);
 }
 
-TEST_CASE("corrupt gzip, empty and non-trace JSON are one-line errors; an early error stops the inflater",
+TEST_CASE("corrupt gzip, empty and non-trace JSON are one-line errors, an early error stops the inflater",
           "[traces][robustness][kineto]") {
   const auto dir = test::temp_dir("kineto-bad");
   const std::string gz = read_all(test::shared_trace("kineto/alexnet-a100-syncevents.json.gz"));
