@@ -132,15 +132,15 @@ struct Measurement {
 void run_once(const std::string& path, Measurement& m) {
   const double wall_start = wall_now();
   const double cpu_start = cpu_now();
-  const EventModel model = load_trace(path);
+  EventModel model = load_trace(path);
   m.import_cpu.push_back(cpu_now() - cpu_start);
   m.import_wall.push_back(wall_now() - wall_start);
-  const TraceAnalysis analysis = analyse_trace(model);  // as `hookstream replay` runs them
+  m.all_ops = static_cast<int64_t>(model.ops.size());
+  const TraceAnalysis analysis = analyse_trace(std::move(model));  // as `hookstream replay` runs them
   const ReplayReport& report = analysis.report;
   m.cpu.push_back(cpu_now() - cpu_start);
   m.wall.push_back(wall_now() - wall_start);
   m.gpu_ops = report.gpu_ops;
-  m.all_ops = static_cast<int64_t>(model.ops.size());
 }
 
 void real_traces(const std::string& shared) {

@@ -11,15 +11,6 @@
 
 namespace hookstream {
 
-namespace {
-
-// The DAG as plain arrays: work ops by vertex, and each vertex's successors in the order the edges
-// were found (that order decides ties between equally long paths, so every consumer sees it).
-struct DependencyEdges {
-  std::vector<int> op_of_vertex;
-  std::vector<std::pair<int, int>> edges;  // (from, to), in insertion order
-};
-
 DependencyEdges dependency_edges(const EventModel& model) {
   RaceCheckOptions options;
   options.record_clocks = true;
@@ -64,6 +55,8 @@ DependencyEdges dependency_edges(const EventModel& model) {
   }
   return out;
 }
+
+namespace {
 
 // Longest path over vertices 0..n-1 given each vertex's successors (`first[u]`..`first[u + 1]` in
 // `targets`, in edge insertion order). The vertices are taken in reverse DFS finishing order, the
@@ -154,7 +147,10 @@ CriticalPath critical_path(const DependencyGraph& dag, const std::vector<double>
 }
 
 CriticalPath critical_path(const EventModel& model, const std::vector<double>& durations) {
-  const DependencyEdges edges = dependency_edges(model);
+  return critical_path(dependency_edges(model), durations);
+}
+
+CriticalPath critical_path(const DependencyEdges& edges, const std::vector<double>& durations) {
   // Successor lists in edge insertion order (a counting sort by source keeps it).
   const size_t n = edges.op_of_vertex.size();
   std::vector<size_t> first(n + 1, 0);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <boost/graph/adjacency_list.hpp>
+#include <utility>
 #include <vector>
 
 #include "sim/event_model.h"
@@ -20,6 +21,16 @@ struct DependencyGraph {
 
 DependencyGraph build_dependency_graph(const EventModel& model);
 
+// The same DAG as plain arrays: work ops by vertex, and the edges in the order they were found
+// (that order decides ties between equally long paths, so every consumer sees it). It depends on
+// the ops' order and ordering ops only, not on their times: a caller may build it while another
+// thread schedules the same model (sim/time_model.h schedule_times).
+struct DependencyEdges {
+  std::vector<int> op_of_vertex;
+  std::vector<std::pair<int, int>> edges;  // (from vertex, to vertex), in insertion order
+};
+DependencyEdges dependency_edges(const EventModel& model);
+
 struct CriticalPath {
   std::vector<int> ops;  // op indices, first to last
   double length = 0;     // sum of their durations
@@ -32,6 +43,8 @@ CriticalPath critical_path(const DependencyGraph& graph, const std::vector<doubl
 // what a caller that needs only the path uses on long traces. Throws what build_dependency_graph
 // throws.
 CriticalPath critical_path(const EventModel& model, const std::vector<double>& durations);
+// The same from edges built earlier (dependency_edges of the model the durations are for).
+CriticalPath critical_path(const DependencyEdges& edges, const std::vector<double>& durations);
 
 // The critical path of a scheduled step (Schedule::model from schedule_step): each op's duration is
 // the one the time model gave it. With one rank and no host launch cost its length is the step

@@ -31,9 +31,16 @@ double overlap(const std::vector<IdleGap>& intervals, double start, double end) 
   return sum;
 }
 
+bool by_start(const IdleGap& a, const IdleGap& b) { return a.start_ns < b.start_ns; }
+
+// Sorted by start. A stream's or a rank's ops mostly come in start order already (always, for a
+// replayed trace): checking is one pass, sorting is n log n.
+void sort_by_start(std::vector<IdleGap>& intervals) {
+  if (!std::is_sorted(intervals.begin(), intervals.end(), by_start)) std::sort(intervals.begin(), intervals.end(), by_start);
+}
+
 std::vector<IdleGap> merge(std::vector<IdleGap> intervals) {
-  std::sort(intervals.begin(), intervals.end(),
-            [](const IdleGap& a, const IdleGap& b) { return a.start_ns < b.start_ns; });
+  sort_by_start(intervals);
   std::vector<IdleGap> merged;
   for (const IdleGap& interval : intervals) {
     if (!merged.empty() && interval.start_ns <= merged.back().end_ns) {
@@ -97,13 +104,24 @@ namespace {
 // looked up through a per-op rank slot, so the per-op work is array indexing.
 class Scheduler {
  public:
-  Scheduler(EventModel model, const DeviceSpec& device, const TimeModelOptions& options)
-      : model_(std::move(model)), device_(device), options_(options),
-        stream_free_(model_.streams.size(), 0.0), event_done_(model_.events.size(), -1.0) {
+  Scheduler(const EventModel& model, const DeviceSpec& device, const TimeModelOptions& options)
+      : model_(model), device_(device), options_(options), stream_free_(model_.streams.size(), 0.0),
+        event_done_(model_.events.size(), -1.0) {
     const std::vector<Op>& ops = model_.ops;
-    for (const Op& op : ops) ranks_seen_.push_back(op.rank);
-    std::sort(ranks_seen_.begin(), ranks_seen_.end());
-    ranks_seen_.erase(std::unique(ranks_seen_.begin(), ranks_seen_.end()), ranks_seen_.end());
+    // An op the schedule never reaches keeps the times it came with.
+    times_.start_ns.reserve(ops.size());
+    times_.duration_ns.reserve(ops.size());
+    for (const Op& op : ops) {
+      times_.start_ns.push_back(op.start_ns);
+      times_.duration_ns.push_back(op.duration_ns);
+    }
+    // Distinct ranks: ops of one rank come in long runs, so only a change of rank is looked up.
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (i > 0 && ops[i].rank == ops[i - 1].rank) continue;
+      if (!std::binary_search(ranks_seen_.begin(), ranks_seen_.end(), ops[i].rank)) {
+        ranks_seen_.insert(std::lower_bound(ranks_seen_.begin(), ranks_seen_.end(), ops[i].rank), ops[i].rank);
+      }
+    }
     ranks_ = options.collective_ranks > 0 ? options.collective_ranks : std::max<int>(1, static_cast<int>(ranks_seen_.size()));
     slot_of_op_.resize(ops.size());
     ops_by_rank_.resize(ranks_seen_.size());
@@ -133,8 +151,8 @@ class Scheduler {
     }
   }
 
-  // Moves the timed model out: the scheduler is done with it.
-  EventModel run() && {
+  // Moves the times out: the scheduler is done with them.
+  OpTimes run() && {
     // Ranks advance independently except at collectives: the k-th collective of every rank that has
     // one is the same NCCL call and starts when all of them are ready.
     const size_t rank_count = ranks_seen_.size();
@@ -149,13 +167,13 @@ class Scheduler {
         size_t& position = cursor_[slot];
         while (position < ops.size()) {
           const int index = ops[position];
-          Op& op = model_.ops[index];
+          const Op& op = model_.ops[index];
           if (op.kind == OpKind::Collective && op.stream >= 0) {
             waiting[slot] = {index, ready_time(op, static_cast<int>(slot))};
             any_waiting = true;
             break;
           }
-          execute(op, static_cast<int>(slot));
+          execute(index, static_cast<int>(slot));
           ++position;
           progressed = true;
         }
@@ -179,14 +197,13 @@ class Scheduler {
       double start = 0;
       for (int slot : members) start = std::max(start, waiting[slot].second);
       for (int slot : members) {
-        Op& op = model_.ops[waiting[slot].first];
-        place(op, start);
+        place(waiting[slot].first, start);
         host_[slot] += options_.host_issue_ns;
         ++collectives_seen[slot];
         ++cursor_[slot];
       }
     }
-    return std::move(model_);
+    return std::move(times_);
   }
 
  private:
@@ -200,13 +217,19 @@ class Scheduler {
     return ready;
   }
 
-  void place(Op& op, double start) {
-    op.start_ns = start;
-    op.duration_ns = estimate_op_ns(op, device_, ranks_, options_);
-    stream_free_[op.stream] = start + op.duration_ns;
+  void place(int index, double start) {
+    const Op& op = model_.ops[index];
+    times_.start_ns[index] = start;
+    times_.duration_ns[index] = estimate_op_ns(op, device_, ranks_, options_);
+    stream_free_[op.stream] = start + times_.duration_ns[index];
   }
 
-  void execute(Op& op, int rank_slot) {
+  // The op's times are written to times_, never to the op: estimate_op_ns reads its recorded
+  // duration, and other threads may read the model while it is scheduled.
+  void execute(int index, int rank_slot) {
+    const Op& op = model_.ops[index];
+    double& start = times_.start_ns[index];
+    double& duration = times_.duration_ns[index];
     double& host = host_[rank_slot];
     switch (op.kind) {
       case OpKind::Kernel:
@@ -214,17 +237,17 @@ class Scheduler {
       case OpKind::Memset:
       case OpKind::Collective: {
         if (op.stream < 0) throw std::invalid_argument("op \"" + op.name + "\" runs on a stream but names none");
-        place(op, ready_time(op, rank_slot));
+        place(index, ready_time(op, rank_slot));
         // Pageable copies are synchronous for the host (cudaMemcpyAsync stages through a pinned
         // buffer and returns only when done); so is anything the trace marks as blocking.
-        if (op.blocks_host || (op.kind == OpKind::Copy && pageable(op))) host = op.start_ns + op.duration_ns;
+        if (op.blocks_host || (op.kind == OpKind::Copy && pageable(op))) host = start + duration;
         break;
       }
       case OpKind::EventRecord: {
         // The event completes when the stream reaches it; on an idle stream, when it is issued.
         const double done = op.stream >= 0 ? ready_time(op, rank_slot) : host;
-        op.start_ns = done;
-        op.duration_ns = 0;
+        start = done;
+        duration = 0;
         if (op.stream >= 0) stream_free_[op.stream] = done;
         if (op.event >= 0) event_done_.at(op.event) = done;
         break;
@@ -232,7 +255,7 @@ class Scheduler {
       case OpKind::StreamWait: {
         // Waiting on an event never recorded is a no-op (CUDA semantics). The op lasts from its
         // issue until the stream may go on: the stall a timeline shows.
-        op.start_ns = op.stream >= 0 ? ready_time(op, rank_slot) : host;
+        start = op.stream >= 0 ? ready_time(op, rank_slot) : host;
         if (op.stream >= 0 && op.event >= 0 && event_done_.at(op.event) >= 0) {
           stream_free_[op.stream] = std::max(stream_free_[op.stream], event_done_[op.event]);
         }
@@ -240,43 +263,43 @@ class Scheduler {
         if (op.stream >= 0 && op.event < 0 && op.sync_stream >= 0) {
           stream_free_[op.stream] = std::max(stream_free_[op.stream], stream_free_.at(op.sync_stream));
         }
-        op.duration_ns = op.stream >= 0 ? std::max(0.0, stream_free_[op.stream] - op.start_ns) : 0;
+        duration = op.stream >= 0 ? std::max(0.0, stream_free_[op.stream] - start) : 0;
         break;
       }
       case OpKind::EventSync:
-        op.start_ns = host;
+        start = host;
         if (op.event >= 0 && event_done_.at(op.event) >= 0) host = std::max(host, event_done_[op.event]);
-        op.duration_ns = host - op.start_ns;
+        duration = host - start;
         break;
       case OpKind::StreamSync:
-        op.start_ns = host;
+        start = host;
         if (op.sync_stream >= 0) host = std::max(host, stream_free_.at(op.sync_stream));
-        op.duration_ns = host - op.start_ns;
+        duration = host - start;
         break;
       case OpKind::DeviceSync: {
-        op.start_ns = host;
+        start = host;
         const int device = op.stream >= 0 ? stream_of(op).device : -1;
         for (size_t s = 0; s < model_.streams.size(); ++s) {
           const Stream& stream = model_.streams[s];
           if (stream.rank == op.rank && (device < 0 || stream.device == device)) host = std::max(host, stream_free_[s]);
         }
-        op.duration_ns = host - op.start_ns;
+        duration = host - start;
         break;
       }
       case OpKind::HostCompute:
-        op.start_ns = host;
-        op.duration_ns = estimate_op_ns(op, device_, ranks_, options_);
-        host += op.duration_ns;
+        start = host;
+        duration = estimate_op_ns(op, device_, ranks_, options_);
+        host += duration;
         break;
       default:  // Alloc, Free, RecordStream, Marker: host bookkeeping, no time
-        op.start_ns = host;
-        op.duration_ns = 0;
+        start = host;
+        duration = 0;
         break;
     }
     host += options_.host_issue_ns;
   }
 
-  EventModel model_;
+  const EventModel& model_;
   const DeviceSpec& device_;
   const TimeModelOptions& options_;
   int ranks_ = 1;
@@ -288,6 +311,7 @@ class Scheduler {
   std::vector<double> host_;                  // per rank slot
   std::vector<size_t> cursor_;                // per rank slot
   std::vector<std::vector<int>> coupled_;     // per stream: streams the legacy default rule couples it with
+  OpTimes times_;                             // per op: what the schedule gives it
 };
 
 }  // namespace
@@ -296,9 +320,26 @@ Schedule schedule_step(const EventModel& model, const DeviceSpec& device, const 
   return schedule_step(EventModel(model), device, options);
 }
 
+OpTimes schedule_times(const EventModel& model, const DeviceSpec& device, const TimeModelOptions& options) {
+  return Scheduler(model, device, options).run();
+}
+
 Schedule schedule_step(EventModel&& model, const DeviceSpec& device, const TimeModelOptions& options) {
+  const OpTimes times = schedule_times(model, device, options);
+  return schedule_from_times(std::move(model), times);
+}
+
+Schedule schedule_from_times(EventModel&& model, const OpTimes& times) {
+  if (times.start_ns.size() != model.ops.size() || times.duration_ns.size() != model.ops.size()) {
+    throw std::invalid_argument("schedule_from_times: times for " + std::to_string(times.start_ns.size()) + " ops, the model has " +
+                                std::to_string(model.ops.size()));
+  }
+  for (size_t i = 0; i < model.ops.size(); ++i) {
+    model.ops[i].start_ns = times.start_ns[i];
+    model.ops[i].duration_ns = times.duration_ns[i];
+  }
   Schedule schedule;
-  schedule.model = Scheduler(std::move(model), device, options).run();
+  schedule.model = std::move(model);
   const EventModel& timed = schedule.model;
   std::map<int, std::vector<IdleGap>> compute_by_rank;
   std::vector<std::vector<IdleGap>> busy(timed.streams.size());
@@ -323,7 +364,7 @@ Schedule schedule_step(EventModel&& model, const DeviceSpec& device, const TimeM
     StreamUsage usage;
     usage.stream = static_cast<int>(s);
     std::vector<IdleGap>& intervals = busy[s];
-    std::sort(intervals.begin(), intervals.end(), [](const IdleGap& a, const IdleGap& b) { return a.start_ns < b.start_ns; });
+    sort_by_start(intervals);
     for (const IdleGap& interval : intervals) usage.busy_ns += interval.end_ns - interval.start_ns;
     const std::vector<IdleGap> merged = merge(std::move(intervals));
     for (size_t i = 1; i < merged.size(); ++i) {

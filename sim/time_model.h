@@ -55,4 +55,14 @@ Schedule schedule_step(const EventModel& model, const DeviceSpec& device, const 
 // The same, scheduling `model` in place instead of a copy of it (a caller that is done with it).
 Schedule schedule_step(EventModel&& model, const DeviceSpec& device, const TimeModelOptions& options = {});
 
+// The two halves of schedule_step, for a caller that reads the model on another thread while it is
+// scheduled (traces/step_analysis.cc builds the dependency DAG beside the schedule): the times each
+// op gets, computed without writing to `model`; then the Schedule of `model` with those times.
+struct OpTimes {
+  std::vector<double> start_ns, duration_ns;  // per op of the model
+};
+OpTimes schedule_times(const EventModel& model, const DeviceSpec& device, const TimeModelOptions& options = {});
+// Throws std::invalid_argument when `times` is not for `model` (another op count).
+Schedule schedule_from_times(EventModel&& model, const OpTimes& times);
+
 }  // namespace hookstream

@@ -20,8 +20,8 @@ out="$here/bench/RESULTS.md.tmp"
     echo
     if [[ $name == replay_bench ]]; then
       # As `hookstream replay` runs (tools/cli/main.cc re-executes with them): huge pages for the heap,
-      # large blocks kept in it, freed memory kept in the process.
-      GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295 "$bench"
+      # large blocks kept in it, freed memory kept in the process, one heap for every thread.
+      GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295:glibc.malloc.arena_max=1 "$bench"
     else
       "$bench"
     fi

@@ -11,7 +11,10 @@ namespace hookstream {
 
 ReplayReport analyse_replay(const EventModel& model) {
   ReplayReport r;
-  r.model = &model;
+  r.source = model.source;
+  r.trace_streams = model.streams;
+  r.trace_events = static_cast<int64_t>(model.events.size());
+  r.trace_ops = static_cast<int64_t>(model.ops.size());
   // One sweep with plain counters: ops come rank by rank, so the rank set is touched only when the
   // rank changes, and kinds are counted in an array before they become the report's map.
   std::set<int> ranks;
@@ -39,6 +42,16 @@ ReplayReport analyse_replay(const EventModel& model) {
   r.pageable = analyse_pageable_async_copies(model);
   r.sync = analyse_synchronising_calls(model);
   r.streams = analyse_stream_op_counts(model);
+  const auto cite = [&](int index) {
+    if (index >= 0) r.cited_ops.emplace(index, model.ops.at(index));
+  };
+  for (const DeviceUtilisation& d : r.devices) {
+    for (const DeviceIdleGap& g : d.largest_gaps) {
+      cite(g.op_before);
+      cite(g.op_after);
+    }
+  }
+  for (int i : r.pageable.examples) cite(i);
   return r;
 }
 
@@ -72,18 +85,20 @@ std::string short_name(const std::string& name, size_t limit = 60) {
   return name.size() <= limit ? name : name.substr(0, limit - 3) + "...";
 }
 
-std::string stream_label(const EventModel& model, int stream) {
+const Op& cited(const ReplayReport& r, int index) { return r.cited_ops.at(index); }
+
+std::string stream_label(const ReplayReport& r, int stream) {
   if (stream < 0) return "host";
-  const Stream& s = model.streams[stream];
+  const Stream& s = r.trace_streams[stream];
   return "stream " + std::to_string(s.id) + (s.legacy_default ? " (legacy default)" : "");
 }
 
-nlohmann::json op_json(const EventModel& model, int index) {
+nlohmann::json op_json(const ReplayReport& r, int index) {
   if (index < 0) return nullptr;
-  const Op& op = model.ops[index];
+  const Op& op = cited(r, index);
   nlohmann::json j = {{"index", index}, {"kind", to_string(op.kind)}, {"name", op.name}, {"rank", op.rank},
                       {"start_ns", op.start_ns}, {"duration_ns", op.duration_ns}};
-  j["stream"] = op.stream >= 0 ? nlohmann::json(model.streams[op.stream].id) : nlohmann::json(nullptr);
+  j["stream"] = op.stream >= 0 ? nlohmann::json(r.trace_streams[op.stream].id) : nlohmann::json(nullptr);
   if (!op.source_api.empty()) j["source_api"] = op.source_api;
   if (op.bytes > 0) j["bytes"] = op.bytes;
   return j;
@@ -92,18 +107,17 @@ nlohmann::json op_json(const EventModel& model, int index) {
 }  // namespace
 
 std::string render_replay_text(const ReplayReport& r) {
-  const EventModel& model = *r.model;
   std::string out;
   const auto count = [&](OpKind k) {
     const auto found = r.ops_by_kind.find(k);
     return found == r.ops_by_kind.end() ? int64_t{0} : found->second;
   };
-  out += "hookstream replay: " + std::to_string(r.ranks) + " rank(s), " + std::to_string(model.streams.size()) +
+  out += "hookstream replay: " + std::to_string(r.ranks) + " rank(s), " + std::to_string(r.trace_streams.size()) +
          " stream(s), " + std::to_string(r.gpu_ops) + " GPU ops (" + std::to_string(count(OpKind::Kernel)) +
          " kernels, " + std::to_string(count(OpKind::Collective)) + " NCCL kernels, " +
          std::to_string(count(OpKind::Copy)) + " copies, " + std::to_string(count(OpKind::Memset)) + " memsets), " +
          std::to_string(count(OpKind::HostCompute)) + " other host calls\n";
-  out += "  from " + model.source + "\n";
+  out += "  from " + r.source + "\n";
   if (r.gpu_ops == 0) {
     out += "\nNo GPU activity in the trace.\n";
   }
@@ -115,7 +129,7 @@ std::string render_replay_text(const ReplayReport& r) {
            std::to_string(d.gpu_ops) + " ops\n";
     for (const DeviceIdleGap& g : d.largest_gaps) {
       out += "    idle " + duration(g.duration_ns) + " at +" + duration(g.start_ns - d.first_ns) + ": after " +
-             short_name(model.ops[g.op_before].name, 40) + ", before " + short_name(model.ops[g.op_after].name, 40) +
+             short_name(cited(r, g.op_before).name, 40) + ", before " + short_name(cited(r, g.op_after).name, 40) +
              "\n";
     }
   }
@@ -137,9 +151,9 @@ std::string render_replay_text(const ReplayReport& r) {
     out += " (" + bytes(r.pageable.bytes) + ", " + duration(r.pageable.copy_ns) +
            ") - synchronous in effect; pin the host buffers\n";
     for (int i : r.pageable.examples) {
-      const Op& op = model.ops[i];
+      const Op& op = cited(r, i);
       out += "    " + op.name + " via " + op.source_api + ", rank " + std::to_string(op.rank) + " " +
-             stream_label(model, op.stream) + ", " + bytes(op.bytes) + "\n";
+             stream_label(r, op.stream) + ", " + bytes(op.bytes) + "\n";
     }
   } else {
     out += "\n";
@@ -168,16 +182,16 @@ std::string render_replay_text(const ReplayReport& r) {
   // one line per device so the used ones stand out.
   std::map<std::pair<int, int>, std::string> unused;
   for (const StreamOpCounts& s : r.streams) {
-    const Stream& stream = model.streams[s.stream];
+    const Stream& stream = r.trace_streams[s.stream];
     if (s.total != 0) continue;
     std::string& ids = unused[{stream.rank, stream.device}];
     ids += (ids.empty() ? "" : ", ") + std::to_string(stream.id);
   }
   for (const StreamOpCounts& s : r.streams) {
-    const Stream& stream = model.streams[s.stream];
+    const Stream& stream = r.trace_streams[s.stream];
     if (s.total == 0) continue;
     out += "  rank " + std::to_string(stream.rank) + " device " + std::to_string(stream.device) + " " +
-           stream_label(model, s.stream) + ": ";
+           stream_label(r, s.stream) + ": ";
     bool first = true;
     for (const auto& [kind, n] : s.by_kind) {
       out += (first ? "" : ", ") + std::to_string(n) + " " + to_string(kind);
@@ -194,20 +208,19 @@ std::string render_replay_text(const ReplayReport& r) {
 }
 
 nlohmann::json render_replay_json(const ReplayReport& r) {
-  const EventModel& model = *r.model;
   nlohmann::json j;
   j["schema"] = "hookstream.replay/1";
-  j["source"] = model.source;
+  j["source"] = r.source;
   nlohmann::json by_kind = nlohmann::json::object();
   for (const auto& [kind, n] : r.ops_by_kind) by_kind[to_string(kind)] = n;
-  j["summary"] = {{"ranks", r.ranks}, {"streams", model.streams.size()}, {"events", model.events.size()},
-                  {"ops", model.ops.size()}, {"gpu_ops", r.gpu_ops}, {"ops_by_kind", by_kind}};
+  j["summary"] = {{"ranks", r.ranks}, {"streams", r.trace_streams.size()}, {"events", r.trace_events},
+                  {"ops", r.trace_ops}, {"gpu_ops", r.gpu_ops}, {"ops_by_kind", by_kind}};
   j["devices"] = nlohmann::json::array();
   for (const DeviceUtilisation& d : r.devices) {
     nlohmann::json gaps = nlohmann::json::array();
     for (const DeviceIdleGap& g : d.largest_gaps) {
-      gaps.push_back({{"start_ns", g.start_ns}, {"duration_ns", g.duration_ns}, {"before", op_json(model, g.op_before)},
-                      {"after", op_json(model, g.op_after)}});
+      gaps.push_back({{"start_ns", g.start_ns}, {"duration_ns", g.duration_ns}, {"before", op_json(r, g.op_before)},
+                      {"after", op_json(r, g.op_after)}});
     }
     j["devices"].push_back({{"rank", d.rank}, {"device", d.device}, {"gpu_ops", d.gpu_ops}, {"first_ns", d.first_ns},
                             {"last_ns", d.last_ns}, {"busy_ns", d.busy_ns}, {"utilisation", d.utilisation},
@@ -226,7 +239,7 @@ nlohmann::json render_replay_json(const ReplayReport& r) {
                                                {"overlapped_ns", c.overlapped_ns}, {"share", c.share}});
   }
   nlohmann::json examples = nlohmann::json::array();
-  for (int i : r.pageable.examples) examples.push_back(op_json(model, i));
+  for (int i : r.pageable.examples) examples.push_back(op_json(r, i));
   j["pageable_async_copies"] = {{"copies", r.pageable.copies}, {"bytes", r.pageable.bytes},
                                 {"copy_ns", r.pageable.copy_ns}, {"examples", examples}};
   nlohmann::json sites = nlohmann::json::array();
@@ -236,7 +249,7 @@ nlohmann::json render_replay_json(const ReplayReport& r) {
                               {"waits_matched", r.sync.waits_matched}};
   j["streams"] = nlohmann::json::array();
   for (const StreamOpCounts& s : r.streams) {
-    const Stream& stream = model.streams[s.stream];
+    const Stream& stream = r.trace_streams[s.stream];
     nlohmann::json kinds = nlohmann::json::object();
     for (const auto& [kind, n] : s.by_kind) kinds[to_string(kind)] = n;
     j["streams"].push_back({{"rank", stream.rank}, {"device", stream.device}, {"id", stream.id},

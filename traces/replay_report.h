@@ -19,7 +19,13 @@
 namespace hookstream {
 
 struct ReplayReport {
-  const EventModel* model = nullptr;  // the model analysed; must outlive the report
+  // What the renderings need from the model analysed, copied so that the report outlives it (the
+  // CLI frees a long trace before the step replay): its source, streams and sizes, and the few ops
+  // the findings name (idle gaps' neighbours, pageable copy examples), by index.
+  std::string source;
+  std::vector<Stream> trace_streams;
+  int64_t trace_events = 0, trace_ops = 0;
+  std::map<int, Op> cited_ops;
   int ranks = 0;
   int64_t gpu_ops = 0;                // kernels, collectives, copies, memsets on a stream
   std::map<OpKind, int64_t> ops_by_kind;

@@ -18,9 +18,10 @@ std::string percent(double part, double whole) {
 
 }  // namespace
 
-StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& options) {
-  StepAnalysis analysis;
-  analysis.step = extract_step(trace, options.selection);
+namespace {
+
+// Everything after the step cut: the race check beside the replay chain.
+void analyse_cut_step(StepAnalysis& analysis, const StepAnalysisOptions& options) {
   // The race check reads only the step; the replay chain below never changes it.
   auto races = std::async(std::launch::async, [&step = analysis.step] { return check_step_races(step); });
   analysis.replay = build_step_replay(analysis.step);
@@ -31,9 +32,18 @@ StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& op
   }
   // Last use of the replay's ops: they are scheduled in place rather than copied (a long trace's
   // step is hundreds of MB of ops); schedule.model is the replay op for op, with scheduled times.
-  analysis.schedule = schedule_replay_in_place(analysis.replay);
-  analysis.critical = replay_critical_path(analysis.schedule, analysis.replay);
+  ScheduledReplay scheduled = schedule_replay_in_place(analysis.replay);
+  analysis.schedule = std::move(scheduled.schedule);
+  analysis.critical = std::move(scheduled.critical);
   analysis.races = races.get();
+}
+
+}  // namespace
+
+StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& options) {
+  StepAnalysis analysis;
+  analysis.step = extract_step(trace, options.selection);
+  analyse_cut_step(analysis, options);
   return analysis;
 }
 
@@ -42,6 +52,18 @@ TraceAnalysis analyse_trace(const EventModel& trace, const StepAnalysisOptions& 
   TraceAnalysis analysis;
   analysis.step = analyse_step(trace, options);
   analysis.report = report.get();
+  return analysis;
+}
+
+TraceAnalysis analyse_trace(EventModel&& trace, const StepAnalysisOptions& options) {
+  auto report = std::async(std::launch::async, [&trace] { return analyse_replay(trace); });
+  TraceAnalysis analysis;
+  analysis.step.step = extract_step(trace, options.selection);  // on a throw, `report` waits in its destructor
+  analysis.report = report.get();
+  // Nothing reads the trace any more: its ops' memory goes back to the heap, where the replay's ops
+  // reuse it instead of new pages the kernel must zero (the trace is a third of the peak).
+  trace = EventModel{};
+  analyse_cut_step(analysis.step, options);
   return analysis;
 }
 

@@ -46,6 +46,9 @@ struct TraceAnalysis {
   StepAnalysis step;
 };
 TraceAnalysis analyse_trace(const EventModel& trace, const StepAnalysisOptions& options = {});
+// The same for a caller done with the trace: it is emptied as soon as both analyses have read it
+// (its memory then serves the step replay).
+TraceAnalysis analyse_trace(EventModel&& trace, const StepAnalysisOptions& options = {});
 
 std::string render_step_text(const StepAnalysis& analysis, const StepAnalysisOptions& options = {});
 nlohmann::json render_step_json(const StepAnalysis& analysis);

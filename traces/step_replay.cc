@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
+#include <optional>
 #include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "sim/device_spec.h"
 #include "sim/input_error.h"
@@ -135,23 +138,23 @@ Schedule schedule_replay(const StepReplay& replay) {
   return schedule_step(replay.model, no_device, options);
 }
 
-Schedule schedule_replay_in_place(StepReplay& replay) {
-  const DeviceSpec no_device;
-  TimeModelOptions options;
-  Schedule schedule = schedule_step(std::move(replay.model), no_device, options);
-  replay.model = EventModel{};
-  return schedule;
-}
+namespace {
 
-CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay) {
+// The report on a path found over the schedule's DAG (`edges`, or why it could not be built).
+CriticalPathReport critical_path_report(const Schedule& schedule, const StepReplay& replay, const DependencyEdges* edges,
+                                        const std::string& unavailable) {
   CriticalPathReport report;
   report.step_ns = schedule.step_ns;
+  if (edges == nullptr) {
+    report.unavailable = unavailable;
+    return report;
+  }
   const EventModel& model = schedule.model;
   std::vector<double> durations(model.ops.size(), 0);
   for (size_t i = 0; i < model.ops.size(); ++i) durations[i] = std::max(0.0, model.ops[i].duration_ns);
   CriticalPath path;
   try {
-    path = critical_path(model, durations);  // only the path is needed: no Boost graph is built
+    path = critical_path(*edges, durations);  // only the path is needed: no Boost graph is built
   } catch (const std::runtime_error& error) {
     report.unavailable = error.what();
     return report;
@@ -231,6 +234,46 @@ CriticalPathReport replay_critical_path(const Schedule& schedule, const StepRepl
   std::stable_sort(report.by_what.begin(), report.by_what.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   return report;
+}
+
+}  // namespace
+
+CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay) {
+  try {
+    const DependencyEdges edges = dependency_edges(schedule.model);
+    return critical_path_report(schedule, replay, &edges, "");
+  } catch (const std::runtime_error& error) {  // e.g. more streams than the race checker's clock holds
+    return critical_path_report(schedule, replay, nullptr, error.what());
+  }
+}
+
+ScheduledReplay schedule_replay_in_place(StepReplay& replay) {
+  // The DAG reads only the ops' order and ordering (kind, stream, event, rank), and schedule_times
+  // writes nothing into the model, so the two share it on two threads; the ops are then moved into
+  // the schedule with their times, not copied (a long trace's step is hundreds of MB of ops).
+  std::future<DependencyEdges> edges_later =
+      std::async(std::launch::async, [&model = std::as_const(replay.model)] { return dependency_edges(model); });
+  const DeviceSpec no_device;
+  const TimeModelOptions options;
+  OpTimes times;
+  try {
+    times = schedule_times(replay.model, no_device, options);
+  } catch (...) {
+    edges_later.wait();  // the other thread still reads replay.model
+    throw;
+  }
+  std::optional<DependencyEdges> edges;
+  std::string unavailable;
+  try {
+    edges = edges_later.get();
+  } catch (const std::runtime_error& error) {
+    unavailable = error.what();
+  }
+  ScheduledReplay out;
+  out.schedule = schedule_from_times(std::move(replay.model), times);
+  replay.model = EventModel{};
+  out.critical = critical_path_report(out.schedule, replay, edges ? &*edges : nullptr, unavailable);
+  return out;
 }
 
 WhatIfChange parse_what_if(const std::string& spec) {

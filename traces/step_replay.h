@@ -31,10 +31,6 @@ StepReplay build_step_replay(const RecordedStep& step);
 
 // schedule_step over the recorded durations (every op carries one; no device estimate is used).
 Schedule schedule_replay(const StepReplay& replay);
-// The same without copying the ops: `replay.model` is moved into the schedule (Schedule::model is
-// the replay op for op, with scheduled times); `replay.groups` and `replay.step_op` stay and still
-// describe those ops.
-Schedule schedule_replay_in_place(StepReplay& replay);
 
 // The critical path of a scheduled replay, grouped into runs of consecutive ops on the same stream
 // (or the host) and op group.
@@ -56,6 +52,16 @@ struct CriticalPathReport {
   std::string unavailable;  // why no path was computed (e.g. more streams than the clock holds)
 };
 CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay);
+
+// schedule_replay and replay_critical_path without copying the ops, the dependency DAG built on a
+// second thread while the schedule runs: `replay.model` is moved into the schedule (Schedule::model
+// is the replay op for op, with scheduled times); `replay.groups` and `replay.step_op` stay and
+// still describe those ops.
+struct ScheduledReplay {
+  Schedule schedule;
+  CriticalPathReport critical;
+};
+ScheduledReplay schedule_replay_in_place(StepReplay& replay);
 
 // What-if changes to the recorded dependency graph (docs/replay.md).
 struct WhatIfChange {

@@ -134,7 +134,47 @@ TEST_CASE("compute and copy streams overlap until a wait serializes them", "[tim
   CHECK(serialized.tokens_per_second(1000) == Approx(1000 / 5e-6));
 }
 
-TEST_CASE("without the wait the copy starts at once; waiting on a never-recorded event is a no-op", "[time]") {
+TEST_CASE("schedule_times leaves the model as it was, schedule_from_times gives schedule_step's schedule", "[time]") {
+  Builder b;
+  const int m = b.stream(0, "compute"), c = b.stream(0, "copy");
+  const int produced = b.event("produced");
+  b.kernel(m, 2e6, "K1");
+  b.sync(OpKind::EventRecord, m, produced);
+  b.sync(OpKind::StreamWait, c, produced);
+  b.copy(c, 1000, CopyKind::DeviceToHost, MemoryKind::PageableHost);  // blocks the host
+  b.model.ops[b.sync(OpKind::StreamSync, -1, -1)].sync_stream = c;
+  b.kernel(m, 2e6, "K2");
+  b.model.ops[5].duration_ns = 700;  // a recorded duration wins over the estimate
+  const EventModel before = b.model;
+  const OpTimes times = schedule_times(b.model, round_device());
+  for (size_t i = 0; i < before.ops.size(); ++i) {
+    CHECK(b.model.ops[i].start_ns == before.ops[i].start_ns);
+    CHECK(b.model.ops[i].duration_ns == before.ops[i].duration_ns);
+  }
+  const Schedule whole = schedule_step(before, round_device());
+  const Schedule split = schedule_from_times(EventModel(before), times);
+  REQUIRE(split.model.ops.size() == whole.model.ops.size());
+  for (size_t i = 0; i < whole.model.ops.size(); ++i) {
+    CHECK(split.model.ops[i].start_ns == whole.model.ops[i].start_ns);
+    CHECK(split.model.ops[i].duration_ns == whole.model.ops[i].duration_ns);
+  }
+  CHECK(whole.model.ops[3].start_ns == 2000);  // the copy after K1
+  CHECK(whole.model.ops[5].start_ns == 4000);  // K2 issued once the pageable copy (2000 ns) is done
+  CHECK(whole.model.ops[5].duration_ns == 700);
+  CHECK(split.step_ns == whole.step_ns);
+  CHECK(split.copy_ns == whole.copy_ns);
+  CHECK(split.hidden_copy_ns == whole.hidden_copy_ns);
+  REQUIRE(split.streams.size() == whole.streams.size());
+  for (size_t s = 0; s < whole.streams.size(); ++s) {
+    CHECK(split.streams[s].busy_ns == whole.streams[s].busy_ns);
+    CHECK(split.streams[s].gaps.size() == whole.streams[s].gaps.size());
+  }
+  OpTimes short_times = times;
+  short_times.start_ns.pop_back();
+  CHECK_THROWS_AS(schedule_from_times(EventModel(before), short_times), std::invalid_argument);
+}
+
+TEST_CASE("without the wait the copy starts at once, waiting on a never-recorded event is a no-op", "[time]") {
   Builder b;
   const int m = b.stream(0, "compute"), c = b.stream(0, "copy");
   const int never = b.event("never");
@@ -164,7 +204,7 @@ TEST_CASE("pageable copies and host syncs block the host", "[time]") {
   CHECK(s.step_ns == 4000);
 }
 
-TEST_CASE("the legacy default stream orders blocking streams; non-blocking ones run beside it", "[time]") {
+TEST_CASE("the legacy default stream orders blocking streams, non-blocking ones run beside it", "[time]") {
   Builder b;
   const int legacy = b.stream(0, "default", true);
   const int side = b.stream(0, "side");

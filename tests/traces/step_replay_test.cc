@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "sim/calibration.h"
@@ -19,6 +20,7 @@
 #include "tests/traces/runtime_trace_fixture.h"
 #include "tests/traces/trace_test_files.h"
 #include "traces/plan_comparison.h"
+#include "traces/replay_report.h"
 #include "traces/recorded_step.h"
 #include "traces/runtime_annotations.h"
 #include "traces/step_analysis.h"
@@ -125,7 +127,7 @@ TEST_CASE("annotated Kineto trace: every GPU op lands in its plan op group", "[t
   CHECK(names.count("stream 20 (copy)") == 1);
 }
 
-TEST_CASE("annotated step replays close to its measured time; the critical path is a chain of it", "[traces][replay-step]") {
+TEST_CASE("annotated step replays close to its measured time, the critical path is a chain of it", "[traces][replay-step]") {
   const Fixture f = make_fixture("single_buffer");
   const StepAnalysis a = analyse_step(f.model);
   // The fixture's GPU timing follows stream order and the recorded waits: the replay reproduces it
@@ -259,6 +261,42 @@ TEST_CASE("real traces: heuristic attribution, a replay whose critical path neve
   for (const Op& op : whole.model.ops) device_syncs += op.kind == OpKind::DeviceSync;
   CHECK(what_if.outcomes[0].ops_changed == device_syncs);
   CHECK(what_if.outcomes[0].new_step_ns < what_if.outcomes[0].old_step_ns);
+}
+
+TEST_CASE("real traces: a trace handed over is analysed as one kept, the report outlives its model", "[traces][replay-step]") {
+  for (const char* name : {"nsys/cloverleaf-nsys2024.5.sqlite", "kineto/a100-rank3-of-8-control.json.gz",
+                           "kineto/event-sync-multistream.json.gz"}) {
+    INFO(name);
+    const EventModel kept = load_trace(test::shared_trace(name));
+    const TraceAnalysis reference = analyse_trace(kept);
+    const std::string text = render_replay_text(reference.report) + render_step_text(reference.step);
+    const nlohmann::json json = render_replay_json(reference.report);
+    // Handed over: the trace is emptied during the analysis (the CLI's way); the same report.
+    EventModel handed = kept;
+    const TraceAnalysis moved = analyse_trace(std::move(handed));
+    CHECK(handed.ops.empty());
+    CHECK(render_replay_text(moved.report) + render_step_text(moved.step) == text);
+    CHECK(render_replay_json(moved.report) == json);
+    CHECK(render_step_json(moved.step) == render_step_json(reference.step));
+    // The report renders from what it copied: the model it came from may be gone.
+    std::optional<ReplayReport> report;
+    {
+      const EventModel scoped = kept;
+      report = analyse_replay(scoped);
+    }
+    CHECK(render_replay_json(*report) == json);
+    CHECK_FALSE(report->cited_ops.empty());  // every real trace here has an idle gap to name
+    // The critical path found beside the schedule is the one found after it.
+    StepReplay replay = build_step_replay(reference.step.step);
+    const Schedule schedule = schedule_replay(replay);
+    const CriticalPathReport after = replay_critical_path(schedule, replay);
+    CHECK(after.length_ns == reference.step.critical.length_ns);
+    REQUIRE(after.segments.size() == reference.step.critical.segments.size());
+    for (size_t k = 0; k < after.segments.size(); ++k) {
+      CHECK(after.segments[k].first_op == reference.step.critical.segments[k].first_op);
+      CHECK(after.segments[k].start_ns == reference.step.critical.segments[k].start_ns);
+    }
+  }
 }
 
 TEST_CASE("timeline of a recorded step marks races, syncs and gaps", "[traces][replay-step]") {

@@ -23,7 +23,11 @@ namespace {
 // added. It also keeps large blocks in the heap (mmap_threshold) and freed memory in the process
 // (trim_threshold): the analysis stages free and allocate op vectors of tens of MB in turn, and
 // with glibc's defaults each was a fresh mmap whose pages the kernel zeroed again (the same trace:
-// 0.45 s -> 0.29 s wall). tools/bench.sh runs the benchmark with the same three settings. A user's
+// 0.45 s -> 0.29 s wall). And it keeps every thread on the one (huge-page) heap (arena_max=1): a
+// worker thread's own arena is a fresh mmap on small pages, so a stage moved to a second thread
+// paid its page faults again (the same trace: 0.40 s -> 0.27 s wall with the dependency DAG built
+// beside the schedule); the threads allocate a few large blocks, so sharing the arena's lock costs
+// nothing measurable. tools/bench.sh runs the benchmark with the same four settings. A user's
 // own GLIBC_TUNABLES setting of any of them wins. The other commands allocate little and are not
 // worth the second exec; `run` and `oracle`'s memory is LibTorch's.
 void reexec_with_huge_pages(char** argv) {
@@ -32,7 +36,7 @@ void reexec_with_huge_pages(char** argv) {
   const std::string current = tunables != nullptr ? tunables : "";
   std::string value = current;
   for (const char* setting : {"glibc.malloc.hugetlb=1", "glibc.malloc.mmap_threshold=4294967295",
-                              "glibc.malloc.trim_threshold=4294967295"}) {
+                              "glibc.malloc.trim_threshold=4294967295", "glibc.malloc.arena_max=1"}) {
     const std::string key(setting, std::strchr(setting, '=') + 1);  // "glibc.malloc.x="
     if (current.find(key) != std::string::npos) continue;
     value += (value.empty() ? "" : ":") + std::string(setting);
