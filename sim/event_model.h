@@ -14,10 +14,11 @@
 
 namespace hookstream {
 
-enum class MemoryKind { Device, PinnedHost, PageableHost, Managed, Unknown };
-enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice, PeerToPeer, Unknown };
+// One byte each: an Op carries four of them (see Op).
+enum class MemoryKind : uint8_t { Device, PinnedHost, PageableHost, Managed, Unknown };
+enum class CopyKind : uint8_t { HostToDevice, DeviceToHost, DeviceToDevice, PeerToPeer, Unknown };
 
-enum class OpKind {
+enum class OpKind : uint8_t {
   Kernel,        // compute on a stream (GEMMs, elementwise, attention, optimizer, ...)
   Copy,          // memcpy between host and device or device and device
   Memset,
@@ -68,7 +69,12 @@ struct BufferAccess {
 };
 
 struct Op {
+  // Fields are grouped so that the struct packs into 152 bytes (168 with one int per enum and the
+  // fields in reading order): a long trace holds ~10^6 ops across import, step cut and replay.
   OpKind kind = OpKind::Kernel;
+  CopyKind copy = CopyKind::Unknown;
+  MemoryKind source = MemoryKind::Unknown, destination = MemoryKind::Unknown;
+  bool blocks_host = false;  // synchronous with respect to the host (pageable memcpy, sync calls)
   int rank = 0;
   int stream = -1;           // index into EventModel::streams; -1 for host-only ops
   Text name;                 // kernel name, "D2H activation layer 3", "allreduce bucket 2", ...
@@ -76,14 +82,11 @@ struct Op {
   int iteration = 0;
   int micro_step = 0;
   int layer = -1;
+  int event = -1;            // EventRecord/StreamWait/EventSync: index into EventModel::events
   Text phase;                // "forward", "backward", "recompute", "optimizer", "reduction", ...
   std::vector<BufferAccess> accesses;
-  int event = -1;            // EventRecord/StreamWait/EventSync: index into EventModel::events
   int sync_stream = -1;      // StreamSync: the stream waited for; StreamWait with event -1: the
                              // stream waited on (Stream.wait_stream: record + wait in one call)
-  CopyKind copy = CopyKind::Unknown;
-  MemoryKind source = MemoryKind::Unknown, destination = MemoryKind::Unknown;
-  bool blocks_host = false;  // synchronous with respect to the host (pageable memcpy, sync calls)
   // Cost inputs (simulator) or measurements (traces), all optional.
   double flops = 0;
   int64_t bytes = 0;         // bytes moved (copies, collectives) or touched (memory-bound kernels)
@@ -92,6 +95,7 @@ struct Op {
   int64_t correlation = -1;  // trace correlation id linking host call and GPU activity
   Text source_api;           // the runtime/driver API call that issued it, when known
 };
+static_assert(sizeof(void*) != 8 || sizeof(Op) <= 152, "Op grew: see the note on its field order");
 
 struct Event {
   std::string name;

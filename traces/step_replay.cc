@@ -188,6 +188,9 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
   std::vector<Text> stream_names(model.streams.size());
   for (size_t s = 0; s < model.streams.size(); ++s) stream_names[s] = Text(model.streams[s].name);
   const Text host("host");
+  // At most one segment per op on the path: reserved once rather than grown by copying ~10^5
+  // segments (the part not used is never touched, so it costs no memory).
+  report.segments.reserve(path.ops.size());
   std::vector<double> by_what;  // per label id, summed in path order
   std::vector<bool> on_path;
   int last_what = -1, last_index = -1;
