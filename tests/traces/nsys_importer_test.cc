@@ -142,3 +142,39 @@ TEST_CASE("a 2022-style export (EXPORT_META_DATA, no ENUM tables) imports like t
   CHECK(old.streams.size() == fresh.streams.size());
   std::filesystem::remove_all(dir);
 }
+
+// GPU rows join their API call by (process, correlation id). CUPTI's ids are consecutive, which the
+// importer's index relies on for speed; ids spread far apart (here x1000 + 7 in every table) must
+// join exactly the same calls through its other path.
+TEST_CASE("nsys: GPU ops join their API calls whether correlation ids are dense or spread out", "[traces][nsys]") {
+  const auto dir = test::temp_dir("nsys-sparse-ids");
+  const std::string original = test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite");
+  const std::string spread = (dir / "cloverleaf-spread-ids.sqlite").string();
+  std::filesystem::copy_file(original, spread);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(spread.c_str(), &db) == SQLITE_OK);
+  for (const char* table : {"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}) {
+    const std::string sql = std::string("UPDATE ") + table + " SET correlationId = correlationId * 1000 + 7";
+    REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  }
+  sqlite3_close(db);
+  const EventModel dense = import_nsys_sqlite(original);
+  const EventModel sparse = import_nsys_sqlite(spread);
+  REQUIRE(sparse.ops.size() == dense.ops.size());
+  int joined = 0;
+  for (size_t i = 0; i < dense.ops.size(); ++i) {
+    const Op& a = dense.ops[i];
+    const Op& b = sparse.ops[i];
+    INFO("op " << i << ": " << a.name);
+    CHECK(b.name == a.name);
+    CHECK(b.kind == a.kind);
+    CHECK(b.stream == a.stream);
+    CHECK(b.start_ns == a.start_ns);
+    CHECK(b.source_api == a.source_api);
+    CHECK(b.correlation == (a.correlation < 0 ? a.correlation : a.correlation * 1000 + 7));
+    joined += a.kind == OpKind::Kernel && !a.source_api.empty();
+  }
+  CHECK(joined == 1312);  // every kernel found its launch
+  std::filesystem::remove_all(dir);
+}

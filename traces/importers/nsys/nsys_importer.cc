@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <future>
+#include <limits>
 #include <optional>
 #include <initializer_list>
 #include <unordered_map>
@@ -94,6 +95,87 @@ struct RuntimeCall {
   double start_ns = 0;
   ApiRole role = ApiRole::Other;
   const Text* name = nullptr;  // into the string table, suffix kept as nsys wrote it
+};
+
+// Runtime calls by (process, correlation id), for the GPU rows that join to them. CUPTI numbers a
+// process's API calls with consecutive correlation ids, so per process a vector indexed by
+// id - first id finds a call with one load, where a hash map costs a node per call and a hash per
+// lookup (x64 cloverleaf export: 213 k calls, ~10 MB of nodes). A process whose ids are sparse
+// (spanning more than 4x its calls) gets a hash map. A key added twice keeps its last call, as an
+// assignment into a map would.
+class CallIndex {
+ public:
+  void reserve(size_t calls) {
+    keys_.reserve(calls);
+    calls_.reserve(calls);
+  }
+
+  void add(int64_t process, int64_t correlation, const RuntimeCall& call) {
+    keys_.push_back({process, correlation});
+    calls_.push_back(call);
+  }
+
+  // After the last add, before the first find.
+  void build() {
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      PerProcess& p = process(keys_[i].process);
+      p.first = std::min(p.first, keys_[i].correlation);
+      p.last = std::max(p.last, keys_[i].correlation);
+      ++p.calls;
+    }
+    for (PerProcess& p : processes_) {
+      const uint64_t span = static_cast<uint64_t>(p.last) - static_cast<uint64_t>(p.first) + 1;
+      if (span <= 4 * static_cast<uint64_t>(p.calls) + 1024) p.dense.assign(span, -1);
+      else p.sparse.reserve(p.calls);
+    }
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      PerProcess& p = process(keys_[i].process);
+      const int32_t index = static_cast<int32_t>(i);
+      if (!p.dense.empty()) p.dense[keys_[i].correlation - p.first] = index;
+      else p.sparse[keys_[i].correlation] = index;
+    }
+    keys_ = {};
+  }
+
+  const RuntimeCall* find(int64_t process, int64_t correlation) const {
+    for (const PerProcess& p : processes_) {
+      if (p.process != process) continue;
+      if (correlation < p.first || correlation > p.last) return nullptr;
+      int32_t index = -1;
+      if (!p.dense.empty()) {
+        index = p.dense[correlation - p.first];
+      } else {
+        const auto found = p.sparse.find(correlation);
+        if (found != p.sparse.end()) index = found->second;
+      }
+      return index < 0 ? nullptr : &calls_[index];
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Key {
+    int64_t process, correlation;
+  };
+  struct PerProcess {
+    int64_t process = 0;
+    int64_t first = std::numeric_limits<int64_t>::max(), last = std::numeric_limits<int64_t>::min();
+    int64_t calls = 0;
+    std::vector<int32_t> dense;                    // index into calls_ per id - first, -1 none
+    std::unordered_map<int64_t, int32_t> sparse;   // when the ids are too spread out for that
+  };
+  // A trace has one process per rank file, rarely more: a linear search beats a map.
+  PerProcess& process(int64_t id) {
+    for (PerProcess& p : processes_) {
+      if (p.process == id) return p;
+    }
+    processes_.emplace_back();
+    processes_.back().process = id;
+    return processes_.back();
+  }
+  std::vector<Key> keys_;  // until build()
+  std::vector<RuntimeCall> calls_;
+  std::vector<PerProcess> processes_;
 };
 
 class NsysReader {
@@ -220,9 +302,9 @@ class NsysReader {
     roles_.resize(strings_.size(), -1);
     // Per name id, the name without its version suffix: classified and stripped once, not per call.
     std::vector<Text> stripped(strings_.size());
-    // Every call is joined to by correlation id: room for all of them up front (rowid counts rows
-    // of an nsys table, which are only ever appended).
+    // Room for every call up front (rowid counts rows of an nsys table, which are only appended).
     calls_.reserve(static_cast<size_t>(std::max<int64_t>(0, db_.max_rowid("CUPTI_ACTIVITY_KIND_RUNTIME"))));
+
     SqliteQuery q(db_, c.select());
     while (q.step()) {
       const int64_t name_id = q.integer(name);
@@ -247,8 +329,9 @@ class NsysReader {
       if (end >= 0) op.duration_ns = static_cast<double>(q.integer(end)) - op.start_ns;
       op.correlation = q.integer(correlation);
       const size_t handle = builder_.add_op(std::move(op), process, static_cast<double>(q.integer(start)));
-      calls_[call_key(process, q.integer(correlation))] = RuntimeCall{handle, static_cast<double>(q.integer(start)), role, &api};
+      calls_.add(process, q.integer(correlation), RuntimeCall{handle, static_cast<double>(q.integer(start)), role, &api});
     }
+    calls_.build();
   }
 
   static OpKind host_kind(ApiRole role) {
@@ -262,12 +345,7 @@ class NsysReader {
     }
   }
 
-  static int64_t call_key(int64_t process, int64_t correlation) { return (process << 32) ^ correlation; }
-
-  const RuntimeCall* call_of(int64_t process, int64_t correlation) const {
-    const auto found = calls_.find(call_key(process, correlation));
-    return found == calls_.end() ? nullptr : &found->second;
-  }
+  const RuntimeCall* call_of(int64_t process, int64_t correlation) const { return calls_.find(process, correlation); }
 
   // The columns read from one GPU activity table (those every such table shares, and `extra` in
   // the order asked for, -1 where this schema lacks one), chosen from the schema.
@@ -476,7 +554,7 @@ class NsysReader {
   std::vector<Text> strings_;
   TextInterner names_;  // names made here (copies, memsets, NVTX text): one Text each
   std::vector<int> roles_;  // ApiRole per string id, -1 not yet classified
-  std::unordered_map<int64_t, RuntimeCall> calls_;
+  CallIndex calls_;
 };
 
 }  // namespace
