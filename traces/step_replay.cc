@@ -254,8 +254,11 @@ ScheduledReplay schedule_replay_in_place(StepReplay& replay) {
   // The DAG reads only the ops' order and ordering (kind, stream, event, rank), and schedule_times
   // writes nothing into the model, so the two share it on two threads; the ops are then moved into
   // the schedule with their times, not copied (a long trace's step is hundreds of MB of ops).
+  // A thread costs ~0.1 ms to start: a small step builds its DAG on this one, when asked for it.
+  constexpr size_t kSecondThreadOps = 20000;
+  const auto policy = replay.model.ops.size() >= kSecondThreadOps ? std::launch::async : std::launch::deferred;
   std::future<DependencyEdges> edges_later =
-      std::async(std::launch::async, [&model = std::as_const(replay.model)] { return dependency_edges(model); });
+      std::async(policy, [&model = std::as_const(replay.model)] { return dependency_edges(model); });
   const DeviceSpec no_device;
   const TimeModelOptions options;
   OpTimes times;
