@@ -16,8 +16,9 @@ struct BinaryRun {
   std::string out;
 };
 
-inline BinaryRun run_binary(const std::string& args) {
-  const std::string command = std::string(HOOKSTREAM_BINARY) + " " + args + " 2>&1";
+// Any shell command line, stderr captured with stdout.
+inline BinaryRun run_command(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string out;
@@ -27,5 +28,7 @@ inline BinaryRun run_binary(const std::string& args) {
   const int status = pclose(pipe);
   return BinaryRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+inline BinaryRun run_binary(const std::string& args) { return run_command(std::string(HOOKSTREAM_BINARY) + " " + args); }
 
 }  // namespace hookstream::testing

@@ -21,6 +21,7 @@
 
 namespace fs = std::filesystem;
 using hookstream::testing::run_binary;
+using hookstream::testing::run_command;
 
 namespace {
 
@@ -256,6 +257,37 @@ TEST_CASE("run: bad input exits 2 with one line and starts no rank", "[cli][run]
                             " --set micro_batch_size=1"),
                  "plan fingerprint");
   fs::remove_all(dir);
+}
+
+TEST_CASE("an installed hookstream runs run and oracle from its prefix, not from the build tree", "[cli][run]") {
+  const fs::path prefix = scratch("install");
+  const auto installed = run_command(std::string(HOOKSTREAM_CMAKE) + " --install " + HOOKSTREAM_BUILD_DIR + " --prefix " +
+                                     prefix.string());
+  INFO(installed.out);
+  REQUIRE(installed.exit_code == 0);
+  const fs::path binary = prefix / "bin" / "hookstream";
+  const fs::path module = prefix / "lib" / "hookstream" / "libhookstream_torch_commands.so";
+  REQUIRE(fs::exists(binary));
+  REQUIRE(fs::exists(module));
+  REQUIRE(fs::exists(prefix / "lib" / "hookstream" / "hookstream-oracle-worker"));
+  // Only the installed files: no override pointing back into the build tree.
+  const std::string env = "env -u HOOKSTREAM_TORCH_COMMANDS -u HOOKSTREAM_ORACLE_WORKER ";
+  const auto oracle = run_command(env + binary.string() + " oracle " + kTinyRun);
+  INFO(oracle.out);
+  CHECK(oracle.exit_code == 0);
+  CHECK(oracle.out.find("real DDP (c10d Reducer over Gloo, 2 ranks): ok") != std::string::npos);
+  const auto trained = run_command(env + binary.string() + " run " + kTinyRun + " --steps 2 --device cpu --json " +
+                                   (prefix / "summary.json").string());
+  INFO(trained.out);
+  CHECK(trained.exit_code == 0);
+  CHECK(read_json(prefix / "summary.json")["steps"].size() == 2);
+  // The installed module is the one loaded: without it the error names its place in the prefix.
+  fs::remove(module);
+  const auto missing = run_command(env + binary.string() + " oracle " + kTinyRun);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.out.find(module.string()) != std::string::npos);
+  CHECK(missing.out.find("cannot load the LibTorch commands module") != std::string::npos);
+  fs::remove_all(prefix);
 }
 
 #endif

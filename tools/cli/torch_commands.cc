@@ -3,19 +3,38 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "sim/input_error.h"
 
 namespace hookstream {
 
+namespace {
+
+// Where the module is: beside the executable in the build tree (build/tools/), or in
+// PREFIX/lib/hookstream/ beside PREFIX/bin/hookstream once installed (tools/CMakeLists.txt installs
+// it there). Found from the running executable, not from the path it was built at, so an installed
+// or moved tree works without the build directory.
+std::string module_path() {
+  if (const char* override_path = std::getenv("HOOKSTREAM_TORCH_COMMANDS")) return override_path;
+  std::error_code error;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  const std::filesystem::path dir = error ? std::filesystem::path(".") : exe.parent_path();
+  const std::filesystem::path beside = dir / HOOKSTREAM_TORCH_COMMANDS_NAME;
+  if (std::filesystem::exists(beside, error)) return beside.string();
+  return (dir.parent_path() / "lib" / "hookstream" / HOOKSTREAM_TORCH_COMMANDS_NAME).string();
+}
+
+}  // namespace
+
 int call_torch_command(const char* entry, const void* args) {
-#ifndef HOOKSTREAM_TORCH_COMMANDS_PATH
+#ifndef HOOKSTREAM_WITH_TORCH
   (void)entry;
   (void)args;
   throw InputError("hookstream", "this build has no LibTorch: run and oracle need it (build with -DHOOKSTREAM_WITH_TORCH=ON)");
 #else
-  const char* override_path = std::getenv("HOOKSTREAM_TORCH_COMMANDS");
-  const std::string path = override_path ? override_path : HOOKSTREAM_TORCH_COMMANDS_PATH;
+  const std::string path = module_path();
   // RTLD_LOCAL: the module's copies of hookstream's own code stay its own. Never closed: LibTorch
   // registers static state that must outlive the call.
   void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

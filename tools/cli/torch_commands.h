@@ -45,7 +45,8 @@ struct OracleArgs {
 extern "C" int hookstream_run_main(const void* run_args);        // a RunArgs
 extern "C" int hookstream_oracle_main(const void* oracle_args);  // an OracleArgs
 
-// Loads the module (HOOKSTREAM_TORCH_COMMANDS, else the path it was built at) and calls `entry`.
+// Loads the module (HOOKSTREAM_TORCH_COMMANDS, else the one beside the executable, else
+// ../lib/hookstream/ from it: the build tree and an installed prefix) and calls `entry`.
 // A module that cannot be loaded is an error naming it (exit 2).
 int call_torch_command(const char* entry, const void* args);
 

@@ -2,7 +2,11 @@
 // per rank over Gloo on 127.0.0.1) and prints what really happened beside the simulator's
 // prediction. Part of the LibTorch commands module (tools/cli/torch_commands.h); options in
 // tools/cli/oracle_command.cc.
+#include <dlfcn.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <fmt/format.h>
 #include <iostream>
 #include <memory>
@@ -20,6 +24,16 @@ namespace hookstream {
 
 namespace {
 
+// The worker sits beside this module: build/tools/ in the build tree, PREFIX/lib/hookstream/ once
+// installed (tools/CMakeLists.txt puts both there), so it is found from the module's own file.
+std::string worker_path() {
+  if (const char* worker = std::getenv("HOOKSTREAM_ORACLE_WORKER")) return worker;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&worker_path), &info) == 0 || info.dli_fname == nullptr) {
+    return HOOKSTREAM_ORACLE_WORKER_NAME;
+  }
+  return (std::filesystem::path(info.dli_fname).parent_path() / HOOKSTREAM_ORACLE_WORKER_NAME).string();
+}
 
 int run_oracle_command(const OracleArgs& args) {
   LoadOptions load;
@@ -37,8 +51,7 @@ int run_oracle_command(const OracleArgs& args) {
                                             parameters));
   }
   OracleOptions options;
-  const char* worker = std::getenv("HOOKSTREAM_ORACLE_WORKER");
-  options.worker_path = worker ? worker : HOOKSTREAM_ORACLE_WORKER_PATH;
+  options.worker_path = worker_path();
   options.timeout = std::chrono::seconds(args.timeout_seconds);
   const OracleResult observed = run_oracle(predicted.plan, options);
   const DifferentialReport comparison = compare_with_oracle(predicted.plan, predicted.simulation, observed);
