@@ -60,6 +60,14 @@ c10d::TCPStoreOptions rendezvous_store_options(int port, int rank, int world_siz
   return options;
 }
 
+bool gloo_available() {
+#ifdef HOOKSTREAM_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                                 int rank, int world_size,
                                                                 std::chrono::milliseconds timeout) {

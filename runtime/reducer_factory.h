@@ -31,6 +31,10 @@ struct ReducerArguments {
 
 std::shared_ptr<c10d::Reducer> make_reducer(ReducerArguments arguments);
 
+// Whether this build's LibTorch has Gloo (the Debian package does; the PyTorch wheel ships no gloo
+// headers, ../shared/docs/runtime-notes.md): CPU ranks and the oracle need it.
+bool gloo_available();
+
 // A Gloo process group over `store` whose collectives give up after `timeout`.
 c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                                 int rank, int world_size,

@@ -17,6 +17,7 @@
 #include "runtime/differential.h"
 #include "sim/input_error.h"
 #include "runtime/oracle.h"
+#include "runtime/reducer_factory.h"
 #include "sim/report.h"
 #include "sim/verify.h"
 
@@ -36,6 +37,10 @@ std::string worker_path() {
 }
 
 int run_oracle_command(const OracleArgs& args) {
+  if (!gloo_available()) {
+    throw InputError("oracle", "this build's LibTorch has no Gloo, which the oracle's CPU ranks need (expected a build "
+                               "against Debian's LibTorch: tools/build.sh)");
+  }
   LoadOptions load;
   if (!args.model.empty()) load.model_path = args.model;
   if (args.world_size != -1) load.world_size = args.world_size;

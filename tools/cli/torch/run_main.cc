@@ -162,6 +162,10 @@ int run_run(const RunArgs& args) {
   if (device == "cuda" && cuda_device_count() == 0) {
     throw InputError("--device", "cuda: this build or machine has no GPU (expected --device cpu)");
   }
+  if (device == "cpu" && !gloo_available()) {
+    throw InputError("--device", "cpu: this build's LibTorch has no Gloo, which CPU ranks need (expected --device cuda, "
+                                 "or a build against Debian's LibTorch: tools/build.sh)");
+  }
   if (args.checkpoint_every < 0) throw InputError("--checkpoint-every", "expected an integer >= 0");
   if (args.resume && args.checkpoint_dir.empty()) throw InputError("--resume", "needs --checkpoint-dir DIR");
   if (args.timeout_seconds < 1) throw InputError("--timeout", "expected seconds >= 1");
