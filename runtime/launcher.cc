@@ -160,7 +160,10 @@ int launch_ranks(const LaunchOptions& options) {
   int signals_seen = 0;
   bool interrupted = false;
   std::optional<int> failure_status;
-  std::optional<Clock::time_point> terminate_at, kill_at;
+  // When to escalate; max(): not scheduled. (Plain time points: GCC 12 misreads std::optional of
+  // them as maybe-uninitialized here.)
+  constexpr Clock::time_point kNever = Clock::time_point::max();
+  Clock::time_point terminate_at = kNever, kill_at = kNever;
   while (!runner.all_finished()) {
     const int signals = stop_signals_received();
     if (signals > signals_seen) {
@@ -176,14 +179,14 @@ int launch_ranks(const LaunchOptions& options) {
       failure_status = outcome.exited ? outcome.exit_code : 1;
       terminate_at = Clock::now() + options.grace;
     }
-    if (terminate_at && Clock::now() >= *terminate_at) {
+    if (Clock::now() >= terminate_at) {
       runner.signal_running(SIGTERM);
-      terminate_at.reset();
+      terminate_at = kNever;
       kill_at = Clock::now() + std::chrono::seconds(3);
     }
-    if (kill_at && Clock::now() >= *kill_at) {
+    if (Clock::now() >= kill_at) {
       runner.signal_running(SIGKILL);
-      kill_at.reset();
+      kill_at = kNever;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
