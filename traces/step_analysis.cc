@@ -67,6 +67,15 @@ TraceAnalysis analyse_trace(EventModel&& trace, const StepAnalysisOptions& optio
   return analysis;
 }
 
+namespace {
+
+size_t segments_listed(const StepAnalysis& a, const StepAnalysisOptions& options) {
+  const size_t total = a.critical.segments.size();
+  return options.critical_segments_shown == 0 ? total : std::min(total, options.critical_segments_shown);
+}
+
+}  // namespace
+
 std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& options) {
   std::ostringstream out;
   const RecordedStep& step = a.step;
@@ -92,14 +101,14 @@ std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& o
       out << "  " << a.critical.by_what[k].first << ": " << ms_text(a.critical.by_what[k].second) << " ("
           << percent(a.critical.by_what[k].second, a.critical.length_ns) << ")\n";
     }
-    const size_t shown = std::min(a.critical.segments.size(), options.critical_segments_shown);
+    const size_t shown = segments_listed(a, options);
     for (size_t k = 0; k < shown; ++k) {
       const CriticalSegment& s = a.critical.segments[k];
       out << "  " << ms_text(s.start_ns) << " +" << ms_text(s.duration_ns) << "  rank " << s.rank << " " << s.where << ": " << s.what << ", "
           << s.ops << " op" << (s.ops == 1 ? "" : "s") << " (" << s.first_op << (s.ops > 1 ? " .. " + s.last_op : "") << ")\n";
     }
     if (a.critical.segments.size() > shown) {
-      out << "  ... " << a.critical.segments.size() - shown << " more segments (--format json lists all)\n";
+      out << "  ... " << a.critical.segments.size() - shown << " more segments (--critical-segments N lists more, 0 all)\n";
     }
   }
 
@@ -130,7 +139,7 @@ std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& o
   return out.str();
 }
 
-nlohmann::json render_step_json(const StepAnalysis& a) {
+nlohmann::json render_step_json(const StepAnalysis& a, const StepAnalysisOptions& options) {
   const RecordedStep& step = a.step;
   nlohmann::json classes = nlohmann::json::object();
   for (size_t i = 0; i < step.model.ops.size(); ++i) {
@@ -141,7 +150,9 @@ nlohmann::json render_step_json(const StepAnalysis& a) {
     c["gpu_ns"] = c["gpu_ns"].get<double>() + std::max(0.0, step.model.ops[i].duration_ns);
   }
   nlohmann::json segments = nlohmann::json::array(), by_what = nlohmann::json::array();
-  for (const CriticalSegment& s : a.critical.segments) {
+  const size_t listed = segments_listed(a, options);
+  for (size_t k = 0; k < listed; ++k) {
+    const CriticalSegment& s = a.critical.segments[k];
     segments.push_back({{"rank", s.rank}, {"where", s.where}, {"what", s.what}, {"ops", s.ops}, {"start_ns", s.start_ns},
                         {"duration_ns", s.duration_ns}, {"first_op", s.first_op}, {"last_op", s.last_op}});
   }
@@ -161,7 +172,7 @@ nlohmann::json render_step_json(const StepAnalysis& a) {
       {"notes", step.notes},
       {"classes", classes},
       {"critical_path", {{"length_ns", a.critical.length_ns}, {"unavailable", a.critical.unavailable}, {"by_what", by_what},
-                         {"segments", segments}}},
+                         {"segments", segments}, {"segments_total", a.critical.segments.size()}}},
       {"races", {{"checked", a.races.checked}, {"not_checked", a.races.not_checked}, {"accesses", a.races.accesses},
                  {"count", a.races.race_count}, {"races", races}}}};
   if (a.plan) j["plan"] = render_plan_comparison_json(*a.plan);

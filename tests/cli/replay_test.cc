@@ -4,6 +4,7 @@
 
 #include "tests/cli/run_binary.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -96,4 +97,33 @@ TEST_CASE("replay -o writes the report", "[cli][replay]") {
   const std::string text((std::istreambuf_iterator<char>(in)), {});
   CHECK(text.find("Async copies from pageable memory: 16") != std::string::npos);
   CHECK(text.find("20 stream waits, 0 event syncs, 20 matched") != std::string::npos);
+}
+
+TEST_CASE("replay --critical-segments: 20 listed by default with the total, 0 lists all, -1 is an input error",
+          "[cli][replay]") {
+  const std::string file = trace("nsys/cloverleaf-nsys2024.5.sqlite");
+  const auto parse = [](const ReplayRun& r) {
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.out)["step"]["critical_path"];
+  };
+  const nlohmann::json shown = parse(replay(file + " --format json"));
+  const nlohmann::json all = parse(replay(file + " --format json --critical-segments 0"));
+  const nlohmann::json five = parse(replay(file + " --format json --critical-segments 5"));
+  const size_t total = all["segments_total"].get<size_t>();
+  REQUIRE(total > 20);  // cloverleaf alternates host work and kernels: a long path
+  CHECK(all["segments"].size() == total);
+  CHECK(shown["segments_total"] == total);
+  CHECK(shown["segments"].size() == 20);
+  REQUIRE(five["segments"].size() == 5);
+  for (size_t k = 0; k < 5; ++k) CHECK(five["segments"][k] == all["segments"][k]);  // the first ones, in path order
+  CHECK(shown["by_what"] == all["by_what"]);  // the time per group covers the whole path either way
+  const auto text = replay(file + " --critical-segments 3");
+  CHECK(text.exit_code == 0);
+  CHECK(text.out.find("... " + std::to_string(total - 3) + " more segments (--critical-segments N lists more, 0 all)") !=
+        std::string::npos);
+  const auto bad = replay(file + " --critical-segments -1");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.find("--critical-segments") != std::string::npos);
+  CHECK(std::count(bad.out.begin(), bad.out.end(), '\n') == 1);
 }

@@ -5,6 +5,7 @@
 // Perfetto timeline with the findings (--timeline). Findings are reported, not failures: exit 0
 // when the analysis ran, 2 on bad input.
 #include <CLI/CLI.hpp>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -28,6 +29,7 @@ struct ReplayArgs {
   int step = -1;
   std::vector<std::string> what_if;
   std::string timeline;
+  int critical_segments = 20;
 };
 
 int run_replay(const ReplayArgs& args) {
@@ -41,6 +43,7 @@ int run_replay(const ReplayArgs& args) {
   if (!args.calibrate.empty() && !plan) throw InputError("--calibrate", "needs --plan PLAN.yaml (the ops to calibrate)");
   StepAnalysisOptions options;
   options.selection.step = args.step;
+  options.critical_segments_shown = static_cast<size_t>(args.critical_segments);
   options.plan = plan ? &*plan : nullptr;
   for (const std::string& spec : args.what_if) options.what_if.push_back(parse_what_if(spec));
   // Not freed: the process exits after the report is written, and taking apart a long trace's
@@ -54,7 +57,7 @@ int run_replay(const ReplayArgs& args) {
   if (!args.timeline.empty()) emit(recorded_step_timeline(step.step, step.races), args.timeline);
   if (args.format == "json") {
     nlohmann::json j = render_replay_json(report);
-    j["step"] = render_step_json(step);
+    j["step"] = render_step_json(step, options);
     emit(j.dump(2) + "\n", args.output);
   } else {
     emit(render_replay_text(report) + render_step_text(step, options), args.output);
@@ -75,12 +78,15 @@ Command register_replay_command(CLI::App& app) {
       ->allow_extra_args(false);
   cmd->add_option("--calibrate", args->calibrate, "write the measured durations as a calibration file (needs --plan)");
   cmd->add_option("--step", args->step, "the step to analyse (hookstream:step:N or ProfilerStep#N; default: the last)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   cmd->add_option("--what-if", args->what_if,
                   "predict the step time after a change: second_reload_buffer, copy_to_side_stream, bucket_cap_mb=N, "
                   "remove_host_sync[=API] (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--timeline", args->timeline, "write the step as a Chrome trace JSON with the findings marked (Perfetto)");
+  cmd->add_option("--critical-segments", args->critical_segments,
+                  "critical-path segments to list in the report, first to last (default 20; 0: all)")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   return Command{cmd, [args] { return run_replay(*args); }};
 }
 
