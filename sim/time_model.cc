@@ -329,38 +329,44 @@ Schedule schedule_step(EventModel&& model, const DeviceSpec& device, const TimeM
   return schedule_from_times(std::move(model), times);
 }
 
-Schedule schedule_from_times(EventModel&& model, const OpTimes& times) {
+namespace {
+
+void check_times(const EventModel& model, const OpTimes& times) {
   if (times.start_ns.size() != model.ops.size() || times.duration_ns.size() != model.ops.size()) {
-    throw std::invalid_argument("schedule_from_times: times for " + std::to_string(times.start_ns.size()) + " ops, the model has " +
+    throw std::invalid_argument("schedule times for " + std::to_string(times.start_ns.size()) + " ops, the model has " +
                                 std::to_string(model.ops.size()));
   }
-  for (size_t i = 0; i < model.ops.size(); ++i) {
-    model.ops[i].start_ns = times.start_ns[i];
-    model.ops[i].duration_ns = times.duration_ns[i];
-  }
+}
+
+}  // namespace
+
+Schedule schedule_figures(const EventModel& model, const OpTimes& times) {
+  check_times(model, times);
   Schedule schedule;
-  schedule.model = std::move(model);
-  const EventModel& timed = schedule.model;
   std::map<int, std::vector<IdleGap>> compute_by_rank;
-  std::vector<std::vector<IdleGap>> busy(timed.streams.size());
-  for (const Op& op : timed.ops) {
-    schedule.step_ns = std::max(schedule.step_ns, op.start_ns + std::max(0.0, op.duration_ns));
-    if (op.stream < 0 || op.duration_ns <= 0) continue;
+  std::vector<std::vector<IdleGap>> busy(model.streams.size());
+  for (size_t i = 0; i < model.ops.size(); ++i) {
+    const Op& op = model.ops[i];
+    const double start = times.start_ns[i], duration = times.duration_ns[i];
+    schedule.step_ns = std::max(schedule.step_ns, start + std::max(0.0, duration));
+    if (op.stream < 0 || duration <= 0) continue;
     if (op.kind == OpKind::Kernel || op.kind == OpKind::Copy || op.kind == OpKind::Memset || op.kind == OpKind::Collective) {
-      busy[op.stream].push_back({op.start_ns, op.start_ns + op.duration_ns});
+      busy[op.stream].push_back({start, start + duration});
     }
-    if (op.kind == OpKind::Kernel) compute_by_rank[op.rank].push_back({op.start_ns, op.start_ns + op.duration_ns});
+    if (op.kind == OpKind::Kernel) compute_by_rank[op.rank].push_back({start, start + duration});
   }
   for (auto& [rank, intervals] : compute_by_rank) intervals = merge(std::move(intervals));
-  for (const Op& op : timed.ops) {
-    if (op.kind != OpKind::Copy || op.duration_ns <= 0) continue;
+  for (size_t i = 0; i < model.ops.size(); ++i) {
+    const Op& op = model.ops[i];
+    const double start = times.start_ns[i], duration = times.duration_ns[i];
+    if (op.kind != OpKind::Copy || duration <= 0) continue;
     if (op.copy != CopyKind::HostToDevice && op.copy != CopyKind::DeviceToHost) continue;
-    schedule.copy_ns += op.duration_ns;
-    schedule.hidden_copy_ns += overlap(compute_by_rank[op.rank], op.start_ns, op.start_ns + op.duration_ns);
+    schedule.copy_ns += duration;
+    schedule.hidden_copy_ns += overlap(compute_by_rank[op.rank], start, start + duration);
   }
   schedule.copy_hidden_fraction = schedule.copy_ns > 0 ? schedule.hidden_copy_ns / schedule.copy_ns : 1.0;
-  schedule.streams.reserve(timed.streams.size());
-  for (size_t s = 0; s < timed.streams.size(); ++s) {
+  schedule.streams.reserve(model.streams.size());
+  for (size_t s = 0; s < model.streams.size(); ++s) {
     StreamUsage usage;
     usage.stream = static_cast<int>(s);
     std::vector<IdleGap>& intervals = busy[s];
@@ -373,6 +379,16 @@ Schedule schedule_from_times(EventModel&& model, const OpTimes& times) {
     usage.idle_ns = std::max(0.0, schedule.step_ns - usage.busy_ns);
     schedule.streams.push_back(std::move(usage));
   }
+  return schedule;
+}
+
+Schedule schedule_from_times(EventModel&& model, const OpTimes& times) {
+  Schedule schedule = schedule_figures(model, times);
+  for (size_t i = 0; i < model.ops.size(); ++i) {
+    model.ops[i].start_ns = times.start_ns[i];
+    model.ops[i].duration_ns = times.duration_ns[i];
+  }
+  schedule.model = std::move(model);
   return schedule;
 }
 

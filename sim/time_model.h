@@ -64,5 +64,8 @@ struct OpTimes {
 OpTimes schedule_times(const EventModel& model, const DeviceSpec& device, const TimeModelOptions& options = {});
 // Throws std::invalid_argument when `times` is not for `model` (another op count).
 Schedule schedule_from_times(EventModel&& model, const OpTimes& times);
+// The same figures (step time, copy overlap, stream usage) without the model: Schedule::model is
+// left empty, `model` is only read. For a caller that compares schedules (replay's what-if).
+Schedule schedule_figures(const EventModel& model, const OpTimes& times);
 
 }  // namespace hookstream

@@ -44,10 +44,20 @@ struct Edit {
       out.groups.push_back(group);
       out.step_op.push_back(step_op);
     };
+    size_t inserted = 0;
+    for (const auto& [index, ops] : before) inserted += ops.size();
+    for (const auto& [index, ops] : after) inserted += ops.size();
+    out.model.ops.reserve(in.model.ops.size() + inserted);
+    out.groups.reserve(in.model.ops.size() + inserted);
+    out.step_op.reserve(in.model.ops.size() + inserted);
+    // The edits are few and sorted by op: walked beside the ops, not looked up per op.
+    auto b = before.lower_bound(0), a = after.lower_bound(0);
+    auto r = removed.lower_bound(0);
     for (int i = 0; i < static_cast<int>(in.model.ops.size()); ++i) {
-      if (auto b = before.find(i); b != before.end()) for (const auto& [op, group] : b->second) add(op, group, -1);
-      if (!removed.count(i)) add(in.model.ops[i], in.groups[i], in.step_op[i]);
-      if (auto a = after.find(i); a != after.end()) for (const auto& [op, group] : a->second) add(op, group, -1);
+      if (b != before.end() && b->first == i) for (const auto& [op, group] : (b++)->second) add(op, group, -1);
+      if (r != removed.end() && *r == i) ++r;
+      else add(in.model.ops[i], in.groups[i], in.step_op[i]);
+      if (a != after.end() && a->first == i) for (const auto& [op, group] : (a++)->second) add(op, group, -1);
     }
     return out;
   }
@@ -70,10 +80,23 @@ struct RankCorrelationHash {
   }
 };
 
-double host_blocked_ns(const Schedule& schedule) {
-  double sum = 0;
-  for (const Op& op : schedule.model.ops) if (is_host_sync(op.kind)) sum += std::max(0.0, op.duration_ns);
-  return sum;
+// What a what-if compares between two schedules of a replay, computed from the scheduled times
+// without copying the replay's ops into a Schedule.
+struct ReplayFigures {
+  Schedule figures;  // model left empty (sim/time_model.h schedule_figures)
+  double host_blocked_ns = 0;
+};
+
+ReplayFigures replay_figures(const StepReplay& replay) {
+  const DeviceSpec no_device;
+  const TimeModelOptions options;
+  const OpTimes times = schedule_times(replay.model, no_device, options);
+  ReplayFigures out;
+  out.figures = schedule_figures(replay.model, times);
+  for (size_t i = 0; i < replay.model.ops.size(); ++i) {
+    if (is_host_sync(replay.model.ops[i].kind)) out.host_blocked_ns += std::max(0.0, times.duration_ns[i]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -561,12 +584,13 @@ StepReplay apply_change(const StepReplay& in, const WhatIfChange& change, const 
 }
 
 // What moved: the schedule figures a change acts on.
-std::string effect(const Schedule& before, const Schedule& after) {
+std::string effect(const ReplayFigures& before, const ReplayFigures& after) {
   std::ostringstream text;
   text.setf(std::ios::fixed);
   text.precision(1);
-  text << "copies hidden behind compute " << before.copy_hidden_fraction * 100 << "% -> " << after.copy_hidden_fraction * 100
-       << "%, host blocked " << ms_text(host_blocked_ns(before)) << " -> " << ms_text(host_blocked_ns(after));
+  text << "copies hidden behind compute " << before.figures.copy_hidden_fraction * 100 << "% -> "
+       << after.figures.copy_hidden_fraction * 100 << "%, host blocked " << ms_text(before.host_blocked_ns) << " -> "
+       << ms_text(after.host_blocked_ns);
   return text.str();
 }
 
@@ -576,30 +600,31 @@ WhatIfReport run_what_if(const RecordedStep& step, const StepReplay& replay, con
                          const std::vector<int64_t>& bucket_bytes) {
   WhatIfReport report;
   report.measured_ns = step.measured_ns();
-  const Schedule base = schedule_replay(replay);
-  report.replayed_ns = base.step_ns;
-  StepReplay combined = replay;
+  const ReplayFigures base = replay_figures(replay);
+  report.replayed_ns = base.figures.step_ns;
+  std::optional<StepReplay> combined;  // the changes so far, applied one after another
   for (const WhatIfChange& change : changes) {
     WhatIfOutcome outcome;
     outcome.change = change.spec;
-    outcome.old_step_ns = base.step_ns;
-    const StepReplay changed = apply_change(replay, change, bucket_bytes, outcome.ops_changed, outcome.why);
-    const Schedule schedule = schedule_replay(changed);
-    outcome.new_step_ns = schedule.step_ns;
-    outcome.why += "; " + effect(base, schedule);
+    outcome.old_step_ns = base.figures.step_ns;
+    const ReplayFigures after = replay_figures(apply_change(replay, change, bucket_bytes, outcome.ops_changed, outcome.why));
+    outcome.new_step_ns = after.figures.step_ns;
+    outcome.why += "; " + effect(base, after);
     report.outcomes.push_back(std::move(outcome));
-    int ignored = 0;
-    std::string unused;
-    combined = apply_change(combined, change, bucket_bytes, ignored, unused);
+    if (changes.size() > 1) {
+      int ignored = 0;
+      std::string unused;
+      combined = apply_change(combined ? *combined : replay, change, bucket_bytes, ignored, unused);
+    }
   }
   if (changes.size() > 1) {
     WhatIfOutcome all;
     for (const WhatIfChange& change : changes) all.change += (all.change.empty() ? "" : " + ") + change.spec;
-    all.old_step_ns = base.step_ns;
-    const Schedule schedule = schedule_replay(combined);
-    all.new_step_ns = schedule.step_ns;
+    all.old_step_ns = base.figures.step_ns;
+    const ReplayFigures after = replay_figures(*combined);
+    all.new_step_ns = after.figures.step_ns;
     for (const WhatIfOutcome& o : report.outcomes) all.ops_changed += o.ops_changed;
-    all.why = "all changes applied together; " + effect(base, schedule);
+    all.why = "all changes applied together; " + effect(base, after);
     report.outcomes.push_back(std::move(all));
   }
   return report;
