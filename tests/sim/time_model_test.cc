@@ -169,9 +169,17 @@ TEST_CASE("schedule_times leaves the model as it was, schedule_from_times gives 
     CHECK(split.streams[s].busy_ns == whole.streams[s].busy_ns);
     CHECK(split.streams[s].gaps.size() == whole.streams[s].gaps.size());
   }
+  // The figures alone, for callers that compare schedules: the same numbers, no copy of the ops.
+  const Schedule figures = schedule_figures(before, times);
+  CHECK(figures.model.ops.empty());
+  CHECK(figures.step_ns == whole.step_ns);
+  CHECK(figures.copy_hidden_fraction == whole.copy_hidden_fraction);
+  REQUIRE(figures.streams.size() == whole.streams.size());
+  for (size_t s = 0; s < whole.streams.size(); ++s) CHECK(figures.streams[s].idle_ns == whole.streams[s].idle_ns);
   OpTimes short_times = times;
   short_times.start_ns.pop_back();
   CHECK_THROWS_AS(schedule_from_times(EventModel(before), short_times), std::invalid_argument);
+  CHECK_THROWS_AS(schedule_figures(before, short_times), std::invalid_argument);
 }
 
 TEST_CASE("without the wait the copy starts at once, waiting on a never-recorded event is a no-op", "[time]") {
