@@ -80,6 +80,10 @@ struct RankCorrelationHash {
   }
 };
 
+// The times the simulator's scheduler gives a replay's ops: every op carries its recorded
+// duration, which estimate_op_ns uses before any device figure, so no device is needed.
+OpTimes replay_times(const EventModel& model) { return schedule_times(model, DeviceSpec{}, TimeModelOptions{}); }
+
 // What a what-if compares between two schedules of a replay, computed from the scheduled times
 // without copying the replay's ops into a Schedule.
 struct ReplayFigures {
@@ -88,9 +92,7 @@ struct ReplayFigures {
 };
 
 ReplayFigures replay_figures(const StepReplay& replay) {
-  const DeviceSpec no_device;
-  const TimeModelOptions options;
-  const OpTimes times = schedule_times(replay.model, no_device, options);
+  const OpTimes times = replay_times(replay.model);
   ReplayFigures out;
   out.figures = schedule_figures(replay.model, times);
   for (size_t i = 0; i < replay.model.ops.size(); ++i) {
@@ -155,10 +157,7 @@ StepReplay build_step_replay(const RecordedStep& step) {
 }
 
 Schedule schedule_replay(const StepReplay& replay) {
-  // Every op carries its recorded duration, which estimate_op_ns uses before any device figure.
-  const DeviceSpec no_device;
-  TimeModelOptions options;
-  return schedule_step(replay.model, no_device, options);
+  return schedule_from_times(EventModel(replay.model), replay_times(replay.model));
 }
 
 namespace {
@@ -282,11 +281,9 @@ ScheduledReplay schedule_replay_in_place(StepReplay& replay) {
   const auto policy = replay.model.ops.size() >= kSecondThreadOps ? std::launch::async : std::launch::deferred;
   std::future<DependencyEdges> edges_later =
       std::async(policy, [&model = std::as_const(replay.model)] { return dependency_edges(model); });
-  const DeviceSpec no_device;
-  const TimeModelOptions options;
   OpTimes times;
   try {
-    times = schedule_times(replay.model, no_device, options);
+    times = replay_times(replay.model);
   } catch (...) {
     edges_later.wait();  // the other thread still reads replay.model
     throw;
