@@ -11,6 +11,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
+#include <utility>
 #include <stdexcept>
 #include <thread>
 
@@ -134,21 +137,52 @@ void ProcessGroupRunner::kill_and_reap_all() {
   children_.clear();
 }
 
-int free_local_port() {
+namespace {
+
+// Whether `port` on 127.0.0.1 can be bound now (0: any; the bound port is returned).
+int try_bind_local(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("socket() failed");
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
+  address.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    close(fd);
-    throw std::runtime_error("cannot find a free port on 127.0.0.1");
-  }
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                     getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
   close(fd);
-  return ntohs(address.sin_port);
+  return bound ? ntohs(address.sin_port) : -1;
+}
+
+// The kernel's ephemeral range (net.ipv4.ip_local_port_range), Linux's default when unreadable.
+std::pair<int, int> ephemeral_ports() {
+  std::ifstream file("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768, high = 60999;
+  if (!(file >> low >> high) || low < 1 || high < low) return {32768, 60999};
+  return {low, high};
+}
+
+}  // namespace
+
+int free_local_port() {
+  // A port found free is released before the store binds it. The kernel hands out ephemeral
+  // ports (bind to port 0, outgoing connections: Gloo's pair sockets, other tests' stores) only
+  // inside ip_local_port_range, so a port below it cannot be taken in between by those; only a
+  // process naming that very port could. torchrun (torch/distributed/elastic/utils/
+  // distributed.py, get_free_port) binds port 0 and has that race with every ephemeral socket.
+  constexpr int kLowest = 10000;
+  const int below = ephemeral_ports().first;
+  if (below - kLowest >= 1000) {
+    std::random_device entropy;
+    std::uniform_int_distribution<int> pick(kLowest, below - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const int port = try_bind_local(pick(entropy));
+      if (port > 0) return port;
+    }
+  }
+  const int port = try_bind_local(0);
+  if (port <= 0) throw std::runtime_error("cannot find a free port on 127.0.0.1");
+  return port;
 }
 
 }  // namespace hookstream

@@ -53,7 +53,8 @@ class ProcessGroupRunner {
   std::vector<Child> children_;
 };
 
-// A TCP port on 127.0.0.1 the kernel just handed out; a store binds it a few milliseconds later.
+// A TCP port on 127.0.0.1 that was free just now, below the kernel's ephemeral range where there is
+// room (so no ephemeral socket can take it before the store binds it a few milliseconds later).
 int free_local_port();
 
 }  // namespace hookstream

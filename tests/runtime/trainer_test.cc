@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -147,4 +148,28 @@ TEST_CASE("latest_checkpoint ignores unfinished saves", "[trainer]") {
   fs::create_directories(dir / "step-00000007");  // no manifest: rank 0 died before committing
   CHECK_FALSE(latest_checkpoint(dir.string()));
   fs::remove_all(dir);
+}
+
+TEST_CASE("free_local_port picks a free port below the kernel's ephemeral range, where none can take it", "[trainer][launcher]") {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  REQUIRE(range >> low >> high);
+  std::set<int> seen;
+  for (int k = 0; k < 20; ++k) {
+    const int port = free_local_port();
+    if (low - 10000 >= 1000) {
+      CHECK(port >= 10000);
+      CHECK(port < low);  // an ephemeral socket (Gloo's pairs, port 0 binds) cannot be handed it
+    }
+    seen.insert(port);
+    // Free: a store can bind it.
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(port);
+    options.isServer = true;
+    options.numWorkers = 1;
+    options.waitWorkers = false;
+    options.timeout = std::chrono::seconds(5);
+    CHECK_NOTHROW(c10d::TCPStore("127.0.0.1", options));
+  }
+  CHECK(seen.size() > 1);  // concurrent launchers do not all reach for one port
 }
