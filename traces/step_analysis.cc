@@ -1,6 +1,7 @@
 #include "traces/step_analysis.h"
 
 #include <future>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -32,7 +33,9 @@ void analyse_cut_step(StepAnalysis& analysis, const StepAnalysisOptions& options
   }
   // Last use of the replay's ops: they are scheduled in place rather than copied (a long trace's
   // step is hundreds of MB of ops); schedule.model is the replay op for op, with scheduled times.
-  ScheduledReplay scheduled = schedule_replay_in_place(analysis.replay);
+  const size_t keep = options.critical_segments_shown == 0 ? std::numeric_limits<size_t>::max()
+                                                           : options.critical_segments_shown;
+  ScheduledReplay scheduled = schedule_replay_in_place(analysis.replay, keep);
   analysis.schedule = std::move(scheduled.schedule);
   analysis.critical = std::move(scheduled.critical);
   analysis.races = races.get();
@@ -70,8 +73,8 @@ TraceAnalysis analyse_trace(EventModel&& trace, const StepAnalysisOptions& optio
 namespace {
 
 size_t segments_listed(const StepAnalysis& a, const StepAnalysisOptions& options) {
-  const size_t total = a.critical.segments.size();
-  return options.critical_segments_shown == 0 ? total : std::min(total, options.critical_segments_shown);
+  const size_t built = a.critical.segments.size();  // at most critical_segments_shown (0: all)
+  return options.critical_segments_shown == 0 ? built : std::min(built, options.critical_segments_shown);
 }
 
 }  // namespace
@@ -107,8 +110,8 @@ std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& o
       out << "  " << ms_text(s.start_ns) << " +" << ms_text(s.duration_ns) << "  rank " << s.rank << " " << s.where << ": " << s.what << ", "
           << s.ops << " op" << (s.ops == 1 ? "" : "s") << " (" << s.first_op << (s.ops > 1 ? " .. " + s.last_op : "") << ")\n";
     }
-    if (a.critical.segments.size() > shown) {
-      out << "  ... " << a.critical.segments.size() - shown << " more segments (--critical-segments N lists more, 0 all)\n";
+    if (a.critical.segments_total > shown) {
+      out << "  ... " << a.critical.segments_total - shown << " more segments (--critical-segments N lists more, 0 all)\n";
     }
   }
 
@@ -172,7 +175,7 @@ nlohmann::json render_step_json(const StepAnalysis& a, const StepAnalysisOptions
       {"notes", step.notes},
       {"classes", classes},
       {"critical_path", {{"length_ns", a.critical.length_ns}, {"unavailable", a.critical.unavailable}, {"by_what", by_what},
-                         {"segments", segments}, {"segments_total", a.critical.segments.size()}}},
+                         {"segments", segments}, {"segments_total", a.critical.segments_total}}},
       {"races", {{"checked", a.races.checked}, {"not_checked", a.races.not_checked}, {"accesses", a.races.accesses},
                  {"count", a.races.race_count}, {"races", races}}}};
   if (a.plan) j["plan"] = render_plan_comparison_json(*a.plan);

@@ -164,7 +164,7 @@ namespace {
 
 // The report on a path found over the schedule's DAG (`edges`, or why it could not be built).
 CriticalPathReport critical_path_report(const Schedule& schedule, const StepReplay& replay, const DependencyEdges* edges,
-                                        const std::string& unavailable) {
+                                        const std::string& unavailable, size_t keep) {
   CriticalPathReport report;
   report.step_ns = schedule.step_ns;
   if (edges == nullptr) {
@@ -210,14 +210,16 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
   std::vector<Text> stream_names(model.streams.size());
   for (size_t s = 0; s < model.streams.size(); ++s) stream_names[s] = Text(model.streams[s].name);
   const Text host("host");
-  // At most one segment per op on the path: reserved once rather than grown by copying ~10^5
-  // segments (the part not used is never touched, so it costs no memory).
-  report.segments.reserve(path.ops.size());
+  // Segments past `keep` are counted, not built: a long trace's path has ~10^5 of them and a
+  // report lists the first few (x64 nsys: 203 k segments, tens of MB). Reserved once up to that.
+  report.segments.reserve(std::min(path.ops.size(), keep));
   std::vector<double> by_what;  // per label id, summed in path order
   std::vector<bool> on_path;
-  int last_what = -1, last_index = -1;
+  // The segment being extended: its rank, stream and label id; `open` when it is kept.
+  int last_rank = 0, last_stream = 0, last_what = -1, last_index = -1;
+  CriticalSegment* open = nullptr;
   const auto close_segment = [&] {
-    if (!report.segments.empty() && last_index >= 0) report.segments.back().last_op = model.ops[last_index].name;
+    if (open != nullptr) open->last_op = model.ops[last_index].name;
   };
   for (int index : path.ops) {
     const Op& op = model.ops[index];
@@ -229,16 +231,22 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
     }
     by_what[what] += durations[index];
     on_path[what] = true;
-    if (!report.segments.empty()) {
-      CriticalSegment& last = report.segments.back();
-      if (last.rank == op.rank && last.stream == op.stream && last_what == what) {
-        last.ops++;
-        last.duration_ns = op.start_ns + durations[index] - last.start_ns;
-        last_index = index;
-        continue;
+    if (report.segments_total > 0 && last_rank == op.rank && last_stream == op.stream && last_what == what) {
+      if (open != nullptr) {
+        open->ops++;
+        open->duration_ns = op.start_ns + durations[index] - open->start_ns;
       }
+      last_index = index;
+      continue;
     }
     close_segment();
+    ++report.segments_total;
+    last_rank = op.rank;
+    last_stream = op.stream;
+    last_what = what;
+    last_index = index;
+    open = nullptr;
+    if (report.segments.size() >= keep) continue;
     CriticalSegment segment;
     segment.rank = op.rank;
     segment.stream = op.stream;
@@ -249,8 +257,7 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
     segment.duration_ns = durations[index];
     segment.first_op = op.name;
     report.segments.push_back(std::move(segment));
-    last_what = what;
-    last_index = index;
+    open = &report.segments.back();  // reserved: stays put
   }
   close_segment();
   std::map<std::string, double> by_label;
@@ -263,16 +270,16 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
 
 }  // namespace
 
-CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay) {
+CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay, size_t keep_segments) {
   try {
     const DependencyEdges edges = dependency_edges(schedule.model);
-    return critical_path_report(schedule, replay, &edges, "");
+    return critical_path_report(schedule, replay, &edges, "", keep_segments);
   } catch (const std::runtime_error& error) {  // e.g. more streams than the race checker's clock holds
-    return critical_path_report(schedule, replay, nullptr, error.what());
+    return critical_path_report(schedule, replay, nullptr, error.what(), keep_segments);
   }
 }
 
-ScheduledReplay schedule_replay_in_place(StepReplay& replay) {
+ScheduledReplay schedule_replay_in_place(StepReplay& replay, size_t keep_segments) {
   // The DAG reads only the ops' order and ordering (kind, stream, event, rank), and schedule_times
   // writes nothing into the model, so the two share it on two threads; the ops are then moved into
   // the schedule with their times, not copied (a long trace's step is hundreds of MB of ops).
@@ -298,7 +305,7 @@ ScheduledReplay schedule_replay_in_place(StepReplay& replay) {
   ScheduledReplay out;
   out.schedule = schedule_from_times(std::move(replay.model), times);
   replay.model = EventModel{};
-  out.critical = critical_path_report(out.schedule, replay, edges ? &*edges : nullptr, unavailable);
+  out.critical = critical_path_report(out.schedule, replay, edges ? &*edges : nullptr, unavailable, keep_segments);
   return out;
 }
 

@@ -10,6 +10,7 @@
 // as the replay's error.
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,11 +48,14 @@ struct CriticalSegment {
 struct CriticalPathReport {
   double length_ns = 0;     // sum of the durations on the path
   double step_ns = 0;       // the scheduled step time
-  std::vector<CriticalSegment> segments;
+  std::vector<CriticalSegment> segments;  // the first ones, up to the number asked for
+  size_t segments_total = 0;              // on the whole path
   std::vector<std::pair<std::string, double>> by_what;  // time on the path per op group label / host, largest first
   std::string unavailable;  // why no path was computed (e.g. more streams than the clock holds)
 };
-CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay);
+// `keep_segments`: how many segments to build, first to last (by_what and segments_total cover all).
+CriticalPathReport replay_critical_path(const Schedule& schedule, const StepReplay& replay,
+                                        size_t keep_segments = std::numeric_limits<size_t>::max());
 
 // schedule_replay and replay_critical_path without copying the ops, the dependency DAG built on a
 // second thread while the schedule runs: `replay.model` is moved into the schedule (Schedule::model
@@ -61,7 +65,8 @@ struct ScheduledReplay {
   Schedule schedule;
   CriticalPathReport critical;
 };
-ScheduledReplay schedule_replay_in_place(StepReplay& replay);
+ScheduledReplay schedule_replay_in_place(StepReplay& replay,
+                                         size_t keep_segments = std::numeric_limits<size_t>::max());
 
 // What-if changes to the recorded dependency graph (docs/replay.md).
 struct WhatIfChange {

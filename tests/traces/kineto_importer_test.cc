@@ -405,3 +405,147 @@ TEST_CASE("kineto scanner: escapes in kept names, numbers in every JSON form", "
   CHECK(m.streams[copy.stream].device == 2);
   CHECK(m.streams[copy.stream].id == 3);
 }
+
+// ---- The parallel scan (scan_kineto_trace_parallel) against the single-threaded one ----
+
+namespace {
+
+struct ParallelScanned {
+  Scanned scanned;
+  KinetoParallelScan how;
+  std::string error;  // what it threw, if it did
+};
+
+ParallelScanned scan_parallel(const std::string& path, size_t chunk_bytes, int threads) {
+  ParallelScanned out;
+  out.how.chunk_bytes = chunk_bytes;
+  out.how.threads = threads;
+  std::vector<std::unique_ptr<KinetoEventSink>> sinks;
+  try {
+    out.scanned.info = scan_kineto_trace_parallel(path, [] { return std::make_unique<RecordingSink>(); }, sinks, out.how);
+  } catch (const std::exception& e) {
+    out.error = e.what();
+    return out;
+  }
+  for (const auto& sink : sinks) {
+    const auto& events = static_cast<const RecordingSink&>(*sink).events;
+    out.scanned.events.insert(out.scanned.events.end(), events.begin(), events.end());
+  }
+  return out;
+}
+
+// The parallel scan must give what the single-threaded one gives: the same events and info, or
+// the same error, for every chunk size and thread count. Returns how the file was read.
+std::vector<KinetoParallelScan> check_parallel_same(const std::string& path, const std::vector<size_t>& chunks) {
+  std::string expected_error;
+  Scanned expected;
+  try {
+    expected = scan(path);
+  } catch (const std::exception& e) {
+    expected_error = e.what();
+  }
+  std::vector<KinetoParallelScan> hows;
+  for (size_t chunk : chunks) {
+    for (int threads : {1, 2, 3}) {
+      INFO("chunk bytes " << chunk << ", threads " << threads);
+      const ParallelScanned got = scan_parallel(path, chunk, threads);
+      INFO("chunks " << got.how.chunks << ", fell back: " << got.how.fell_back << " " << got.how.fallback_why);
+      CHECK(got.error == expected_error);
+      if (expected_error.empty() && got.error.empty()) {
+        check_same(got.scanned, expected);
+        CHECK(got.scanned.info.bytes == expected.info.bytes);
+      }
+      hows.push_back(got.how);
+    }
+  }
+  return hows;
+}
+
+}  // namespace
+
+TEST_CASE("kineto parallel scan: every real trace cut into many chunks gives the single-threaded events", "[traces][kineto][scanner]") {
+  const auto dir = test::temp_dir("kineto-parallel-real");
+  for (const std::string& trace : kKinetoTraces) {
+    INFO(trace);
+    const std::string gz = test::shared_trace(trace);
+    const std::string plain = inflate_to(gz, (dir / "plain.json").string());
+    std::vector<size_t> chunks = {64, 4096, KinetoParallelScan{}.chunk_bytes};
+    if (trace.find("a100-rank3") != std::string::npos) chunks = {65536, KinetoParallelScan{}.chunk_bytes};
+    for (const std::string& path : {gz, plain}) {
+      INFO(path);
+      for (const KinetoParallelScan& how : check_parallel_same(path, chunks)) {
+        // Every cut in a real trace is proven: no second, single-threaded scan.
+        CHECK_FALSE(how.fell_back);
+        if (how.chunk_bytes * 2 < std::filesystem::file_size(plain)) CHECK(how.chunks > 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("kineto parallel scan: cuts it cannot prove, bad input and odd shapes give the single-threaded result", "[traces][kineto][scanner]") {
+  const auto dir = test::temp_dir("kineto-parallel-odd");
+  const std::string event = R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5, "dur": 2,
+  "args": {"correlation": 3}})";
+  std::string events;
+  for (int i = 0; i < 40; ++i) events += (i ? ",\n  " : "\n  ") + event;
+  // Minified: nowhere to cut in more than eight chunks and a read block's worth of bytes.
+  std::string compact = "{\"traceEvents\": [";
+  for (int i = 0; compact.size() < 300000; ++i) compact += (i ? "," : "") + event;
+  compact += "]}";
+  compact.erase(std::remove(compact.begin(), compact.end(), '\n'), compact.end());
+  struct Case {
+    const char* what;
+    std::string text;
+    bool falls_back;  // with 64-byte chunks
+  };
+  const std::vector<Case> cases = {
+      {"plain object", "{\"traceEvents\": [" + events + "\n], \"baseTimeNanoseconds\": 17}\n", false},
+      {"bare array (LibTorch 1.13's legacy profiler)", "[" + events + "\n]\n", false},
+      {"base time before and after the array: the last wins",
+       "{\"baseTimeNanoseconds\": 5, \"traceEvents\": [" + events + "\n],\n \"baseTimeNanoseconds\": 9}", false},
+      {"a second traceEvents array", "{\"traceEvents\": [" + events + "\n], \"traceEvents\": [" + events + "\n]}", false},
+      // Lines that look like an event's start inside an event's args: a cut there is disproven.
+      {"element-like lines nested in args",
+       "{\"traceEvents\": [" + events + ",\n{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"n\", \"ts\": 1, \"args\": {\"l\": [\n{\"a\": 1},\n  {\"b\": [2]},\n{\"c\": 3}]}},\n" + events.substr(2) + "\n]}",
+       true},
+      {"element-like lines in metadata after the array",
+       "{\"traceEvents\": [" + events + "\n], \"meta\": [1,\n {\"x\": 1},\n {\"y\": 2}]}", true},
+      {"no newlines at all", compact, true},
+      {"malformed in the middle",
+       "{\"traceEvents\": [" + events + ",\n{\"ph\": \"X\" \"cat\": \"kernel\"},\n" + events.substr(2) + "\n]}", true},
+      {"truncated in the middle of an event", "{\"traceEvents\": [" + events + ",\n{\"ph\": \"X\", \"na", true},
+      {"an array that never closes", "{\"traceEvents\": [" + events + ",\n", true},
+      {"a comma before the end of the array", "{\"traceEvents\": [" + events + ",\n{}\n,\n]}", true},
+      {"trailing bytes after the document", "{\"traceEvents\": [" + events + "\n]}\n,\n{\"x\": 1}", true},
+      {"bare array closed as an object", "[" + events + "\n]}", true},
+      {"empty file", "", false},
+      {"not a trace", "{\"other\": [1,\n {\"a\": 2}]}", false},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const std::string plain = (dir / "trace.json").string();
+    std::ofstream(plain, std::ios::binary) << c.text;
+    const std::string gz = (dir / "trace.json.gz").string();
+    {
+      gzFile file = gzopen(gz.c_str(), "wb");
+      REQUIRE(file != nullptr);
+      gzwrite(file, c.text.data(), static_cast<unsigned>(c.text.size()));
+      gzclose(file);
+    }
+    for (const std::string& path : {plain, gz}) {
+      INFO(path);
+      const auto hows = check_parallel_same(path, {1, 64, 1000, size_t{1} << 20});
+      CHECK(hows[3].fell_back == c.falls_back);  // 64-byte chunks, one thread
+    }
+  }
+  // A gzip file cut short: the reader's error, at the offset the single-threaded scan names.
+  const std::string big = "{\"traceEvents\": [" + events + events + "\n]}";
+  const std::string gz = (dir / "cut.json.gz").string();
+  {
+    gzFile file = gzopen(gz.c_str(), "wb");
+    gzwrite(file, big.data(), static_cast<unsigned>(big.size()));
+    gzclose(file);
+  }
+  std::filesystem::resize_file(gz, std::filesystem::file_size(gz) - 40);
+  check_parallel_same(gz, {64, 4096});
+}

@@ -90,6 +90,7 @@ TEST_CASE("scaled Kineto trace: its last step is analysed exactly as the origina
     CHECK(last.step.measured_ns() == one.step.measured_ns());
     CHECK(last.schedule.step_ns == Approx(one.schedule.step_ns).epsilon(1e-12));
     CHECK(last.critical.length_ns == Approx(one.critical.length_ns).epsilon(1e-12));
+    CHECK(last.critical.segments_total == one.critical.segments_total);
     REQUIRE(last.critical.segments.size() == one.critical.segments.size());
     for (size_t k = 0; k < one.critical.segments.size(); ++k) {
       CHECK(last.critical.segments[k].what == one.critical.segments[k].what);

@@ -79,7 +79,7 @@ void append_utf8(std::string& out, unsigned code) {
 
 }  // namespace
 
-JsonCursor::JsonCursor(GzipReader& reader) : reader_(reader) {}
+JsonCursor::JsonCursor(BlockSource& reader, uint64_t first_offset) : reader_(reader), block_offset_(first_offset) {}
 
 bool JsonCursor::refill() {
   if (at_end_) return false;

@@ -1,4 +1,4 @@
-// A streaming JSON lexer over the blocks of a GzipReader, for importers that walk a known document
+// A streaming JSON lexer over the blocks of a BlockSource (a GzipReader, or one chunk of a file), for importers that walk a known document
 // shape and want only a few of its values: the caller steers (peek, expect, read this string,
 // skip that value), and nothing is copied that the caller did not ask for. Skipped strings are
 // scanned eight bytes at a time; skipped containers are walked with an explicit stack, so nesting
@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "traces/importers/gzip_reader.h"
+#include "traces/importers/block_source.h"
 
 namespace hookstream {
 
@@ -34,7 +34,9 @@ struct JsonNumber {
 
 class JsonCursor {
  public:
-  explicit JsonCursor(GzipReader& reader);
+  // `first_offset`: the offset in the whole decompressed stream of the source's first byte, so a
+  // cursor over one chunk of a file names the same byte offsets in its errors as one over all of it.
+  explicit JsonCursor(BlockSource& reader, uint64_t first_offset = 0);
   JsonCursor(const JsonCursor&) = delete;
   JsonCursor& operator=(const JsonCursor&) = delete;
 
@@ -118,7 +120,7 @@ class JsonCursor {
   void skip_key();
   unsigned scan_hex4();
 
-  GzipReader& reader_;
+  BlockSource& reader_;
   const char* begin_ = nullptr;
   const char* position_ = nullptr;
   const char* end_ = nullptr;

@@ -1,7 +1,12 @@
 #include "traces/importers/kineto/kineto_event_scanner.h"
 
+#include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "traces/importers/json_cursor.h"
 
@@ -82,59 +87,116 @@ KinetoMicros to_micros(const JsonNumber& n) {
   return KinetoMicros{static_cast<int64_t>(whole), n.floating - whole};
 }
 
+// Which bytes of the file a scanner reads: all of them, the first chunk, or a chunk that starts at
+// an element of the event array (one in the middle, or the last).
+enum class Span { Whole, First, Middle, Last };
+
+// How a chunk's parse ended, for the proof that the cuts are where the chunks assumed.
+struct ChunkEnd {
+  bool at_cut = false;        // stopped at the chunk's end, between two elements of the event array
+  bool top_is_array = false;  // Whole/First: the document is a bare array of events
+  // Middle/Last: what followed the event array's ']' (None: the chunk ended inside the array).
+  enum class Tail { None, Bare, Object } tail = Tail::None;
+};
+
 class KinetoScanner {
  public:
-  KinetoScanner(GzipReader& reader, KinetoEventSink& sink) : reader_(reader), cursor_(reader), sink_(sink) {}
+  KinetoScanner(BlockSource& reader, KinetoEventSink& sink, Span span = Span::Whole, uint64_t first_offset = 0)
+      : cursor_(reader, first_offset), sink_(sink), span_(span), stops_at_cut_(span == Span::First || span == Span::Middle) {}
 
   KinetoTraceInfo run() {
-    cursor_.skip_byte_order_mark();
-    const int c = cursor_.peek();
-    if (c == '[') {
-      info_.saw_events = true;  // a bare array of events is also a Chrome trace
-      scan_events();
-    } else if (c == '{') {
-      scan_top_object();
+    if (span_ == Span::Middle || span_ == Span::Last) {
+      if (!scan_from_element()) return info_;
     } else {
-      cursor_.skip_value();  // valid JSON perhaps, but not a trace: the caller says so
+      cursor_.skip_byte_order_mark();
+      const int c = cursor_.peek();
+      if (c == '[') {
+        info_.saw_events = true;  // a bare array of events is also a Chrome trace
+        end_.top_is_array = true;
+        if (!scan_events(/*entered=*/false)) return at_cut();
+      } else if (c == '{') {
+        if (!scan_top_object()) return at_cut();
+      } else {
+        cursor_.skip_value();  // valid JSON perhaps, but not a trace: the caller says so
+      }
     }
     cursor_.expect_end();
-    info_.bytes = reader_.offset();
+    info_.bytes = cursor_.offset();
     return info_;
   }
 
+  const ChunkEnd& end() const { return end_; }
+
  private:
+  KinetoTraceInfo at_cut() {
+    end_.at_cut = true;
+    return info_;
+  }
+
   void read_key() {
     if (cursor_.peek() != '"') cursor_.fail("a string as object key");
     cursor_.read_string(key_);
     cursor_.expect(':', "':' after an object key");
   }
 
-  void scan_top_object() {
-    if (!cursor_.enter('}')) return;
+  // False: stopped at the chunk's cut inside "traceEvents".
+  bool scan_top_object() {
+    if (!cursor_.enter('}')) return true;
     do {
-      read_key();
-      const int c = cursor_.peek();
-      if (c == '[' && is(key_, "traceEvents")) {
-        info_.saw_events = true;
-        scan_events();
-      } else if (starts_number(c) && is(key_, "baseTimeNanoseconds")) {
-        const JsonNumber n = cursor_.read_number();
-        if (n.kind != JsonNumber::Kind::Float) {
-          info_.has_base_time = true;
-          set_integer(n, info_.base_time_ns);
-        }
-      } else {
-        cursor_.skip_value();
-      }
+      if (!scan_top_member()) return false;
     } while (cursor_.next_member('}'));
+    return true;
   }
 
-  void scan_events() {
-    if (!cursor_.enter(']')) return;
-    do {
+  bool scan_top_member() {
+    read_key();
+    const int c = cursor_.peek();
+    if (c == '[' && is(key_, "traceEvents")) {
+      info_.saw_events = true;
+      return scan_events(/*entered=*/false);
+    }
+    if (starts_number(c) && is(key_, "baseTimeNanoseconds")) {
+      const JsonNumber n = cursor_.read_number();
+      if (n.kind != JsonNumber::Kind::Float) {
+        info_.has_base_time = true;
+        set_integer(n, info_.base_time_ns);
+      }
+    } else {
+      cursor_.skip_value();
+    }
+    return true;
+  }
+
+  // At the array's '[' (entered: false), or at one of its elements (a chunk's first byte). False:
+  // the chunk ended after a ',' of this array; its next element is the next chunk's first byte.
+  bool scan_events(bool entered) {
+    if (!entered && !cursor_.enter(']')) return true;
+    for (;;) {
       if (cursor_.peek() == '{') scan_event();
       else cursor_.skip_value();
-    } while (cursor_.next_member(']'));
+      if (!cursor_.next_member(']')) return true;
+      if (stops_at_cut_ && cursor_.peek() == -1) return false;
+    }
+  }
+
+  // A chunk after the first: elements of the event array, then what follows it.
+  bool scan_from_element() {
+    if (!scan_events(/*entered=*/true)) {
+      at_cut();
+      return false;
+    }
+    if (cursor_.peek() == -1) {
+      end_.tail = ChunkEnd::Tail::Bare;
+      return true;
+    }
+    end_.tail = ChunkEnd::Tail::Object;
+    while (cursor_.next_member('}')) {
+      if (!scan_top_member()) {
+        at_cut();
+        return false;
+      }
+    }
+    return true;
   }
 
   void scan_event() {
@@ -211,10 +273,12 @@ class KinetoScanner {
     } while (cursor_.next_member('}'));
   }
 
-  GzipReader& reader_;
   JsonCursor cursor_;
   KinetoEventSink& sink_;
+  const Span span_;
+  const bool stops_at_cut_;
   KinetoTraceInfo info_;
+  ChunkEnd end_;
   KinetoEvent event_;  // reused: its strings keep their capacity from event to event
   std::string key_;
 };
@@ -223,6 +287,307 @@ class KinetoScanner {
 
 KinetoTraceInfo scan_kineto_trace(GzipReader& reader, KinetoEventSink& sink) {
   return KinetoScanner(reader, sink).run();
+}
+
+namespace {
+
+// One chunk's bytes as a block source: its parse ends where the chunk does.
+class ChunkSource final : public BlockSource {
+ public:
+  ChunkSource(const std::string& path, std::string_view bytes) : path_(path), bytes_(bytes) {}
+  const std::string& path() const override { return path_; }
+  std::string_view next_block() override {
+    const std::string_view block = bytes_;
+    bytes_ = {};
+    return block;
+  }
+
+ private:
+  const std::string& path_;
+  std::string_view bytes_;
+};
+
+bool is_blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+// The first cut at or after `from`: the '{' of a line that starts an element after a ',' (only
+// whitespace, a newline among it, between the two). npos when there is none yet; `resume` is then
+// where to look again once more bytes are in (a cut may straddle the end of the data).
+size_t find_cut(const std::string& data, size_t from, size_t& resume) {
+  size_t newline = from;
+  for (;;) {
+    const void* found = std::memchr(data.data() + newline, '\n', data.size() - newline);
+    if (found == nullptr) {
+      resume = data.size();
+      return std::string::npos;
+    }
+    newline = static_cast<size_t>(static_cast<const char*>(found) - data.data());
+    size_t after = newline + 1;
+    while (after < data.size() && is_blank(data[after])) ++after;
+    if (after == data.size()) {
+      resume = newline;
+      return std::string::npos;
+    }
+    size_t before = newline;
+    while (before > 0 && is_blank(data[before - 1])) --before;
+    if (data[after] == '{' && before > 0 && data[before - 1] == ',') return after;
+    newline = after;
+  }
+}
+
+struct ChunkJob {
+  std::string bytes;
+  uint64_t start = 0;
+  Span span = Span::Whole;
+  std::unique_ptr<KinetoEventSink> sink;
+  KinetoTraceInfo info;
+  ChunkEnd end;
+  bool failed = false;
+};
+
+class ParallelScan {
+ public:
+  ParallelScan(const std::string& path, const KinetoSinkFactory& make_sink, KinetoParallelScan& options)
+      : path_(path), make_sink_(make_sink), options_(options),
+        chunk_bytes_(std::max<size_t>(options.chunk_bytes, 1)), threads_(std::max(1, options.threads)) {}
+
+  ~ParallelScan() { stop_workers(); }
+
+  // True with the sinks in file order and the trace's info; false (with `why`) when the file must
+  // be scanned again single-threaded. A parse error of a file that fits one chunk is thrown as is.
+  bool run(std::vector<std::unique_ptr<KinetoEventSink>>& sinks, KinetoTraceInfo& info, std::string& why) {
+    try {
+      if (!produce(why)) return abandon();
+    } catch (const std::exception& e) {
+      why = std::string("reading failed: ") + e.what();  // the single-threaded scan reports it where it lies
+      return abandon();
+    }
+    stop_workers();
+    if (jobs_.size() == 1) {
+      ChunkJob& job = jobs_.front();
+      parse(job, /*rethrow=*/true);
+      info = job.info;
+      sinks.push_back(std::move(job.sink));
+      return true;
+    }
+    return proven(why) && collect(sinks, info);
+  }
+
+ private:
+  // Reads the file into chunks cut between elements and hands them to the workers; false when no
+  // cut is found in 8 chunks' worth of bytes (no newlines between events) or a worker failed.
+  bool produce(std::string& why) {
+    GzipReader reader(path_);
+    std::string data = spare();
+    uint64_t start = 0;
+    size_t resume = 0;  // where to look for the next cut
+    // An object's header (deviceProperties: one object per GPU, each on its own lines) has lines
+    // that look like cuts; the first cut comes after the "traceEvents" key. (A cut anywhere else
+    // is disproven and costs a second scan, never a wrong result.)
+    bool header = true;
+    size_t key_from = 0;
+    for (;;) {
+      const std::string_view block = reader.next_block();
+      if (block.empty()) break;
+      data.append(block);
+      if (header) {
+        const size_t first = data.find_first_not_of(" \t\r\n\xEF\xBB\xBF");
+        const size_t key = data.find("\"traceEvents\"", key_from);
+        if (first != std::string::npos && data[first] != '{') {
+          header = false;  // a bare array: events from the start
+        } else if (key != std::string::npos) {
+          header = false;
+          resume = key;
+        } else {
+          key_from = data.size() < 13 ? 0 : data.size() - 13;
+        }
+      }
+      while (!header && data.size() >= chunk_bytes_) {
+        const size_t cut = find_cut(data, std::max(resume, chunk_bytes_), resume);
+        if (cut == std::string::npos) break;
+        std::string rest = spare();
+        rest.assign(data, cut, std::string::npos);
+        data.resize(cut);
+        if (!emit(std::move(data), start, /*last=*/false)) {
+          why = failure_;
+          return false;
+        }
+        start += cut;
+        data = std::move(rest);
+        resume = 0;
+      }
+      if (data.size() > 8 * chunk_bytes_ + GzipReader::kDefaultBlockBytes) {
+        why = "no place to cut between events in " + std::to_string(data.size()) + " bytes from byte " +
+              std::to_string(start);
+        return false;
+      }
+    }
+    emit(std::move(data), start, /*last=*/true);
+    return true;
+  }
+
+  std::string spare() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string bytes;
+    if (!spares_.empty()) {
+      bytes = std::move(spares_.back());
+      spares_.pop_back();
+    }
+    bytes.clear();
+    bytes.reserve(chunk_bytes_ + GzipReader::kDefaultBlockBytes);
+    return bytes;
+  }
+
+  bool emit(std::string&& bytes, uint64_t start, bool last) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const size_t index = jobs_.size();
+    options_.chunks = static_cast<int>(index + 1);
+    if (index == 1 && workers_.empty()) {
+      // A second chunk: the file is worth the threads.
+      for (int t = 0; t < threads_; ++t) workers_.emplace_back([this] { work(); });
+    }
+    // Read ahead by at most two chunks beyond those being parsed.
+    space_.wait(lock, [&] { return failed_ || index - done_ < static_cast<size_t>(threads_) + 2; });
+    if (failed_) return false;
+    ChunkJob& job = jobs_.emplace_back();
+    job.bytes = std::move(bytes);
+    job.start = start;
+    job.span = index == 0 ? (last ? Span::Whole : Span::First) : (last ? Span::Last : Span::Middle);
+    lock.unlock();
+    ready_.notify_one();
+    return true;
+  }
+
+  void work() {
+    for (;;) {
+      ChunkJob* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [&] { return stop_ || failed_ || next_ < jobs_.size(); });
+        if (failed_ || next_ >= jobs_.size()) return;
+        job = &jobs_[next_++];  // a deque: elements stay where they are while others are added
+      }
+      parse(*job, /*rethrow=*/false);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++done_;
+        if (job->failed && !failed_) {
+          failed_ = true;
+          failure_ = "chunk at byte " + std::to_string(job->start) + " did not parse on its own";
+        }
+        spares_.push_back(std::move(job->bytes));
+        job->bytes = std::string();
+      }
+      space_.notify_one();
+      ready_.notify_all();
+    }
+  }
+
+  void parse(ChunkJob& job, bool rethrow) {
+    try {
+      job.sink = make_sink_();
+      ChunkSource source(path_, job.bytes);
+      KinetoScanner scanner(source, *job.sink, job.span, job.start);
+      job.info = scanner.run();
+      job.end = scanner.end();
+    } catch (...) {
+      if (rethrow) throw;
+      job.failed = true;
+    }
+  }
+
+  // The workers stop at their current chunk; nothing parsed is used.
+  bool abandon() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failed_ = true;
+    }
+    stop_workers();
+    return false;
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_all();
+    space_.notify_all();
+    for (std::thread& worker : workers_) worker.join();
+    workers_.clear();
+  }
+
+  // Every chunk parsed, and each one's parse ended at the next one's first byte between two
+  // elements of the event array: then each chunk's guess about where it starts was right.
+  bool proven(std::string& why) const {
+    const ChunkEnd::Tail document = jobs_.front().end.top_is_array ? ChunkEnd::Tail::Bare : ChunkEnd::Tail::Object;
+    for (size_t k = 0; k < jobs_.size(); ++k) {
+      const ChunkJob& job = jobs_[k];
+      const bool last = k + 1 == jobs_.size();
+      if (job.failed) {
+        why = "chunk at byte " + std::to_string(job.start) + " did not parse on its own";
+        return false;
+      }
+      if (job.end.at_cut == last || (job.end.tail != ChunkEnd::Tail::None && job.end.tail != document)) {
+        why = "chunk at byte " + std::to_string(job.start) + " did not end between two events";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  bool collect(std::vector<std::unique_ptr<KinetoEventSink>>& sinks, KinetoTraceInfo& info) {
+    info = jobs_.front().info;
+    for (ChunkJob& job : jobs_) {
+      info.saw_events = info.saw_events || job.info.saw_events;
+      if (job.info.has_base_time) {  // a later "baseTimeNanoseconds" wins, as it does in one scan
+        info.has_base_time = true;
+        info.base_time_ns = job.info.base_time_ns;
+      }
+      sinks.push_back(std::move(job.sink));
+    }
+    info.bytes = jobs_.back().info.bytes;
+    return true;
+  }
+
+  const std::string& path_;
+  const KinetoSinkFactory& make_sink_;
+  KinetoParallelScan& options_;
+  const size_t chunk_bytes_;
+  const int threads_;
+
+  std::mutex mutex_;
+  std::condition_variable ready_, space_;
+  std::deque<ChunkJob> jobs_;
+  std::vector<std::string> spares_;  // chunk buffers to reuse (their pages are already the process's)
+  size_t next_ = 0, done_ = 0;
+  bool stop_ = false, failed_ = false;
+  std::string failure_;
+  std::vector<std::thread> workers_;  // last: joined before the members above go
+};
+
+}  // namespace
+
+KinetoTraceInfo scan_kineto_trace_parallel(const std::string& path, const KinetoSinkFactory& make_sink,
+                                           std::vector<std::unique_ptr<KinetoEventSink>>& sinks,
+                                           KinetoParallelScan& scan) {
+  sinks.clear();
+  scan.chunks = 0;
+  scan.fell_back = false;
+  scan.fallback_why.clear();
+  KinetoTraceInfo info;
+  std::string why;
+  bool done;
+  {
+    ParallelScan parallel(path, make_sink, scan);
+    done = parallel.run(sinks, info, why);
+  }
+  if (done) return info;
+  sinks.clear();
+  scan.fell_back = true;
+  scan.fallback_why = why;
+  GzipReader reader(path);
+  sinks.push_back(make_sink());
+  return scan_kineto_trace(reader, *sinks.back());
 }
 
 }  // namespace hookstream

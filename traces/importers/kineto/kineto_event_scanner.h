@@ -5,9 +5,13 @@
 // metadata events are most of a trace): the rest of a dropped event is validated but not copied.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "traces/importers/gzip_reader.h"
 
@@ -54,5 +58,30 @@ struct KinetoTraceInfo {
 // Duplicate keys in one event: the last value wins, as with nlohmann::json, except that an event
 // is dropped by the first "ph" other than "X" or unwanted "cat" (Kineto never repeats keys).
 KinetoTraceInfo scan_kineto_trace(GzipReader& reader, KinetoEventSink& sink);
+
+// The same scan on several threads, for large traces. The decompressed stream is cut into chunks
+// of about `chunk_bytes` where an element of the event array starts on a new line (',' then
+// whitespace with a newline, then '{': a raw newline is never inside a JSON string, so such a
+// '{' is always structural). Each chunk is parsed on its own thread into its own sink, as if it
+// started at an element of "traceEvents"; the parse of chunk k proves that guess for chunk k+1
+// when it reaches chunk k+1's first byte between two elements of that very array. When every cut
+// is proven (all real traces), the sinks hold exactly the single-threaded scan's events, in file
+// order; otherwise (a cut elsewhere, no newlines to cut at, malformed or truncated input) the
+// whole file is scanned again single-threaded, so results, errors and their byte offsets are
+// always those of scan_kineto_trace. At most `threads` chunks are parsed and a few more read
+// ahead at a time: memory stays proportional to the events kept, not to the file.
+struct KinetoParallelScan {
+  size_t chunk_bytes = size_t{2} << 20;
+  int threads = 2;
+  // Filled in: how the file was read.
+  int chunks = 0;             // chunks cut (1: the file was smaller than a chunk)
+  bool fell_back = false;     // scanned again single-threaded
+  std::string fallback_why;   // why, when it did
+};
+using KinetoSinkFactory = std::function<std::unique_ptr<KinetoEventSink>()>;
+// `sinks` receives one sink per chunk (one in all after a fall-back), in file order.
+KinetoTraceInfo scan_kineto_trace_parallel(const std::string& path, const KinetoSinkFactory& make_sink,
+                                           std::vector<std::unique_ptr<KinetoEventSink>>& sinks,
+                                           KinetoParallelScan& scan);
 
 }  // namespace hookstream

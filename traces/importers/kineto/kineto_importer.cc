@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
-#include <string_view>
 #include <iterator>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/input_error.h"
@@ -110,6 +113,15 @@ void parse_memset_name(const std::string& name, Op& op) {
   }
 }
 
+template <typename Record, typename Rename>
+void move_renamed(std::vector<Record>& from, std::vector<Record>& to, const Rename& rename, Text Record::*field) {
+  for (Record& r : from) {
+    r.*field = rename(r.*field);
+    to.push_back(std::move(r));
+  }
+  std::vector<Record>().swap(from);  // its memory serves the next chunk's records
+}
+
 // Keeps the records of the events the scanner hands over, by category.
 class KinetoRecords : public KinetoEventSink {
  public:
@@ -121,6 +133,22 @@ class KinetoRecords : public KinetoEventSink {
   TextInterner names;
 
   bool wants_category(const std::string& cat) const override { return category_of(cat) != Category::Other; }
+
+  // The records of the chunk after this one's (scanned on another thread, with its own interner):
+  // appended in order, their names re-interned here so equal names stay one shared string.
+  void append(KinetoRecords&& next) {
+    std::unordered_map<const void*, Text> same;  // next's name -> this interner's
+    const auto name = [&](const Text& t) -> const Text& {
+      const auto [it, added] = same.try_emplace(t.id());
+      if (added) it->second = names(t.str());
+      return it->second;
+    };
+    move_renamed(next.gpu, gpu, name, &GpuRecord::name);
+    move_renamed(next.calls, calls, name, &CallRecord::name);
+    move_renamed(next.syncs, syncs, name, &SyncRecord::kind);
+    move_renamed(next.annotations, annotations, name, &AnnotationRecord::name);
+    min_whole_us = std::min(min_whole_us, next.min_whole_us);
+  }
 
   void event(KinetoEvent& e) override {
     if (e.ph.size() != 1 || e.ph[0] != 'X' || !e.has_ts) return;
@@ -388,9 +416,27 @@ class KinetoAssembler {
 }  // namespace
 
 EventModel import_kineto_json(const std::string& path, int rank) {
-  GzipReader reader(path);
-  KinetoRecords records;
-  const KinetoTraceInfo info = scan_kineto_trace(reader, records);
+  // Parsed on up to four threads (the JSON scan is most of an import's time); the records are the
+  // single-threaded scan's in any case (kineto_event_scanner.h says how that is proven).
+  KinetoParallelScan scan;
+  scan.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  std::vector<std::unique_ptr<KinetoEventSink>> sinks;
+  const KinetoTraceInfo info =
+      scan_kineto_trace_parallel(path, [] { return std::make_unique<KinetoRecords>(); }, sinks, scan);
+  KinetoRecords records = std::move(static_cast<KinetoRecords&>(*sinks.front()));
+  if (sinks.size() > 1) {
+    size_t gpu = 0, calls = 0, syncs = 0, annotations = 0;
+    for (const auto& sink : sinks) {
+      const auto& r = static_cast<const KinetoRecords&>(*sink);
+      gpu += r.gpu.size(), calls += r.calls.size(), syncs += r.syncs.size(), annotations += r.annotations.size();
+    }
+    records.gpu.reserve(gpu), records.calls.reserve(calls), records.syncs.reserve(syncs);
+    records.annotations.reserve(annotations);
+  }
+  for (size_t k = 1; k < sinks.size(); ++k) {
+    records.append(std::move(static_cast<KinetoRecords&>(*sinks[k])));
+    sinks[k].reset();
+  }
   if (!info.saw_events) {
     throw InputError(path, "not a Chrome trace: no \"traceEvents\" array (read " + std::to_string(info.bytes) +
                                " bytes)");
