@@ -10,6 +10,7 @@
 
 namespace hookstream {
 
+#ifdef HOOKSTREAM_WITH_TORCH
 namespace {
 
 // Where the module is: beside the executable in the build tree (build/tools/), or in
@@ -27,6 +28,7 @@ std::string module_path() {
 }
 
 }  // namespace
+#endif
 
 int call_torch_command(const char* entry, const void* args) {
 #ifndef HOOKSTREAM_WITH_TORCH
