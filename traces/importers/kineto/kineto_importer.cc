@@ -94,23 +94,32 @@ MemoryKind memory_from_word(const std::string& word) {
   if (word == "Managed") return MemoryKind::Managed;
   return MemoryKind::Unknown;
 }
-void parse_copy_name(const std::string& name, Op& op) {
-  if (name.find("HtoD") != std::string::npos) op.copy = CopyKind::HostToDevice;
-  else if (name.find("DtoH") != std::string::npos) op.copy = CopyKind::DeviceToHost;
-  else if (name.find("DtoD") != std::string::npos) op.copy = CopyKind::DeviceToDevice;
-  else if (name.find("PtoP") != std::string::npos) op.copy = CopyKind::PeerToPeer;
+// What a copy's name says: "Memcpy HtoD (Pageable -> Device)".
+struct CopyName {
+  CopyKind copy = CopyKind::Unknown;
+  MemoryKind source = MemoryKind::Unknown, destination = MemoryKind::Unknown;
+};
+CopyName parse_copy_name(const std::string& name) {
+  CopyName out;
+  if (name.find("HtoD") != std::string::npos) out.copy = CopyKind::HostToDevice;
+  else if (name.find("DtoH") != std::string::npos) out.copy = CopyKind::DeviceToHost;
+  else if (name.find("DtoD") != std::string::npos) out.copy = CopyKind::DeviceToDevice;
+  else if (name.find("PtoP") != std::string::npos) out.copy = CopyKind::PeerToPeer;
   const size_t open = name.find('('), arrow = name.find(" -> "), close = name.rfind(')');
   if (open != std::string::npos && arrow != std::string::npos && close != std::string::npos && open < arrow &&
       arrow < close) {
-    op.source = memory_from_word(name.substr(open + 1, arrow - open - 1));
-    op.destination = memory_from_word(name.substr(arrow + 4, close - arrow - 4));
+    out.source = memory_from_word(name.substr(open + 1, arrow - open - 1));
+    out.destination = memory_from_word(name.substr(arrow + 4, close - arrow - 4));
   }
+  return out;
 }
-void parse_memset_name(const std::string& name, Op& op) {
+// "Memset (Device)": the memory it sets.
+MemoryKind parse_memset_name(const std::string& name) {
   const size_t open = name.find('('), close = name.rfind(')');
   if (open != std::string::npos && close != std::string::npos && open < close) {
-    op.destination = memory_from_word(name.substr(open + 1, close - open - 1));
+    return memory_from_word(name.substr(open + 1, close - open - 1));
   }
+  return MemoryKind::Unknown;
 }
 
 template <typename Record, typename Rename>
@@ -260,21 +269,13 @@ class KinetoAssembler {
         });
       } else if (g.category == Category::Copy) {
         op.kind = OpKind::Copy;
-        const Op& parsed = copy_names_(op.name, [](const std::string& name) {
-          Op fields;
-          parse_copy_name(name, fields);
-          return fields;
-        });
+        const CopyName& parsed = copy_names_(op.name, parse_copy_name);
         op.copy = parsed.copy;
         op.source = parsed.source;
         op.destination = parsed.destination;
       } else {
         op.kind = OpKind::Memset;
-        op.destination = memset_names_(op.name, [](const std::string& name) {
-          Op fields;
-          parse_memset_name(name, fields);
-          return fields.destination;
-        });
+        op.destination = memset_names_(op.name, parse_memset_name);
       }
       op.start_ns = ns(g.ts);
       op.duration_ns = duration(g.dur);
@@ -388,7 +389,7 @@ class KinetoAssembler {
   // Per interned name (a trace launches few distinct kernels many times): classified once each.
   PerText<ApiRole> roles_;
   PerText<OpKind> kernel_kinds_;
-  PerText<Op> copy_names_;
+  PerText<CopyName> copy_names_;
   PerText<MemoryKind> memset_names_;
   TraceBuilder builder_;
   int64_t origin_us_ = 0;
