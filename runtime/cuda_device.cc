@@ -62,6 +62,14 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_process_group(const c10::intrus
 #endif
 }
 
+void shutdown_nccl_process_group(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+#if TORCH_VERSION_MAJOR >= 2
+  group->shutdown();
+#else
+  (void)group;
+#endif
+}
+
 #else
 
 namespace {
@@ -80,6 +88,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_process_group(const c10::intrus
                                                                 std::chrono::milliseconds) {
   no_cuda();
 }
+void shutdown_nccl_process_group(const c10::intrusive_ptr<c10d::ProcessGroup>&) { no_cuda(); }
 
 #endif
 

@@ -31,6 +31,11 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_process_group(const c10::intrus
                                                                 int rank, int world_size,
                                                                 std::chrono::milliseconds timeout);
 
+// Shuts an NCCL group down once its last collective has finished, as destroy_process_group() does
+// (torch/distributed/distributed_c10d.py: pg.shutdown()): without it LibTorch 2.x warns at every
+// rank's exit that destroy_process_group() was not called. Nothing to do with LibTorch 1.x.
+void shutdown_nccl_process_group(const c10::intrusive_ptr<c10d::ProcessGroup>& group);
+
 // NVLink multicast (NVLS) stays off on the project's GPU machines (../shared/docs/runtime-notes.md):
 // the variables to put in every rank's environment.
 std::map<std::string, std::string> nccl_multicast_off_environment();

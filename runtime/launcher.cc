@@ -124,6 +124,13 @@ TrainResult run_rank(const Plan& plan, const RankEnvironment& environment, Train
   try {
     TrainResult result = train(plan, options, group);
     liveness.finish();
+    if (options.device.is_cuda()) {
+      try {
+        shutdown_nccl_process_group(group);
+      } catch (const std::exception& e) {  // the run is done: a failed shutdown is worth a line, not a failure
+        fmt::print(stderr, "hookstream: rank {}: NCCL shutdown: {}\n", environment.rank, one_line(exception_text(e)));
+      }
+    }
     return result;
   } catch (const TrainingFailure& failure) {
     const std::string text = one_line(failure.what());
