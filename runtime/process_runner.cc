@@ -13,9 +13,9 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <utility>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>

@@ -143,6 +143,28 @@ class KinetoRecords : public KinetoEventSink {
 
   bool wants_category(const std::string& cat) const override { return category_of(cat) != Category::Other; }
 
+  // The records of every chunk of a file (a KinetoRecords sink each, in file order) as one: room
+  // for all of them is taken once, and each chunk's records are appended and then freed.
+  static KinetoRecords merged(std::vector<std::unique_ptr<KinetoEventSink>>& chunks) {
+    KinetoRecords all = std::move(static_cast<KinetoRecords&>(*chunks.front()));
+    if (chunks.size() > 1) {
+      size_t gpu_count = 0, call_count = 0, sync_count = 0, annotation_count = 0;
+      for (const auto& chunk : chunks) {
+        const auto& r = static_cast<const KinetoRecords&>(*chunk);
+        gpu_count += r.gpu.size(), call_count += r.calls.size(), sync_count += r.syncs.size();
+        annotation_count += r.annotations.size();
+      }
+      all.gpu.reserve(gpu_count), all.calls.reserve(call_count), all.syncs.reserve(sync_count);
+      all.annotations.reserve(annotation_count);
+    }
+    for (size_t k = 1; k < chunks.size(); ++k) {
+      all.append(std::move(static_cast<KinetoRecords&>(*chunks[k])));
+      chunks[k].reset();
+    }
+    return all;
+  }
+
+ private:
   // The records of the chunk after this one's (scanned on another thread, with its own interner):
   // appended in order, their names re-interned here so equal names stay one shared string.
   void append(KinetoRecords&& next) {
@@ -159,6 +181,7 @@ class KinetoRecords : public KinetoEventSink {
     min_whole_us = std::min(min_whole_us, next.min_whole_us);
   }
 
+ public:
   void event(KinetoEvent& e) override {
     if (e.ph.size() != 1 || e.ph[0] != 'X' || !e.has_ts) return;
     Category category = category_of(e.cat);
@@ -424,20 +447,7 @@ EventModel import_kineto_json(const std::string& path, int rank) {
   std::vector<std::unique_ptr<KinetoEventSink>> sinks;
   const KinetoTraceInfo info =
       scan_kineto_trace_parallel(path, [] { return std::make_unique<KinetoRecords>(); }, sinks, scan);
-  KinetoRecords records = std::move(static_cast<KinetoRecords&>(*sinks.front()));
-  if (sinks.size() > 1) {
-    size_t gpu = 0, calls = 0, syncs = 0, annotations = 0;
-    for (const auto& sink : sinks) {
-      const auto& r = static_cast<const KinetoRecords&>(*sink);
-      gpu += r.gpu.size(), calls += r.calls.size(), syncs += r.syncs.size(), annotations += r.annotations.size();
-    }
-    records.gpu.reserve(gpu), records.calls.reserve(calls), records.syncs.reserve(syncs);
-    records.annotations.reserve(annotations);
-  }
-  for (size_t k = 1; k < sinks.size(); ++k) {
-    records.append(std::move(static_cast<KinetoRecords&>(*sinks[k])));
-    sinks[k].reset();
-  }
+  KinetoRecords records = KinetoRecords::merged(sinks);
   if (!info.saw_events) {
     throw InputError(path, "not a Chrome trace: no \"traceEvents\" array (read " + std::to_string(info.bytes) +
                                " bytes)");

@@ -304,7 +304,6 @@ class NsysReader {
     std::vector<Text> stripped(strings_.size());
     // Room for every call up front (rowid counts rows of an nsys table, which are only appended).
     calls_.reserve(static_cast<size_t>(std::max<int64_t>(0, db_.max_rowid("CUPTI_ACTIVITY_KIND_RUNTIME"))));
-
     SqliteQuery q(db_, c.select());
     while (q.step()) {
       const int64_t name_id = q.integer(name);
