@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 debs=${HOOKSTREAM_DEBS:-$here/.debs}
 packages=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev catch2
-          libboost1.74-dev libsqlite3-dev libsqlite3-0 zlib1g-dev zlib1g)
+          libboost1.74-dev libsqlite3-dev libsqlite3-0 zlib1g-dev zlib1g libsimdjson-dev libsimdjson14)
 
 if [[ "${1:-}" == "--fetch" ]]; then
   mkdir -p "$debs"

@@ -8,6 +8,7 @@ packages=(
   libboost-graph-dev libfmt-dev libcli11-dev catch2 nlohmann-json3-dev libyaml-cpp-dev
   libsqlite3-dev zlib1g-dev
   libisal-dev  # ISA-L: inflates gzipped Kineto traces ~3x faster than zlib (traces/importers/gzip_reader.cc)
+  libsimdjson-dev  # parses Kineto trace chunks ~2x faster than the strict scanner (kineto_event_scanner.cc)
   libtorch-dev libgloo-dev
 )
 

@@ -416,10 +416,11 @@ struct ParallelScanned {
   std::string error;  // what it threw, if it did
 };
 
-ParallelScanned scan_parallel(const std::string& path, size_t chunk_bytes, int threads) {
+ParallelScanned scan_parallel(const std::string& path, size_t chunk_bytes, int threads, bool fast_path) {
   ParallelScanned out;
   out.how.chunk_bytes = chunk_bytes;
   out.how.threads = threads;
+  out.how.fast_path = fast_path;
   std::vector<std::unique_ptr<KinetoEventSink>> sinks;
   try {
     out.scanned.info = scan_kineto_trace_parallel(path, [] { return std::make_unique<RecordingSink>(); }, sinks, out.how);
@@ -435,7 +436,8 @@ ParallelScanned scan_parallel(const std::string& path, size_t chunk_bytes, int t
 }
 
 // The parallel scan must give what the single-threaded one gives: the same events and info, or
-// the same error, for every chunk size and thread count. Returns how the file was read.
+// the same error, for every chunk size and thread count, with simdjson's fast path for the middle
+// chunks (1, 2, 3 threads) and without it (2 threads). Returns how the file was read.
 std::vector<KinetoParallelScan> check_parallel_same(const std::string& path, const std::vector<size_t>& chunks) {
   std::string expected_error;
   Scanned expected;
@@ -446,9 +448,9 @@ std::vector<KinetoParallelScan> check_parallel_same(const std::string& path, con
   }
   std::vector<KinetoParallelScan> hows;
   for (size_t chunk : chunks) {
-    for (int threads : {1, 2, 3}) {
-      INFO("chunk bytes " << chunk << ", threads " << threads);
-      const ParallelScanned got = scan_parallel(path, chunk, threads);
+    for (const auto& [threads, fast_path] : std::vector<std::pair<int, bool>>{{1, true}, {2, true}, {3, true}, {2, false}}) {
+      INFO("chunk bytes " << chunk << ", threads " << threads << ", fast path " << fast_path);
+      const ParallelScanned got = scan_parallel(path, chunk, threads, fast_path);
       INFO("chunks " << got.how.chunks << ", fell back: " << got.how.fell_back << " " << got.how.fallback_why);
       CHECK(got.error == expected_error);
       if (expected_error.empty() && got.error.empty()) {
@@ -477,6 +479,9 @@ TEST_CASE("kineto parallel scan: every real trace cut into many chunks gives the
         // Every cut in a real trace is proven: no second, single-threaded scan.
         CHECK_FALSE(how.fell_back);
         if (how.chunk_bytes * 2 < std::filesystem::file_size(plain)) CHECK(how.chunks > 1);
+        // simdjson accepts every middle chunk of a real trace: the events compared above are its.
+        if (kineto_simdjson_available() && how.fast_path) CHECK(how.fast_chunks == std::max(0, how.chunks - 2));
+        else CHECK(how.fast_chunks == 0);
       }
     }
   }
@@ -535,7 +540,7 @@ TEST_CASE("kineto parallel scan: cuts it cannot prove, bad input and odd shapes 
     for (const std::string& path : {plain, gz}) {
       INFO(path);
       const auto hows = check_parallel_same(path, {1, 64, 1000, size_t{1} << 20});
-      CHECK(hows[3].fell_back == c.falls_back);  // 64-byte chunks, one thread
+      CHECK(hows[4].fell_back == c.falls_back);  // 64-byte chunks, one thread
     }
   }
   // A gzip file cut short: the reader's error, at the offset the single-threaded scan names.
@@ -548,4 +553,81 @@ TEST_CASE("kineto parallel scan: cuts it cannot prove, bad input and odd shapes 
   }
   std::filesystem::resize_file(gz, std::filesystem::file_size(gz) - 40);
   check_parallel_same(gz, {64, 4096});
+}
+
+TEST_CASE("kineto parallel scan: simdjson's chunks read what the strict scanner reads, and what it rejects is left to the strict scanner", "[traces][kineto][scanner]") {
+  const auto dir = test::temp_dir("kineto-parallel-fast");
+  const std::string plain_event = R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5, "dur": 2, "args": {"correlation": 3}})";
+  // Each case is an event array's middle: with 64-byte chunks every line that starts with '{' after
+  // a ',' starts a chunk, so each of these lines is parsed on its own by the fast path.
+  enum class Expect { AllFast, SomeStrict, Error };
+  struct Case {
+    const char* what;
+    std::vector<std::string> lines;
+    Expect expect;
+  };
+  const std::string deep = std::string(1100, '[') + std::string(1100, ']');  // past simdjson's 1024 levels
+  const std::vector<Case> cases = {
+      {"numbers in every form, in every field",
+       {R"({"ph": "X", "cat": "kernel", "name": "n", "pid": -0, "tid": 9223372036854775807, "ts": -0.0, "dur": 1e-400, "args": {"stream": 18446744073709551615, "device": 1.5, "correlation": -9223372036854775808, "bytes": 2E3, "context": 0}})",
+        R"({"ph": "X", "cat": "kernel", "name": "m", "pid": 1.0, "tid": -1, "ts": 4495527658757.229, "dur": 2.2250738585072011e-308, "args": {"wait_on_stream": 4.9e-324, "wait_on_cuda_event_record_corr_id": 12, "wait_on_cuda_event_id": -3}})",
+        R"({"ph": "X", "cat": "gpu_memcpy", "name": "c", "pid": 18446744073709551615, "ts": 1E+2, "dur": 123456789012345678, "args": {"bytes": 9223372036854775808}})"},
+       Expect::AllFast},
+      {"escapes in names and keys, raw UTF-8, NUL",
+       {R"({"p\u0068": "X", "c\u0061t": "kernel", "name": "void f<\"q\"> \u0026 \ud83d\ude00 caf\u00e9 \/\\\b\f\n\r\t \u0000 end", "ts": 1})",
+        "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"caf\xC3\xA9 \xF0\x9F\x98\x80\", \"ts\": 2}",
+        R"({"ph": "X", "cat": "cuda_sync", "name": "s", "ts": 3, "args": {"cuda_sync_kind": "Event Sync", "cuda_sync_kind": 5}})"},
+       Expect::AllFast},
+      {"repeated keys, keys in any order, values of other types, elements that are not events",
+       {R"({"ph": "X", "ph": "i", "cat": "kernel", "name": "dropped by the second ph", "ts": 1})",
+        R"({"ph": "i", "ph": "X", "name": "dropped by the first ph", "ts": 1})",
+        R"({"cat": "kernel", "name": "no ph at all", "ts": 1, "name": "the last name wins", "ts": 2.5})",
+        R"({"ph": 5, "cat": null, "name": ["n"], "pid": "Spans", "tid": true, "ts": "1", "dur": {}, "args": [1, 2]}, 7, "text", [1, {"ph": "X"}], null, true)",
+        R"({"ph": "X", "args": {"grid": [1, [2, {"stream": 99}]], "stream": 7, "x": {"y": null}, "z": false}, "cat": "kernel"}, {})"},
+       Expect::AllFast},
+      {"nesting past simdjson's limit and an integer past uint64: the strict scanner takes those chunks",
+       {R"({"ph": "X", "cat": "kernel", "name": "deep", "args": {"grid": )" + deep + R"(, "stream": 4}})",
+        R"({"ph": "X", "cat": "kernel", "name": "big", "args": {"stream": 123456789012345678901234567890, "correlation": 5}})",
+        R"({"ph": "X", "cat": "kernel", "name": "small", "pid": -9223372036854775809})"},
+       Expect::SomeStrict},
+      {"an unescaped control character", {"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"a\x01b\"}"}, Expect::Error},
+      {"a lone surrogate", {R"({"ph": "X", "cat": "kernel", "name": "\udc00"})"}, Expect::Error},
+      {"ill-formed UTF-8", {"{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"\xC0\xAF\"}"}, Expect::Error},
+      {"a number beyond double's range", {R"({"ph": "X", "cat": "kernel", "ts": 1e400})"}, Expect::Error},
+      {"a number with a leading zero", {R"({"ph": "X", "cat": "kernel", "ts": 01})"}, Expect::Error},
+      {"a trailing comma in an event", {R"({"ph": "X", "cat": "kernel", "ts": 1,})"}, Expect::Error},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    std::string text = "{\"traceEvents\": [\n  " + plain_event;
+    for (int i = 0; i < 3; ++i) {
+      for (const std::string& line : c.lines) text += ",\n  " + line;
+      text += ",\n  " + plain_event;
+    }
+    text += "\n], \"baseTimeNanoseconds\": 17}\n";
+    const std::string path = (dir / "trace.json").string();
+    std::ofstream(path, std::ios::binary) << text;
+    const auto hows = check_parallel_same(path, {64});
+    for (const KinetoParallelScan& how : hows) {
+      INFO("threads " << how.threads << ", chunks " << how.chunks << ", of them by simdjson " << how.fast_chunks);
+      const int middle = how.chunks - 2;  // the first and the last chunk are the strict scanner's
+      if (c.expect != Expect::Error) REQUIRE(middle >= 3);  // short lines share a chunk
+      if (!kineto_simdjson_available() || !how.fast_path) {
+        CHECK(how.fast_chunks == 0);
+        continue;
+      }
+      switch (c.expect) {
+        case Expect::AllFast:
+          CHECK_FALSE(how.fell_back);
+          CHECK(how.fast_chunks == middle);
+          break;
+        case Expect::SomeStrict:
+          CHECK_FALSE(how.fell_back);
+          CHECK(how.fast_chunks > 0);
+          CHECK(how.fast_chunks == middle - 3 * static_cast<int>(c.lines.size()));
+          break;
+        case Expect::Error: CHECK(how.fell_back); break;  // the error is the single-threaded scan's (checked above)
+      }
+    }
+  }
 }

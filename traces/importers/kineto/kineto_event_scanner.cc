@@ -10,6 +10,10 @@
 
 #include "traces/importers/json_cursor.h"
 
+#ifdef HOOKSTREAM_WITH_SIMDJSON
+#include <simdjson.h>
+#endif
+
 namespace hookstream {
 
 void KinetoEvent::clear() {
@@ -25,7 +29,7 @@ void KinetoEvent::clear() {
 namespace {
 
 template <size_t N>
-bool is(const std::string& s, const char (&literal)[N]) {
+bool is(std::string_view s, const char (&literal)[N]) {
   return s.size() == N - 1 && std::memcmp(s.data(), literal, N - 1) == 0;
 }
 
@@ -33,7 +37,7 @@ bool starts_number(int c) { return c == '-' || (c >= '0' && c <= '9'); }
 
 enum class EventKey { Other, Ph, Cat, Name, Pid, Tid, Ts, Dur, Args };
 
-EventKey event_key(const std::string& key) {
+EventKey event_key(std::string_view key) {
   switch (key.size()) {
     case 2:
       if (is(key, "ph")) return EventKey::Ph;
@@ -55,7 +59,7 @@ EventKey event_key(const std::string& key) {
 }
 
 // The integer fields of "args"; nullptr for every other key.
-int64_t* args_field(const std::string& key, KinetoEvent& e) {
+int64_t* args_field(std::string_view key, KinetoEvent& e) {
   if (is(key, "stream")) return &e.stream;
   if (is(key, "correlation")) return &e.correlation;
   if (is(key, "device")) return &e.device;
@@ -334,7 +338,112 @@ size_t find_cut(const std::string& data, size_t from, size_t& resume) {
   }
 }
 
+#ifdef HOOKSTREAM_WITH_SIMDJSON
+
+// The fast path for a chunk in the middle of the event array: simdjson's DOM parser, which validates
+// all it reads (grammar, strings and escapes, UTF-8, numbers), then the walk below, which mirrors
+// KinetoScanner::scan_event member by member. Where simdjson accepts, the strict scanner accepts
+// too and reads the same values: integers that fit int64 are int64 in both, larger ones that fit
+// uint64 are uint64, numbers with a fraction or exponent are correctly rounded doubles ("-0" is
+// the integer 0 in both). What simdjson rejects (integers beyond uint64, depth over 1024, any
+// malformed byte) is left to the strict scanner, which then accepts or gives its own error.
+bool json_number(const simdjson::dom::element& value, JsonNumber& n) {
+  switch (value.type()) {
+    case simdjson::dom::element_type::INT64: n.kind = JsonNumber::Kind::Integer; n.integer = value.get_int64().value_unsafe(); return true;
+    case simdjson::dom::element_type::UINT64:
+      n.kind = JsonNumber::Kind::Unsigned;
+      n.unsigned_integer = value.get_uint64().value_unsafe();
+      return true;
+    case simdjson::dom::element_type::DOUBLE: n.kind = JsonNumber::Kind::Float; n.floating = value.get_double().value_unsafe(); return true;
+    default: return false;
+  }
+}
+
+void fast_args(const simdjson::dom::object args, KinetoEvent& e) {
+  for (const simdjson::dom::key_value_pair member : args) {
+    JsonNumber n;
+    if (json_number(member.value, n)) {
+      if (int64_t* field = args_field(member.key, e)) set_integer(n, *field);
+    } else if (member.value.is_string() && is(member.key, "cuda_sync_kind")) {
+      e.sync_kind.assign(member.value.get_string().value_unsafe());
+    }
+  }
+}
+
+// KinetoScanner::scan_event over a parsed object: the same members, in the same order, with the
+// same early drops.
+void fast_event(const simdjson::dom::object event, KinetoEventSink& sink, KinetoEvent& e) {
+  e.clear();
+  for (const simdjson::dom::key_value_pair member : event) {
+    const simdjson::dom::element& value = member.value;
+    const EventKey key = event_key(member.key);
+    JsonNumber n;
+    switch (key) {
+      case EventKey::Ph:
+        if (!value.is_string()) break;
+        e.ph.assign(value.get_string().value_unsafe());
+        if (e.ph.size() != 1 || e.ph[0] != 'X') return;
+        break;
+      case EventKey::Cat:
+        if (!value.is_string()) break;
+        e.cat.assign(value.get_string().value_unsafe());
+        if (!e.cat.empty() && !sink.wants_category(e.cat)) return;
+        break;
+      case EventKey::Name:
+        if (value.is_string()) e.name.assign(value.get_string().value_unsafe());
+        break;
+      case EventKey::Pid:
+      case EventKey::Tid:
+        if (json_number(value, n)) set_integer(n, key == EventKey::Pid ? e.pid : e.tid);
+        break;
+      case EventKey::Ts:
+      case EventKey::Dur:
+        if (!json_number(value, n)) break;
+        (key == EventKey::Ts ? e.ts : e.dur) = to_micros(n);
+        (key == EventKey::Ts ? e.has_ts : e.has_dur) = true;
+        break;
+      case EventKey::Args:
+        if (value.is_object()) fast_args(value.get_object().value_unsafe(), e);
+        break;
+      case EventKey::Other: break;
+    }
+  }
+  sink.event(e);
+}
+
+// `bytes` is one spare byte, then a middle chunk: elements of the event array, each followed by
+// ',' (the strict scanner's proof that the chunk ends at a cut). True when simdjson parsed it as
+// the array '[' elements ']' and its events went to the sink; false (the sink untouched, `bytes`
+// as it was) leaves the chunk to the strict scanner.
+bool parse_middle_chunk_fast(std::string& bytes, simdjson::dom::parser& parser, KinetoEventSink& sink, KinetoEvent& e) {
+  size_t comma = bytes.size();
+  while (comma > 1 && is_blank(bytes[comma - 1])) --comma;
+  if (comma <= 1 || bytes[--comma] != ',') return false;
+  const size_t size = bytes.size();
+  const size_t length = comma + 1;
+  // simdjson reads up to SIMDJSON_PADDING bytes past the document (initialised here: blanks).
+  if (bytes.size() < length + simdjson::SIMDJSON_PADDING) bytes.resize(length + simdjson::SIMDJSON_PADDING, ' ');
+  bytes[0] = '[';
+  bytes[comma] = ']';
+  simdjson::dom::array elements;
+  const bool parsed = parser.parse(bytes.data(), length, /*realloc_if_needed=*/false).get(elements) == simdjson::SUCCESS;
+  if (parsed) {
+    for (const simdjson::dom::element element : elements) {
+      simdjson::dom::object event;
+      if (element.get(event) == simdjson::SUCCESS) fast_event(event, sink, e);
+    }
+  }
+  bytes[0] = ' ';
+  bytes[comma] = ',';
+  bytes.resize(size);
+  return parsed;
+}
+
+#endif  // HOOKSTREAM_WITH_SIMDJSON
+
 struct ChunkJob {
+  // One spare byte (a blank, where the fast path puts the '[' of the array it parses), then the
+  // chunk's bytes.
   std::string bytes;
   uint64_t start = 0;
   Span span = Span::Whole;
@@ -342,13 +451,15 @@ struct ChunkJob {
   KinetoTraceInfo info;
   ChunkEnd end;
   bool failed = false;
+  bool fast = false;  // parsed by simdjson
 };
 
 class ParallelScan {
  public:
   ParallelScan(const std::string& path, const KinetoSinkFactory& make_sink, KinetoParallelScan& options)
       : path_(path), make_sink_(make_sink), options_(options),
-        chunk_bytes_(std::max<size_t>(options.chunk_bytes, 1)), threads_(std::max(1, options.threads)) {}
+        chunk_bytes_(std::max<size_t>(options.chunk_bytes, 1)), threads_(std::max(1, options.threads)),
+        fast_path_(options.fast_path) {}
 
   ~ParallelScan() { stop_workers(); }
 
@@ -377,7 +488,7 @@ class ParallelScan {
   // cut is found in 8 chunks' worth of bytes (no newlines between events) or a worker failed.
   bool produce(std::string& why) {
     GzipReader reader(path_);
-    std::string data = spare();
+    std::string data = spare();  // ChunkJob::bytes: a spare byte, then the chunk
     uint64_t start = 0;
     size_t resume = 0;  // where to look for the next cut
     // An object's header (deviceProperties: one object per GPU, each on its own lines) has lines
@@ -405,18 +516,18 @@ class ParallelScan {
         const size_t cut = find_cut(data, std::max(resume, chunk_bytes_), resume);
         if (cut == std::string::npos) break;
         std::string rest = spare();
-        rest.assign(data, cut, std::string::npos);
+        rest.append(data, cut, std::string::npos);
         data.resize(cut);
         if (!emit(std::move(data), start, /*last=*/false)) {
           why = failure_;
           return false;
         }
-        start += cut;
+        start += cut - 1;
         data = std::move(rest);
         resume = 0;
       }
-      if (data.size() > 8 * chunk_bytes_ + GzipReader::kDefaultBlockBytes) {
-        why = "no place to cut between events in " + std::to_string(data.size()) + " bytes from byte " +
+      if (data.size() - 1 > 8 * chunk_bytes_ + GzipReader::kDefaultBlockBytes) {
+        why = "no place to cut between events in " + std::to_string(data.size() - 1) + " bytes from byte " +
               std::to_string(start);
         return false;
       }
@@ -432,8 +543,8 @@ class ParallelScan {
       bytes = std::move(spares_.back());
       spares_.pop_back();
     }
-    bytes.clear();
-    bytes.reserve(chunk_bytes_ + GzipReader::kDefaultBlockBytes);
+    bytes.reserve(1 + chunk_bytes_ + GzipReader::kDefaultBlockBytes + kPadding);
+    bytes.assign(1, ' ');
     return bytes;
   }
 
@@ -458,6 +569,11 @@ class ParallelScan {
   }
 
   void work() {
+#ifdef HOOKSTREAM_WITH_SIMDJSON
+    // One parser per thread, its buffers sized for a chunk once (a longer chunk grows them).
+    simdjson::dom::parser parser;
+    const bool fast = fast_path_ && parser.allocate(chunk_bytes_ + GzipReader::kDefaultBlockBytes + 1) == simdjson::SUCCESS;
+#endif
     for (;;) {
       ChunkJob* job = nullptr;
       {
@@ -466,7 +582,10 @@ class ParallelScan {
         if (failed_ || next_ >= jobs_.size()) return;
         job = &jobs_[next_++];  // a deque: elements stay where they are while others are added
       }
-      parse(*job, /*rethrow=*/false);
+#ifdef HOOKSTREAM_WITH_SIMDJSON
+      if (!(fast && job->span == Span::Middle && parse_fast(*job, parser)))
+#endif
+        parse(*job, /*rethrow=*/false);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         ++done_;
@@ -482,10 +601,26 @@ class ParallelScan {
     }
   }
 
+#ifdef HOOKSTREAM_WITH_SIMDJSON
+  bool parse_fast(ChunkJob& job, simdjson::dom::parser& parser) {
+    try {
+      job.sink = make_sink_();
+      KinetoEvent event;
+      if (!parse_middle_chunk_fast(job.bytes, parser, *job.sink, event)) return false;
+    } catch (...) {
+      job.failed = true;  // the sink's own failure: the single-threaded scan meets it again
+      return true;
+    }
+    job.end.at_cut = true;
+    job.fast = true;
+    return true;
+  }
+#endif
+
   void parse(ChunkJob& job, bool rethrow) {
     try {
       job.sink = make_sink_();
-      ChunkSource source(path_, job.bytes);
+      ChunkSource source(path_, std::string_view(job.bytes).substr(1));
       KinetoScanner scanner(source, *job.sink, job.span, job.start);
       job.info = scanner.run();
       job.end = scanner.end();
@@ -538,6 +673,7 @@ class ParallelScan {
   bool collect(std::vector<std::unique_ptr<KinetoEventSink>>& sinks, KinetoTraceInfo& info) {
     info = jobs_.front().info;
     for (ChunkJob& job : jobs_) {
+      options_.fast_chunks += job.fast ? 1 : 0;
       info.saw_events = info.saw_events || job.info.saw_events;
       if (job.info.has_base_time) {  // a later "baseTimeNanoseconds" wins, as it does in one scan
         info.has_base_time = true;
@@ -554,6 +690,12 @@ class ParallelScan {
   KinetoParallelScan& options_;
   const size_t chunk_bytes_;
   const int threads_;
+  const bool fast_path_;
+#ifdef HOOKSTREAM_WITH_SIMDJSON
+  static constexpr size_t kPadding = simdjson::SIMDJSON_PADDING;
+#else
+  static constexpr size_t kPadding = 0;
+#endif
 
   std::mutex mutex_;
   std::condition_variable ready_, space_;
@@ -567,11 +709,20 @@ class ParallelScan {
 
 }  // namespace
 
+bool kineto_simdjson_available() {
+#ifdef HOOKSTREAM_WITH_SIMDJSON
+  return true;
+#else
+  return false;
+#endif
+}
+
 KinetoTraceInfo scan_kineto_trace_parallel(const std::string& path, const KinetoSinkFactory& make_sink,
                                            std::vector<std::unique_ptr<KinetoEventSink>>& sinks,
                                            KinetoParallelScan& scan) {
   sinks.clear();
   scan.chunks = 0;
+  scan.fast_chunks = 0;
   scan.fell_back = false;
   scan.fallback_why.clear();
   KinetoTraceInfo info;
