@@ -37,9 +37,14 @@ std::vector<DeviceUtilisation> analyse_device_utilisation(const EventModel& mode
     }
     const double span = u.last_ns - u.first_ns;
     u.utilisation = span > 0 ? u.busy_ns / span : 0;
-    std::stable_sort(gaps.begin(), gaps.end(),
-                     [](const DeviceIdleGap& a, const DeviceIdleGap& b) { return a.duration_ns > b.duration_ns; });
-    if (static_cast<int>(gaps.size()) > max_gaps) gaps.resize(max_gaps);
+    // Only the longest max_gaps are kept: a partial sort, longest first and ties by start (the gaps
+    // lie between disjoint intervals, so no two start together and the order is total).
+    const size_t kept = std::min(gaps.size(), static_cast<size_t>(std::max(max_gaps, 0)));
+    std::partial_sort(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(kept), gaps.end(),
+                      [](const DeviceIdleGap& a, const DeviceIdleGap& b) {
+                        return a.duration_ns != b.duration_ns ? a.duration_ns > b.duration_ns : a.start_ns < b.start_ns;
+                      });
+    gaps.resize(kept);
     u.largest_gaps = std::move(gaps);
     result.push_back(std::move(u));
   }
