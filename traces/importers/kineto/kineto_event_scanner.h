@@ -73,7 +73,7 @@ KinetoTraceInfo scan_kineto_trace(GzipReader& reader, KinetoEventSink& sink);
 // middle of the array are parsed by simdjson's DOM parser where the build has it (about twice the
 // strict scanner's speed); one it rejects is parsed by the strict scanner, so nothing else changes.
 struct KinetoParallelScan {
-  size_t chunk_bytes = size_t{1} << 20;  // 1 MiB: as fast as 2 and 4 MiB, and each simdjson parser needs ~13x its chunk
+  size_t chunk_bytes = size_t{1} << 20;  // 1 MiB: as fast as 2 and 4 MiB; a simdjson parser reserves ~14x its chunk
   int threads = 2;
   // Chunks in the middle of the event array are parsed by simdjson where hookstream was built
   // with it (kineto_simdjson_available()); a chunk it rejects is parsed by the strict scanner, so
