@@ -21,6 +21,11 @@ std::string percent(double part, double whole) {
 
 namespace {
 
+// How many critical-path segments are built and listed: critical_segments_shown, 0 meaning all.
+size_t critical_segments_limit(const StepAnalysisOptions& options) {
+  return options.critical_segments_shown == 0 ? std::numeric_limits<size_t>::max() : options.critical_segments_shown;
+}
+
 // Everything after the step cut: the race check beside the replay chain.
 void analyse_cut_step(StepAnalysis& analysis, const StepAnalysisOptions& options) {
   // The race check reads only the step; the replay chain below never changes it.
@@ -33,9 +38,7 @@ void analyse_cut_step(StepAnalysis& analysis, const StepAnalysisOptions& options
   }
   // Last use of the replay's ops: they are scheduled in place rather than copied (a long trace's
   // step is hundreds of MB of ops); schedule.model is the replay op for op, with scheduled times.
-  const size_t keep = options.critical_segments_shown == 0 ? std::numeric_limits<size_t>::max()
-                                                           : options.critical_segments_shown;
-  ScheduledReplay scheduled = schedule_replay_in_place(analysis.replay, keep);
+  ScheduledReplay scheduled = schedule_replay_in_place(analysis.replay, critical_segments_limit(options));
   analysis.schedule = std::move(scheduled.schedule);
   analysis.critical = std::move(scheduled.critical);
   analysis.races = races.get();
@@ -73,8 +76,7 @@ TraceAnalysis analyse_trace(EventModel&& trace, const StepAnalysisOptions& optio
 namespace {
 
 size_t segments_listed(const StepAnalysis& a, const StepAnalysisOptions& options) {
-  const size_t built = a.critical.segments.size();  // at most critical_segments_shown (0: all)
-  return options.critical_segments_shown == 0 ? built : std::min(built, options.critical_segments_shown);
+  return std::min(a.critical.segments.size(), critical_segments_limit(options));
 }
 
 }  // namespace

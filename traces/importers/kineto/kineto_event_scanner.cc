@@ -349,12 +349,18 @@ size_t find_cut(const std::string& data, size_t from, size_t& resume) {
 // malformed byte) is left to the strict scanner, which then accepts or gives its own error.
 bool json_number(const simdjson::dom::element& value, JsonNumber& n) {
   switch (value.type()) {
-    case simdjson::dom::element_type::INT64: n.kind = JsonNumber::Kind::Integer; n.integer = value.get_int64().value_unsafe(); return true;
+    case simdjson::dom::element_type::INT64:
+      n.kind = JsonNumber::Kind::Integer;
+      n.integer = value.get_int64().value_unsafe();
+      return true;
     case simdjson::dom::element_type::UINT64:
       n.kind = JsonNumber::Kind::Unsigned;
       n.unsigned_integer = value.get_uint64().value_unsafe();
       return true;
-    case simdjson::dom::element_type::DOUBLE: n.kind = JsonNumber::Kind::Float; n.floating = value.get_double().value_unsafe(); return true;
+    case simdjson::dom::element_type::DOUBLE:
+      n.kind = JsonNumber::Kind::Float;
+      n.floating = value.get_double().value_unsafe();
+      return true;
     default: return false;
   }
 }
