@@ -127,6 +127,42 @@ TEST_CASE("kineto multistream: wait on stream 24 for the record on stream 20", "
   CHECK(count(m, OpKind::EventSync) == 0);
 }
 
+TEST_CASE("kineto: a sync record whose call is missing is that sync on its own op, a non-blocking one adds nothing",
+          "[traces][kineto]") {
+  // Found by fuzzing the real traces: the multistream trace with its cudaStreamWaitEvent call
+  // recategorised as "cuda_sync". The call is then a sync record of no known kind, and the "Stream
+  // Wait Event" record (correlation 1389) joins no call. The first once became an op of the Op
+  // default kind (a kernel, on no stream) and the replay stopped with an internal error.
+  const auto dir = test::temp_dir("kineto-orphan-sync");
+  nlohmann::json doc = nlohmann::json::parse(test::inflate_all(test::shared_trace("kineto/event-sync-multistream.json.gz")));
+  int changed = 0;
+  for (auto& e : doc["traceEvents"]) {
+    if (e.value("name", "") == "cudaStreamWaitEvent" && e.value("cat", "") == "cuda_runtime") {
+      e["cat"] = "cuda_sync";
+      ++changed;
+    }
+  }
+  REQUIRE(changed == 1);
+  const std::string path = (dir / "orphan-sync.json").string();
+  std::ofstream(path) << doc.dump();
+  const EventModel before = import_kineto_json(test::shared_trace("kineto/event-sync-multistream.json.gz"));
+  const EventModel after = import_kineto_json(path);
+  // The wait is now an op of its own, in place of the call's: the same count of each kind.
+  CHECK(after.ops.size() == before.ops.size());
+  for (OpKind kind : {OpKind::Kernel, OpKind::Copy, OpKind::HostCompute, OpKind::StreamWait, OpKind::EventRecord}) {
+    CHECK(count(after, kind) == count(before, kind));
+  }
+  const auto wait = std::find_if(after.ops.begin(), after.ops.end(), [](const Op& op) { return op.kind == OpKind::StreamWait; });
+  REQUIRE(wait != after.ops.end());
+  CHECK(wait->name == "Stream Wait Event");
+  CHECK(after.streams[wait->stream].id == 24);
+  for (const Op& op : after.ops) {
+    INFO(op.name);
+    if (op.kind == OpKind::Kernel) CHECK(op.stream >= 0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("kineto newer format: float microseconds after baseTimeNanoseconds", "[traces][kineto]") {
   const auto dir = test::temp_dir("base-time");
   const std::string path = (dir / "new.json").string();

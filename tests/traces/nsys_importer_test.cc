@@ -178,3 +178,44 @@ TEST_CASE("nsys: GPU ops join their API calls whether correlation ids are dense 
   CHECK(joined == 1312);  // every kernel found its launch
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("nsys: sync records whose API call is missing become host time or are skipped, never kernels",
+          "[traces][nsys]") {
+  // A byte flipped in an export (found by fuzzing the real exports) left SYNCHRONIZATION records
+  // that join no runtime call. Without the call, the record's syncType decides: a known sync is
+  // that sync on its own op; a wait that names no stream is host time; an unknown type is skipped.
+  // An op made for such a record once kept the Op default kind (a kernel, on no stream), and the
+  // replay stopped with an internal error.
+  const auto dir = test::temp_dir("nsys-orphan-syncs");
+  const std::string original = test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite");
+  const std::string orphans = (dir / "cloverleaf-orphan-syncs.sqlite").string();
+  std::filesystem::copy_file(original, orphans);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(orphans.c_str(), &db) == SQLITE_OK);
+  // rowids 1-3 (syncType 1, stream and event 0xFFFFFFFF in this export): now joined to no call,
+  // as an unknown syncType, a wait on no stream, and a device sync.
+  const char* sql =
+      "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 99 WHERE rowid = 1;"
+      "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 2 WHERE rowid = 2;"
+      "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 4 WHERE rowid = 3;";
+  REQUIRE(sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+
+  const EventModel before = import_nsys_sqlite(original);
+  const EventModel after = import_nsys_sqlite(orphans);
+  // Two ops more: the wait's host time and the device sync. The three calls that lost their
+  // record stay device syncs: a call is classified by its name (sqlite3: the syncType 1 rows are
+  // cudaDeviceSynchronize's, 1312 of them).
+  CHECK(after.ops.size() == before.ops.size() + 2);
+  CHECK(count(before, OpKind::DeviceSync) == 1312);
+  CHECK(count(after, OpKind::DeviceSync) == 1312 + 1);
+  CHECK(count(after, OpKind::HostCompute) == count(before, OpKind::HostCompute) + 1);
+  CHECK(count(after, OpKind::Kernel) == count(before, OpKind::Kernel));
+  for (const Op& op : after.ops) {
+    const bool on_device = op.kind == OpKind::Kernel || op.kind == OpKind::Copy || op.kind == OpKind::Memset ||
+                           op.kind == OpKind::Collective || op.kind == OpKind::StreamWait || op.kind == OpKind::EventRecord;
+    INFO(op.name);
+    if (on_device) CHECK(op.stream >= 0);
+  }
+  std::filesystem::remove_all(dir);
+}

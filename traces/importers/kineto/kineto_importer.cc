@@ -326,21 +326,24 @@ class KinetoAssembler {
       const ApiRole role = call ? call->role : role_from_sync_kind(s.kind);
       const bool is_sync = role == ApiRole::StreamWait || role == ApiRole::EventSync ||
                            role == ApiRole::StreamSync || role == ApiRole::DeviceSync;
+      if (!is_sync) {
+        mark_record(s);
+        continue;  // the call, where the trace has it, stays host time
+      }
       size_t handle;
       if (call) {
         handle = call->handle;
       } else {
+        // Host time in a sync call the trace lost; the code below makes it the sync it was (not
+        // the Op default, a kernel, which would run on no stream).
         Op op;
+        op.kind = OpKind::HostCompute;
         op.name = s.kind;
         op.start_ns = ns(s.ts);
         op.duration_ns = duration(s.dur);
         op.correlation = s.correlation;
         const double start = op.start_ns;
         handle = builder_.add_op(std::move(op), process, start);
-      }
-      if (!is_sync) {
-        mark_record(s);
-        continue;
       }
       Op& op = builder_.op(handle);
       if (role == ApiRole::StreamWait) {

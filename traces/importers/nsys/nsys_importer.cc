@@ -479,16 +479,20 @@ class NsysReader {
       const RuntimeCall* call = call_of(process, get(q, g.correlation, -1));
       const ApiRole role = call ? call->role : role_from_sync_type(get(q, type, 0));
       // The name wins: CUPTI also writes records for calls that do not block (cudaEventQuery,
-      // cudaStreamQuery); those stay HostCompute.
+      // cudaStreamQuery); those stay HostCompute. A record whose call is not in the export and
+      // whose syncType names no known sync says nothing the model can use.
       if (role != ApiRole::StreamWait && role != ApiRole::EventSync && role != ApiRole::StreamSync &&
           role != ApiRole::DeviceSync) {
-        if (call) continue;
+        continue;
       }
       size_t handle;
       if (call) {
         handle = call->op;
       } else {
+        // Host time in a sync call the export lost; the switch below makes it the sync it was. A
+        // wait without a stream stays host time, not the Op default (a kernel).
         Op op;
+        op.kind = OpKind::HostCompute;
         op.start_ns = static_cast<double>(q.integer(g.start));
         op.duration_ns = static_cast<double>(q.integer(g.end)) - op.start_ns;
         op.correlation = get(q, g.correlation, -1);
