@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "sim/json_text.h"
+
 namespace hookstream {
 
 namespace {
@@ -85,7 +87,7 @@ std::string chrome_trace_json(const EventModel& model, const TimelineOptions& op
                       {"args", {{"bytes", sample.bytes + options.memory_baseline_bytes}}}});
   }
   json trace = {{"traceEvents", events}, {"displayTimeUnit", "ns"}, {"otherData", {{"source", model.source}}}};
-  return trace.dump(1) + "\n";
+  return json_text(trace, 1) + "\n";
 }
 
 }  // namespace hookstream

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "sim/json_text.h"
 #include "sim/timeline.h"
 #include "traces/analyses/device_utilisation.h"
 #include "traces/analyses/gpu_intervals.h"
@@ -103,7 +104,7 @@ std::string recorded_step_timeline(const RecordedStep& step, const StepRaceRepor
     instant(b, b.start_ns, "race: " + race.kind + " on " + race.buffer, "finding: race",
             {{"earlier", race.earlier}, {"later", race.later}, {"overlapped", race.overlapped}});
   }
-  return trace.dump() + "\n";
+  return json_text(trace) + "\n";
 }
 
 }  // namespace hookstream

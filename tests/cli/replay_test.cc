@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sqlite3.h>
 #include <sys/wait.h>
 
 namespace {
@@ -126,4 +127,39 @@ TEST_CASE("replay --critical-segments: 20 listed by default with the total, 0 li
   CHECK(bad.exit_code == 2);
   CHECK(bad.out.find("--critical-segments") != std::string::npos);
   CHECK(std::count(bad.out.begin(), bad.out.end(), '\n') == 1);
+}
+
+TEST_CASE("replay: names that are not UTF-8 come out as U+FFFD in JSON and the timeline, exit 0", "[cli][replay]") {
+  // An nsys export's strings are SQLite TEXT and may hold any bytes: a flipped byte in a damaged
+  // copy of the fuser export did this. The JSON writer threw on such a name (nlohmann::json's
+  // type_error 316): an internal error, exit 3, and no report.
+  const std::string export_path = temp("latin1-kernel.sqlite");
+  const std::string timeline = temp("latin1-kernel.timeline.json");
+  std::filesystem::remove(export_path);
+  std::filesystem::remove(timeline);
+  std::filesystem::copy_file(trace("nsys/fuser-report1-nsys2024.6.sqlite"), export_path);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(export_path.c_str(), &db) == SQLITE_OK);
+  // The fuser kernel's demangled name gets a Latin-1 byte and a stray 0xFF.
+  REQUIRE(sqlite3_exec(db,
+                       "UPDATE StringIds SET value = replace(value, 'nvfuser_none_f0_c0_r0_g0', 'nvf' || CAST(X'E9' AS TEXT) "
+                       "|| 'user_none_f0_c0_r0_g0' || CAST(X'FF' AS TEXT)) "
+                       "WHERE value LIKE '<unnamed>::nvfuser_none_f0_c0_r0_g0(%'",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_changes(db) == 1);
+  sqlite3_close(db);
+
+  const ReplayRun r = replay(export_path + " --format json --timeline " + timeline);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);  // throws on invalid UTF-8
+  CHECK(j["summary"]["gpu_ops"] == 21);
+  const std::string replaced = "nvf\xEF\xBF\xBDuser_none_f0_c0_r0_g0\xEF\xBF\xBD(";  // U+FFFD for each bad byte
+  CHECK(r.out.find(replaced) != std::string::npos);
+  std::ifstream in(timeline);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK_FALSE(nlohmann::json::parse(text)["traceEvents"].empty());
+  CHECK(text.find(replaced) != std::string::npos);
+  CHECK(replay(export_path).exit_code == 0);  // the text report prints the bytes as they are
+  std::filesystem::remove(export_path);
+  std::filesystem::remove(timeline);
 }

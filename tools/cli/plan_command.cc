@@ -4,6 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "sim/json_text.h"
 #include "sim/plan_search.h"
 #include "sim/timeline.h"
 #include "tools/cli/commands.h"
@@ -116,7 +117,7 @@ int run_plan(const PlanArgs& args) {
                         {"explored_chunked_loss", result.explored_chunked_loss}, {"best", nlohmann::json::array()}};
     for (const PlanCandidate& c : result.best) j["best"].push_back(to_json(c));
     if (result.smallest) j["smallest"] = to_json(*result.smallest);
-    emit(j.dump(2) + "\n", args.output);
+    emit(json_text(j, 2) + "\n", args.output);
   } else {
     emit(render_text(args, result), args.output);
   }

@@ -9,9 +9,10 @@
 #include <memory>
 #include <optional>
 
-#include "tools/cli/commands.h"
 #include "sim/input_error.h"
+#include "sim/json_text.h"
 #include "sim/plan.h"
+#include "tools/cli/commands.h"
 #include "traces/replay_report.h"
 #include "traces/step_analysis.h"
 #include "traces/trace_loader.h"
@@ -53,12 +54,12 @@ int run_replay(const ReplayArgs& args) {
   const TraceAnalysis& analysis = *owned;
   const ReplayReport& report = analysis.report;
   const StepAnalysis& step = analysis.step;
-  if (!args.calibrate.empty()) emit(step.plan->calibration.dump(2) + "\n", args.calibrate);
+  if (!args.calibrate.empty()) emit(json_text(step.plan->calibration, 2) + "\n", args.calibrate);
   if (!args.timeline.empty()) emit(recorded_step_timeline(step.step, step.races), args.timeline);
   if (args.format == "json") {
     nlohmann::json j = render_replay_json(report);
     j["step"] = render_step_json(step, options);
-    emit(j.dump(2) + "\n", args.output);
+    emit(json_text(j, 2) + "\n", args.output);
   } else {
     emit(render_replay_text(report) + render_step_text(step, options), args.output);
   }

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 
+#include "sim/json_text.h"
 #include "sim/memory_model.h"
 #include "sim/simulation_report.h"
 #include "sim/timeline.h"
@@ -43,7 +44,7 @@ int run_simulate(const SimulateArgs& args) {
     emit(chrome_trace_json(report.time.schedule.model, timeline), args.timeline);
   }
   if (args.format == "json") {
-    emit(render_simulation_json(report, options).dump(2) + "\n", args.output);
+    emit(json_text(render_simulation_json(report, options), 2) + "\n", args.output);
   } else {
     emit(render_simulation_text(report, options), args.output);
   }

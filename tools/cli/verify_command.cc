@@ -4,6 +4,7 @@
 #include <memory>
 #include <unistd.h>
 
+#include "sim/json_text.h"
 #include "sim/simulation_report.h"
 #include "tools/cli/commands.h"
 
@@ -29,7 +30,7 @@ int run_verify(const VerifyArgs& args) {
   options.races_shown = 3;
   const SimulationReport report = simulate_plan(read_plan_source(args.plan, load), args.plan, options);
   if (args.format == "json") {
-    emit(render_verify_json(report).dump(2) + "\n", args.output);
+    emit(json_text(render_verify_json(report), 2) + "\n", args.output);
   } else {
     const bool colour = args.output.empty() && !args.no_colour && isatty(STDOUT_FILENO) != 0;
     emit(render_simulation_text(report, options, colour), args.output);

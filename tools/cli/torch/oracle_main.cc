@@ -15,9 +15,10 @@
 #include "tools/cli/torch_commands.h"
 
 #include "runtime/differential.h"
-#include "sim/input_error.h"
 #include "runtime/oracle.h"
 #include "runtime/reducer_factory.h"
+#include "sim/input_error.h"
+#include "sim/json_text.h"
 #include "sim/report.h"
 #include "sim/verify.h"
 
@@ -70,7 +71,7 @@ int run_oracle_command(const OracleArgs& args) {
     for (const auto& f : predicted.simulation.findings) j["predicted"].push_back(finding_json(f));
     j["unclassified_errors"] = observed.unclassified_errors;
     j["agree"] = comparison.agree();
-    std::cout << j.dump(2) << "\n";
+    std::cout << json_text(j, 2) << "\n";
   } else {
     std::cout << fmt::format("real DDP (c10d Reducer over Gloo, {} ranks): {}\n", predicted.plan.world_size,
                              observed.ok() ? "ok" : "failed");

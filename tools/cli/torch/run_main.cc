@@ -22,6 +22,7 @@
 #include "runtime/trainer.h"
 #include "runtime/training_checkpoint.h"
 #include "sim/input_error.h"
+#include "sim/json_text.h"
 #include "sim/model_structure.h"
 #include "sim/report.h"
 #include "sim/verify.h"
@@ -288,7 +289,7 @@ int run_run(const RunArgs& args) {
     const std::optional<PlanCost> predicted = predict_cost(plan, build_model_structure(plan));
     const nlohmann::json summary = summary_json(plan, args, device, environment->world_size, result, predicted, applied);
     std::cerr << prediction_table(summary);
-    emit(summary.dump(2) + "\n", args.json);
+    emit(json_text(summary, 2) + "\n", args.json);
   }
   return 0;
 }
