@@ -13,6 +13,7 @@
 #include "sim/plan.h"
 #include "sim/step_prediction.h"
 #include "tests/cli/run_binary.h"
+#include "tests/temp_dir.h"
 #include "tests/traces/runtime_trace_fixture.h"
 
 namespace {
@@ -24,26 +25,22 @@ const char* kPlan =
     "lora_target_linear: true\ngradient_checkpointing: true\nactivation_offloading: true\n"
     "ddp_find_unused_parameters: false\nhookstream:\n  world_size: 2\n  offload_protocol: single_buffer\n";
 
+// The plan and a Kineto trace of its step as `hookstream run --trace` records it, in a scratch
+// directory removed when the Files go.
 struct Files {
-  std::filesystem::path dir;
+  hookstream::test::TempDir dir;
   std::string plan, trace;
-};
 
-// The plan and a Kineto trace of its step as `hookstream run --trace` records it.
-Files write_files(const std::string& name) {
-  Files f;
-  f.dir = std::filesystem::temp_directory_path() / ("hookstream-replay-step-test-" + std::to_string(getpid()) + "-" + name);
-  std::filesystem::remove_all(f.dir);
-  std::filesystem::create_directories(f.dir);
-  f.plan = (f.dir / "plan.yaml").string();
-  f.trace = (f.dir / "trace.json").string();
-  std::ofstream(f.plan) << kPlan;
-  const hookstream::Plan plan = hookstream::parse_plan(kPlan, f.plan);
-  const hookstream::StepPrediction prediction =
-      hookstream::predict_step(plan, hookstream::build_model_structure(plan), hookstream::find_device_spec(plan.gpu));
-  std::ofstream(f.trace) << hookstream::test::make_runtime_trace(prediction.schedule.model).json;
-  return f;
-}
+  explicit Files(const std::string& name)
+      : dir("hookstream-replay-step-test-" + std::to_string(getpid()) + "-" + name),
+        plan((dir / "plan.yaml").string()), trace((dir / "trace.json").string()) {
+    std::ofstream(plan) << kPlan;
+    const hookstream::Plan parsed = hookstream::parse_plan(kPlan, plan);
+    const hookstream::StepPrediction prediction = hookstream::predict_step(
+        parsed, hookstream::build_model_structure(parsed), hookstream::find_device_spec(parsed.gpu));
+    std::ofstream(trace) << hookstream::test::make_runtime_trace(prediction.schedule.model).json;
+  }
+};
 
 double input_step_ns(const std::string& args) {
   const auto r = run_binary("plan " + args + " --format json");
@@ -54,7 +51,7 @@ double input_step_ns(const std::string& args) {
 }  // namespace
 
 TEST_CASE("replay --plan --calibrate writes a calibration that plan and simulate load", "[cli][replay]") {
-  const Files f = write_files("calibrate");
+  const Files f("calibrate");
   const std::string calibration = (f.dir / "calibration.json").string();
   const auto r = run_binary("replay " + f.trace + " --plan " + f.plan + " --calibrate " + calibration + " --format json");
   REQUIRE(r.exit_code == 0);
@@ -84,7 +81,7 @@ TEST_CASE("replay --plan --calibrate writes a calibration that plan and simulate
 }
 
 TEST_CASE("replay --what-if, --timeline and --step on an annotated trace", "[cli][replay]") {
-  const Files f = write_files("what-if");
+  const Files f("what-if");
   const std::string timeline = (f.dir / "timeline.json").string();
   const auto r = run_binary("replay " + f.trace + " --step 0 --what-if second_reload_buffer --what-if remove_host_sync "
                             "--timeline " + timeline);
@@ -100,7 +97,7 @@ TEST_CASE("replay --what-if, --timeline and --step on an annotated trace", "[cli
 }
 
 TEST_CASE("replay step options: bad input exits 2 with one line and no output", "[cli][replay]") {
-  const Files f = write_files("bad");
+  const Files f("bad");
   const std::string out = (f.dir / "out.txt").string();
   const std::string calibration = (f.dir / "c.json").string();
   for (const std::string& args : {f.trace + " --calibrate " + calibration + " -o " + out,

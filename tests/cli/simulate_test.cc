@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/cli/run_binary.h"
+#include "tests/temp_dir.h"
 
 #include <array>
 #include <cstdio>
@@ -15,10 +16,10 @@
 namespace {
 using Run = hookstream::testing::BinaryRun;
 Run run(const std::string& args) { return hookstream::testing::run_binary(args); }
-std::filesystem::path temp_dir() {
-  const auto dir = std::filesystem::temp_directory_path() / "hookstream-simulate-test";
-  std::filesystem::create_directories(dir);
-  return dir;
+// This process's scratch directory, removed when the test program exits.
+const std::filesystem::path& temp_dir() {
+  static const hookstream::test::TempDir dir("hookstream-simulate-test-" + std::to_string(getpid()));
+  return dir.path();
 }
 // A plan whose DDP schedule is clean (tiny-llama, reentrant checkpointing, find_unused off).
 // ctest runs test cases as parallel processes: each plan file is named by process and content.

@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
 #include "sim/input_error.h"
+#include "tests/temp_dir.h"
 
 namespace hookstream {
 namespace {
@@ -39,21 +41,13 @@ LoadOptions with_set(std::vector<std::string> set) {
   return options;
 }
 
-// A scratch directory removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / ("hookstream_plan_test_" + name)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path write(const std::string& relative, const std::string& text) const {
-    const fs::path file = path / relative;
-    fs::create_directories(file.parent_path());
-    std::ofstream(file) << text;
-    return file;
-  }
-};
+// Writes `text` to `relative` under `dir`, creating its directories.
+fs::path write_file(const test::TempDir& dir, const std::string& relative, const std::string& text) {
+  const fs::path file = dir / relative;
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << text;
+  return file;
+}
 
 void check_same_override(const PlanOverride& a, const PlanOverride& b) {
   CHECK(a.sequence_len == b.sequence_len);
@@ -384,27 +378,27 @@ TEST_CASE("malformed, empty and non-mapping plans", "[plan]") {
 }
 
 TEST_CASE("base_model resolves paths (plan directory first), directories and presets", "[plan]") {
-  const TempDir dir("resolve");
+  const test::TempDir dir("hookstream_plan_test_resolve_" + std::to_string(getpid()));
   const std::string config = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
                                  "num_attention_heads": 2, "vocab_size": 10})";
-  dir.write("plans/models/small/config.json", config);
-  dir.write("plans/file.yaml", "base_model: models/small/config.json\n");
-  dir.write("plans/dir.yaml", "base_model: models/small\n");
+  write_file(dir, "plans/models/small/config.json", config);
+  write_file(dir, "plans/file.yaml", "base_model: models/small/config.json\n");
+  write_file(dir, "plans/dir.yaml", "base_model: models/small\n");
 
-  const Plan by_file = load_plan((dir.path / "plans/file.yaml").string());
+  const Plan by_file = load_plan((dir.path() / "plans/file.yaml").string());
   CHECK(by_file.model.num_hidden_layers == 3);
-  CHECK(by_file.base_model == (dir.path / "plans/models/small/config.json").string());
+  CHECK(by_file.base_model == (dir.path() / "plans/models/small/config.json").string());
   CHECK(by_file.model.source == by_file.base_model);
 
-  const Plan by_dir = load_plan((dir.path / "plans/dir.yaml").string());
+  const Plan by_dir = load_plan((dir.path() / "plans/dir.yaml").string());
   CHECK(by_dir.model.hidden_size == 32);
-  CHECK(by_dir.base_model == (dir.path / "plans/models/small/config.json").string());
+  CHECK(by_dir.base_model == (dir.path() / "plans/models/small/config.json").string());
 
   LoadOptions options;
-  options.model_path = (dir.path / "plans/models/small").string();
+  options.model_path = (dir.path() / "plans/models/small").string();
   const Plan overridden = parse("base_model: tiny-llama\n", options);
   CHECK(overridden.model.num_hidden_layers == 3);
-  CHECK(overridden.base_model == (dir.path / "plans/models/small/config.json").string());
+  CHECK(overridden.base_model == (dir.path() / "plans/models/small/config.json").string());
 
   const std::string missing = parse_error("base_model: org/no-such-model\n");
   CHECK(missing.rfind("plan.yaml:1: key \"base_model\": cannot resolve \"org/no-such-model\": not a config.json, "
@@ -573,8 +567,8 @@ hookstream:
 }
 
 TEST_CASE("to_yaml round-trips", "[plan]") {
-  const TempDir dir("roundtrip");
-  dir.write("m/config.json", R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
+  const test::TempDir dir("hookstream_plan_test_roundtrip_" + std::to_string(getpid()));
+  write_file(dir, "m/config.json", R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
                                  "num_attention_heads": 2, "vocab_size": 10})");
   const std::vector<std::string> plans = {
       "base_model: tiny-llama\n",
@@ -582,7 +576,7 @@ TEST_CASE("to_yaml round-trips", "[plan]") {
       "base_model: Qwen/Qwen3-VL-4B-Instruct\nadapter: qlora\nlora_target_linear: true\nlora_alpha: 0.5\n"
       "gradient_checkpointing: unsloth\ndevice_map: auto\nhookstream:\n  checkpoint_layers: all\n"
       "  train_vision_tower: false\n  tiled_mlp_backward: function_returns_grads\n  tiled_mlp_weights_as_inputs: true\n",
-      "base_model: " + (dir.path / "m").string() + "\ngradient_checkpointing: true\nunfrozen_parameters: [\"a|b\"]\n"
+      "base_model: " + (dir.path() / "m").string() + "\ngradient_checkpointing: true\nunfrozen_parameters: [\"a|b\"]\n"
       "ddp_find_unused_parameters: true\nhookstream:\n  world_size: 3\n  iterations: 4\n"
       "  rank_overrides: {0: {unused_modules: []}, 2: {sequence_len: 9, checkpoint_twice_layers: [5]}}\n"
       "  iteration_overrides: {3: {tiled_mlp_num_shards: 2, unused_modules: [\"model.layers.1.mlp\", lm_head]}}\n",

@@ -47,7 +47,8 @@ TEST_CASE("scaled nsys trace imports as shifted copies of the original", "[trace
   // connection (nsys_importer.cc); the original's ~2.9 k are read on one. Both paths must give
   // the same ops.
   constexpr int kCopies = 8;
-  const std::string path = (test::temp_dir("scaled-nsys") / "x8.sqlite").string();
+  const auto dir = test::temp_dir("scaled-nsys");
+  const std::string path = (dir / "x8.sqlite").string();
   bench::write_scaled_nsys(source, path, kCopies);
   const EventModel original = load_trace(source);
   const EventModel scaled = load_trace(path);

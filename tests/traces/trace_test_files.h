@@ -8,19 +8,17 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/temp_dir.h"
+
 namespace hookstream::test {
 
 inline std::string shared_trace(const std::string& relative) {
   return std::string(HOOKSTREAM_SHARED_DIR) + "/traces/" + relative;
 }
 
-// A fresh directory under the system temp dir, unique per process and name.
-inline std::filesystem::path temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("hookstream-traces-test-" + std::to_string(getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+// A fresh directory for one test, unique per process and name, removed when it goes.
+inline TempDir temp_dir(const std::string& name) {
+  return TempDir("hookstream-traces-test-" + std::to_string(getpid()) + "-" + name);
 }
 
 // The whole inflated content of a gzip file, read with zlib (independently of the importers).
