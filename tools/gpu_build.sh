@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds hookstream on a GPU machine against the LibTorch inside the installed PyTorch wheel
 # (../shared/docs/runtime-notes.md). Such machines have no package registry: the C++ libraries
-# hookstream uses (fmt, yaml-cpp, nlohmann-json, CLI11, Catch2, Boost headers, SQLite, zlib) come as
-# Debian 12 packages in $HOOKSTREAM_DEBS (default: .debs/ in the checkout, filled on a Debian machine
-# by `tools/gpu_build.sh --fetch`), unpacked into a private prefix, never into /.
+# hookstream uses (fmt, yaml-cpp, nlohmann-json, CLI11, Catch2, Boost headers, SQLite, zlib, simdjson,
+# ISA-L) come as Debian 12 packages in $HOOKSTREAM_DEBS (default: .debs/ in the checkout, filled on
+# a Debian machine by `tools/gpu_build.sh --fetch`), unpacked into a private prefix, never into /.
 #
 #   tools/gpu_build.sh --fetch        # on the Debian dev machine: download the .debs into .debs/
 #   tools/gpu_build.sh [BUILD_DIR]    # on the GPU machine: unpack, configure, build (default build-gpu)
@@ -11,7 +11,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 debs=${HOOKSTREAM_DEBS:-$here/.debs}
 packages=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev catch2
-          libboost1.74-dev libsqlite3-dev libsqlite3-0 zlib1g-dev zlib1g libsimdjson-dev libsimdjson14)
+          libboost1.74-dev libsqlite3-dev libsqlite3-0 zlib1g-dev zlib1g libsimdjson-dev libsimdjson14
+          libisal-dev libisal2)
 
 if [[ "${1:-}" == "--fetch" ]]; then
   mkdir -p "$debs"
