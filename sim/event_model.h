@@ -69,8 +69,9 @@ struct BufferAccess {
 };
 
 struct Op {
-  // Fields are grouped so that the struct packs into 152 bytes (168 with one int per enum and the
-  // fields in reading order): a long trace holds ~10^6 ops across import, step cut and replay.
+  // Fields are grouped so that the struct packs into 128 bytes (144 with one int per enum and the
+  // fields in reading order; each Text is one pointer): a long trace holds ~10^6 ops across
+  // import, step cut and replay.
   OpKind kind = OpKind::Kernel;
   CopyKind copy = CopyKind::Unknown;
   MemoryKind source = MemoryKind::Unknown, destination = MemoryKind::Unknown;
@@ -95,7 +96,7 @@ struct Op {
   int64_t correlation = -1;  // trace correlation id linking host call and GPU activity
   Text source_api;           // the runtime/driver API call that issued it, when known
 };
-static_assert(sizeof(void*) != 8 || sizeof(Op) <= 152, "Op grew: see the note on its field order");
+static_assert(sizeof(void*) != 8 || sizeof(Op) <= 128, "Op grew: see the note on its field order");
 
 struct Event {
   std::string name;
