@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "sim/input_error.h"
@@ -20,6 +21,12 @@ const char* to_string(TraceFormat format) {
 }
 
 TraceFormat detect_trace_format(const std::string& path) {
+  // A directory opens and reads as empty; say what it is (tensorboard_trace_handler writes one
+  // file per rank into a directory: each is given, in rank order).
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw InputError(path, "is a directory: expected trace files (one per rank, e.g. DIR/*.pt.trace.json)");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, std::string("cannot open (") + std::strerror(errno) + ")");
   std::array<char, 64> head{};

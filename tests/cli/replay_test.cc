@@ -84,6 +84,12 @@ TEST_CASE("replay: bad input exits 2 with one line and no output file", "[cli][r
   CHECK(bad.out.find(truncated + ": truncated SQLite database") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(output));
 
+  // A directory of rank traces (tensorboard_trace_handler's output) is named as one.
+  const ReplayRun directory = replay(trace("kineto"));
+  CHECK(directory.exit_code == 2);
+  CHECK(std::count(directory.out.begin(), directory.out.end(), '\n') == 1);
+  CHECK(directory.out.find("kineto: is a directory: expected trace files (one per rank") != std::string::npos);
+
   CHECK(replay("").exit_code == 2);  // no trace given
   CHECK(replay(trace("kineto/event-sync.json.gz") + " --format yaml").exit_code == 2);
 }
