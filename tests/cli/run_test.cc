@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "tests/cli/run_binary.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using hookstream::testing::run_binary;
@@ -30,12 +31,9 @@ const std::string kTinyRun = kSource + "/plans/tiny-run.yaml";
 const std::string kDefault = kSource + "/plans/default.yaml";
 const std::string kTinyModel = kSource + "/presets/tiny-llama.json";
 
-// A per-process scratch directory (ctest runs tests in parallel).
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("hookstream-run-test-" + std::to_string(getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+// A per-process scratch directory (ctest runs tests in parallel), removed when the test ends.
+hookstream::test::TempDir scratch(const std::string& name) {
+  return hookstream::test::TempDir("hookstream-run-test-" + std::to_string(getpid()) + "-" + name);
 }
 
 nlohmann::json read_json(const fs::path& path) {
@@ -72,7 +70,7 @@ const std::string kDefaultTiny = kDefault + " --model " + kTinyModel + " --nproc
 }  // namespace
 
 TEST_CASE("run trains the bundled tiny plan on 2 CPU ranks and the loss falls", "[cli][run]") {
-  const fs::path dir = scratch("tiny");
+  const auto dir = scratch("tiny");
   const auto r = run_binary("run " + kTinyRun + " --steps 8 --device cpu --trace " + (dir / "trace.json").string() +
                             " --json " + (dir / "summary.json").string());
   INFO(r.out);
@@ -117,7 +115,6 @@ TEST_CASE("run trains the bundled tiny plan on 2 CPU ranks and the loss falls", 
     slowest = std::max(slowest, rank["measured_step_ns"].get<double>());
   }
   CHECK(j["step"]["plan"]["measured_step_ns"].get<double>() == slowest);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("run refuses the default plan with the verifier's report, and --apply-fix trains it", "[cli][run]") {
@@ -127,7 +124,7 @@ TEST_CASE("run refuses the default plan with the verifier's report, and --apply-
   CHECK(refused.out.find("refusing to run a plan that fails verification") != std::string::npos);
   CHECK(refused.out.find("marked_ready_twice") != std::string::npos);  // the verifier's finding
 
-  const fs::path dir = scratch("apply-fix");
+  const auto dir = scratch("apply-fix");
   const auto fixed = run_binary("run " + kDefaultTiny + " --steps 2 --apply-fix --json " + (dir / "s.json").string());
   INFO(fixed.out);
   REQUIRE(fixed.exit_code == 0);
@@ -136,7 +133,6 @@ TEST_CASE("run refuses the default plan with the verifier's report, and --apply-
   CHECK(summary["steps"].size() == 2);
   CHECK_FALSE(summary["applied_fix"].empty());
   CHECK(summary["replicas_identical"] == true);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("run --force on the default plan reports the real Reducer's error with the rank, no hang", "[cli][run]") {
@@ -161,7 +157,7 @@ TEST_CASE("run: a rank that dies makes the others stop with a message naming it"
 }
 
 TEST_CASE("run: SIGINT to the launcher stops every rank, exit 130, no partial files", "[cli][run]") {
-  const fs::path dir = scratch("sigint");
+  const auto dir = scratch("sigint");
   const fs::path log = dir / "log.txt";
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
@@ -188,12 +184,11 @@ TEST_CASE("run: SIGINT to the launcher stops every rank, exit 130, no partial fi
   CHECK_FALSE(fs::exists(dir / "summary.json"));
   CHECK_FALSE(fs::exists(dir / "trace.json"));
   CHECK_FALSE(has_temporary_files(dir));
-  fs::remove_all(dir);
 }
 
 TEST_CASE("run: a run stopped after 2 steps and resumed follows the uninterrupted loss curve bit for bit",
           "[cli][run]") {
-  const fs::path dir = scratch("resume");
+  const auto dir = scratch("resume");
   const std::string base = "run " + kTinyRun + " --device cpu ";
   const auto whole = run_binary(base + "--steps 5 --json " + (dir / "whole.json").string());
   REQUIRE(whole.exit_code == 0);
@@ -215,11 +210,10 @@ TEST_CASE("run: a run stopped after 2 steps and resumed follows the uninterrupte
   for (int i = 0; i < 2; ++i) CHECK(a["steps"][i]["loss"].get<double>() == w["steps"][i]["loss"].get<double>());
   for (int i = 0; i < 3; ++i) CHECK(b["steps"][i]["loss"].get<double>() == w["steps"][i + 2]["loss"].get<double>());
   CHECK(b["parameter_digest"] == w["parameter_digest"]);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("run: bad input exits 2 with one line and starts no rank", "[cli][run]") {
-  const fs::path dir = scratch("bad");
+  const auto dir = scratch("bad");
   auto check_one_line = [](const hookstream::testing::BinaryRun& r, const std::string& expected) {
     INFO(r.out);
     CHECK(r.exit_code == 2);
@@ -256,11 +250,10 @@ TEST_CASE("run: bad input exits 2 with one line and starts no rank", "[cli][run]
   check_one_line(run_binary("run " + kTinyRun + " --device cpu --steps 2 --resume --checkpoint-dir " + checkpoints +
                             " --set micro_batch_size=1"),
                  "plan fingerprint");
-  fs::remove_all(dir);
 }
 
 TEST_CASE("an installed hookstream runs run and oracle from its prefix, not from the build tree", "[cli][run]") {
-  const fs::path prefix = scratch("install");
+  const auto prefix = scratch("install");
   const auto installed = run_command(std::string(HOOKSTREAM_CMAKE) + " --install " + HOOKSTREAM_BUILD_DIR + " --prefix " +
                                      prefix.string());
   INFO(installed.out);
@@ -287,7 +280,6 @@ TEST_CASE("an installed hookstream runs run and oracle from its prefix, not from
   CHECK(missing.exit_code == 2);
   CHECK(missing.out.find(module.string()) != std::string::npos);
   CHECK(missing.out.find("cannot load the LibTorch commands module") != std::string::npos);
-  fs::remove_all(prefix);
 }
 
 #endif

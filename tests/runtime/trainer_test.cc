@@ -16,6 +16,7 @@
 #include "runtime/training_checkpoint.h"
 #include "sim/input_error.h"
 #include "sim/plan.h"
+#include "tests/temp_dir.h"
 
 // Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
 #undef CHECK
@@ -26,11 +27,9 @@ using namespace hookstream;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("hookstream-trainer-test-" + std::to_string(getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+// A per-process scratch directory (ctest runs tests in parallel), removed when the test ends.
+test::TempDir scratch(const std::string& name) {
+  return test::TempDir("hookstream-trainer-test-" + std::to_string(getpid()) + "-" + name);
 }
 
 void write_tokens(const fs::path& path, const std::vector<uint32_t>& ids) {
@@ -71,7 +70,7 @@ TEST_CASE("synthetic tokens are the same in every run, differ per rank, and labe
 }
 
 TEST_CASE("a token file is split into one contiguous slice per rank, read front to back", "[trainer]") {
-  const fs::path dir = scratch("tokens");
+  const auto dir = scratch("tokens");
   std::vector<uint32_t> ids(40);
   for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = i;
   write_tokens(dir / "t.bin", ids);
@@ -93,7 +92,6 @@ TEST_CASE("a token file is split into one contiguous slice per rank, read front 
   CHECK_THROWS_WITH(validate_token_file((dir / "bad.bin").string(), 64, 1, 2),
                     Catch::Contains("token 99 at offset 3"));
   CHECK_THROWS_AS(TokenSource::from_file((dir / "t.bin").string(), 64, 0, 2, 30), InputError);  // slice too short
-  fs::remove_all(dir);
 }
 
 TEST_CASE("fault injection hooks parse, and anything else is an input error", "[trainer]") {
@@ -109,7 +107,7 @@ TEST_CASE("fault injection hooks parse, and anything else is an input error", "[
 
 TEST_CASE("one rank trains under the real Reducer, the loss falls, and a resumed run repeats it bit for bit",
           "[trainer]") {
-  const fs::path dir = scratch("train");
+  const auto dir = scratch("train");
   const Plan plan = tiny_run_plan(1);
   TrainerOptions options;
   options.steps = 6;
@@ -138,16 +136,14 @@ TEST_CASE("one rank trains under the real Reducer, the loss falls, and a resumed
   REQUIRE(rest.steps.size() == 3);
   for (size_t i = 0; i < 3; ++i) CHECK(rest.steps[i].loss == whole.steps[i + 3].loss);
   CHECK(rest.parameter_digest == whole.parameter_digest);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("latest_checkpoint ignores unfinished saves", "[trainer]") {
-  const fs::path dir = scratch("latest");
+  const auto dir = scratch("latest");
   CHECK_FALSE(latest_checkpoint((dir / "none").string()));
   fs::create_directories(dir / "step-00000004.partial");
   fs::create_directories(dir / "step-00000007");  // no manifest: rank 0 died before committing
   CHECK_FALSE(latest_checkpoint(dir.string()));
-  fs::remove_all(dir);
 }
 
 TEST_CASE("free_local_port picks a free port below the kernel's ephemeral range, where none can take it", "[trainer][launcher]") {

@@ -160,7 +160,6 @@ TEST_CASE("kineto: a sync record whose call is missing is that sync on its own o
     INFO(op.name);
     if (op.kind == OpKind::Kernel) CHECK(op.stream >= 0);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("kineto newer format: float microseconds after baseTimeNanoseconds", "[traces][kineto]") {

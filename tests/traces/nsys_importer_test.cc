@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <sqlite3.h>
 #include <string>
 #include <vector>
@@ -16,6 +18,17 @@ using namespace hookstream;
 namespace {
 int64_t count(const EventModel& m, OpKind kind) {
   return std::count_if(m.ops.begin(), m.ops.end(), [&](const Op& op) { return op.kind == kind; });
+}
+// A copy of the real cloverleaf export, `name` in `dir`, changed through the sqlite3 API by `edit`.
+std::string edited_cloverleaf(const test::TempDir& dir, const std::string& name, const std::function<void(sqlite3*)>& edit) {
+  const std::string path = (dir / name).string();
+  std::filesystem::copy_file(test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite"), path);
+  sqlite3* raw = nullptr;
+  const int opened = sqlite3_open(path.c_str(), &raw);
+  const std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(raw, sqlite3_close);
+  REQUIRE(opened == SQLITE_OK);
+  edit(db.get());
+  return path;
 }
 }  // namespace
 
@@ -114,24 +127,22 @@ TEST_CASE("nsys first_rank numbers the file's process", "[traces][nsys]") {
 TEST_CASE("a 2022-style export (EXPORT_META_DATA, no ENUM tables) imports like the original", "[traces][nsys]") {
   const auto dir = test::temp_dir("nsys2022");
   const std::string original = test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite");
-  const std::string old_style = (dir / "cloverleaf-2022-style.sqlite").string();
-  std::filesystem::copy_file(original, old_style);
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(old_style.c_str(), &db) == SQLITE_OK);
-  std::vector<std::string> enums;
-  sqlite3_exec(
-      db, "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'ENUM_%'",
-      [](void* out, int, char** values, char**) {
-        static_cast<std::vector<std::string>*>(out)->push_back(values[0]);
-        return 0;
-      },
-      &enums, nullptr);
-  REQUIRE_FALSE(enums.empty());
-  for (const std::string& table : enums) {
-    REQUIRE(sqlite3_exec(db, ("DROP TABLE " + table).c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
-  }
-  REQUIRE(sqlite3_exec(db, "ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA", nullptr, nullptr, nullptr) == SQLITE_OK);
-  sqlite3_close(db);
+  const std::string old_style = edited_cloverleaf(dir, "cloverleaf-2022-style.sqlite", [](sqlite3* db) {
+    std::vector<std::string> enums;
+    sqlite3_exec(
+        db, "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'ENUM_%'",
+        [](void* out, int, char** values, char**) {
+          static_cast<std::vector<std::string>*>(out)->push_back(values[0]);
+          return 0;
+        },
+        &enums, nullptr);
+    REQUIRE_FALSE(enums.empty());
+    for (const std::string& table : enums) {
+      REQUIRE(sqlite3_exec(db, ("DROP TABLE " + table).c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+    }
+    REQUIRE(sqlite3_exec(db, "ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA", nullptr, nullptr, nullptr) ==
+            SQLITE_OK);
+  });
 
   const EventModel fresh = import_nsys_sqlite(original);
   const EventModel old = import_nsys_sqlite(old_style);
@@ -140,7 +151,6 @@ TEST_CASE("a 2022-style export (EXPORT_META_DATA, no ENUM tables) imports like t
   CHECK(count(old, OpKind::Copy) == 279);
   CHECK(count(old, OpKind::DeviceSync) == 1312);
   CHECK(old.streams.size() == fresh.streams.size());
-  std::filesystem::remove_all(dir);
 }
 
 // GPU rows join their API call by (process, correlation id). CUPTI's ids are consecutive, which the
@@ -149,16 +159,13 @@ TEST_CASE("a 2022-style export (EXPORT_META_DATA, no ENUM tables) imports like t
 TEST_CASE("nsys: GPU ops join their API calls whether correlation ids are dense or spread out", "[traces][nsys]") {
   const auto dir = test::temp_dir("nsys-sparse-ids");
   const std::string original = test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite");
-  const std::string spread = (dir / "cloverleaf-spread-ids.sqlite").string();
-  std::filesystem::copy_file(original, spread);
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(spread.c_str(), &db) == SQLITE_OK);
-  for (const char* table : {"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}) {
-    const std::string sql = std::string("UPDATE ") + table + " SET correlationId = correlationId * 1000 + 7";
-    REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
-  }
-  sqlite3_close(db);
+  const std::string spread = edited_cloverleaf(dir, "cloverleaf-spread-ids.sqlite", [](sqlite3* db) {
+    for (const char* table : {"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                              "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}) {
+      const std::string sql = std::string("UPDATE ") + table + " SET correlationId = correlationId * 1000 + 7";
+      REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+    }
+  });
   const EventModel dense = import_nsys_sqlite(original);
   const EventModel sparse = import_nsys_sqlite(spread);
   REQUIRE(sparse.ops.size() == dense.ops.size());
@@ -176,7 +183,6 @@ TEST_CASE("nsys: GPU ops join their API calls whether correlation ids are dense 
     joined += a.kind == OpKind::Kernel && !a.source_api.empty();
   }
   CHECK(joined == 1312);  // every kernel found its launch
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("nsys: sync records whose API call is missing become host time or are skipped, never kernels",
@@ -188,18 +194,15 @@ TEST_CASE("nsys: sync records whose API call is missing become host time or are 
   // replay stopped with an internal error.
   const auto dir = test::temp_dir("nsys-orphan-syncs");
   const std::string original = test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite");
-  const std::string orphans = (dir / "cloverleaf-orphan-syncs.sqlite").string();
-  std::filesystem::copy_file(original, orphans);
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(orphans.c_str(), &db) == SQLITE_OK);
   // rowids 1-3 (syncType 1, stream and event 0xFFFFFFFF in this export): now joined to no call,
   // as an unknown syncType, a wait on no stream, and a device sync.
-  const char* sql =
-      "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 99 WHERE rowid = 1;"
-      "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 2 WHERE rowid = 2;"
-      "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 4 WHERE rowid = 3;";
-  REQUIRE(sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK);
-  sqlite3_close(db);
+  const std::string orphans = edited_cloverleaf(dir, "cloverleaf-orphan-syncs.sqlite", [](sqlite3* db) {
+    REQUIRE(sqlite3_exec(db,
+                         "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 99 WHERE rowid = 1;"
+                         "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 2 WHERE rowid = 2;"
+                         "UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET correlationId = NULL, syncType = 4 WHERE rowid = 3;",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+  });
 
   const EventModel before = import_nsys_sqlite(original);
   const EventModel after = import_nsys_sqlite(orphans);
@@ -217,5 +220,4 @@ TEST_CASE("nsys: sync records whose API call is missing become host time or are 
     INFO(op.name);
     if (on_device) CHECK(op.stream >= 0);
   }
-  std::filesystem::remove_all(dir);
 }
