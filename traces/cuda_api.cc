@@ -46,6 +46,11 @@ ApiRole classify_api(std::string_view full_name) {
   return ApiRole::Other;
 }
 
+bool is_sync_role(ApiRole role) {
+  return role == ApiRole::StreamWait || role == ApiRole::EventSync || role == ApiRole::StreamSync ||
+         role == ApiRole::DeviceSync;
+}
+
 bool blocks_host(ApiRole role) {
   switch (role) {
     case ApiRole::EventSync:

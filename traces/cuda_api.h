@@ -29,6 +29,11 @@ ApiRole classify_api(std::string_view name);
 // True for roles whose call does not return until GPU work is done.
 bool blocks_host(ApiRole role);
 
+// True for the four roles a sync record stands for (nsys SYNCHRONIZATION rows, Kineto "cuda_sync"
+// events): StreamWait, EventSync, StreamSync, DeviceSync. CUPTI also writes records for calls
+// that order nothing (cudaEventQuery, cudaStreamQuery): both importers skip those.
+bool is_sync_role(ApiRole role);
+
 // NCCL kernels ("ncclKernel_AllReduce_RING_LL_Sum_float", "ncclDevKernel_...") are the
 // collectives of a DDP step; every other kernel is compute.
 bool is_collective_kernel(std::string_view kernel_name);

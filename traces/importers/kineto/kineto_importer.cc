@@ -324,9 +324,7 @@ class KinetoAssembler {
       // Classify by the API call's name when the call is in the trace: CUPTI emits "Event Sync"
       // records for cudaEventQuery too, which does not block (event-sync.json.gz has one).
       const ApiRole role = call ? call->role : role_from_sync_kind(s.kind);
-      const bool is_sync = role == ApiRole::StreamWait || role == ApiRole::EventSync ||
-                           role == ApiRole::StreamSync || role == ApiRole::DeviceSync;
-      if (!is_sync) {
+      if (!is_sync_role(role)) {
         mark_record(s);
         continue;  // the call, where the trace has it, stays host time
       }

@@ -481,10 +481,7 @@ class NsysReader {
       // The name wins: CUPTI also writes records for calls that do not block (cudaEventQuery,
       // cudaStreamQuery); those stay HostCompute. A record whose call is not in the export and
       // whose syncType names no known sync says nothing the model can use.
-      if (role != ApiRole::StreamWait && role != ApiRole::EventSync && role != ApiRole::StreamSync &&
-          role != ApiRole::DeviceSync) {
-        continue;
-      }
+      if (!is_sync_role(role)) continue;
       size_t handle;
       if (call) {
         handle = call->op;
