@@ -77,4 +77,24 @@ bool is_collective_kernel(std::string_view kernel_name) {
   return false;
 }
 
+std::string display_op_name(std::string_view name, size_t limit) {
+  if (starts_with(name, "void ") && ends_with(name, ")")) {
+    // The parameter list is the last top-level "(...)"; parentheses inside it ("operator()",
+    // "{lambda(long, long)#1}") are counted, not matched by position.
+    int depth = 0;
+    for (size_t i = name.size(); i-- > 5;) {
+      if (name[i] == ')') {
+        ++depth;
+      } else if (name[i] == '(' && --depth == 0) {
+        if (i > 5) name = name.substr(5, i - 5);
+        break;
+      }
+    }
+  }
+  if (name.size() <= limit) return std::string(name);
+  size_t cut = limit - 3;
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return std::string(name.substr(0, cut)) + "...";
+}
+
 }  // namespace hookstream

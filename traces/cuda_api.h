@@ -2,6 +2,8 @@
 // classify calls here so that nsys and Kineto traces of the same program produce the same ops.
 #pragma once
 
+#include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace hookstream {
@@ -37,5 +39,14 @@ bool is_sync_role(ApiRole role);
 // NCCL kernels ("ncclKernel_AllReduce_RING_LL_Sum_float", "ncclDevKernel_...") are the
 // collectives of a DDP step; every other kernel is compute.
 bool is_collective_kernel(std::string_view kernel_name);
+
+// An op's name as a line of the text report shows it. A demangled kernel signature ("void
+// at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, ...>(int, ...)",
+// as both nsys's demangledName and Kineto write it) loses its return type and its parameter list,
+// which repeat what the template arguments say, so the part that tells kernels apart comes first
+// (cutting the whole signature at 40 characters left "void at::native::vectorized_elementwi..."
+// for every elementwise kernel). Anything still longer than `limit` (>= 4) is cut to end in "...",
+// never inside a UTF-8 sequence. The JSON report and the timeline keep the full name.
+std::string display_op_name(std::string_view name, size_t limit);
 
 }  // namespace hookstream

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "traces/analyses/gpu_intervals.h"
+#include "traces/cuda_api.h"
 
 namespace hookstream {
 
@@ -80,11 +81,6 @@ std::string bytes(int64_t b) {
 
 std::string percent(double share) { return format("%.1f%%", share * 100); }
 
-// Long C++ kernel names make a line unreadable; the text report shortens them.
-std::string short_name(const std::string& name, size_t limit = 60) {
-  return name.size() <= limit ? name : name.substr(0, limit - 3) + "...";
-}
-
 const Op& cited(const ReplayReport& r, int index) { return r.cited_ops.at(index); }
 
 std::string stream_label(const ReplayReport& r, int stream) {
@@ -129,7 +125,7 @@ std::string render_replay_text(const ReplayReport& r) {
            std::to_string(d.gpu_ops) + " ops\n";
     for (const DeviceIdleGap& g : d.largest_gaps) {
       out += "    idle " + duration(g.duration_ns) + " at +" + duration(g.start_ns - d.first_ns) + ": after " +
-             short_name(cited(r, g.op_before).name, 40) + ", before " + short_name(cited(r, g.op_after).name, 40) +
+             display_op_name(cited(r, g.op_before).name, 50) + ", before " + display_op_name(cited(r, g.op_after).name, 50) +
              "\n";
     }
   }
@@ -152,7 +148,7 @@ std::string render_replay_text(const ReplayReport& r) {
            ") - synchronous in effect; pin the host buffers\n";
     for (int i : r.pageable.examples) {
       const Op& op = cited(r, i);
-      out += "    " + op.name + " via " + op.source_api + ", rank " + std::to_string(op.rank) + " " +
+      out += "    " + display_op_name(op.name, 60) + " via " + op.source_api + ", rank " + std::to_string(op.rank) + " " +
              stream_label(r, op.stream) + ", " + bytes(op.bytes) + "\n";
     }
   } else {

@@ -5,6 +5,8 @@
 #include <map>
 #include <sstream>
 
+#include "traces/cuda_api.h"
+
 namespace hookstream {
 
 namespace {
@@ -110,7 +112,8 @@ std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& o
     for (size_t k = 0; k < shown; ++k) {
       const CriticalSegment& s = a.critical.segments[k];
       out << "  " << ms_text(s.start_ns) << " +" << ms_text(s.duration_ns) << "  rank " << s.rank << " " << s.where << ": " << s.what << ", "
-          << s.ops << " op" << (s.ops == 1 ? "" : "s") << " (" << s.first_op << (s.ops > 1 ? " .. " + s.last_op : "") << ")\n";
+          << s.ops << " op" << (s.ops == 1 ? "" : "s") << " ("
+          << display_op_name(s.first_op, 60) << (s.ops > 1 ? " .. " + display_op_name(s.last_op, 60) : "") << ")\n";
     }
     if (a.critical.segments_total > shown) {
       out << "  ... " << a.critical.segments_total - shown << " more segments (--critical-segments N lists more, 0 all)\n";

@@ -29,3 +29,28 @@ TEST_CASE("API names with and without nsys version suffixes", "[traces][cuda_api
   CHECK(is_collective_kernel("void NCCLKernel()"));
   CHECK_FALSE(is_collective_kernel("ampere_sgemm_128x64_nn"));
 }
+
+TEST_CASE("the text report names a kernel by what tells it apart", "[traces][cuda_api]") {
+  // Names as the a100 rank-3 Kineto trace and nsys demangledName write them.
+  CHECK(display_op_name("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+                        "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+                        200) ==
+        "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >");
+  // Parentheses inside the template arguments are counted, not taken for the parameter list.
+  CHECK(display_op_name("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<long, at::native::func_wrapper_t<long, "
+                        "at::native::sum_functor<long, long, long>::operator()(at::TensorIterator&)::{lambda(long, long)#1}>, "
+                        "unsigned int, long, 4> >(at::native::ReduceOp<long, long, 4>)",
+                        60) == "at::native::reduce_kernel<512, 1, at::native::ReduceOp<lo...");
+  CHECK(display_op_name("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(cutlass_80_tensorop_"
+                        "s1688gemm_128x128_32x3_nn_align4::Params)",
+                        80) == "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>");
+  // Not a kernel signature: only cut to the limit.
+  CHECK(display_op_name("Memcpy DtoH (Device -> Pageable)", 60) == "Memcpy DtoH (Device -> Pageable)");
+  CHECK(display_op_name("Memcpy DtoH (Device -> Pageable)", 12) == "Memcpy Dt...");
+  CHECK(display_op_name("ampere_sgemm_128x64_nn", 60) == "ampere_sgemm_128x64_nn");
+  // Unbalanced or empty parameter lists leave the signature as it is.
+  CHECK(display_op_name("void k)", 60) == "void k)");
+  CHECK(display_op_name("void ()", 60) == "void ()");
+  // A cut never splits a UTF-8 sequence ("é" is two bytes; the cut would fall between them).
+  CHECK(display_op_name("abcd\xC3\xA9xyz", 8) == "abcd...");
+}
