@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/cli/run_binary.h"
+#include "tests/temp_dir.h"
 
 #include <array>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 using PlanRun = hookstream::testing::BinaryRun;
@@ -81,8 +83,8 @@ TEST_CASE("plan: an unknown GPU is bad input on one line", "[cli][plan]") {
 }
 
 TEST_CASE("plan --timeline writes the input plan's step as a Chrome trace", "[cli][plan]") {
-  const std::string path = (std::filesystem::temp_directory_path() / "hookstream-plan-timeline.json").string();
-  std::filesystem::remove(path);
+  const hookstream::test::TempDir dir("hookstream-plan-timeline-" + std::to_string(getpid()));
+  const std::string path = (dir / "timeline.json").string();
   const PlanRun r = run_plan(kDefault + " --gpu H100 --budget-gib 40 --top 1 --timeline " + path);
   REQUIRE(r.exit_code == 0);
   std::ifstream in(path);

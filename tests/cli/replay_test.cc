@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/cli/run_binary.h"
+#include "tests/temp_dir.h"
 
 #include <algorithm>
 #include <array>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 using ReplayRun = hookstream::testing::BinaryRun;
@@ -19,8 +21,10 @@ ReplayRun replay(const std::string& args) { return hookstream::testing::run_bina
 std::string trace(const std::string& relative) {
   return std::string(HOOKSTREAM_SOURCE_DIR) + "/../shared/traces/" + relative;
 }
+// A file in this process's scratch directory, removed when the test program exits.
 std::string temp(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("hookstream-replay-test-" + name)).string();
+  static const hookstream::test::TempDir dir("hookstream-replay-test-" + std::to_string(getpid()));
+  return (dir / name).string();
 }
 }  // namespace
 
@@ -63,7 +67,6 @@ TEST_CASE("replay: one file per rank", "[cli][replay]") {
 
 TEST_CASE("replay: bad input exits 2 with one line and no output file", "[cli][replay]") {
   const std::string output = temp("out.json");
-  std::filesystem::remove(output);
   const ReplayRun missing = replay("/nonexistent/trace.sqlite -o " + output);
   CHECK(missing.exit_code == 2);
   CHECK(std::count(missing.out.begin(), missing.out.end(), '\n') == 1);

@@ -15,6 +15,7 @@
 #include "sim/step_prediction.h"
 #include "sim/stream_expansion.h"
 #include "sim/stream_protocol.h"
+#include "tests/temp_dir.h"
 
 using namespace hookstream;
 
@@ -44,11 +45,10 @@ BothModels both(const Plan& plan) {
   return m;
 }
 
-// ctest runs test cases as parallel processes: files are named by process.
+// ctest runs test cases as parallel processes: each has its own directory, removed when it exits.
 std::string write_plan(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "hookstream-simulation-report-test";
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / (name + "-" + std::to_string(getpid()) + ".yaml")).string();
+  static const hookstream::test::TempDir dir("hookstream-simulation-report-test-" + std::to_string(getpid()));
+  const std::string path = (dir / (name + ".yaml")).string();
   std::ofstream(path) << text;
   return path;
 }

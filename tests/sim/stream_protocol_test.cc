@@ -4,9 +4,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <unistd.h>
 
 #include "sim/input_error.h"
 #include "sim/stream_protocol.h"
+#include "tests/temp_dir.h"
 
 using namespace hookstream;
 
@@ -128,8 +131,7 @@ TEST_CASE("protocol errors name the line and what is wrong", "[streams]") {
 
 TEST_CASE("protocol lookup: names, paths next to the plan, unknown names", "[streams]") {
   CHECK(resolve_stream_protocol("none").find("protocols/none.yaml") != std::string::npos);
-  const auto dir = std::filesystem::temp_directory_path() / "hookstream-protocol-test";
-  std::filesystem::create_directories(dir);
+  const hookstream::test::TempDir dir("hookstream-protocol-test-" + std::to_string(getpid()));
   std::ofstream(dir / "mine.yaml") << kValid;
   CHECK(resolve_stream_protocol("mine.yaml", dir.string()) == (dir / "mine.yaml").string());
   try {
