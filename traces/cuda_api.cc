@@ -78,15 +78,17 @@ bool is_collective_kernel(std::string_view kernel_name) {
 }
 
 std::string display_op_name(std::string_view name, size_t limit) {
-  if (starts_with(name, "void ") && ends_with(name, ")")) {
+  constexpr std::string_view kReturnType = "void ";  // a kernel returns nothing
+  if (starts_with(name, kReturnType) && ends_with(name, ")")) {
     // The parameter list is the last top-level "(...)"; parentheses inside it ("operator()",
     // "{lambda(long, long)#1}") are counted, not matched by position.
+    const size_t from = kReturnType.size();
     int depth = 0;
-    for (size_t i = name.size(); i-- > 5;) {
+    for (size_t i = name.size(); i-- > from;) {
       if (name[i] == ')') {
         ++depth;
       } else if (name[i] == '(' && --depth == 0) {
-        if (i > 5) name = name.substr(5, i - 5);
+        if (i > from) name = name.substr(from, i - from);
         break;
       }
     }
