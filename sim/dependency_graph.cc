@@ -1,6 +1,8 @@
 // GCC 12 reports a false -Wmaybe-uninitialized inside Boost.Graph's edge iterators (boost::optional);
 // the warning points into the Boost headers, so it is silenced for this file's includes.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no such warning (and warns of the pragma)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "sim/dependency_graph.h"
 
 #include <boost/graph/exception.hpp>

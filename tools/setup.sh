@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages hookstream builds against. Idempotent: when everything is present
 # it only checks (dpkg-query) and returns in well under a second.
+#   tools/setup.sh          what the build and the tests need
+#   tools/setup.sh --fuzz   also clang and its sanitizer/libFuzzer runtimes, for fuzz/run.sh
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,9 @@ packages=(
   libsimdjson-dev  # parses Kineto trace chunks ~2x faster than the strict scanner (kineto_event_scanner.cc)
   libtorch-dev libgloo-dev
 )
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang-14 libclang-rt-14-dev)  # libFuzzer, AddressSanitizer, UBSan (fuzz/CMakeLists.txt)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

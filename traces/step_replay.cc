@@ -1,7 +1,10 @@
 // GCC 12 reports a false -Wmaybe-uninitialized inside Boost.Graph (see sim/dependency_graph.cc).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "traces/step_replay.h"
 
+#include <boost/container_hash/hash.hpp>
 #include <algorithm>
 #include <cmath>
 #include <future>
@@ -74,11 +77,9 @@ Op sync_op(OpKind kind, int rank, int stream, const Text& name) {
   return op;
 }
 
-struct RankCorrelationHash {
-  size_t operator()(const std::pair<int, int64_t>& key) const {
-    return std::hash<int64_t>()(key.second * 1000003 ^ key.first);
-  }
-};
+// boost::hash of the pair: correlation ids are whatever the trace says, and the former
+// key.second * 1000003 overflowed (undefined behaviour) for ids past ~9.2e12.
+using RankCorrelationHash = boost::hash<std::pair<int, int64_t>>;
 
 // The times the simulator's scheduler gives a replay's ops: every op carries its recorded
 // duration, which estimate_op_ns uses before any device figure, so no device is needed.

@@ -162,6 +162,39 @@ TEST_CASE("kineto: a sync record whose call is missing is that sync on its own o
   }
 }
 
+TEST_CASE("kineto: a ts outside int64 microseconds drops its event, such a dur counts as absent", "[traces][kineto]") {
+  // fuzz/replay: a digit added to a kernel's ts (1.7e22 us) made it the scanner's "absent"
+  // (INT64_MIN), which the importer took for a time: the trace's origin went to -9.2e18 us and
+  // every other op's start overflowed (undefined behaviour) into nonsense.
+  const auto dir = test::temp_dir("kineto-ts-range");
+  nlohmann::json doc = nlohmann::json::parse(test::inflate_all(test::shared_trace("kineto/event-sync.json.gz")));
+  int kernels = 0;
+  for (auto& e : doc["traceEvents"]) {
+    if (e.value("cat", "") != "kernel") continue;
+    if (kernels == 0) e["ts"] = 1.7e22;
+    if (kernels == 1) e["dur"] = 1e30;
+    ++kernels;
+  }
+  REQUIRE(kernels == 4);
+  const std::string path = (dir / "ts-range.json").string();
+  std::ofstream(path) << doc.dump();
+  const EventModel before = import_kineto_json(test::shared_trace("kineto/event-sync.json.gz"));
+  const EventModel after = import_kineto_json(path);
+  CHECK(count(after, OpKind::Kernel) == count(before, OpKind::Kernel) - 1);
+  CHECK(after.ops.size() == before.ops.size() - 1);
+  double lo = before.ops.front().start_ns, hi = lo;
+  for (const Op& op : before.ops) lo = std::min(lo, op.start_ns), hi = std::max(hi, op.start_ns);
+  int zero_kernels = 0;
+  for (const Op& op : after.ops) {
+    INFO(op.name << " at " << op.start_ns << " for " << op.duration_ns);
+    CHECK(op.start_ns >= lo);
+    CHECK(op.start_ns <= hi);
+    CHECK(op.duration_ns >= 0);
+    zero_kernels += op.kind == OpKind::Kernel && op.duration_ns == 0;
+  }
+  CHECK(zero_kernels == 1);  // the kernel whose dur was 1e30
+}
+
 TEST_CASE("kineto newer format: float microseconds after baseTimeNanoseconds", "[traces][kineto]") {
   const auto dir = test::temp_dir("base-time");
   const std::string path = (dir / "new.json").string();

@@ -121,6 +121,35 @@ TEST_CASE("nsys first_rank numbers the file's process", "[traces][nsys]") {
   for (const Op& op : m.ops) CHECK(op.rank == 5);
 }
 
+TEST_CASE("nsys: a stream's device comes from its own (process, context), whatever the ids' sizes", "[traces][nsys]") {
+  // fuzz/nsys_sql found the key process << 20 | context overflowing (UBSan) for a large id. It also
+  // made contexts collide: process 0's context 1701896 * 2^20 + 1 had the key of cloverleaf's real
+  // context (process 1701896, context 1), so its device (5) was given to all of cloverleaf's streams.
+  const auto dir = test::temp_dir("nsys-context-keys");
+  const std::string path = edited_cloverleaf(dir, "cloverleaf-context-keys.sqlite", [](sqlite3* db) {
+    REQUIRE(sqlite3_exec(db,
+                         "INSERT INTO TARGET_INFO_CUDA_CONTEXT_INFO (nullStreamId, hwId, vmId, processId, deviceId, contextId) "
+                         "VALUES (7, 0, 0, 0, 5, 1784567300097), (7, 0, 0, 9223372036854775807, 6, 1)",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+  });
+  const EventModel m = import_nsys_sqlite(path);
+  // Cloverleaf's 10 streams (TARGET_INFO_CUDA_STREAM, all on its context 1) are on device 0; the two
+  // made-up contexts declare only their null streams (7), each on its own device and process.
+  size_t on_device_0 = 0, made_up = 0;
+  for (const Stream& s : m.streams) {
+    INFO("rank " << s.rank << " stream " << s.id << " device " << s.device);
+    if (s.device == 0) {
+      ++on_device_0;
+    } else {
+      CHECK(s.id == 7);
+      CHECK((s.device == 5 || s.device == 6));
+      ++made_up;
+    }
+  }
+  CHECK(on_device_0 == 10);
+  CHECK(made_up == 2);
+}
+
 // 2022-era exports name the metadata table EXPORT_META_DATA and have no ENUM_* tables
 // (trace-formats.md). None of the shared traces is that old, so one is derived from the real
 // cloverleaf export with the sqlite3 API, and must import to exactly the same model.

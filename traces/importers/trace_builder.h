@@ -4,6 +4,7 @@
 // Both importers share it, so a model's shape does not depend on which format it came from.
 #pragma once
 
+#include <boost/container_hash/hash.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -84,17 +85,23 @@ class TraceBuilder {
   EventModel finish(int first_rank);
 
  private:
+  // boost::hash_combine: the ids are whatever the trace says (fuzz/nsys_sql found the former
+  // k.process * 1000003 overflowing, undefined behaviour, for a process id near INT64_MAX).
+  template <typename... Ids>
+  static size_t hash_ids(Ids... ids) {
+    size_t seed = 0;
+    (boost::hash_combine(seed, ids), ...);
+    return seed;
+  }
   struct KeyHash {
-    size_t operator()(const StreamKey& k) const {
-      return std::hash<int64_t>()(k.process * 1000003 ^ k.device * 10007 ^ k.context * 101 ^ k.stream);
-    }
+    size_t operator()(const StreamKey& k) const { return hash_ids(k.process, k.device, k.context, k.stream); }
   };
   struct EventKey {
     int64_t process, a, b;
     bool operator==(const EventKey& o) const { return process == o.process && a == o.a && b == o.b; }
   };
   struct EventKeyHash {
-    size_t operator()(const EventKey& k) const { return std::hash<int64_t>()(k.process * 1000003 ^ k.a * 10007 ^ k.b); }
+    size_t operator()(const EventKey& k) const { return hash_ids(k.process, k.a, k.b); }
   };
   int stream_slot(const StreamKey& key);
   int process_slot(int64_t process);

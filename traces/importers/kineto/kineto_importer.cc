@@ -183,7 +183,11 @@ class KinetoRecords : public KinetoEventSink {
 
  public:
   void event(KinetoEvent& e) override {
-    if (e.ph.size() != 1 || e.ph[0] != 'X' || !e.has_ts) return;
+    // A ts the scanner could not hold in int64 microseconds (kKinetoAbsent: a damaged number, such
+    // as 1.7e22 where fuzz/replay changed a digit) is no time at all: the event is dropped like
+    // one without "ts". It used to be taken as INT64_MIN us, which then overflowed the origin.
+    if (e.ph.size() != 1 || e.ph[0] != 'X' || !e.has_ts || e.ts.whole == kKinetoAbsent) return;
+    if (e.dur.whole == kKinetoAbsent) e.dur = KinetoMicros{};  // the same for "dur": as if absent
     Category category = category_of(e.cat);
     // LibTorch 1.13's legacy profiler (RecordProfile, profiler_legacy.cpp writeProfilerEventsToStream)
     // writes a bare array of "X" events with no "cat" and pid "CPU Functions": its record_function
@@ -405,7 +409,13 @@ class KinetoAssembler {
   }
 
   double ns(const Micros& m) const {
-    return static_cast<double>(m.whole - origin_us_) * 1000.0 + m.fraction * 1000.0 + offset_ns_;
+    // Exact in int64 for any real trace; a damaged one (fuzz/replay found ts near INT64_MIN beside
+    // ordinary ones) would overflow the subtraction, so it is then done in double.
+    int64_t whole;
+    const double us = __builtin_sub_overflow(m.whole, origin_us_, &whole)
+                          ? static_cast<double>(m.whole) - static_cast<double>(origin_us_)
+                          : static_cast<double>(whole);
+    return us * 1000.0 + m.fraction * 1000.0 + offset_ns_;
   }
   static double duration(const Micros& m) { return static_cast<double>(m.whole) * 1000.0 + m.fraction * 1000.0; }
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <future>
 #include <limits>
+#include <map>
 #include <optional>
 #include <initializer_list>
 #include <unordered_map>
@@ -256,7 +257,10 @@ class NsysReader {
   // Devices per (process, context) come from TARGET_INFO_CUDA_CONTEXT_INFO; stream rows carry no
   // device of their own.
   void read_streams() {
-    std::unordered_map<int64_t, int64_t> device_of_context;  // key: process << 20 | context
+    // (process, context) -> device. A few contexts per export. (The key was once process << 20 |
+    // context: a context id of 2^20 or more named another process's context, and a process id of
+    // 2^43 or more overflowed the shift; found by fuzz/nsys_sql.)
+    std::map<std::pair<int64_t, int64_t>, int64_t> device_of_context;
     if (db_.has_table("TARGET_INFO_CUDA_CONTEXT_INFO")) {
       ColumnList c(db_, "TARGET_INFO_CUDA_CONTEXT_INFO");
       const int process = c.want("processId"), context = c.want("contextId"), device = c.want("deviceId"),
@@ -265,7 +269,7 @@ class NsysReader {
         SqliteQuery q(db_, c.select());
         while (q.step()) {
           const int64_t p = q.integer(process), ctx = q.integer(context), dev = q.integer(device);
-          device_of_context[(p << 20) | ctx] = dev;
+          device_of_context[{p, ctx}] = dev;
           if (null_stream >= 0 && !q.is_null(null_stream)) builder_.declare_null_stream({p, dev, ctx, q.integer(null_stream)});
         }
       }
@@ -278,7 +282,7 @@ class NsysReader {
     SqliteQuery q(db_, c.select());
     while (q.step()) {
       const int64_t p = q.integer(process), ctx = q.integer(context);
-      const auto device = device_of_context.find((p << 20) | ctx);
+      const auto device = device_of_context.find({p, ctx});
       StreamFlags flags;
       // flag: 1 default (blocking) stream, 2 non-blocking, 3 the null stream (legacy default).
       const int64_t f = get(q, flag, 0);

@@ -1,0 +1,35 @@
+// Fuzz targets: one function per target, shared by the libFuzzer drivers (fuzz/*_fuzz.cc, built
+// with clang when HOOKSTREAM_FUZZ is on) and by the regression test that replays every committed
+// input under fuzz/regressions/ through the ordinary build (tests/traces/fuzz_regression_test.cc).
+//
+// Each target writes the input to a file in `dir` (the importers read paths, as the CLI does) and
+// returns "" when the code under test behaved, or a one-paragraph description of what went wrong.
+// Behaving means: a result, or an InputError (the CLI's exit 2); never another exception (exit 3),
+// and for the differential targets, the same result or the same error from every way of reading.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hookstream::fuzz {
+
+// Kineto scanner, differential: the single-threaded scan with the reader's default blocks, with
+// tiny blocks (every refill path), and the parallel scan cut into tiny chunks, with and without the
+// simdjson fast path, must hand the sink the same events and trace info, or throw the same error
+// (kineto_event_scanner.h promises this). The first input byte picks the sizes; the rest is the
+// file (JSON, or gzip when it starts with the gzip magic).
+std::string kineto_scan(const uint8_t* data, size_t size, const std::string& dir);
+
+// The whole `hookstream replay` pipeline on one file of any format: import (format by content),
+// whole-trace analyses, step analysis with every what-if change, text and JSON reports and the
+// timeline. The first input byte picks one or two ranks and whether to ask for the what-ifs.
+std::string replay(const uint8_t* data, size_t size, const std::string& dir);
+
+// The nsys importer and the replay on an SQLite database built by running the input as SQL (a
+// schema and rows, as `sqlite3 export.sqlite .dump` writes them): the fuzzer edits statements and
+// values instead of B-tree pages, so it reaches the importer rather than SQLite's own checks.
+// Input whose SQL does not run is skipped.
+std::string nsys_sql(const uint8_t* data, size_t size, const std::string& dir);
+
+}  // namespace hookstream::fuzz
