@@ -19,7 +19,8 @@ mkdir -p "$here/fuzz/findings"
 status=0
 for target in "${targets[@]}"; do
   work=$(mktemp -d "${TMPDIR:-/tmp}/hookstream-fuzz-corpus.XXXXXX")
-  cp "$here/fuzz/corpus/$target/"* "$work/"
+  mkdir -p "$work/corpus"
+  cp "$here/fuzz/corpus/$target/"* "$work/corpus/"
   dict=()
   [ -f "$here/fuzz/$target.dict" ] && dict=(-dict="$here/fuzz/$target.dict")
   # -max_len: small inputs run fastest (every kineto_scan input is read five ways, the parallel
@@ -27,8 +28,11 @@ for target in "${targets[@]}"; do
   max_len=16384
   [ "$target" = nsys_sql ] && max_len=65536
   echo "fuzz/run.sh: $target for $seconds s"
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    "$here/build-fuzz/fuzz/hookstream_fuzz_$target" "$work" "${dict[@]}" -max_total_time="$seconds" \
+  # TMPDIR: the driver's scratch directory goes under $work, removed below even when the driver
+  # aborted on a finding (its own cleanup runs only at a normal exit).
+  mkdir -p "$work/tmp"
+  TMPDIR="$work/tmp" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "$here/build-fuzz/fuzz/hookstream_fuzz_$target" "$work/corpus" "${dict[@]}" -max_total_time="$seconds" \
     -timeout=20 -rss_limit_mb=4096 -max_len=$max_len -print_final_stats=1 \
     -artifact_prefix="$here/fuzz/findings/$target-" || status=$?
   rm -rf "$work"
