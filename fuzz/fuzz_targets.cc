@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <cstdio>
 #include <exception>
 #include <fstream>
 #include <memory>
@@ -31,8 +32,9 @@ void write_file(const std::string& path, const uint8_t* data, size_t size) {
 // means the same bits.
 class RecordingSink final : public KinetoEventSink {
  public:
-  // The Kineto importer's categories (kineto_importer.cc, category_of) plus one it drops, so that
-  // both the kept and the dropped paths of every parser are compared.
+  // The Kineto importer's categories (kineto_importer.cc, category_of) and gpu_user_annotation,
+  // which it drops: any set serves, as long as every reader keeps the same events by it; every
+  // other category takes the parsers' dropping path.
   bool wants_category(const std::string& cat) const override {
     static constexpr const char* kWanted[] = {"kernel",  "Kernel",      "Memcpy",     "Memset",
                                               "Driver",  "Runtime",     "cuda_sync",  "gpu_memcpy",
@@ -57,12 +59,6 @@ std::string info_text(const KinetoTraceInfo& info) {
 }
 
 // What one way of reading produced: the events and info, or the error's message.
-struct Outcome {
-  std::string how;
-  bool threw = false;
-  std::string result;
-};
-
 template <typename Read>
 std::string outcome_of(Read&& read, bool& internal) {
   try {
@@ -128,22 +124,28 @@ std::string kineto_scan(const uint8_t* data, size_t size, const std::string& dir
     return a == b || (input_error(a) && input_error(b) && (gzip(a) || gzip(b)));
   };
   std::string report;
-  if (internal) report += "an internal error (not InputError)\n";
   for (size_t k = 1; k < outcomes.size(); ++k)
     if (!same(outcomes[k].second, outcomes[0].second))
       report += fmt::format("{} differs from {}:\n--- {}\n+++ {}\n", outcomes[k].first, outcomes[0].first,
                             shorten(outcomes[0].second), shorten(outcomes[k].second));
-  if (internal && report.find("differs") == std::string::npos)
-    for (const auto& [how, result] : outcomes) report += how + ": " + shorten(result) + "\n";
+  if (internal) {
+    // All alike but one threw something other than InputError: show what each reader said.
+    if (report.empty())
+      for (const auto& [how, result] : outcomes) report += how + ": " + shorten(result) + "\n";
+    report = "an internal error (not InputError)\n" + report;
+  }
   return report;
 }
 
 namespace {
 
-// The CLI's replay (tools/cli/replay_command.cc) on `paths`, every output rendered.
-std::string run_replay(const std::vector<std::string>& paths, bool what_if) {
+// The CLI's replay (tools/cli/replay_command.cc) on the file at `path`, every output rendered; the
+// knob's bit 0 gives it as two ranks, bit 1 asks for every what-if change.
+std::string run_replay(const std::string& path, uint8_t knob) {
+  std::vector<std::string> paths{path};
+  if (knob & 1) paths.push_back(path);
   StepAnalysisOptions options;
-  if (what_if)
+  if (knob & 2)
     for (const char* spec : {"second_reload_buffer", "copy_to_side_stream", "bucket_cap_mb=1", "remove_host_sync"})
       options.what_if.push_back(parse_what_if(spec));
   options.critical_segments_shown = 0;
@@ -169,9 +171,7 @@ std::string replay(const uint8_t* data, size_t size, const std::string& dir) {
   const uint8_t knob = data[0];
   const std::string path = dir + "/replay.trace";
   write_file(path, data + 1, size - 1);
-  std::vector<std::string> paths{path};
-  if (knob & 1) paths.push_back(path);
-  return run_replay(paths, (knob & 2) != 0);
+  return run_replay(path, knob);
 }
 
 std::string nsys_sql(const uint8_t* data, size_t size, const std::string& dir) {
@@ -196,9 +196,7 @@ std::string nsys_sql(const uint8_t* data, size_t size, const std::string& dir) {
     sqlite3_close(db);
     if (rc != SQLITE_OK) return "";
   }
-  std::vector<std::string> paths{path};
-  if (knob & 1) paths.push_back(path);
-  return run_replay(paths, (knob & 2) != 0);
+  return run_replay(path, knob);
 }
 
 }  // namespace hookstream::fuzz

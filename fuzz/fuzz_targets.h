@@ -15,9 +15,9 @@
 namespace hookstream::fuzz {
 
 // Kineto scanner, differential: the single-threaded scan with the reader's default blocks, with
-// tiny blocks (every refill path), and the parallel scan cut into tiny chunks, with and without the
-// simdjson fast path, must hand the sink the same events and trace info, or throw the same error
-// (kineto_event_scanner.h promises this). The first input byte picks the sizes; the rest is the
+// tiny blocks (every refill path), with zlib instead of ISA-L, and the parallel scan cut into tiny
+// chunks, with and without the simdjson fast path, must hand the sink the same events and trace
+// info, or throw the same error (kineto_event_scanner.h promises this; corrupt gzip: any input error). The first input byte picks the sizes; the rest is the
 // file (JSON, or gzip when it starts with the gzip magic).
 std::string kineto_scan(const uint8_t* data, size_t size, const std::string& dir);
 

@@ -3,6 +3,7 @@
 // the real traces, each with several settings of the target's first byte. A target reports when
 // the code under test threw something other than InputError or, for kineto_scan, when the
 // single-threaded, small-block and parallel small-chunk scans disagree.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>

@@ -409,8 +409,8 @@ class KinetoAssembler {
   }
 
   double ns(const Micros& m) const {
-    // Exact in int64 for any real trace; a damaged one (fuzz/replay found ts near INT64_MIN beside
-    // ordinary ones) would overflow the subtraction, so it is then done in double.
+    // Exact in int64 for any real trace; in a damaged one whose ts span more than int64 (-9e18 us
+    // beside ordinary ones) the subtraction would overflow, so it is then done in double.
     int64_t whole;
     const double us = __builtin_sub_overflow(m.whole, origin_us_, &whole)
                           ? static_cast<double>(m.whole) - static_cast<double>(origin_us_)
