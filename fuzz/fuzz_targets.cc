@@ -3,14 +3,23 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "sim/calibration.h"
+#include "sim/data_files.h"
 #include "sim/input_error.h"
 #include "sim/json_text.h"
+#include "sim/memory_model.h"
+#include "sim/plan.h"
+#include "sim/simulation_report.h"
+#include "sim/timeline.h"
+#include "sim/verify.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/kineto/kineto_event_scanner.h"
 #include "traces/importers/nsys/nsys_importer.h"
@@ -139,8 +148,53 @@ std::string kineto_scan(const uint8_t* data, size_t size, const std::string& dir
 
 namespace {
 
+std::string bundled(const std::string& relative) { return data_dir() + "/" + relative; }
+
+// What the simulator would do with `plan`, measured in layer passes of one rank: (decoder + vision
+// layers) x iterations x micro-steps x the most shards of any rank or iteration.
+bool small_enough(const Plan& plan) {
+  if (plan.world_size > 64) return false;
+  int shards = 1;
+  std::vector<int> ranks{0};
+  for (const auto& [rank, unused] : plan.rank_overrides) ranks.push_back(rank);
+  for (const int rank : ranks)
+    for (int iteration = 0; iteration < plan.iterations; ++iteration)
+      shards = std::max(shards, plan.tiled_shards_for(rank, iteration));
+  const double passes = (4.0 + plan.model.num_hidden_layers +
+                         (plan.model.vision ? plan.model.vision->depth : 0)) * plan.iterations *
+                        plan.gradient_accumulation_steps * shards;
+  return passes <= 3000;
+}
+
+std::string internal_error(const std::exception& e) {
+  return std::string("internal error (the CLI's exit 3): ") + e.what() + "\n";
+}
+
+// tools/cli/simulate_command.cc: `hookstream simulate PLAN --timeline T` in both formats, and the
+// verify JSON (tools/cli/verify_command.cc) of the same report.
+std::string run_simulate(const std::string& plan_path, const LoadOptions& load) {
+  try {
+    const PlanSource source = read_plan_source(plan_path, load);
+    if (!small_enough(parse_plan(source.yaml_text, source.source, source.options))) return "";
+    const SimulateOptions options;
+    const SimulationReport report = simulate_plan(source, plan_path, options);
+    TimelineOptions timeline;
+    timeline.memory = memory_samples(report.memory.estimate);
+    (void)chrome_trace_json(report.time.schedule.model, timeline);
+    (void)json_text(render_simulation_json(report, options), 2);
+    (void)json_text(render_verify_json(report), 2);
+    (void)render_simulation_text(report, options, true);
+  } catch (const InputError&) {
+    return "";  // the CLI's exit 2
+  } catch (const std::exception& e) {
+    return internal_error(e);
+  }
+  return "";
+}
+
 // The CLI's replay (tools/cli/replay_command.cc) on the file at `path`, every output rendered; the
-// knob's bit 0 gives it as two ranks, bit 1 asks for every what-if change.
+// knob's bit 0 gives it as two ranks, bit 1 asks for every what-if change, bit 2 compares the step
+// with plans/tiny-run.yaml and checks that the calibration it writes loads and simulates.
 std::string run_replay(const std::string& path, uint8_t knob) {
   std::vector<std::string> paths{path};
   if (knob & 1) paths.push_back(path);
@@ -149,8 +203,16 @@ std::string run_replay(const std::string& path, uint8_t knob) {
     for (const char* spec : {"second_reload_buffer", "copy_to_side_stream", "bucket_cap_mb=1", "remove_host_sync"})
       options.what_if.push_back(parse_what_if(spec));
   options.critical_segments_shown = 0;
+  const std::string plan_path = bundled("plans/tiny-run.yaml");
+  std::optional<Plan> plan;
+  std::string calibration;
   try {
+    if (knob & 4) {
+      plan = load_plan(plan_path);
+      options.plan = &*plan;
+    }
     const TraceAnalysis analysis = analyse_trace(load_traces(paths), options);
+    if (analysis.step.plan) calibration = json_text(analysis.step.plan->calibration, 2) + "\n";
     (void)recorded_step_timeline(analysis.step.step, analysis.step.races);
     nlohmann::json j = render_replay_json(analysis.report);
     j["step"] = render_step_json(analysis.step, options);
@@ -159,9 +221,20 @@ std::string run_replay(const std::string& path, uint8_t knob) {
   } catch (const InputError&) {
     return "";  // the CLI's exit 2
   } catch (const std::exception& e) {
-    return std::string("internal error (the CLI's exit 3): ") + e.what() + "\n";
+    return internal_error(e);
   }
-  return "";
+  if (calibration.empty()) return "";
+  // `replay --calibrate FILE` wrote `calibration`: the simulator must accept it as the plan's.
+  const std::string calibration_path = path + ".calibration.json";
+  write_file(calibration_path, reinterpret_cast<const uint8_t*>(calibration.data()), calibration.size());
+  try {
+    (void)parse_calibration(calibration, calibration_path);
+  } catch (const InputError& e) {
+    return std::string("the calibration replay --calibrate wrote does not load: ") + e.what() + "\n" + shorten(calibration);
+  }
+  LoadOptions load;
+  load.set = {"hookstream.calibration=" + calibration_path};
+  return run_simulate(plan_path, load);
 }
 
 }  // namespace
@@ -197,6 +270,28 @@ std::string nsys_sql(const uint8_t* data, size_t size, const std::string& dir) {
     if (rc != SQLITE_OK) return "";
   }
   return run_replay(path, knob);
+}
+
+std::string plan(const uint8_t* data, size_t size, const std::string& dir) {
+  const std::string path = dir + "/plan.yaml";
+  write_file(path, data, size);
+  return run_simulate(path, {});
+}
+
+std::string model_config(const uint8_t* data, size_t size, const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  write_file(path, data, size);
+  LoadOptions load;
+  load.model_path = path;
+  return run_simulate(bundled("plans/tiny-run.yaml"), load);
+}
+
+std::string calibration(const uint8_t* data, size_t size, const std::string& dir) {
+  const std::string path = dir + "/calibration.json";
+  write_file(path, data, size);
+  LoadOptions load;
+  load.set = {"hookstream.calibration=" + path};
+  return run_simulate(bundled("plans/tiny-run.yaml"), load);
 }
 
 }  // namespace hookstream::fuzz

@@ -23,7 +23,9 @@ std::string kineto_scan(const uint8_t* data, size_t size, const std::string& dir
 
 // The whole `hookstream replay` pipeline on one file of any format: import (format by content),
 // whole-trace analyses, step analysis with every what-if change, text and JSON reports and the
-// timeline. The first input byte picks one or two ranks and whether to ask for the what-ifs.
+// timeline. The first input byte picks one or two ranks, whether to ask for the what-ifs, and
+// whether to compare the step with plans/tiny-run.yaml (`--plan`, `--calibrate`): then the
+// calibration the comparison writes must load back and serve `hookstream simulate` of that plan.
 std::string replay(const uint8_t* data, size_t size, const std::string& dir);
 
 // The nsys importer and the replay on an SQLite database built by running the input as SQL (a
@@ -31,5 +33,18 @@ std::string replay(const uint8_t* data, size_t size, const std::string& dir);
 // values instead of B-tree pages, so it reaches the importer rather than SQLite's own checks.
 // Input whose SQL does not run is skipped.
 std::string nsys_sql(const uint8_t* data, size_t size, const std::string& dir);
+
+// `hookstream simulate` of a plan (every check, the fixes searched, text and JSON reports) with one
+// of its input files taken from the fuzzer; the others are bundled. Behaving: a report, or an
+// InputError. Plans whose simulation is large (more than ~3,000 layer passes per rank, or over 64
+// ranks) are only loaded: the simulator's work grows with layers x iterations x micro-steps x
+// shards (4,096 shards of the default plan take ~15 s), and a slow input is not a finding here.
+//   plan          the input is the plan's YAML (base_model, protocols, GPUs: the bundled ones)
+//   model_config  the input is the HF config.json given as --model to plans/tiny-run.yaml (LoRA off,
+//                 offloaded checkpointing, a tiled MLP; a vision config adds its tower)
+//   calibration   the input is the calibration file (hookstream.calibration) of plans/tiny-run.yaml
+std::string plan(const uint8_t* data, size_t size, const std::string& dir);
+std::string model_config(const uint8_t* data, size_t size, const std::string& dir);
+std::string calibration(const uint8_t* data, size_t size, const std::string& dir);
 
 }  // namespace hookstream::fuzz

@@ -7,8 +7,16 @@ Each seed starts with the target's knob byte (fuzz/fuzz_targets.h), then the fil
                        as LibTorch 1.13's profiler writes) of event-sync
   nsys_sql             each nsys export cut to a short window of its activity, as SQL (the tables
                        the importer reads, with the strings those rows name)
+  calibration          the example of sim/calibration.h
+With --runtime-trace (rank 0's trace of `hookstream run plans/tiny-run.yaml --device cpu --trace
+T.json`, LibTorch 1.13 on CPU), also:
+  replay               its last step's hookstream annotations, with the knob's plan bit set (the
+                       target compares the step with plans/tiny-run.yaml and checks its calibration)
+  calibration          with --hookstream BINARY, what `BINARY replay --plan plans/tiny-run.yaml
+                       --calibrate` writes for that step
+The seeds of plan and model_config are the project's own plans and configs (fuzz/run.sh).
 Deterministic; uses only the Python standard library.
-  fuzz/make_seeds.py [--shared ../shared]
+  fuzz/make_seeds.py [--shared ../shared] [--runtime-trace T.rank0.json [--hookstream build/tools/hookstream]]
 """
 import argparse
 import gzip
@@ -16,6 +24,8 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TABLES = ['CUPTI_ACTIVITY_KIND_KERNEL', 'CUPTI_ACTIVITY_KIND_MEMCPY', 'CUPTI_ACTIVITY_KIND_MEMSET',
@@ -83,10 +93,43 @@ def nsys_window(path, kernels=12):
     return ('\n'.join(out) + '\n').encode()
 
 
+def runtime_step(path):
+    """The hookstream annotations of the trace's last step (hookstream:step:N), as a bare event array."""
+    events = json.load(open(path))
+    events = events['traceEvents'] if isinstance(events, dict) else events
+    steps = [e for e in events if e.get('name', '').startswith('hookstream:step:')]
+    last = max(steps, key=lambda e: e['ts'])
+    begin, end = last['ts'], last['ts'] + last['dur']
+    keep = [e for e in events if e.get('name', '').startswith('hookstream:') and begin <= e['ts'] <= end]
+    keep.sort(key=lambda e: (e['ts'], e['name']))
+    return ('[\n' + ',\n'.join(json.dumps(e, sort_keys=True) for e in keep) + '\n]\n').encode()
+
+
+CALIBRATION_EXAMPLE = b"""{"schema": "hookstream.calibration/1", "device": "H100-SXM",
+ "entries": [{"name": "D2H activation.*", "ns": 14900000},
+             {"phase": "backward", "layer_kind": "decoder", "kind": "kernel", "ns": 61000000}]}
+"""
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--shared', default=os.path.join(HERE, '..', '..', 'shared'))
+    parser.add_argument('--runtime-trace')
+    parser.add_argument('--hookstream')
     args = parser.parse_args()
+    folder = os.path.join(HERE, 'corpus', 'calibration')
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, 'example.json'), 'wb').write(CALIBRATION_EXAMPLE)
+    if args.runtime_trace:
+        step = runtime_step(args.runtime_trace)
+        write('replay', 'tiny-run-cpu.json', 0x04, step)
+        write('replay', 'tiny-run-cpu-what-if.json', 0x06, step)
+        if args.hookstream:
+            with tempfile.TemporaryDirectory() as tmp:
+                trace, calibration = os.path.join(tmp, 'trace.json'), os.path.join(folder, 'tiny-run-cpu.json')
+                open(trace, 'wb').write(step)
+                subprocess.run([args.hookstream, 'replay', trace, '--plan', os.path.join(HERE, '..', 'plans', 'tiny-run.yaml'),
+                                '--calibrate', calibration, '-o', os.devnull], check=True)
     kineto = os.path.join(args.shared, 'traces', 'kineto')
     for name in ['event-sync', 'event-sync-multistream']:
         raw = open(os.path.join(kineto, name + '.json.gz'), 'rb').read()

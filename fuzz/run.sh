@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, AddressSanitizer and UBSan on everything; build-fuzz/) and
-# runs each for SECONDS (default 300) from a copy of its seeds (fuzz/corpus/TARGET/; the copy
-# grows, the committed seeds do not). An input that makes a target report, crash, leak or hang is
+# runs each for SECONDS (default 300) from a copy of its seeds (the copy grows, the seeds do not):
+# fuzz/corpus/TARGET/, and for plan and model_config the project's own plans and model configs. An input that makes a target report, crash, leak or hang is
 # written to fuzz/findings/TARGET-*: fix the code, then move the input into
 # fuzz/regressions/TARGET/ so that the traces tests replay it from then on (docs/fuzzing.md).
-#   fuzz/run.sh [SECONDS] [TARGET...]      targets: kineto_scan replay nsys_sql
+#   fuzz/run.sh [SECONDS] [TARGET...]      targets: kineto_scan replay nsys_sql plan model_config calibration
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-300}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(kineto_scan replay nsys_sql)
+[ ${#targets[@]} -gt 0 ] || targets=(kineto_scan replay nsys_sql plan model_config calibration)
 "$here/tools/setup.sh" --fuzz
 CXX=clang++-14 cmake -S "$here" -B "$here/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHOOKSTREAM_WITH_TORCH=OFF \
   -DHOOKSTREAM_BUILD_TESTS=OFF -DHOOKSTREAM_FUZZ=ON >/dev/null
@@ -20,7 +20,12 @@ status=0
 for target in "${targets[@]}"; do
   work=$(mktemp -d "${TMPDIR:-/tmp}/hookstream-fuzz-corpus.XXXXXX")
   mkdir -p "$work/corpus"
-  cp "$here/fuzz/corpus/$target/"* "$work/corpus/"
+  # The seeds: tests/traces/fuzz_regression_test.cc replays the same files (seed_files there).
+  case $target in
+    plan) cp "$here"/plans/*.yaml "$here"/bench/plans/*.yaml "$here"/tests/plans/ddp/*.yaml "$work/corpus/" ;;
+    model_config) cp "$here"/presets/*.json "$here"/tests/plans/models/*.json "$work/corpus/" ;;
+    *) cp "$here/fuzz/corpus/$target/"* "$work/corpus/" ;;
+  esac
   dict=()
   [ -f "$here/fuzz/$target.dict" ] && dict=(-dict="$here/fuzz/$target.dict")
   # -max_len: small inputs run fastest (every kineto_scan input is read five ways, the parallel

@@ -78,7 +78,8 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, or out_of_range 406 for a number past double (1e400), which is valid JSON.
     throw InputError(path_, std::string("malformed header JSON: ") + e.what());
   }
   if (!root.is_object()) throw InputError(path_, "expected the header to be a JSON object");

@@ -4,19 +4,16 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include "sim/input_error.h"
+#include "sim/json_input.h"
 
 namespace hookstream {
 
 namespace {
-
-int line_of(const std::string& text, size_t byte) {
-  byte = std::min(byte, text.size());
-  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(byte), '\n'));
-}
 
 // nlohmann::json keeps no positions, so an entry's line is found by the order of its opening
 // braces after "entries": good enough to point the user at the entry.
@@ -35,7 +32,7 @@ std::vector<int> entry_lines(const std::string& text) {
     }
     if (c == '"') in_string = true;
     else if (c == '[' || c == '{') {
-      if (c == '{' && depth == 1) lines.push_back(line_of(text, i));
+      if (c == '{' && depth == 1) lines.push_back(line_of_byte(text, i));
       ++depth;
     } else if (c == ']' || c == '}') {
       if (--depth == 0) break;
@@ -44,7 +41,25 @@ std::vector<int> entry_lines(const std::string& text) {
   return lines;
 }
 
+std::vector<std::string> op_kind_names() {
+  std::vector<std::string> names;
+  for (int k = 0; k <= static_cast<int>(OpKind::Marker); ++k) names.push_back(to_string(static_cast<OpKind>(k)));
+  return names;
+}
+
+std::string join_choices(const std::vector<std::string>& choices) {
+  std::string text;
+  for (size_t k = 0; k < choices.size(); ++k) text += (k ? ", " : "") + choices[k];
+  return text;
+}
+
 }  // namespace
+
+const std::vector<std::string>& calibration_phases() {
+  // The phases sim/stream_expansion.cc gives the ops of a simulated step (Op::phase).
+  static const std::vector<std::string> phases = {"forward", "recompute", "backward", "optimizer", "reduction"};
+  return phases;
+}
 
 std::optional<double> Calibration::lookup(const Op& op) const {
   for (const CalibrationEntry& entry : entries) {
@@ -59,13 +74,7 @@ std::optional<double> Calibration::lookup(const Op& op) const {
 }
 
 Calibration parse_calibration(const std::string& text, const std::string& source) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InputError(source + ":" + std::to_string(line_of(text, error.byte == 0 ? 0 : error.byte - 1)),
-                     "malformed JSON");
-  }
+  const nlohmann::json root = parse_input_json(text, source);
   if (!root.is_object() || !root.contains("entries") || !root["entries"].is_array()) {
     throw InputError(source, "expected an object with an \"entries\" list");
   }
@@ -99,12 +108,24 @@ Calibration parse_calibration(const std::string& text, const std::string& source
         throw InputError(where, "entry " + std::to_string(i) + ": name is not a regular expression (" + error.what() + ")");
       }
     }
-    entry.phase = read_text("phase");
-    entry.kind = read_text("kind");
-    entry.layer_kind = read_text("layer_kind");
+    // A value no op has would match nothing, silently: the durations it was meant to set would
+    // stay estimates. So each is checked against what the simulator's ops carry.
+    const auto read_choice = [&](const char* key, const std::vector<std::string>& choices) {
+      std::optional<std::string> value = read_text(key);
+      if (value && std::find(choices.begin(), choices.end(), *value) == choices.end())
+        throw InputError(where, "entry " + std::to_string(i) + ": " + key + " \"" + *value + "\" is none of " +
+                                    join_choices(choices));
+      return value;
+    };
+    entry.phase = read_choice("phase", calibration_phases());
+    entry.kind = read_choice("kind", op_kind_names());
+    entry.layer_kind = read_choice("layer_kind", {"decoder", "none"});
     if (item.contains("layer")) {
-      if (!item["layer"].is_number_integer()) throw InputError(where, "entry " + std::to_string(i) + ": layer must be an integer");
-      entry.layer = item["layer"].get<int>();
+      const nlohmann::json& layer = item["layer"];
+      // is_number_unsigned: a non-negative integer; int64 values past int would narrow in get<int>.
+      if (!layer.is_number_unsigned() || layer.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+        throw InputError(where, "entry " + std::to_string(i) + ": layer must be a decoder layer index (an integer >= 0)");
+      entry.layer = layer.get<int>();
     }
     calibration.entries.push_back(std::move(entry));
   }

@@ -6,8 +6,9 @@
 //                {"phase": "backward", "layer_kind": "decoder", "kind": "kernel", "ns": 61000000}]}
 //
 // An entry matches when every field it names matches: `name` (ECMAScript regex, searched in the op
-// name), `phase`, `kind` (to_string(OpKind)), `layer` (decoder layer index) and `layer_kind`
-// ("decoder" for ops of a decoder layer, "none" otherwise). The first matching entry wins, so put
+// name), `phase` (calibration_phases()), `kind` (to_string(OpKind)), `layer` (decoder layer index)
+// and `layer_kind` ("decoder" for ops of a decoder layer, "none" otherwise); a value no op can have
+// is refused, since it would match nothing. The first matching entry wins, so put
 // specific entries before general ones.
 #pragma once
 
@@ -37,6 +38,9 @@ struct Calibration {
   // The measured duration of `op`, or nullopt when no entry matches.
   std::optional<double> lookup(const Op& op) const;
 };
+
+// The values an entry's `phase` may name: the phases of a simulated step's ops.
+const std::vector<std::string>& calibration_phases();
 
 // Throws InputError "FILE:LINE: what was expected".
 Calibration load_calibration(const std::string& path);

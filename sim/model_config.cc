@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/input_error.h"
+#include "sim/json_input.h"
 
 namespace hookstream {
 namespace {
@@ -313,18 +314,7 @@ std::string to_string(DType dtype) {
 int dtype_bytes(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error& error) {
-    // nlohmann's message already names the line/column (or byte) where parsing stopped.
-    std::string message = error.what();
-    const auto bracket = message.find("] ");
-    if (starts_with(message, "[json.exception") && bracket != std::string::npos) {
-      message = message.substr(bracket + 2);
-    }
-    throw InputError(source, "malformed JSON: " + message);
-  }
+  const json root = parse_input_json(json_text, source);
   if (!root.is_object()) throw InputError(source, "expected a JSON object (a Hugging Face config.json), got " + shown(root));
 
   const ConfigReader reader(root, source);

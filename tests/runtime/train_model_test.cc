@@ -328,6 +328,17 @@ TEST_CASE("safetensors: missing, mis-shaped, wrongly typed tensors and damaged f
     out.close();
     REQUIRE_THROWS_WITH(SafetensorsFile(path), Catch::Contains(path) && Catch::Contains("malformed header"));
   }
+  SECTION("a number past double in the header") {
+    // Valid JSON that nlohmann refuses with out_of_range 406 rather than parse_error.
+    const std::string header = R"({"__metadata__": {}, "w": {"dtype": "F32", "shape": [1e400], "data_offsets": [0, 4]}})";
+    std::ofstream out(path, std::ios::binary);
+    const char length[8] = {static_cast<char>(header.size()), 0, 0, 0, 0, 0, 0, 0};
+    out.write(length, 8);
+    out << header << "abcd";
+    out.close();
+    REQUIRE_THROWS_AS(SafetensorsFile(path), InputError);
+    REQUIRE_THROWS_WITH(SafetensorsFile(path), Catch::Contains(path) && Catch::Contains("number overflow"));
+  }
   SECTION("no such file") {
     std::remove(path.c_str());
     REQUIRE_THROWS_AS(TrainModel(plan, options), InputError);

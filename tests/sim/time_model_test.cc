@@ -4,6 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include "sim/input_error.h"
+#include "sim/device_spec.h"
+#include "sim/model_structure.h"
+#include "sim/plan.h"
+#include "sim/step_prediction.h"
+
+#include <algorithm>
+#include <set>
 
 using namespace hookstream;
 
@@ -282,6 +289,43 @@ TEST_CASE("calibration entries replace estimates, first match wins", "[time]") {
                     Catch::StartsWith("cal.json:3: entry 1: unknown key nme"));
   CHECK_THROWS_WITH(parse_calibration("{\"entries\": [\n {\"ns\": -1}]}", "cal.json"), Catch::StartsWith("cal.json:2:"));
   CHECK_THROWS_WITH(parse_calibration("{\"entries\": [\n {\"ns\": 1,}]}", "cal.json"), Catch::StartsWith("cal.json:2: malformed"));
+  // Valid JSON, but a number past double (nlohmann throws out_of_range 406, not parse_error): bad
+  // input with its line, not an internal error (found by fuzz/ target calibration).
+  CHECK_THROWS_WITH(parse_calibration("{\"entries\": [\n {\"ns\": 1e400}]}", "cal.json"),
+                    "cal.json:2: malformed JSON: number overflow parsing '1e400'");
+  // A value no op has would match nothing and leave the estimate in place without a word.
+  CHECK_THROWS_WITH(parse_calibration("{\"entries\": [\n {\"kind\": \"kernal\", \"ns\": 5}]}", "cal.json"),
+                    "cal.json:2: entry 0: kind \"kernal\" is none of kernel, copy, memset, collective, event_record, "
+                    "stream_wait, event_sync, stream_sync, device_sync, alloc, free, record_stream, host_compute, marker");
+  CHECK_THROWS_WITH(parse_calibration("{\"entries\": [{\"phase\": \"fwd\", \"ns\": 5}]}", "cal.json"),
+                    "cal.json:1: entry 0: phase \"fwd\" is none of forward, recompute, backward, optimizer, reduction");
+  CHECK_THROWS_WITH(parse_calibration("{\"entries\": [{\"layer_kind\": \"mlp\", \"ns\": 5}]}", "cal.json"),
+                    "cal.json:1: entry 0: layer_kind \"mlp\" is none of decoder, none");
+  for (const char* layer : {"-1", "2.5", "2147483648", "99999999999", "\"3\""}) {
+    INFO(layer);
+    CHECK_THROWS_WITH(parse_calibration(std::string("{\"entries\": [{\"layer\": ") + layer + ", \"ns\": 5}]}", "cal.json"),
+                      "cal.json:1: entry 0: layer must be a decoder layer index (an integer >= 0)");
+  }
+  CHECK(parse_calibration("{\"entries\": [{\"layer\": 2147483647, \"ns\": 5}]}", "cal.json").entries[0].layer == 2147483647);
+}
+
+TEST_CASE("every phase of a simulated step's ops is one a calibration entry may name", "[time]") {
+  // calibration_phases() lists sim/stream_expansion.cc's phases; a new one must be added there,
+  // or calibration files could not name it.
+  std::set<std::string> seen;
+  for (const char* extra : {"", "gradient_checkpointing: true\nactivation_offloading: true\ntiled_mlp: true\n",
+                            "gradient_checkpointing: unsloth\nadapter: lora\nlora_target_linear: true\nhookstream:\n  world_size: 4\n"}) {
+    const Plan plan = parse_plan(std::string("base_model: tiny-llama\nsequence_len: 64\n") + extra, "plan.yaml");
+    const StepPrediction prediction = predict_step(plan, build_model_structure(plan), find_device_spec(plan.gpu));
+    for (const Op& op : prediction.schedule.model.ops) seen.insert(op.phase.str());
+  }
+  const std::vector<std::string>& phases = calibration_phases();
+  for (const std::string& phase : seen) {
+    INFO(phase);
+    CHECK(std::find(phases.begin(), phases.end(), phase) != phases.end());
+  }
+  CHECK(seen.count("recompute") == 1);
+  CHECK(seen.count("reduction") == 1);
 }
 
 TEST_CASE("wait_stream (a StreamWait without an event) orders the waiting stream after the other", "[time]") {
