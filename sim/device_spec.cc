@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "sim/input_error.h"
+#include "sim/yaml_input.h"
 
 namespace hookstream {
 
@@ -77,7 +78,7 @@ DeviceSpec parse_device_spec(const std::string& yaml_text, const std::string& so
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::ParserException& error) {
-    throw InputError(source + ":" + std::to_string(error.mark.line + 1), "malformed YAML: " + error.msg);
+    throw InputError(source + ":" + std::to_string(error.mark.line + 1), "malformed YAML: " + yaml_parse_message(error));
   }
   if (!root.IsMap()) throw InputError(source, "expected a mapping of device fields");
   for (const auto& entry : root) {

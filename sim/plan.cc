@@ -25,6 +25,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "sim/input_error.h"
+#include "sim/yaml_input.h"
 
 namespace hookstream {
 namespace {
@@ -593,7 +594,7 @@ std::string apply_set(YAML::Node& root, const std::string& assignment) {
   try {
     value = YAML::Load(assignment.substr(equals + 1));
   } catch (const YAML::Exception& error) {
-    throw InputError("--set", "key \"" + key + "\": malformed YAML value: " + error.msg);
+    throw InputError("--set", "key \"" + key + "\": malformed YAML value: " + yaml_parse_message(error));
   }
   YAML::Node current = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -1023,7 +1024,7 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
     root = YAML::Load(yaml_text);
   } catch (const YAML::ParserException& error) {
     throw InputError(source + ":" + std::to_string(error.mark.line + 1) + ":" + std::to_string(error.mark.column + 1),
-                     "malformed YAML: " + error.msg);
+                     "malformed YAML: " + yaml_parse_message(error));
   }
   if (!root.IsDefined() || root.IsNull()) throw InputError(source, "the plan is empty; expected a mapping with at least base_model");
   if (!root.IsMap()) throw InputError(source + ":1", "expected a mapping of plan keys at the top level, got " + shown(root));

@@ -12,6 +12,7 @@
 
 #include "sim/closest_name.h"
 #include "sim/input_error.h"
+#include "sim/yaml_input.h"
 
 namespace hookstream {
 
@@ -98,7 +99,7 @@ class ProtocolParser {
     try {
       root = YAML::Load(text);
     } catch (const YAML::ParserException& e) {
-      throw InputError(source_ + ":" + std::to_string(e.mark.line + 1), "malformed YAML: " + e.msg);
+      throw InputError(source_ + ":" + std::to_string(e.mark.line + 1), "malformed YAML: " + yaml_parse_message(e));
     }
     if (!root.IsMap()) throw InputError(source_, "a stream protocol is a YAML mapping (name, streams, buffers, events, forward, backward)");
     protocol_.source = source_;

@@ -373,6 +373,11 @@ TEST_CASE("malformed, empty and non-mapping plans", "[plan]") {
   CHECK(parse_error("") == "plan.yaml: the plan is empty; expected a mapping with at least base_model");
   CHECK(parse_error("# only a comment\n") == "plan.yaml: the plan is empty; expected a mapping with at least base_model");
   CHECK(parse_error("- base_model\n") == "plan.yaml:1: expected a mapping of plan keys at the top level, got a list");
+  // yaml-cpp stops nesting at a fixed depth with the message "bad file": the error says what.
+  const std::string deep = parse_error("base_model: " + std::string(5000, '['));
+  CHECK(deep.rfind("plan.yaml:1:", 0) == 0);
+  CHECK(deep.find("malformed YAML: nested ") != std::string::npos);
+  CHECK(deep.find("levels deep, more than yaml-cpp reads") != std::string::npos);
   CHECK(error_of([] { load_plan("/nonexistent/plan.yaml"); }) ==
         "cannot read /nonexistent/plan.yaml: No such file or directory");
 }
