@@ -1,5 +1,6 @@
 #include "sim/calibration.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -41,16 +42,14 @@ std::vector<int> entry_lines(const std::string& text) {
   return lines;
 }
 
-std::vector<std::string> op_kind_names() {
-  std::vector<std::string> names;
-  for (int k = 0; k <= static_cast<int>(OpKind::Marker); ++k) names.push_back(to_string(static_cast<OpKind>(k)));
+// to_string of every OpKind (Marker is the last).
+const std::vector<std::string>& op_kind_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> all;
+    for (int k = 0; k <= static_cast<int>(OpKind::Marker); ++k) all.push_back(to_string(static_cast<OpKind>(k)));
+    return all;
+  }();
   return names;
-}
-
-std::string join_choices(const std::vector<std::string>& choices) {
-  std::string text;
-  for (size_t k = 0; k < choices.size(); ++k) text += (k ? ", " : "") + choices[k];
-  return text;
 }
 
 }  // namespace
@@ -114,7 +113,7 @@ Calibration parse_calibration(const std::string& text, const std::string& source
       std::optional<std::string> value = read_text(key);
       if (value && std::find(choices.begin(), choices.end(), *value) == choices.end())
         throw InputError(where, "entry " + std::to_string(i) + ": " + key + " \"" + *value + "\" is none of " +
-                                    join_choices(choices));
+                                    fmt::format("{}", fmt::join(choices, ", ")));
       return value;
     };
     entry.phase = read_choice("phase", calibration_phases());
