@@ -1,4 +1,4 @@
-// Import + analysis speed of `hookstream replay`. Two tables:
+// Import + analysis speed of `hookstream replay`. Three tables:
 // 1. The real traces in ../shared/traces: each file is loaded and analysed repeatedly (at least 5
 //    runs and 1 s) and the median run is reported: import alone, then import + every analysis
 //    `hookstream replay` runs by default (the whole-trace analyses and the step analysis:
@@ -7,13 +7,17 @@
 // 2. Scaled traces made from the real ones (bench/scaled_traces.h): the activity rows repeated N
 //    times with shifted times and offset ids, written to temporary files by this program and
 //    removed after. These measure throughput per op and the peak memory a trace of that size needs
-//    (issue 4: memory proportional to ops, not to file size).
+//    (issue 4: memory proportional to ops, not to file size). One row is the PyTorch 2.11 trace in
+//    bench/traces inflated as it is (x1).
+// 3. Two-core floors for every row of both: the time issue 4's target allows, what reading the
+//    file costs on both cores before anything is built (sqlite_two_core_floor_s,
+//    kineto_two_core_floor), what that leaves, and what one copy of the ops costs to first touch.
 // CPU time of the process is reported next to wall time: on a shared 2-core machine it is the
 // steadier of the two; wall time is what a user waits (the nsys importer reads on two threads, the
 // Kineto importer inflates on a second one). The reading floor is what the file costs before any
 // hookstream work, single-threaded: SQLite stepping through every row of the tables the importer
-// reads (no column decoded), or inflating the .json.gz (ISA-L when built with it). Throughput
-// above ~GPU ops / floor is out of reach whatever hookstream does.
+// reads (SELECT *, no column asked for), or inflating the .json.gz (ISA-L when built with it).
+// Throughput above ~GPU ops / floor is out of reach whatever hookstream does on one core.
 //
 // Usage: replay_bench [TRACES_DIR] [--real-only | --scaled-only] [--large] [--only TEXT]
 //   --large adds the ~1 M GPU op rows (minutes and several GiB of memory and /tmp);
@@ -21,9 +25,11 @@
 //        replay_bench --write SOURCE COPIES TARGET
 //   writes one scaled trace and keeps it (for perf record, or `hookstream replay TARGET`).
 #include <malloc.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,15 +38,21 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sqlite3.h>
+#if HOOKSTREAM_BENCH_WITH_SIMDJSON
+#include <simdjson.h>
+#endif
 
 #include "bench/scaled_traces.h"
 #include "traces/importers/gzip_reader.h"
+#include "traces/importers/nsys/nsys_importer.h"
 #include "traces/replay_report.h"
 #include "traces/step_analysis.h"
 #include "traces/trace_loader.h"
+#include "sim/event_model.h"
 
 #ifndef HOOKSTREAM_SOURCE_DIR
 #define HOOKSTREAM_SOURCE_DIR "."
@@ -119,6 +131,147 @@ double reading_floor_s(const std::string& path) {
   return best;
 }
 
+// Two-core floor of an nsys export: the importer's own queries (nsys_activity_queries: the same
+// columns, chosen from the schema as the importer chooses them), every column of every row read by
+// libsqlite3 (sqlite3_column_int64, or the text pointer of a text column), each table split at its
+// middle rowid between two connections on two threads, so both halves take as long. Nothing is
+// built from the rows: this is less than any importer that reads those columns does, so
+// GPU ops / this time bounds what it can reach on this machine. Best of `runs`.
+double sqlite_two_core_floor_s(const std::string& path, int runs = 5) {
+  struct Range {
+    std::string select;
+    int64_t mid;
+  };
+  std::vector<Range> ranges;
+  {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return -1;
+    for (const NsysQuery& query : nsys_activity_queries(path)) {
+      sqlite3_stmt* bounds = nullptr;
+      if (sqlite3_prepare_v2(db, ("SELECT min(rowid), max(rowid) FROM " + query.table).c_str(), -1, &bounds, nullptr) == SQLITE_OK &&
+          sqlite3_step(bounds) == SQLITE_ROW) {
+        ranges.push_back({query.select, (sqlite3_column_int64(bounds, 0) + sqlite3_column_int64(bounds, 1)) / 2});
+      }
+      sqlite3_finalize(bounds);
+    }
+    sqlite3_close(db);
+  }
+  std::atomic<int64_t> sink{0};  // keeps the reads from being optimised away
+  auto read_half = [&](bool upper) {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) return;
+    sqlite3_exec(db, "PRAGMA mmap_size = 1073741824", nullptr, nullptr, nullptr);  // as the importer
+    int64_t sum = 0;
+    for (const Range& range : ranges) {
+      const std::string sql = range.select + " WHERE rowid " + (upper ? ">" : "<=") + " " + std::to_string(range.mid);
+      sqlite3_stmt* query = nullptr;
+      if (sqlite3_prepare_v2(db, sql.c_str(), -1, &query, nullptr) == SQLITE_OK) {
+        // Text columns (StringIds.value, NVTX_EVENTS.text) by their declared type, once per query.
+        std::vector<bool> text;
+        for (int column = 0; column < sqlite3_column_count(query); ++column) {
+          const char* declared = sqlite3_column_decltype(query, column);
+          text.push_back(declared != nullptr && std::strcmp(declared, "TEXT") == 0);
+        }
+        while (sqlite3_step(query) == SQLITE_ROW) {
+          for (size_t column = 0; column < text.size(); ++column) {
+            const int c = static_cast<int>(column);
+            sum += text[column] ? sqlite3_column_bytes(query, c) : sqlite3_column_int64(query, c);
+          }
+        }
+      }
+      sqlite3_finalize(query);
+    }
+    sqlite3_close(db);
+    sink += sum;
+  };
+  double best = 1e300;
+  for (int run = 0; run < runs; ++run) {
+    const double start = wall_now();
+    std::thread other(read_half, true);
+    read_half(false);
+    other.join();
+    best = std::min(best, wall_now() - start);
+  }
+  return best;
+}
+
+// Two-core floor of a Kineto trace: the serial part (reading the file and, for .json.gz, inflating
+// it: one stream, one core) and simdjson's DOM parse of the events (the fastest JSON parser in
+// Debian; the importer's fast path), cut into ~1 MiB pieces at Kineto's event separator "},\n  {"
+// as the importer cuts them, counted as if the two cores shared it perfectly. The floor is
+// max(serial, (serial + parse) / 2): nothing built, nothing analysed. Best of `runs` for each part;
+// parse is -1 without simdjson.
+struct KinetoFloor {
+  double read_s = -1, parse_s = -1, floor_s = -1;
+};
+
+KinetoFloor kineto_two_core_floor(const std::string& path, int runs = 3) {
+  KinetoFloor floor;
+  double best = 1e300;
+  for (int run = 0; run < runs; ++run) {  // reading alone: the blocks are dropped, as in reading_floor_s
+    const double start = wall_now();
+    GzipReader reader(path);
+    while (!reader.next_block().empty()) {
+    }
+    best = std::min(best, wall_now() - start);
+  }
+  floor.read_s = best;
+  std::string text;  // the whole text, for the parse below (not timed)
+  {
+    GzipReader reader(path);
+    for (std::string_view block = reader.next_block(); !block.empty(); block = reader.next_block()) text.append(block);
+  }
+#if HOOKSTREAM_BENCH_WITH_SIMDJSON
+  // Pieces of ~1 MiB, each a JSON array of whole events: "[" + from one event's "{" to the "}"
+  // before the next cut + "]". The head (the header and the first event) and the tail are parsed
+  // as pieces too: cut at the first and the last separator.
+  static constexpr std::string_view kSeparator = "},\n  {";
+  std::vector<simdjson::padded_string> pieces;
+  const size_t last = text.rfind(kSeparator);
+  size_t begin = text.find(kSeparator);
+  while (begin != std::string::npos && begin < last) {
+    size_t end = text.find(kSeparator, std::min(text.size(), begin + (size_t{1} << 20)));
+    if (end == std::string::npos) end = last;
+    std::string piece = "[";
+    piece.append(text, begin + 3, end + 1 - (begin + 3));  // from the "{" after the separator to the "}"
+    piece += "]";
+    pieces.emplace_back(piece);
+    begin = end;
+  }
+  if (pieces.empty()) return floor;
+  simdjson::dom::parser parser;
+  best = 1e300;
+  for (int run = 0; run < runs; ++run) {
+    const double start = wall_now();
+    for (const simdjson::padded_string& piece : pieces) {
+      simdjson::dom::element root;
+      if (parser.parse(piece).get(root) != simdjson::SUCCESS) return floor;  // not Kineto's layout: no floor claimed
+    }
+    best = std::min(best, wall_now() - start);
+  }
+  floor.parse_s = best;
+  floor.floor_s = std::max(floor.read_s, (floor.read_s + floor.parse_s) / 2);
+#endif
+  return floor;
+}
+
+// Milliseconds to first touch `bytes` of fresh anonymous memory on huge pages (as `hookstream replay`
+// asks glibc for them), the median of 5 fresh mappings: what a new process pays to hold that much.
+double first_touch_ms(size_t bytes) {
+  std::vector<double> times;
+  for (int run = 0; run < 5; ++run) {
+    void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) return -1;
+    madvise(memory, bytes, MADV_HUGEPAGE);
+    const double start = wall_now();
+    for (size_t offset = 0; offset < bytes; offset += 4096) static_cast<volatile char*>(memory)[offset] = 1;
+    times.push_back((wall_now() - start) * 1e3);
+    munmap(memory, bytes);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 struct Measurement {
   int64_t gpu_ops = 0, all_ops = 0;
   std::vector<double> wall, cpu, import_cpu, import_wall;
@@ -143,7 +296,68 @@ void run_once(const std::string& path, Measurement& m) {
   m.gpu_ops = report.gpu_ops;
 }
 
-void real_traces(const std::string& shared) {
+// One row of the floors table: what the issue's target allows for a trace, and what reading it
+// costs before hookstream does anything (see sqlite_two_core_floor_s, kineto_two_core_floor).
+struct FloorRow {
+  std::string label;
+  int64_t gpu_ops = 0, all_ops = 0;
+  double measured_wall_s = 0;  // import + all analyses, in process (the median run; warm for the scaled rows)
+};
+
+std::string fmt_ms(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, ms < 10 && ms > -10 ? "%.2f" : "%.1f", ms);
+  return text;
+}
+
+// The row as markdown, measured now (the scaled files are removed right after their run).
+std::string floor_row(const std::string& path, const FloorRow& row) {
+  const bool nsys = detect_trace_format(path) == TraceFormat::NsysSqlite;
+  const double target = nsys ? 2e6 : 1e6;  // issue 4: GPU ops per second, import + all analyses
+  const double allowed_ms = row.gpu_ops / target * 1e3;
+  std::string reading;
+  double floor_ms = -1;
+  if (nsys) {
+    floor_ms = sqlite_two_core_floor_s(path) * 1e3;
+    reading = fmt_ms(floor_ms) + " (SQLite, 2 connections)";
+  } else {
+    const KinetoFloor kineto = kineto_two_core_floor(path);
+    floor_ms = kineto.floor_s * 1e3;
+    reading = kineto.parse_s < 0 ? "n/a (read " + fmt_ms(kineto.read_s * 1e3) + ")"
+                                 : fmt_ms(floor_ms) + " (read " + fmt_ms(kineto.read_s * 1e3) + ", parse " +
+                                       fmt_ms(kineto.parse_s * 1e3) + " on one core)";
+  }
+  const double touch_ms = first_touch_ms(static_cast<size_t>(row.all_ops) * sizeof(Op));
+  char line[1024];
+  std::snprintf(line, sizeof line, "| %s | %lld | %.0fM | %s | %s | %s | %s | %s |\n", row.label.c_str(),
+                static_cast<long long>(row.gpu_ops), target / 1e6, fmt_ms(allowed_ms).c_str(), reading.c_str(),
+                floor_ms < 0 ? "n/a" : fmt_ms(allowed_ms - floor_ms).c_str(), fmt_ms(touch_ms).c_str(),
+                fmt_ms(row.measured_wall_s * 1e3).c_str());
+  return line;
+}
+
+void print_floors(const std::vector<std::string>& rows) {
+  if (rows.empty()) return;
+  std::printf("\nTwo-core floors: what the targets leave. \"Allowed\" is the time import + all analyses may take at the "
+              "issue's target (2 M GPU ops/s from SQLite, 1 M from Kineto JSON). The reading floor is a lower bound of "
+              "what any importer built on this machine's libraries pays before it builds an op, with both cores used "
+              "perfectly: for nsys, libsqlite3 reading the importer's own queries (the same columns of every row of the "
+              "same tables, nothing built from them), each table split at its middle rowid over two connections on two "
+              "threads (best of 5); for Kineto, "
+              "max(read, (read + parse) / 2), where read is reading (and inflating) the file, serial, and parse is "
+              "simdjson's DOM parse of the events in ~1 MiB pieces on one core (best of 3). \"Left\" is allowed minus "
+              "the floor: the time for building every op and running every analysis. First touch: fresh huge-page memory "
+              "for one copy of the ops (all ops x %zu bytes, the size of an `Op`), median of 5, on top of the floor in a "
+              "new process. Measured: import + all analyses in this process (median; warm for the scaled rows).\n\n",
+              sizeof(Op));
+  std::printf("| trace | GPU ops | target GPU ops/s | allowed ms | two-core reading floor ms | left ms | first touch of the "
+              "ops ms | measured wall ms |\n");
+  std::printf("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
+  for (const std::string& row : rows) std::fputs(row.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void real_traces(const std::string& shared, std::vector<std::string>& floors) {
   const std::vector<std::string> files = {
       "nsys/cloverleaf-nsys2024.5.sqlite",         "nsys/fuser-report1-nsys2024.6.sqlite",
       "kineto/a100-rank3-of-8-control.json.gz",    "kineto/alexnet-a100-syncevents.json.gz",
@@ -170,30 +384,34 @@ void real_traces(const std::string& shared) {
                 static_cast<long long>(m.gpu_ops), static_cast<long long>(m.all_ops), wall * 1e3, m.wall.size(),
                 import_cpu * 1e3, cpu * 1e3, m.gpu_ops / import_cpu / 1e6, m.gpu_ops / cpu / 1e6, m.gpu_ops / wall / 1e6,
                 m.all_ops / cpu / 1e6, floor * 1e3, m.gpu_ops / floor / 1e6);
+    floors.push_back(floor_row(path, {(file[0] == '@' ? file.substr(1) : file), m.gpu_ops, m.all_ops, wall}));
   }
   std::fflush(stdout);
 }
 
 struct ScaledCase {
   std::string label;   // what the row is, honestly
-  std::string source;  // relative to the traces folder
+  std::string source;  // relative to the traces folder, or "@" and a path in this repository
   std::string suffix;  // of the temporary file: the format and whether it is compressed
   int copies;
   bool large;
 };
 
-void scaled_traces(const std::string& shared, bool include_large, const std::string& only) {
+void scaled_traces(const std::string& shared, bool include_large, const std::string& only, std::vector<std::string>& floors) {
   const std::vector<ScaledCase> cases = {
       {"nsys cloverleaf x64", "nsys/cloverleaf-nsys2024.5.sqlite", ".sqlite", 64, false},
       {"nsys cloverleaf x640", "nsys/cloverleaf-nsys2024.5.sqlite", ".sqlite", 640, true},
       {"Kineto alexnet x1024 (.json.gz)", "kineto/alexnet-a100-syncevents.json.gz", ".json.gz", 1024, false},
       {"Kineto alexnet x1024 (.json)", "kineto/alexnet-a100-syncevents.json.gz", ".json", 1024, false},
       {"Kineto alexnet x10240 (.json)", "kineto/alexnet-a100-syncevents.json.gz", ".json", 10240, true},
+      // The PyTorch 2.11 trace inflated, unscaled: the Kineto shape with the least JSON per GPU op.
+      {"Kineto PyTorch 2.11 MLP, x1 (.json, inflated)", "@bench/traces/torch2.11-mlp-train-300steps.json.gz", ".json", 1, false},
   };
   std::printf("\nScaled traces: the real trace's activity rows (nsys: CUPTI_ACTIVITY_KIND_* and NVTX_EVENTS; Kineto: "
               "traceEvents) repeated N times, each copy shifted by the trace's span with its correlation/event ids offset "
               "(bench/scaled_traces.h). First run: one import + all analyses from a trimmed heap, as one `hookstream replay` "
-              "process; warm: the median of later runs in the same process (at least 3 and 1 s, at most ~20 s). Peak RSS "
+              "process; warm: the median of later runs in the same process (at least 3 and 1 s, at most ~20 s). The MLP row is the PyTorch 2.11 trace inflated "
+              "byte for byte (x1), as the profiler wrote it. Peak RSS "
               "growth: VmHWM after the first run minus VmRSS before it. Heap: %s.\n\n",
               heap_settings().c_str());
   std::printf("| trace (rows repeated with shifted times) | file MB | GPU ops | all ops | first run: import CPU s | "
@@ -208,8 +426,19 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
                               ("hookstream-replay-bench-" + std::to_string(getpid()) + "-x" + std::to_string(c.copies) + c.suffix))
                                  .string();
     const double made = wall_now();
-    if (c.suffix == ".sqlite") bench::write_scaled_nsys(shared + "/" + c.source, path, c.copies);
-    else bench::write_scaled_kineto(shared + "/" + c.source, path, c.copies);
+    const std::string source =
+        c.source[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + c.source.substr(1) : shared + "/" + c.source;
+    if (c.suffix == ".sqlite") {
+      bench::write_scaled_nsys(source, path, c.copies);
+    } else if (c.copies == 1) {  // the file as the profiler wrote it, inflated byte for byte
+      GzipReader reader(source);
+      std::ofstream out(path, std::ios::binary);
+      for (std::string_view block = reader.next_block(); !block.empty(); block = reader.next_block()) {
+        out.write(block.data(), static_cast<std::streamsize>(block.size()));
+      }
+    } else {
+      bench::write_scaled_kineto(source, path, c.copies);
+    }
     const double file_mb = static_cast<double>(std::filesystem::file_size(path)) / (1 << 20);
     std::fprintf(stderr, "replay_bench: wrote %s (%.1f MB) in %.1f s\n", path.c_str(), file_mb, wall_now() - made);
 
@@ -229,6 +458,7 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
       total += warm.wall.back();
     }
     const double floor = reading_floor_s(path);
+    floors.push_back(floor_row(path, {c.label, first.gpu_ops, first.all_ops, warm.median(warm.wall)}));
     std::filesystem::remove(path);
     const double cold_all = first.cpu[0], cpu = warm.median(warm.cpu), import_cpu = warm.median(warm.import_cpu);
     const double warm_wall = warm.median(warm.wall);
@@ -269,7 +499,9 @@ int main(int argc, char** argv) {
       shared = arg;
     }
   }
-  if (real) real_traces(shared);
-  if (scaled) scaled_traces(shared, large, only);
+  std::vector<std::string> floors;
+  if (real) real_traces(shared, floors);
+  if (scaled) scaled_traces(shared, large, only, floors);
+  print_floors(floors);
   return 0;
 }

@@ -250,3 +250,39 @@ TEST_CASE("nsys: sync records whose API call is missing become host time or are 
     if (on_device) CHECK(op.stream >= 0);
   }
 }
+
+TEST_CASE("nsys_activity_queries are the importer's queries for the tables an export has", "[traces][nsys]") {
+  // replay_bench times these as the reading floor, so they must be what the importer selects:
+  // the tables present, with the columns present, in the order the importer reads them.
+  auto tables = [](const std::vector<NsysQuery>& queries) {
+    std::vector<std::string> names;
+    for (const NsysQuery& query : queries) names.push_back(query.table);
+    return names;
+  };
+  const std::vector<NsysQuery> clover = nsys_activity_queries(test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite"));
+  // No MEMSET, CUDA_EVENT or NVTX_EVENTS table in this export (sqlite_master).
+  CHECK(tables(clover) == std::vector<std::string>{"StringIds", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
+                                                   "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"});
+  REQUIRE(clover.size() == 5);
+  CHECK(clover[1].select == "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME");
+  // demangledName and shortName both exist in 2024.5; mangledName is not read.
+  CHECK(clover[2].select ==
+        "SELECT start, end, deviceId, contextId, streamId, correlationId, globalPid, demangledName, shortName FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL");
+  CHECK(clover[4].select ==
+        "SELECT start, end, deviceId, contextId, streamId, correlationId, globalPid, eventId, syncType FROM "
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION");
+  const std::vector<NsysQuery> fuser = nsys_activity_queries(test::shared_trace("nsys/fuser-report1-nsys2024.6.sqlite"));
+  CHECK(tables(fuser) == std::vector<std::string>{"StringIds", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
+                                                  "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                                                  "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"});
+  // A column the schema lacks is left out, as the importer leaves it out.
+  const auto dir = test::temp_dir("nsys-activity-queries");
+  const std::string no_short = edited_cloverleaf(dir, "no-short.sqlite", [](sqlite3* db) {
+    REQUIRE(sqlite3_exec(db, "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN shortName", nullptr, nullptr, nullptr) == SQLITE_OK);
+  });
+  const std::vector<NsysQuery> edited = nsys_activity_queries(no_short);
+  REQUIRE(edited.size() == 5);
+  CHECK(edited[2].select.find("shortName") == std::string::npos);
+  CHECK(edited[2].select.find("demangledName") != std::string::npos);
+}

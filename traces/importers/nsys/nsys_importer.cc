@@ -86,6 +86,68 @@ class ColumnList {
   std::vector<std::string> names_;
 };
 
+// The columns read from one GPU activity table (those every such table shares, and `extra` in
+// the order asked for, -1 where this schema lacks one), chosen from the schema.
+struct GpuColumns {
+  std::string table;
+  ColumnList columns;
+  bool present;
+  int start, end, device, context, stream, correlation, pid;
+  std::vector<int> extra;
+  GpuColumns(const SqliteDatabase& db, const std::string& table, std::initializer_list<const char*> wanted)
+      : table(table), columns(db, table), present(db.has_table(table)), start(columns.want("start")), end(columns.want("end")),
+        device(columns.want("deviceId")), context(columns.want("contextId")), stream(columns.want("streamId")),
+        correlation(columns.want("correlationId")), pid(columns.want("globalPid")) {
+    for (const char* name : wanted) extra.push_back(columns.want(name));
+  }
+  bool usable() const { return present && start >= 0 && end >= 0 && stream >= 0; }
+};
+
+// The columns read from each GPU activity table (kernels, copies, memsets, CUDA event records,
+// synchronization records), chosen in one place for the importer and for
+// nsys_activity_queries.
+struct GpuTables {
+  GpuColumns kernels, copies, memsets, event_records, syncs;
+  explicit GpuTables(const SqliteDatabase& db)
+      : kernels(db, "CUPTI_ACTIVITY_KIND_KERNEL", {"demangledName", "shortName"}),
+        copies(db, "CUPTI_ACTIVITY_KIND_MEMCPY", {"bytes", "copyKind", "srcKind", "dstKind"}),
+        memsets(db, "CUPTI_ACTIVITY_KIND_MEMSET", {"bytes", "memKind"}),
+        event_records(db, "CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"eventId"}),
+        syncs(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {"eventId", "syncType"}) {}
+  // Which tables have the columns their reader needs (absent tables and columns are not errors).
+  std::array<bool, 5> use() const {
+    return {kernels.usable(), copies.usable(), memsets.usable(),
+            event_records.present && event_records.stream >= 0 && event_records.extra[0] >= 0,
+            syncs.present && syncs.start >= 0 && syncs.end >= 0};
+  }
+};
+
+// The columns of CUPTI_ACTIVITY_KIND_RUNTIME: one host op per runtime/driver call.
+struct RuntimeColumns {
+  ColumnList columns;
+  bool present;
+  int start, end, tid, correlation, name;
+  explicit RuntimeColumns(const SqliteDatabase& db)
+      : columns(db, "CUPTI_ACTIVITY_KIND_RUNTIME"), present(db.has_table("CUPTI_ACTIVITY_KIND_RUNTIME")),
+        start(columns.want("start")), end(columns.want("end")), tid(columns.want("globalTid")),
+        correlation(columns.want("correlationId")), name(columns.want("nameId")) {}
+  bool usable() const { return present && start >= 0 && correlation >= 0 && name >= 0; }
+};
+
+// The columns of NVTX_EVENTS: ranges and marks.
+struct NvtxColumns {
+  ColumnList columns;
+  bool present;
+  int start, end, type, text, text_id, tid;
+  explicit NvtxColumns(const SqliteDatabase& db)
+      : columns(db, "NVTX_EVENTS"), present(db.has_table("NVTX_EVENTS")), start(columns.want("start")),
+        end(columns.want("end")), type(columns.want("eventType")), text(columns.want("text")),
+        text_id(columns.want("textId")), tid(columns.want("globalTid")) {}
+  bool usable() const { return present && start >= 0 && type >= 0; }
+};
+
+constexpr const char* kStringsQuery = "SELECT id, value FROM StringIds";
+
 template <typename Rows>  // SqliteQuery or IntegerRows
 int64_t get(const Rows& q, int column, int64_t fallback) {
   return column < 0 || q.is_null(column) ? fallback : q.integer(column);
@@ -195,16 +257,11 @@ class NsysReader {
     // one reads the API calls they join to (SQLite connections are not shared between threads);
     // the rows are then added here in the same order as ever, so the model does not depend on the
     // threads' timing. Columns are chosen here, from the schema, before the thread starts.
-    const GpuColumns kernels(db_, "CUPTI_ACTIVITY_KIND_KERNEL", {"demangledName", "shortName"}),
-        copies(db_, "CUPTI_ACTIVITY_KIND_MEMCPY", {"bytes", "copyKind", "srcKind", "dstKind"}),
-        memsets(db_, "CUPTI_ACTIVITY_KIND_MEMSET", {"bytes", "memKind"}),
-        event_records(db_, "CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"eventId"}),
-        syncs(db_, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {"eventId", "syncType"});
+    const GpuTables gpu(db_);
+    const GpuColumns &kernels = gpu.kernels, &copies = gpu.copies, &memsets = gpu.memsets,
+                     &event_records = gpu.event_records, &syncs = gpu.syncs;
     const GpuColumns* tables[] = {&kernels, &copies, &memsets, &event_records, &syncs};
-    // Which tables have the columns their reader needs (absent tables and columns are not errors).
-    const bool use[] = {kernels.usable(), copies.usable(), memsets.usable(),
-                        event_records.present && event_records.stream >= 0 && event_records.extra[0] >= 0,
-                        syncs.present && syncs.start >= 0 && syncs.end >= 0};
+    const std::array<bool, 5> use = gpu.use();
     std::array<IntegerRows, 5> rows;
     int64_t gpu_rows = 0;
     for (size_t t = 0; t < rows.size(); ++t) {
@@ -245,7 +302,7 @@ class NsysReader {
 
   void read_strings() {
     if (!db_.has_table("StringIds")) return;
-    SqliteQuery q(db_, "SELECT id, value FROM StringIds");
+    SqliteQuery q(db_, kStringsQuery);
     while (q.step()) {
       const int64_t id = q.integer(0);
       if (id < 0 || id > (int64_t{1} << 28)) continue;
@@ -298,17 +355,15 @@ class NsysReader {
   // Every runtime/driver call becomes one host op: a sync op for the synchronising calls (its
   // stream or event filled in from the SYNCHRONIZATION record later), HostCompute otherwise.
   void read_runtime() {
-    if (!db_.has_table("CUPTI_ACTIVITY_KIND_RUNTIME")) return;
-    ColumnList c(db_, "CUPTI_ACTIVITY_KIND_RUNTIME");
-    const int start = c.want("start"), end = c.want("end"), tid = c.want("globalTid"),
-              correlation = c.want("correlationId"), name = c.want("nameId");
-    if (start < 0 || correlation < 0 || name < 0) return;
+    const RuntimeColumns c(db_);
+    if (!c.usable()) return;
+    const int start = c.start, end = c.end, tid = c.tid, correlation = c.correlation, name = c.name;
     roles_.resize(strings_.size(), -1);
     // Per name id, the name without its version suffix: classified and stripped once, not per call.
     std::vector<Text> stripped(strings_.size());
     // Room for every call up front (rowid counts rows of an nsys table, which are only appended).
     calls_.reserve(static_cast<size_t>(std::max<int64_t>(0, db_.max_rowid("CUPTI_ACTIVITY_KIND_RUNTIME"))));
-    SqliteQuery q(db_, c.select());
+    SqliteQuery q(db_, c.columns.select());
     while (q.step()) {
       const int64_t name_id = q.integer(name);
       const Text& api = string_at(name_id);
@@ -350,22 +405,6 @@ class NsysReader {
 
   const RuntimeCall* call_of(int64_t process, int64_t correlation) const { return calls_.find(process, correlation); }
 
-  // The columns read from one GPU activity table (those every such table shares, and `extra` in
-  // the order asked for, -1 where this schema lacks one), chosen from the schema.
-  struct GpuColumns {
-    std::string table;
-    ColumnList columns;
-    bool present;
-    int start, end, device, context, stream, correlation, pid;
-    std::vector<int> extra;
-    GpuColumns(const SqliteDatabase& db, const std::string& table, std::initializer_list<const char*> wanted)
-        : table(table), columns(db, table), present(db.has_table(table)), start(columns.want("start")), end(columns.want("end")),
-          device(columns.want("deviceId")), context(columns.want("contextId")), stream(columns.want("streamId")),
-          correlation(columns.want("correlationId")), pid(columns.want("globalPid")) {
-      for (const char* name : wanted) extra.push_back(columns.want(name));
-    }
-    bool usable() const { return present && start >= 0 && end >= 0 && stream >= 0; }
-  };
 
   // Adds a GPU op on its stream, issued when its API call started (GPU start if the call is
   // missing), and returns its handle and the call.
@@ -535,12 +574,10 @@ class NsysReader {
   // NVTX push/pop (59) and start/end (60) ranges and marks (34) become Marker ops; domain
   // creation (75) and other bookkeeping rows are skipped.
   void read_nvtx() {
-    if (!db_.has_table("NVTX_EVENTS")) return;
-    ColumnList c(db_, "NVTX_EVENTS");
-    const int start = c.want("start"), end = c.want("end"), type = c.want("eventType"), text = c.want("text"),
-              text_id = c.want("textId"), tid = c.want("globalTid");
-    if (start < 0 || type < 0) return;
-    SqliteQuery q(db_, c.select());
+    const NvtxColumns c(db_);
+    if (!c.usable()) return;
+    const int start = c.start, end = c.end, type = c.type, text = c.text, text_id = c.text_id, tid = c.tid;
+    SqliteQuery q(db_, c.columns.select());
     while (q.step()) {
       const int64_t event_type = q.integer(type);
       if (event_type != 59 && event_type != 60 && event_type != 34) continue;
@@ -562,6 +599,23 @@ class NsysReader {
 };
 
 }  // namespace
+
+std::vector<NsysQuery> nsys_activity_queries(const std::string& path) {
+  const SqliteDatabase db(path);
+  std::vector<NsysQuery> queries;
+  if (db.has_table("StringIds")) queries.push_back({"StringIds", kStringsQuery});
+  const RuntimeColumns runtime(db);
+  if (runtime.usable()) queries.push_back({"CUPTI_ACTIVITY_KIND_RUNTIME", runtime.columns.select()});
+  const GpuTables gpu(db);
+  const std::array<bool, 5> use = gpu.use();
+  const GpuColumns* tables[] = {&gpu.kernels, &gpu.copies, &gpu.memsets, &gpu.event_records, &gpu.syncs};
+  for (size_t t = 0; t < use.size(); ++t) {
+    if (use[t]) queries.push_back({tables[t]->table, tables[t]->columns.select()});
+  }
+  const NvtxColumns nvtx(db);
+  if (nvtx.usable()) queries.push_back({"NVTX_EVENTS", nvtx.columns.select()});
+  return queries;
+}
 
 EventModel import_nsys_sqlite(const std::string& path, int first_rank) { return NsysReader(path).read(first_rank); }
 

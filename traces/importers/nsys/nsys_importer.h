@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "sim/event_model.h"
 
@@ -14,5 +15,15 @@ namespace hookstream {
 // corrupt, or is SQLite without any nsys table. A valid export without GPU activity gives a model
 // without GPU ops.
 EventModel import_nsys_sqlite(const std::string& path, int first_rank = 0);
+
+// The queries the importer reads the rows of `path` with, for the tables this export has: the
+// string table, the API calls, each GPU activity table and NVTX, each as `SELECT columns FROM
+// table` with the columns chosen from this schema as the importer chooses them. For
+// bench/replay_bench's reading floor: what any import of this file must at least step through.
+// Throws InputError like import_nsys_sqlite for a file that is not SQLite.
+struct NsysQuery {
+  std::string table, select;
+};
+std::vector<NsysQuery> nsys_activity_queries(const std::string& path);
 
 }  // namespace hookstream
