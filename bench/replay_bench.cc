@@ -47,12 +47,12 @@
 #endif
 
 #include "bench/scaled_traces.h"
+#include "sim/event_model.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/nsys/nsys_importer.h"
 #include "traces/replay_report.h"
 #include "traces/step_analysis.h"
 #include "traces/trace_loader.h"
-#include "sim/event_model.h"
 
 #ifndef HOOKSTREAM_SOURCE_DIR
 #define HOOKSTREAM_SOURCE_DIR "."
@@ -199,23 +199,15 @@ double sqlite_two_core_floor_s(const std::string& path, int runs = 5) {
 // it: one stream, one core) and simdjson's DOM parse of the events (the fastest JSON parser in
 // Debian; the importer's fast path), cut into ~1 MiB pieces at Kineto's event separator "},\n  {"
 // as the importer cuts them, counted as if the two cores shared it perfectly. The floor is
-// max(serial, (serial + parse) / 2): nothing built, nothing analysed. Best of `runs` for each part;
-// parse is -1 without simdjson.
+// max(serial, (serial + parse) / 2): nothing built, nothing analysed. The serial part is
+// reading_floor_s's, measured by the caller; the parse is the best of `runs`, -1 without simdjson.
 struct KinetoFloor {
   double read_s = -1, parse_s = -1, floor_s = -1;
 };
 
-KinetoFloor kineto_two_core_floor(const std::string& path, int runs = 3) {
+KinetoFloor kineto_two_core_floor(const std::string& path, double read_s, int runs = 3) {
   KinetoFloor floor;
-  double best = 1e300;
-  for (int run = 0; run < runs; ++run) {  // reading alone: the blocks are dropped, as in reading_floor_s
-    const double start = wall_now();
-    GzipReader reader(path);
-    while (!reader.next_block().empty()) {
-    }
-    best = std::min(best, wall_now() - start);
-  }
-  floor.read_s = best;
+  floor.read_s = read_s;
   std::string text;  // the whole text, for the parse below (not timed)
   {
     GzipReader reader(path);
@@ -240,7 +232,7 @@ KinetoFloor kineto_two_core_floor(const std::string& path, int runs = 3) {
   }
   if (pieces.empty()) return floor;
   simdjson::dom::parser parser;
-  best = 1e300;
+  double best = 1e300;
   for (int run = 0; run < runs; ++run) {
     const double start = wall_now();
     for (const simdjson::padded_string& piece : pieces) {
@@ -310,8 +302,9 @@ std::string fmt_ms(double ms) {
   return text;
 }
 
-// The row as markdown, measured now (the scaled files are removed right after their run).
-std::string floor_row(const std::string& path, const FloorRow& row) {
+// The row as markdown, measured now (the scaled files are removed right after their run);
+// `reading_floor` is reading_floor_s(path), which the caller has measured for its own table.
+std::string floor_row(const std::string& path, const FloorRow& row, double reading_floor) {
   const bool nsys = detect_trace_format(path) == TraceFormat::NsysSqlite;
   const double target = nsys ? 2e6 : 1e6;  // issue 4: GPU ops per second, import + all analyses
   const double allowed_ms = row.gpu_ops / target * 1e3;
@@ -321,7 +314,7 @@ std::string floor_row(const std::string& path, const FloorRow& row) {
     floor_ms = sqlite_two_core_floor_s(path) * 1e3;
     reading = fmt_ms(floor_ms) + " (SQLite, 2 connections)";
   } else {
-    const KinetoFloor kineto = kineto_two_core_floor(path);
+    const KinetoFloor kineto = kineto_two_core_floor(path, reading_floor);
     floor_ms = kineto.floor_s * 1e3;
     reading = kineto.parse_s < 0 ? "n/a (read " + fmt_ms(kineto.read_s * 1e3) + ")"
                                  : fmt_ms(floor_ms) + " (read " + fmt_ms(kineto.read_s * 1e3) + ", parse " +
@@ -344,7 +337,7 @@ void print_floors(const std::vector<std::string>& rows) {
               "perfectly: for nsys, libsqlite3 reading the importer's own queries (the same columns of every row of the "
               "same tables, nothing built from them), each table split at its middle rowid over two connections on two "
               "threads (best of 5); for Kineto, "
-              "max(read, (read + parse) / 2), where read is reading (and inflating) the file, serial, and parse is "
+              "max(read, (read + parse) / 2), where read is reading (and inflating) the file, serial (the reading floor above), and parse is "
               "simdjson's DOM parse of the events in ~1 MiB pieces on one core (best of 3). \"Left\" is allowed minus "
               "the floor: the time for building every op and running every analysis. First touch: fresh huge-page memory "
               "for one copy of the ops (all ops x %zu bytes, the size of an `Op`), median of 5, on top of the floor in a "
@@ -356,6 +349,12 @@ void print_floors(const std::vector<std::string>& rows) {
   for (const std::string& row : rows) std::fputs(row.c_str(), stdout);
   std::fflush(stdout);
 }
+
+// A trace named relative to the shared traces folder, or "@" and a path in this repository.
+std::string trace_path(const std::string& shared, const std::string& name) {
+  return name[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + name.substr(1) : shared + "/" + name;
+}
+std::string trace_label(const std::string& name) { return name[0] == '@' ? name.substr(1) : name; }
 
 void real_traces(const std::string& shared, std::vector<std::string>& floors) {
   const std::vector<std::string> files = {
@@ -372,7 +371,7 @@ void real_traces(const std::string& shared, std::vector<std::string>& floors) {
   for (const std::string& file : files) {
     Measurement m;
     double total = 0;
-    const std::string path = file[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + file.substr(1) : shared + "/" + file;
+    const std::string path = trace_path(shared, file);
     while (m.wall.size() < 5 || total < 1.0) {
       run_once(path, m);
       total += m.wall.back();
@@ -380,11 +379,11 @@ void real_traces(const std::string& shared, std::vector<std::string>& floors) {
     const double cpu = m.median(m.cpu), import_cpu = m.median(m.import_cpu), wall = m.median(m.wall);
     const double floor = reading_floor_s(path);
     std::printf("| %s | %lld | %lld | %.3f (%zu) | %.3f | %.3f | %.2fM | %.2fM | %.2fM | %.2fM | %.3f | %.2fM |\n",
-                (file[0] == '@' ? file.substr(1) : file).c_str(),
+                trace_label(file).c_str(),
                 static_cast<long long>(m.gpu_ops), static_cast<long long>(m.all_ops), wall * 1e3, m.wall.size(),
                 import_cpu * 1e3, cpu * 1e3, m.gpu_ops / import_cpu / 1e6, m.gpu_ops / cpu / 1e6, m.gpu_ops / wall / 1e6,
                 m.all_ops / cpu / 1e6, floor * 1e3, m.gpu_ops / floor / 1e6);
-    floors.push_back(floor_row(path, {(file[0] == '@' ? file.substr(1) : file), m.gpu_ops, m.all_ops, wall}));
+    floors.push_back(floor_row(path, {trace_label(file), m.gpu_ops, m.all_ops, wall}, floor));
   }
   std::fflush(stdout);
 }
@@ -410,9 +409,8 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
   std::printf("\nScaled traces: the real trace's activity rows (nsys: CUPTI_ACTIVITY_KIND_* and NVTX_EVENTS; Kineto: "
               "traceEvents) repeated N times, each copy shifted by the trace's span with its correlation/event ids offset "
               "(bench/scaled_traces.h). First run: one import + all analyses from a trimmed heap, as one `hookstream replay` "
-              "process; warm: the median of later runs in the same process (at least 3 and 1 s, at most ~20 s). The MLP row is the PyTorch 2.11 trace inflated "
-              "byte for byte (x1), as the profiler wrote it. Peak RSS "
-              "growth: VmHWM after the first run minus VmRSS before it. Heap: %s.\n\n",
+              "process; warm: the median of later runs in the same process (at least 3 and 1 s, at most ~20 s). The MLP row is "
+              "the PyTorch 2.11 trace inflated byte for byte (x1), as the profiler wrote it. Peak RSS growth: VmHWM after the first run minus VmRSS before it. Heap: %s.\n\n",
               heap_settings().c_str());
   std::printf("| trace (rows repeated with shifted times) | file MB | GPU ops | all ops | first run: import CPU s | "
               "first run: import + all analyses CPU s (wall s) | first run GPU ops/s (import, CPU) | first run GPU ops/s "
@@ -426,8 +424,7 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
                               ("hookstream-replay-bench-" + std::to_string(getpid()) + "-x" + std::to_string(c.copies) + c.suffix))
                                  .string();
     const double made = wall_now();
-    const std::string source =
-        c.source[0] == '@' ? std::string(HOOKSTREAM_SOURCE_DIR) + "/" + c.source.substr(1) : shared + "/" + c.source;
+    const std::string source = trace_path(shared, c.source);
     if (c.suffix == ".sqlite") {
       bench::write_scaled_nsys(source, path, c.copies);
     } else if (c.copies == 1) {  // the file as the profiler wrote it, inflated byte for byte
@@ -458,7 +455,7 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
       total += warm.wall.back();
     }
     const double floor = reading_floor_s(path);
-    floors.push_back(floor_row(path, {c.label, first.gpu_ops, first.all_ops, warm.median(warm.wall)}));
+    floors.push_back(floor_row(path, {c.label, first.gpu_ops, first.all_ops, warm.median(warm.wall)}, floor));
     std::filesystem::remove(path);
     const double cold_all = first.cpu[0], cpu = warm.median(warm.cpu), import_cpu = warm.median(warm.import_cpu);
     const double warm_wall = warm.median(warm.wall);

@@ -77,6 +77,7 @@ class ColumnList {
     for (size_t i = 0; i < names_.size(); ++i) sql += (i ? ", " : "") + names_[i];
     return sql + " FROM " + table_;
   }
+  const std::string& table() const { return table_; }
   bool empty() const { return names_.empty(); }
   int64_t size() const { return static_cast<int64_t>(names_.size()); }
 
@@ -87,20 +88,20 @@ class ColumnList {
 };
 
 // The columns read from one GPU activity table (those every such table shares, and `extra` in
-// the order asked for, -1 where this schema lacks one), chosen from the schema.
+// the order asked for, -1 where this schema lacks one), chosen from the schema. An absent table
+// has no columns (SqliteDatabase::columns), so every position is -1 and it is not usable.
 struct GpuColumns {
   std::string table;
   ColumnList columns;
-  bool present;
   int start, end, device, context, stream, correlation, pid;
   std::vector<int> extra;
   GpuColumns(const SqliteDatabase& db, const std::string& table, std::initializer_list<const char*> wanted)
-      : table(table), columns(db, table), present(db.has_table(table)), start(columns.want("start")), end(columns.want("end")),
+      : table(table), columns(db, table), start(columns.want("start")), end(columns.want("end")),
         device(columns.want("deviceId")), context(columns.want("contextId")), stream(columns.want("streamId")),
         correlation(columns.want("correlationId")), pid(columns.want("globalPid")) {
     for (const char* name : wanted) extra.push_back(columns.want(name));
   }
-  bool usable() const { return present && start >= 0 && end >= 0 && stream >= 0; }
+  bool usable() const { return start >= 0 && end >= 0 && stream >= 0; }
 };
 
 // The columns read from each GPU activity table (kernels, copies, memsets, CUDA event records,
@@ -114,36 +115,34 @@ struct GpuTables {
         memsets(db, "CUPTI_ACTIVITY_KIND_MEMSET", {"bytes", "memKind"}),
         event_records(db, "CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"eventId"}),
         syncs(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {"eventId", "syncType"}) {}
+  // In the order they are read.
+  std::array<const GpuColumns*, 5> all() const { return {&kernels, &copies, &memsets, &event_records, &syncs}; }
   // Which tables have the columns their reader needs (absent tables and columns are not errors).
   std::array<bool, 5> use() const {
-    return {kernels.usable(), copies.usable(), memsets.usable(),
-            event_records.present && event_records.stream >= 0 && event_records.extra[0] >= 0,
-            syncs.present && syncs.start >= 0 && syncs.end >= 0};
+    return {kernels.usable(), copies.usable(), memsets.usable(), event_records.stream >= 0 && event_records.extra[0] >= 0,
+            syncs.start >= 0 && syncs.end >= 0};
   }
 };
 
 // The columns of CUPTI_ACTIVITY_KIND_RUNTIME: one host op per runtime/driver call.
 struct RuntimeColumns {
   ColumnList columns;
-  bool present;
   int start, end, tid, correlation, name;
   explicit RuntimeColumns(const SqliteDatabase& db)
-      : columns(db, "CUPTI_ACTIVITY_KIND_RUNTIME"), present(db.has_table("CUPTI_ACTIVITY_KIND_RUNTIME")),
-        start(columns.want("start")), end(columns.want("end")), tid(columns.want("globalTid")),
+      : columns(db, "CUPTI_ACTIVITY_KIND_RUNTIME"), start(columns.want("start")), end(columns.want("end")), tid(columns.want("globalTid")),
         correlation(columns.want("correlationId")), name(columns.want("nameId")) {}
-  bool usable() const { return present && start >= 0 && correlation >= 0 && name >= 0; }
+  bool usable() const { return start >= 0 && correlation >= 0 && name >= 0; }
 };
 
 // The columns of NVTX_EVENTS: ranges and marks.
 struct NvtxColumns {
   ColumnList columns;
-  bool present;
   int start, end, type, text, text_id, tid;
   explicit NvtxColumns(const SqliteDatabase& db)
-      : columns(db, "NVTX_EVENTS"), present(db.has_table("NVTX_EVENTS")), start(columns.want("start")),
+      : columns(db, "NVTX_EVENTS"), start(columns.want("start")),
         end(columns.want("end")), type(columns.want("eventType")), text(columns.want("text")),
         text_id(columns.want("textId")), tid(columns.want("globalTid")) {}
-  bool usable() const { return present && start >= 0 && type >= 0; }
+  bool usable() const { return start >= 0 && type >= 0; }
 };
 
 constexpr const char* kStringsQuery = "SELECT id, value FROM StringIds";
@@ -260,7 +259,7 @@ class NsysReader {
     const GpuTables gpu(db_);
     const GpuColumns &kernels = gpu.kernels, &copies = gpu.copies, &memsets = gpu.memsets,
                      &event_records = gpu.event_records, &syncs = gpu.syncs;
-    const GpuColumns* tables[] = {&kernels, &copies, &memsets, &event_records, &syncs};
+    const std::array<const GpuColumns*, 5> tables = gpu.all();
     const std::array<bool, 5> use = gpu.use();
     std::array<IntegerRows, 5> rows;
     int64_t gpu_rows = 0;
@@ -362,7 +361,7 @@ class NsysReader {
     // Per name id, the name without its version suffix: classified and stripped once, not per call.
     std::vector<Text> stripped(strings_.size());
     // Room for every call up front (rowid counts rows of an nsys table, which are only appended).
-    calls_.reserve(static_cast<size_t>(std::max<int64_t>(0, db_.max_rowid("CUPTI_ACTIVITY_KIND_RUNTIME"))));
+    calls_.reserve(static_cast<size_t>(std::max<int64_t>(0, db_.max_rowid(c.columns.table()))));
     SqliteQuery q(db_, c.columns.select());
     while (q.step()) {
       const int64_t name_id = q.integer(name);
@@ -404,7 +403,6 @@ class NsysReader {
   }
 
   const RuntimeCall* call_of(int64_t process, int64_t correlation) const { return calls_.find(process, correlation); }
-
 
   // Adds a GPU op on its stream, issued when its API call started (GPU start if the call is
   // missing), and returns its handle and the call.
@@ -605,15 +603,15 @@ std::vector<NsysQuery> nsys_activity_queries(const std::string& path) {
   std::vector<NsysQuery> queries;
   if (db.has_table("StringIds")) queries.push_back({"StringIds", kStringsQuery});
   const RuntimeColumns runtime(db);
-  if (runtime.usable()) queries.push_back({"CUPTI_ACTIVITY_KIND_RUNTIME", runtime.columns.select()});
+  if (runtime.usable()) queries.push_back({runtime.columns.table(), runtime.columns.select()});
   const GpuTables gpu(db);
   const std::array<bool, 5> use = gpu.use();
-  const GpuColumns* tables[] = {&gpu.kernels, &gpu.copies, &gpu.memsets, &gpu.event_records, &gpu.syncs};
+  const std::array<const GpuColumns*, 5> tables = gpu.all();
   for (size_t t = 0; t < use.size(); ++t) {
     if (use[t]) queries.push_back({tables[t]->table, tables[t]->columns.select()});
   }
   const NvtxColumns nvtx(db);
-  if (nvtx.usable()) queries.push_back({"NVTX_EVENTS", nvtx.columns.select()});
+  if (nvtx.usable()) queries.push_back({nvtx.columns.table(), nvtx.columns.select()});
   return queries;
 }
 
