@@ -3,7 +3,11 @@
 # it only checks (dpkg-query) and returns in well under a second.
 #   tools/setup.sh          what the build and the tests need
 #   tools/setup.sh --fuzz   also clang and its sanitizer/libFuzzer runtimes, for fuzz/run.sh
+#   tools/setup.sh --oracles  also the test-only Python oracles (oracles/requirements.txt: real
+#                           PyTorch 2.11, transformers, PEFT, accelerate, DeepSpeed) in build/oracle-venv;
+#                           the test command needs them, the main job does not (docs/oracles.md)
 set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(
   cmake g++ make pkg-config
@@ -13,9 +17,14 @@ packages=(
   libsimdjson-dev  # parses Kineto trace chunks ~2x faster than the strict scanner (kineto_event_scanner.cc)
   libtorch-dev libgloo-dev
 )
-if [ "${1:-}" = "--fuzz" ]; then
-  packages+=(clang-14 libclang-rt-14-dev)  # libFuzzer, AddressSanitizer, UBSan (fuzz/CMakeLists.txt)
-fi
+oracles=0
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;  # libFuzzer, AddressSanitizer, UBSan (fuzz/CMakeLists.txt)
+    --oracles) oracles=1 ;;
+    *) echo "hookstream setup: unknown option $arg (expected --fuzz or --oracles)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
@@ -33,4 +42,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "$oracles" -eq 1 ]; then
+  "$here/tools/setup_oracles.sh"
 fi
