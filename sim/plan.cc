@@ -4,7 +4,9 @@
 // checked against the resolved model. Every failure is one InputError line.
 #include "sim/plan.h"
 
+#include "sim/axolotl_config/axolotl_schema.h"
 #include "sim/data_files.h"
+#include "sim/json_input.h"
 
 #include "sim/closest_name.h"
 
@@ -54,15 +56,12 @@ const std::vector<std::string>& schedule_keys() {
   return keys;
 }
 
-// Common axolotl keys accepted so that real axolotl configs load, with no effect on the hook
-// schedule. Their values are not checked.
-const std::vector<std::string>& no_effect_keys() {
+// Top-level axolotl keys that decide the engine a plan runs on (DDP, FSDP1/2, DeepSpeed ZeRO) and
+// parallelism beside data parallelism; read by engine_rules() below.
+const std::vector<std::string>& engine_keys() {
   static const std::vector<std::string> keys = {
-      "datasets", "output_dir", "num_epochs", "optimizer",
-      "lr_scheduler", "warmup_steps", "fp16", "tf32", "flash_attention", "sdp_attention",
-      "sample_packing", "pad_to_sequence_len", "logging_steps", "save_steps", "val_set_size",
-      "special_tokens", "wandb_project", "strict", "chat_template", "model_type", "tokenizer_type",
-      "trust_remote_code"};
+      "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "context_parallel_size", "tensor_parallel_size",
+      "expert_parallel_size", "dp_shard_size", "dp_replicate_size", "sequence_parallel_degree"};
   return keys;
 }
 
@@ -82,16 +81,36 @@ const std::vector<std::string>& override_keys() {
   return keys;
 }
 
+// axolotl passes gradient_checkpointing_kwargs to transformers' gradient_checkpointing_enable,
+// which passes them to torch.utils.checkpoint.checkpoint: these are the keyword arguments it takes
+// (torch/utils/checkpoint.py; preserve_rng_state arrives through **kwargs). Any other key is a
+// TypeError/ValueError in torch, so it is an error here too.
 const std::vector<std::string>& checkpointing_kwargs_keys() {
-  static const std::vector<std::string> keys = {"use_reentrant"};
+  static const std::vector<std::string> keys = {"use_reentrant", "preserve_rng_state", "context_fn",
+                                                "determinism_check", "debug", "early_stop"};
   return keys;
 }
 
+// Every top-level key a plan accepts: axolotl's schema (axolotl/keys.json), the keys the loader
+// reads, and the hookstream: section.
 std::vector<std::string> top_level_keys() {
-  std::vector<std::string> keys = schedule_keys();
-  keys.insert(keys.end(), no_effect_keys().begin(), no_effect_keys().end());
+  std::vector<std::string> keys;
+  // world_size is in axolotl's schema, but axolotl overwrites it (see Converter::top_level).
+  for (const std::string& key : axolotl_schema().names) {
+    if (key != "world_size") keys.push_back(key);
+  }
+  for (const auto* list : {&schedule_keys(), &engine_keys()}) {
+    for (const std::string& key : *list) {
+      if (!std::binary_search(axolotl_schema().names.begin(), axolotl_schema().names.end(), key)) keys.push_back(key);
+    }
+  }
   keys.push_back("hookstream");
   return keys;
+}
+
+bool is_read_key(const std::string& key) {
+  return std::find(schedule_keys().begin(), schedule_keys().end(), key) != schedule_keys().end() ||
+         std::find(engine_keys().begin(), engine_keys().end(), key) != engine_keys().end();
 }
 
 bool contains(const std::vector<std::string>& keys, const std::string& key) {
@@ -288,21 +307,64 @@ struct Draft {
   std::optional<bool> use_reentrant;
   bool checkpointing_forces_reentrant = false;
   bool lora_target_linear = false;
+  bool lora_target_parameters = false;
   std::string base_model_config;
   std::map<std::string, std::string> where;  // dotted key -> "FILE:LINE" or "--set"
+  // The engine keys as written (engine_rules() decides the engine from them).
+  std::optional<YAML::Node> deepspeed;
+  bool fsdp_list = false;                    // the deprecated `fsdp:` list is non-empty
+  std::optional<YAML::Node> fsdp_config;     // the mapping, `fsdp_` prefixes already stripped
+  std::optional<int> fsdp_version;           // top-level fsdp_version
+  std::optional<int> fsdp_config_version;    // fsdp_config.fsdp_version / fsdp_config.version
+  std::vector<std::pair<std::string, int>> parallel_sizes;  // {"tensor_parallel_size", 2}, ...
 };
 
 class Converter {
  public:
   Converter(const Origin& origin, Draft& draft) : origin_(origin), draft_(draft), plan_(draft.plan) {}
 
+  // Every key of axolotl's schema loads. A key hookstream reads is converted; any other axolotl key
+  // is listed in the report (not modelled, or of no effect on a training step). A key outside the
+  // schema close to a known one is a typo and an error; one close to none is what axolotl itself
+  // does with it, dropped (pydantic's default extra="ignore" on AxolotlInputConfig), and the report
+  // lists it as ignored.
   void top_level(const YAML::Node& root) {
-    for_each_entry(origin_, root, "", top_level_keys(), "", [&](const std::string& key, const YAML::Node& value) {
-      draft_.where[key] = origin_.at(value, key);
-      if (key == "hookstream") return hookstream_section(value);
-      if (contains(no_effect_keys(), key) || key == "lora_dropout") return;
-      axolotl_key(key, value);
-    });
+    const AxolotlSchema& schema = axolotl_schema();
+    std::set<std::string> seen;
+    for (const auto& entry : root) {
+      const YAML::Node& key_node = entry.first;
+      const YAML::Node& value = entry.second;
+      if (!key_node.IsScalar()) throw InputError(origin_.at(key_node, ""), "expected a string key in the plan");
+      const std::string key = key_node.Scalar();
+      if (!seen.insert(key).second) throw InputError(origin_.at(key_node, key), "duplicate key \"" + key + "\"");
+      if (key == "world_size") {
+        // In axolotl's schema, but normalize_config overwrites it with the launcher's WORLD_SIZE
+        // (src/axolotl/utils/config/__init__.py): the value written here never reaches training.
+        throw InputError(origin_.at(key_node, key), "key \"world_size\": axolotl replaces it with the launcher's WORLD_SIZE, so it "
+                                                    "does not set the world size; pass --world-size N (or --nnodes/--nproc-per-node), "
+                                                    "or set `hookstream.world_size`");
+      }
+      // A block mapping or list starts on the line after its key: name the key's line.
+      draft_.where[key] = origin_.at(value.IsScalar() ? value : key_node, key);
+      if (value.IsNull()) continue;  // `key:` with no value means unset, as in axolotl
+      if (key == "hookstream") {
+        hookstream_section(value);
+      } else if (is_read_key(key)) {
+        if (key != "lora_dropout") axolotl_key(key, value);
+      } else if (auto known = schema.keys.find(key); known != schema.keys.end()) {
+        ConfigKeyNote note{key, origin_.at(value, key), schema.schema_class.at(key)};
+        // PEFT's target_parameters (axolotl's lora_target_parameters) are LoRA targets too, so an
+        // adapter with only them is not "without targets"; hookstream does not model them yet.
+        if (key == "lora_target_parameters") draft_.lora_target_parameters = true;
+        (known->second == KeyEffect::NoEffect ? plan_.no_effect_keys : plan_.not_modelled_keys).push_back(note);
+      } else {
+        const std::string close = closest_name(key, top_level_keys());
+        if (!close.empty() || contains(hookstream_keys(), key)) {
+          throw InputError(origin_.at(key_node, key), unknown_key_message(key, "", top_level_keys()));
+        }
+        plan_.ignored_keys.push_back({key, origin_.at(value, key), "not a key of axolotl " + schema.version + "'s schema; axolotl drops it"});
+      }
+    }
   }
 
  private:
@@ -335,6 +397,63 @@ class Converter {
     else if (key == "seed") plan_.seed = read_int(origin_, value, key, 0, 2147483647);
     else if (key == "bf16") plan_.bf16 = bf16(value, key);
     else if (key == "max_steps") plan_.max_steps = read_positive(origin_, value, key);
+    else if (key == "deepspeed") deepspeed(value, key);
+    else if (key == "fsdp") draft_.fsdp_list = fsdp_list(value, key);
+    else if (key == "fsdp_config") fsdp_config(value, key);
+    else if (key == "fsdp_version") draft_.fsdp_version = read_int(origin_, value, key, 1, 2);
+    else if (key == "context_parallel_size" || key == "tensor_parallel_size" || key == "expert_parallel_size" ||
+             key == "dp_shard_size" || key == "dp_replicate_size" || key == "sequence_parallel_degree") {
+      draft_.parallel_sizes.emplace_back(key, read_int(origin_, value, key, 1, 65536));
+    }
+  }
+
+  // axolotl: a path to a DeepSpeed JSON, or the JSON itself as a mapping (config.py: str | dict).
+  void deepspeed(const YAML::Node& value, const std::string& key) {
+    if (!value.IsScalar() && !value.IsMap()) fail_type(origin_, value, key, "a path to a DeepSpeed JSON or a mapping");
+    draft_.deepspeed = value;
+  }
+
+  // The deprecated `fsdp:` list of accelerate options (["full_shard", "auto_wrap"]): FSDP1 when
+  // non-empty (axolotl turns it into fsdp_config, FSDP version 1).
+  bool fsdp_list(const YAML::Node& value, const std::string& key) {
+    if (value.IsScalar()) return !value.Scalar().empty();
+    return !read_string_list(origin_, value, key).empty();
+  }
+
+  // axolotl's FSDPConfig (src/axolotl/utils/schemas/fsdp.py). A `fsdp_` prefix is dropped first, as
+  // axolotl's check_fsdp_config_kwargs_prefix does; `version` is fsdp_version (its AliasChoices).
+  void fsdp_config(const YAML::Node& value, const std::string& key) {
+    if (!value.IsMap()) fail_type(origin_, value, key, "a mapping of FSDP settings");
+    const std::vector<std::string>& known = axolotl_schema().fsdp_config_keys;
+    YAML::Node stripped(YAML::NodeType::Map);
+    for (const auto& entry : value) {
+      const std::string written = entry.first.IsScalar() ? entry.first.Scalar() : "";
+      const std::string path = key + "." + written;
+      std::string name = written;
+      if (name.rfind("fsdp_", 0) == 0 && name != "fsdp_version") name = name.substr(5);
+      if (name == "version") name = "fsdp_version";
+      if (stripped[name]) throw InputError(origin_.at(entry.first, path), "duplicate key \"" + path + "\" (axolotl drops the fsdp_ prefix)");
+      if (!contains(known, name)) {
+        const std::string close = closest_name(name, known);
+        if (!close.empty()) {
+          throw InputError(origin_.at(entry.first, path), "unknown key \"" + written + "\" in fsdp_config; did you mean `" + close + "`?");
+        }
+        // FSDPConfig has pydantic's default extra="ignore": axolotl drops the key (accelerate's own
+        // FSDP options such as sharding_strategy or limit_all_gathers never reach it from here).
+        plan_.ignored_keys.push_back({path, origin_.at(entry.second, path), "not a field of axolotl " + axolotl_schema().version +
+                                                                               "'s FSDPConfig; axolotl drops it"});
+        continue;
+      }
+      if (name == "fsdp_version") {
+        if (!entry.second.IsNull()) draft_.fsdp_config_version = read_int(origin_, entry.second, path, 1, 2);
+        continue;
+      }
+      stripped[name] = entry.second;
+      if (!entry.second.IsNull()) {
+        plan_.not_modelled_keys.push_back({path, origin_.at(entry.second, path), "FSDP setting (src/axolotl/utils/schemas/fsdp.py:FSDPConfig)"});
+      }
+    }
+    draft_.fsdp_config = stripped;
   }
 
   // axolotl: true, false or "auto" (bf16 where the GPU supports it).
@@ -391,7 +510,11 @@ class Converter {
                    [&](const std::string& name, const YAML::Node& item) {
                      const std::string path = key + "." + name;
                      draft_.where[path] = origin_.at(item, path);
-                     draft_.use_reentrant = read_bool(origin_, item, path);
+                     if (name == "use_reentrant") {
+                       draft_.use_reentrant = read_bool(origin_, item, path);
+                     } else {
+                       plan_.not_modelled_keys.push_back({path, origin_.at(item, path), "torch.utils.checkpoint.checkpoint keyword argument"});
+                     }
                    });
   }
 
@@ -564,7 +687,10 @@ void check_set_key(const std::vector<std::string>& parts, const std::string& key
   }
   const std::string& top = parts[0];
   if (!contains(top_level_keys(), top)) unknown(0, "", top_level_keys());
-  if (contains(no_effect_keys(), top)) return;
+  // Keys the loader does not read take any value, nested or not, as in axolotl; fsdp_config's
+  // and deepspeed's contents are checked when the plan is read.
+  if (!is_read_key(top) && top != "hookstream") return;
+  if (top == "fsdp_config" || top == "deepspeed") return;
   if (top == "gradient_checkpointing_kwargs") {
     if (parts.size() > 1 && !contains(checkpointing_kwargs_keys(), parts[1])) unknown(1, top, checkpointing_kwargs_keys());
     return leaf_at(1);
@@ -680,6 +806,210 @@ void resolve_model(Draft& draft, const LoadOptions& options) {
 }
 
 // ----------------------------------------------------------------------------------------------
+// World size and engine: from the plan, the command line and an accelerate config
+// ----------------------------------------------------------------------------------------------
+
+// A YAML mapping written where a JSON document is expected (axolotl's `deepspeed:` may be the
+// DeepSpeed config itself): plain scalars typed as PyYAML's safe_load types them.
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  if (node.IsMap()) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& entry : node) object[entry.first.Scalar()] = yaml_to_json(entry.second);
+    return object;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json array = nlohmann::json::array();
+    for (const YAML::Node& item : node) array.push_back(yaml_to_json(item));
+    return array;
+  }
+  if (node.IsNull()) return nullptr;
+  if (node.Tag() == "!") return node.Scalar();  // quoted: a string
+  long long integer = 0;
+  double number = 0;
+  bool flag = false;
+  if (YAML::convert<long long>::decode(node, integer)) return integer;
+  if (YAML::convert<double>::decode(node, number)) return number;
+  if (YAML::convert<bool>::decode(node, flag)) return flag;
+  return node.Scalar();
+}
+
+int check_world_size(int value, const std::string& flag) {
+  if (value < 1 || value > 65536) throw InputError(flag, "expected an integer in [1, 65536], got " + std::to_string(value));
+  return value;
+}
+
+// The world size, from the most explicit place that gives one: --world-size or torchrun's
+// --nnodes x --nproc-per-node (which must agree), then the accelerate config's num_processes
+// (accelerate's total over all machines), then hookstream.world_size. Places that disagree are an
+// error naming both.
+void resolve_world_size(Draft& draft, const LoadOptions& options, const std::optional<AccelerateConfig>& accelerate) {
+  Plan& plan = draft.plan;
+  if (draft.where.count("hookstream.world_size")) plan.world_size_from = draft.where["hookstream.world_size"];
+  std::optional<int> flag;
+  std::string flag_name;
+  if (options.nnodes || options.nproc_per_node) {
+    if (!options.nnodes || !options.nproc_per_node) {
+      throw InputError(options.nnodes ? "--nnodes" : "--nproc-per-node",
+                       "expected both --nnodes and --nproc-per-node (torchrun's world size is their product)");
+    }
+    const long long product = static_cast<long long>(check_world_size(*options.nnodes, "--nnodes")) *
+                              check_world_size(*options.nproc_per_node, "--nproc-per-node");
+    flag_name = "--nnodes " + std::to_string(*options.nnodes) + " x --nproc-per-node " + std::to_string(*options.nproc_per_node);
+    flag = check_world_size(static_cast<int>(std::min<long long>(product, 1 << 30)), flag_name);
+  }
+  if (options.world_size) {
+    check_world_size(*options.world_size, "--world-size");
+    if (flag && *flag != *options.world_size) {
+      throw InputError("--world-size", std::to_string(*options.world_size) + " contradicts " + flag_name + " = " + std::to_string(*flag));
+    }
+    flag = options.world_size;
+    flag_name = "--world-size";
+  }
+  if (accelerate && accelerate->num_processes && flag && *flag != *accelerate->num_processes) {
+    throw InputError(accelerate->file, "key \"num_processes\": " + std::to_string(*accelerate->num_processes) + " contradicts " +
+                                           flag_name + " = " + std::to_string(*flag));
+  }
+  if (flag) {
+    plan.world_size = *flag;
+    plan.world_size_from = flag_name;
+  } else if (accelerate && accelerate->num_processes) {
+    plan.world_size = check_world_size(*accelerate->num_processes, accelerate->file + ": num_processes");
+    plan.world_size_from = accelerate->file + ": num_processes";
+  }
+  if (!plan.world_size_from.empty()) draft.where["hookstream.world_size"] = plan.world_size_from;
+}
+
+// axolotl opens a `deepspeed:` path as given, i.e. relative to the working directory
+// (src/axolotl/utils/config/__init__.py: os.path.exists(cfg.deepspeed), then json.load); when it
+// does not exist transformers' HfDeepSpeedConfig raises. Same here.
+DeepSpeedConfig plan_deepspeed(const YAML::Node& value, const std::string& where) {
+  if (value.IsMap()) {
+    DeepSpeedConfig config = parse_deepspeed_config(yaml_to_json(value), where + ": key \"deepspeed\"");
+    config.file = "inline";
+    return config;
+  }
+  const std::string path = value.Scalar();
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) {
+    throw InputError(where, "key \"deepspeed\": DeepSpeed config \"" + path + "\" not found; axolotl opens it relative to the working directory (" +
+                                fs::current_path(error).string() + "), where `axolotl fetch deepspeed_configs` puts axolotl's own");
+  }
+  return read_deepspeed_config(path, where);
+}
+
+void deepspeed_engine(Draft& draft, const DeepSpeedConfig& config, const std::string& decided_by) {
+  Plan& plan = draft.plan;
+  Engine& engine = plan.engine;
+  engine.kind = EngineKind::DeepSpeed;
+  engine.deepspeed = config;
+  engine.decided_by.push_back(decided_by);
+  engine.settings.push_back("zero_optimization.stage: " + std::to_string(config.zero_stage) + " (" + config.file + ")");
+  if (!config.offload_optimizer.empty()) engine.settings.push_back("offload_optimizer: " + config.offload_optimizer);
+  if (!config.offload_param.empty()) engine.settings.push_back("offload_param: " + config.offload_param);
+  // transformers' HfTrainerDeepSpeedConfig.trainer_config_process fills "auto" from the
+  // TrainingArguments and refuses a number that differs from them ("Please correct the following
+  // DeepSpeed config values that mismatch TrainingArguments values").
+  auto must_match = [&](const std::optional<long long>& in_json, long long from_plan, const std::string& json_key, const std::string& plan_key) {
+    if (in_json && *in_json != from_plan) {
+      throw InputError(config.file, "key \"" + json_key + "\": " + std::to_string(*in_json) + " contradicts " + plan_key + " " +
+                                        std::to_string(from_plan) + " (" + (draft.where.count(plan_key) ? draft.where[plan_key] : plan.source) +
+                                        "); transformers refuses a mismatch: set it to \"auto\" or to the same value");
+    }
+  };
+  must_match(config.gradient_accumulation_steps, plan.gradient_accumulation_steps, "gradient_accumulation_steps", "gradient_accumulation_steps");
+  must_match(config.train_micro_batch_size_per_gpu, plan.micro_batch_size, "train_micro_batch_size_per_gpu", "micro_batch_size");
+  if (config.train_batch_size && !plan.world_size_from.empty()) {
+    must_match(config.train_batch_size, static_cast<long long>(plan.micro_batch_size) * plan.gradient_accumulation_steps * plan.world_size,
+               "train_batch_size", "micro_batch_size x gradient_accumulation_steps x world size");
+  }
+}
+
+void fsdp_engine(Draft& draft, int version, const std::string& decided_by) {
+  Engine& engine = draft.plan.engine;
+  engine.kind = version == 2 ? EngineKind::Fsdp2 : EngineKind::Fsdp1;
+  engine.decided_by.push_back(decided_by);
+  if (draft.fsdp_config) {
+    for (const auto& entry : *draft.fsdp_config) {
+      if (entry.second.IsScalar()) engine.settings.push_back("fsdp_config." + entry.first.Scalar() + ": " + entry.second.Scalar());
+    }
+  }
+}
+
+// The engine: DeepSpeed when `deepspeed:` is set, FSDP when fsdp_config (or the old `fsdp:` list)
+// is, with axolotl's version rule (validation.py _resolve_fsdp_version: top-level fsdp_version,
+// else fsdp_config.fsdp_version, else 1); an accelerate config's distributed_type says the same
+// or contradicts it (an error). Tensor, context, expert and sharded-data parallel sizes above 1
+// are parallelism the DDP model does not cover.
+void engine_rules(Draft& draft, const std::optional<AccelerateConfig>& accelerate) {
+  Plan& plan = draft.plan;
+  auto where = [&](const std::string& key) { return draft.where.count(key) ? draft.where[key] : plan.source; };
+  const bool fsdp = draft.fsdp_list || draft.fsdp_config.has_value();
+  if (draft.deepspeed && fsdp) {
+    // axolotl's check_fsdp_deepspeed: "deepspeed and fsdp cannot be used together."
+    throw InputError(where("deepspeed"), std::string("key \"deepspeed\": deepspeed and ") + (draft.fsdp_config ? "fsdp_config" : "fsdp") + " (" +
+                                             where(draft.fsdp_config ? "fsdp_config" : "fsdp") + ") cannot be used together, as axolotl says");
+  }
+  const int fsdp_version = draft.fsdp_version.value_or(draft.fsdp_config_version.value_or(1));
+  if (draft.deepspeed) {
+    const std::string text = draft.deepspeed->IsScalar() ? draft.deepspeed->Scalar() : "(inline mapping)";
+    deepspeed_engine(draft, plan_deepspeed(*draft.deepspeed, where("deepspeed")), "deepspeed: " + text + " (" + where("deepspeed") + ")");
+  } else if (fsdp) {
+    std::string decided = draft.fsdp_version ? "fsdp_version: " + std::to_string(fsdp_version) + " (" + where("fsdp_version") + ")"
+                          : draft.fsdp_config_version ? "fsdp_config.fsdp_version: " + std::to_string(fsdp_version) + " (" + where("fsdp_config") + ")"
+                          : std::string(draft.fsdp_config ? "fsdp_config" : "fsdp") + " (" + where(draft.fsdp_config ? "fsdp_config" : "fsdp") +
+                                "), FSDP version 1 by axolotl's default";
+    fsdp_engine(draft, fsdp_version, decided);
+  }
+  if (accelerate) {
+    const std::string& type = accelerate->distributed_type;
+    const std::string decided = "distributed_type: " + type + " (" + accelerate->file + ")";
+    const int accelerate_fsdp = accelerate->fsdp_version.value_or(1);
+    if (type == "FSDP") {
+      if (plan.engine.kind == EngineKind::DeepSpeed) {
+        throw InputError(accelerate->file, "key \"distributed_type\": FSDP contradicts the plan's deepspeed (" + where("deepspeed") + ")");
+      }
+      if (plan.engine.kind == EngineKind::Ddp) {
+        fsdp_engine(draft, accelerate_fsdp, decided);
+        for (const std::string& setting : accelerate->fsdp_settings) plan.engine.settings.push_back("fsdp_config." + setting);
+      } else if (accelerate->fsdp_version && *accelerate->fsdp_version != fsdp_version) {
+        throw InputError(accelerate->file, "key \"fsdp_config.fsdp_version\": " + std::to_string(*accelerate->fsdp_version) +
+                                               " contradicts the plan's FSDP version " + std::to_string(fsdp_version));
+      } else {
+        plan.engine.decided_by.push_back(decided);
+      }
+    } else if (type == "DEEPSPEED") {
+      if (plan.engine.kind == EngineKind::Fsdp1 || plan.engine.kind == EngineKind::Fsdp2) {
+        throw InputError(accelerate->file, "key \"distributed_type\": DEEPSPEED contradicts the plan's fsdp_config (" + where("fsdp_config") + ")");
+      }
+      if (plan.engine.kind == EngineKind::Ddp) {
+        DeepSpeedConfig config;
+        if (accelerate->deepspeed_config_file) {
+          config = plan_deepspeed(YAML::Node(*accelerate->deepspeed_config_file), accelerate->file);
+        } else {
+          config.file = accelerate->file;
+          config.zero_stage = accelerate->zero_stage.value_or(0);
+        }
+        deepspeed_engine(draft, config, decided);
+      } else {
+        plan.engine.decided_by.push_back(decided);
+      }
+    } else if (type == "NO" || type == "MULTI_GPU" || type == "MULTI_CPU") {
+      if (plan.engine.kind != EngineKind::Ddp) {
+        throw InputError(accelerate->file, "key \"distributed_type\": " + type + " contradicts the plan's " +
+                                               engine_kind_name(plan.engine.kind) + " (" + plan.engine.decided_by.front() + ")");
+      }
+      plan.engine.decided_by.push_back(decided);
+    } else {
+      plan.engine.other_parallelism.push_back("distributed_type: " + type);
+    }
+  }
+  for (const auto& [key, size] : draft.parallel_sizes) {
+    if (size > 1) plan.engine.other_parallelism.push_back(key + ": " + std::to_string(size));
+  }
+  if (plan.engine.decided_by.empty()) plan.engine.decided_by.push_back("no deepspeed, fsdp_config or --accelerate-config: DDP (axolotl's default with several ranks)");
+}
+
+// ----------------------------------------------------------------------------------------------
 // Cross-key rules
 // ----------------------------------------------------------------------------------------------
 
@@ -717,7 +1047,7 @@ class Validator {
       }
       plan_.lora_target_modules = modules;
     }
-    if (plan_.adapter != Adapter::None && plan_.lora_target_modules.empty()) {
+    if (plan_.adapter != Adapter::None && plan_.lora_target_modules.empty() && !draft_.lora_target_parameters) {
       fail("adapter", std::string(plan_.adapter == Adapter::Lora ? "lora" : "qlora") +
                           " needs lora_target_modules (or lora_target_linear: true)");
     }
@@ -965,7 +1295,9 @@ std::vector<std::string> build_known_keys() {
       keys.push_back(key);
     }
   }
-  keys.insert(keys.end(), no_effect_keys().begin(), no_effect_keys().end());
+  for (const std::string& key : top_level_keys()) {
+    if (key != "hookstream" && key != "gradient_checkpointing_kwargs" && !contains(keys, key)) keys.push_back(key);
+  }
   for (const std::string& key : hookstream_keys()) {
     if (key == "rank_overrides" || key == "iteration_overrides") {
       const std::string index = key == "rank_overrides" ? "RANK" : "ITER";
@@ -1036,13 +1368,10 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
   Draft draft;
   draft.plan.source = source;
   Converter(origin, draft).top_level(root);
-  if (options.world_size) {
-    if (*options.world_size < 1 || *options.world_size > 65536) {
-      throw InputError("--world-size", "expected an integer in [1, 65536], got " + std::to_string(*options.world_size));
-    }
-    draft.plan.world_size = *options.world_size;
-    draft.where["hookstream.world_size"] = "--world-size";
-  }
+  std::optional<AccelerateConfig> accelerate;
+  if (options.accelerate_config) accelerate = read_accelerate_config(*options.accelerate_config);
+  resolve_world_size(draft, options, accelerate);
+  engine_rules(draft, accelerate);
   resolve_model(draft, options);
   Validator(draft).run();
   return draft.plan;
@@ -1069,6 +1398,13 @@ std::string to_yaml(const Plan& plan) {
 
 const std::vector<std::string>& known_plan_keys() {
   static const std::vector<std::string> keys = build_known_keys();
+  return keys;
+}
+
+std::vector<std::string> modelled_axolotl_keys() {
+  std::vector<std::string> keys = schedule_keys();
+  keys.insert(keys.end(), engine_keys().begin(), engine_keys().end());
+  std::sort(keys.begin(), keys.end());
   return keys;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/axolotl_config/distributed_config.h"
 #include "sim/model_config.h"
 
 namespace hookstream {
@@ -39,6 +40,13 @@ struct PlanOverride {
   std::optional<int> tiled_mlp_num_shards;
   std::optional<std::vector<int>> checkpoint_twice_layers;
   std::optional<std::vector<std::string>> unused_modules;
+};
+
+// A key of the user's config that hookstream reads no value from, and where it is.
+struct ConfigKeyNote {
+  std::string key;
+  std::string where;  // "FILE:LINE"
+  std::string note;   // the schema class it comes from, or why it is ignored
 };
 
 struct Plan {
@@ -121,6 +129,17 @@ struct Plan {
   std::map<int, PlanOverride> rank_overrides;       // key: rank
   std::map<int, PlanOverride> iteration_overrides;  // key: iteration (0-based)
 
+  // --- what the config says beyond the DDP model (docs/plan-format.md) -------------------------
+  // The engine the plan runs on (DDP, FSDP1/2, DeepSpeed ZeRO) and other parallelism: from the
+  // plan's deepspeed/fsdp_config/fsdp_version/..._parallel_size keys and --accelerate-config.
+  Engine engine;
+  // Where the world size came from ("--world-size", "--nnodes x --nproc-per-node", "FILE:LINE"
+  // for hookstream.world_size, "ACCELERATE: num_processes"); empty: given nowhere (world_size 1).
+  std::string world_size_from;
+  std::vector<ConfigKeyNote> not_modelled_keys;  // axolotl keys whose value may change the answer
+  std::vector<ConfigKeyNote> no_effect_keys;     // axolotl keys that cannot change a training step
+  std::vector<ConfigKeyNote> ignored_keys;       // not in axolotl's schema: axolotl drops them too
+
   // --- derived helpers -------------------------------------------------------------------------
   bool find_unused_parameters() const {
     return ddp_find_unused_parameters.value_or(!gradient_checkpointing);
@@ -142,6 +161,9 @@ struct Plan {
 struct LoadOptions {
   std::optional<std::string> model_path;  // --model CONFIG.json overrides base_model
   std::optional<int> world_size;          // --world-size
+  std::optional<int> nnodes;              // torchrun's --nnodes
+  std::optional<int> nproc_per_node;      // torchrun's --nproc-per-node
+  std::optional<std::string> accelerate_config;  // --accelerate-config FILE
   std::vector<std::string> set;           // --set key=value (dotted keys, YAML values)
 };
 
@@ -153,5 +175,8 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source,
 std::string to_yaml(const Plan& plan);
 // The set of keys a plan accepts (dotted), for --set validation and "did you mean".
 const std::vector<std::string>& known_plan_keys();
+// The top-level axolotl keys the loader reads a value from; axolotl/keys.json marks exactly these
+// "modelled" (tests/sim/axolotl_keys_test.cc).
+std::vector<std::string> modelled_axolotl_keys();
 
 }  // namespace hookstream

@@ -1,5 +1,7 @@
 #include "sim/simulation_report.h"
 
+#include "sim/axolotl_config/config_report.h"
+
 #include <fmt/format.h>
 #include <filesystem>
 #include <map>
@@ -517,6 +519,9 @@ nlohmann::json render_verify_json(const SimulationReport& report) {
   j["streams"] = stream_section_json(report.streams);
   j["memory"] = memory_section_json(report.memory, nullptr, false);
   j["time"] = time_section_json(report.time);
+  j["engine"] = engine_json(report.ddp.plan.engine);
+  j["world_size_from"] = report.ddp.plan.world_size_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.ddp.plan.world_size_from);
+  j["config_keys"] = config_keys_json(report.ddp.plan);
   return j;
 }
 
@@ -616,6 +621,8 @@ std::string render_simulation_text(const SimulationReport& report, const Simulat
     for (const FixChange& c : r.changes) changes += (changes.empty() ? "" : ", ") + c.key + ": " + c.value;
     text += "  not a fix: " + changes + " -> still " + r.outcome + "\n";
   }
+  const std::string keys = config_keys_text(report.ddp.plan);
+  if (!keys.empty()) text += "\n" + keys;
   return text;
 }
 

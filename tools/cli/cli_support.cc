@@ -3,7 +3,11 @@
 #include <fstream>
 #include <iostream>
 
+#include <CLI/CLI.hpp>
+
+#include "sim/axolotl_config/config_report.h"
 #include "sim/input_error.h"
+#include "sim/json_text.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {
@@ -25,6 +29,32 @@ void emit(const std::string& text, const std::string& path) {
     }
   }
   std::filesystem::rename(temporary, path);
+}
+
+void DistributedFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--world-size", world_size, "number of ranks (overrides hookstream.world_size)");
+  cmd->add_option("--nnodes", nnodes, "torchrun's --nnodes: machines (world size = nnodes x nproc-per-node)");
+  cmd->add_option("--nproc-per-node", nproc_per_node, "torchrun's --nproc-per-node: processes per machine");
+  cmd->add_option("--accelerate-config", accelerate_config,
+                  "accelerate config file (distributed_type, num_processes, num_machines, fsdp_config, deepspeed_config)");
+}
+
+void DistributedFlags::apply(LoadOptions& load) const {
+  if (world_size != -1) load.world_size = world_size;
+  if (nnodes != -1) load.nnodes = nnodes;
+  if (nproc_per_node != -1) load.nproc_per_node = nproc_per_node;
+  if (!accelerate_config.empty()) load.accelerate_config = accelerate_config;
+}
+
+std::optional<int> report_engine_not_modelled(const PlanSource& source, const std::string& format, const std::string& output) {
+  const Plan plan = parse_plan(source.yaml_text, source.source, source.options);
+  if (plan.engine.modelled()) return std::nullopt;
+  if (format == "json") {
+    emit(json_text(render_engine_not_modelled_json(plan), 2) + "\n", output);
+  } else {
+    emit(render_engine_not_modelled_text(plan), output);
+  }
+  return 1;
 }
 
 }  // namespace hookstream

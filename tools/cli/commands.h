@@ -3,7 +3,11 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+
+#include "sim/plan.h"
+#include "sim/verify.h"
 
 namespace CLI {
 class App;
@@ -26,6 +30,22 @@ Command register_run_command(CLI::App& app);       // training (issue 5), needs 
 // Writes `text` to stdout, or atomically to `path` (temporary file + rename: a failed run never
 // leaves a partial file).
 void emit(const std::string& text, const std::string& path);
+
+// Where the world size and engine come from, on every plan-taking command: --world-size, torchrun's
+// --nnodes/--nproc-per-node, --accelerate-config FILE.
+struct DistributedFlags {
+  int world_size = -1;  // -1: not given
+  int nnodes = -1;
+  int nproc_per_node = -1;
+  std::string accelerate_config;
+  void add_to(CLI::App* cmd);
+  void apply(LoadOptions& load) const;
+};
+
+// A plan that would run on an engine hookstream does not model (FSDP, DeepSpeed, tensor/context
+// parallelism) gets the engine_not_modelled report (docs/verify-json.md) and exit status 1;
+// nullopt for a DDP plan, which the command then checks.
+std::optional<int> report_engine_not_modelled(const PlanSource& source, const std::string& format, const std::string& output);
 
 // Runs a subcommand: InputError and filesystem errors print one line and return 2, any other
 // exception "internal error" and 3.

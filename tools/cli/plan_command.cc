@@ -16,7 +16,7 @@ namespace {
 struct PlanArgs {
   std::string plan;
   std::string model;
-  int world_size = -1;
+  DistributedFlags distributed;
   std::vector<std::string> set;
   std::string gpu;
   double budget_gib = -1;
@@ -92,13 +92,14 @@ std::string render_text(const PlanArgs& args, const PlanSearchResult& r) {
 int run_plan(const PlanArgs& args) {
   LoadOptions load;
   if (!args.model.empty()) load.model_path = args.model;
-  if (args.world_size != -1) load.world_size = args.world_size;
+  args.distributed.apply(load);
   load.set = args.set;
   PlanSearchOptions options;
   if (!args.gpu.empty()) options.gpu = args.gpu;
   if (args.budget_gib > 0) options.budget_gib = args.budget_gib;
   options.top = args.top;
   const PlanSource source = read_plan_source(args.plan, load);
+  if (auto status = report_engine_not_modelled(source, args.format, "")) return *status;
   const PlanSearchResult result = search_plans(source, options);
   if (!args.timeline.empty()) {
     // The input plan's step as a Chrome trace, with the memory model's device memory after each op.
@@ -132,7 +133,7 @@ Command register_plan_command(CLI::App& app) {
                                              "for the fastest verified plan that fits a memory budget");
   cmd->add_option("plan", args->plan, "training plan (axolotl-style YAML)")->required();
   cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");
-  cmd->add_option("--world-size", args->world_size, "number of ranks (overrides hookstream.world_size)");
+  args->distributed.add_to(cmd);
   cmd->add_option("--set", args->set, "override a plan key: key=value (dotted keys, YAML values)");
   cmd->add_option("--gpu", args->gpu, "device name (devices/NAME.yaml, aliases such as H100) or spec file");
   cmd->add_option("--budget-gib", args->budget_gib, "device memory budget in GiB (default: the device's capacity)")

@@ -15,7 +15,7 @@ namespace {
 struct SimulateArgs {
   std::string plan;
   std::string model;
-  int world_size = -1;
+  DistributedFlags distributed;
   std::vector<std::string> set;
   std::string protocol;
   bool all_ranks = false;
@@ -28,13 +28,15 @@ struct SimulateArgs {
 int run_simulate(const SimulateArgs& args) {
   LoadOptions load;
   if (!args.model.empty()) load.model_path = args.model;
-  if (args.world_size != -1) load.world_size = args.world_size;
+  args.distributed.apply(load);
   load.set = args.set;
   SimulateOptions options;
   options.protocol = args.protocol;
   options.expansion.all_ranks = args.all_ranks;
   options.expansion.devices_per_process = args.devices_per_process;
-  const SimulationReport report = simulate_plan(read_plan_source(args.plan, load), args.plan, options);
+  const PlanSource source = read_plan_source(args.plan, load);
+  if (auto status = report_engine_not_modelled(source, args.format, args.output)) return *status;
+  const SimulationReport report = simulate_plan(source, args.plan, options);
   if (!args.timeline.empty()) {
     // Rank 0's step as the time model scheduled it on the plan's GPU (the protocol and buckets of
     // the race check): one track per stream, flows for event waits, and the memory model's device
@@ -58,7 +60,7 @@ Command register_simulate_command(CLI::App& app) {
   cmd->add_option("plan", args->plan, "training plan (axolotl-style YAML)")->required();
   cmd->add_option("--protocol", args->protocol, "offload stream protocol: a name in protocols/ or a .yaml path (overrides hookstream.offload_protocol)");
   cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");
-  cmd->add_option("--world-size", args->world_size, "number of ranks (overrides hookstream.world_size)");
+  args->distributed.add_to(cmd);
   cmd->add_option("--set", args->set, "override a plan key: key=value (dotted keys, YAML values)");
   cmd->add_flag("--all-ranks", args->all_ranks, "expand every rank, not only rank 0");
   cmd->add_option("--devices-per-process", args->devices_per_process, "devices one process drives (default 1)")->check(CLI::Range(1, 8));

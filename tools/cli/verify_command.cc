@@ -14,7 +14,7 @@ namespace {
 struct VerifyArgs {
   std::string plan;
   std::string model;
-  int world_size = -1;  // -1: not given
+  DistributedFlags distributed;
   std::vector<std::string> set;
   std::string format = "text";
   std::string output;
@@ -24,11 +24,13 @@ struct VerifyArgs {
 int run_verify(const VerifyArgs& args) {
   LoadOptions load;
   if (!args.model.empty()) load.model_path = args.model;
-  if (args.world_size != -1) load.world_size = args.world_size;
+  args.distributed.apply(load);
   load.set = args.set;
   SimulateOptions options;
   options.races_shown = 3;
-  const SimulationReport report = simulate_plan(read_plan_source(args.plan, load), args.plan, options);
+  const PlanSource source = read_plan_source(args.plan, load);
+  if (auto status = report_engine_not_modelled(source, args.format, args.output)) return *status;
+  const SimulationReport report = simulate_plan(source, args.plan, options);
   if (args.format == "json") {
     emit(json_text(render_verify_json(report), 2) + "\n", args.output);
   } else {
@@ -44,7 +46,7 @@ Command register_verify_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("verify", "check a plan: DDP's Reducer for every rank and iteration, stream races, memory against its GPU");
   cmd->add_option("plan", args->plan, "training plan (axolotl-style YAML)")->required();
   cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");
-  cmd->add_option("--world-size", args->world_size, "number of ranks (overrides hookstream.world_size)");
+  args->distributed.add_to(cmd);
   cmd->add_option("--set", args->set, "override a plan key: key=value (dotted keys, YAML values)");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("-o,--output", args->output, "write the report to FILE instead of stdout");

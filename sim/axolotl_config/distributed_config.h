@@ -1,0 +1,65 @@
+// Where users put distributed settings, read as their tools read them: a DeepSpeed JSON (axolotl's
+// `deepspeed:` key), an accelerate config file (`accelerate launch --config_file`), and the engine
+// a plan would run on. Until FSDP and ZeRO are modelled, only plain DDP is verified; every other
+// engine gets the `engine_not_modelled` result (docs/verify-json.md).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hookstream {
+
+enum class EngineKind { Ddp, Fsdp1, Fsdp2, DeepSpeed };
+
+// The DeepSpeed JSON's settings that decide the engine and the batch.
+struct DeepSpeedConfig {
+  std::string file;                 // the path read, or "inline" for a mapping in the plan
+  int zero_stage = 0;               // zero_optimization.stage (DeepSpeed's default: 0)
+  std::string offload_optimizer;    // zero_optimization.offload_optimizer.device ("" or "none": none)
+  std::string offload_param;        // zero_optimization.offload_param.device
+  // Numeric values; unset when absent or "auto" (HF's Trainer fills "auto" from its arguments).
+  std::optional<long long> gradient_accumulation_steps;
+  std::optional<long long> train_micro_batch_size_per_gpu;
+  std::optional<long long> train_batch_size;
+};
+
+// Parses a DeepSpeed config; `where` names it in messages ("ds.json" or "plan.yaml:48: key deepspeed").
+DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::string& where);
+// Reads the JSON file at `path` (InputError: missing, malformed, wrong types).
+DeepSpeedConfig read_deepspeed_config(const std::string& path, const std::string& key_where);
+
+// An accelerate config file (`accelerate config` writes it), as accelerate 1.15's ClusterConfig
+// reads it (accelerate/commands/config/config_args.py): unknown keys mean another accelerate
+// version wrote it, and accelerate refuses it too.
+struct AccelerateConfig {
+  std::string file;
+  std::string distributed_type;               // NO, MULTI_GPU, FSDP, DEEPSPEED, ...
+  std::optional<int> num_processes;           // all processes over all machines
+  int num_machines = 1;
+  std::optional<int> fsdp_version;            // fsdp_config.fsdp_version (accelerate's default: 1)
+  std::vector<std::string> fsdp_settings;     // "fsdp_offload_params: true", ...
+  std::optional<std::string> deepspeed_config_file;  // deepspeed_config.deepspeed_config_file
+  std::optional<int> zero_stage;                     // deepspeed_config.zero_stage
+};
+
+AccelerateConfig read_accelerate_config(const std::string& path);
+
+// The engine a plan runs on, what decided it, and the settings the report names.
+struct Engine {
+  EngineKind kind = EngineKind::Ddp;
+  std::optional<DeepSpeedConfig> deepspeed;
+  std::vector<std::string> decided_by;   // "fsdp_version: 2 (plan.yaml:64)"
+  std::vector<std::string> settings;     // engine settings worth naming ("offload_param: cpu")
+  // Parallelism beside data parallelism that the DDP model does not cover
+  // ("tensor_parallel_size: 2", "context_parallel_size: 4", "expert_parallel_size: 4").
+  std::vector<std::string> other_parallelism;
+  bool modelled() const { return kind == EngineKind::Ddp && other_parallelism.empty(); }
+  // "DDP", "FSDP1", "FSDP2", "DeepSpeed ZeRO-3" (+ " with tensor_parallel_size: 2" ...).
+  std::string name() const;
+};
+
+std::string engine_kind_name(EngineKind kind);
+
+}  // namespace hookstream

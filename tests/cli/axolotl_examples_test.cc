@@ -1,0 +1,130 @@
+// axolotl's own example configs (../shared/corpora/axolotl-examples, 70 files at axolotl commit
+// 067b021c8) as a user runs them: every one gets a verdict (exit 0 or 1, with the report), FSDP and
+// DeepSpeed ones the explicit engine_not_modelled result, DDP ones a real DDP verdict.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "tests/cli/run_binary.h"
+#include "tests/temp_dir.h"
+
+namespace {
+namespace fs = std::filesystem;
+using hookstream::testing::run_command;
+
+std::string corpus(const std::string& relative) { return std::string(HOOKSTREAM_SOURCE_DIR) + "/../shared/corpora/" + relative; }
+const std::string kModel = corpus("hf-configs/Llama-3.1-8B.json");
+
+// Runs `hookstream ARGS` with `dir` as the working directory.
+hookstream::testing::BinaryRun verify_in(const fs::path& dir, const std::string& args) {
+  return run_command("cd '" + dir.string() + "' && " + std::string(HOOKSTREAM_BINARY) + " verify " + args);
+}
+
+// A working directory laid out like an axolotl checkout's root, where axolotl opens `deepspeed:`
+// paths: deepspeed_configs/ with a ZeRO-3 config offloading parameters and optimizer state to the
+// CPU (what the name of the file mixtral_22.yml names says), written by this test.
+void write_deepspeed_configs(const fs::path& root) {
+  fs::create_directories(root / "deepspeed_configs");
+  std::ofstream(root / "deepspeed_configs/zero3_bf16_cpuoffload_all.json")
+      << R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+             "offload_param": {"device": "cpu", "pin_memory": true}},
+             "bf16": {"enabled": true}, "gradient_accumulation_steps": "auto",
+             "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto"})";
+}
+}  // namespace
+
+TEST_CASE("all of axolotl's example configs get a verdict", "[cli][axolotl]") {
+  const fs::path examples = corpus("axolotl-examples");
+  REQUIRE(fs::is_directory(examples));  // the shared corpus must be there (../shared/corpora)
+  hookstream::test::TempDir root("hookstream-axolotl-examples-" + std::to_string(getpid()));
+  write_deepspeed_configs(root);
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(examples)) {
+    const std::string extension = entry.path().extension().string();
+    if (extension == ".yml" || extension == ".yaml") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() == 70);
+  int engine_not_modelled = 0;
+  for (const fs::path& file : files) {
+    const auto r = verify_in(root, "'" + file.string() + "' --model '" + kModel + "'");
+    INFO(file.filename().string() << "\n" << r.out);
+    CHECK((r.exit_code == 0 || r.exit_code == 1));
+    if (r.out.find("engine_not_modelled") != std::string::npos) ++engine_not_modelled;
+  }
+  // 20 of them set fsdp_config/fsdp_version, deepspeed, context/tensor/expert parallelism or dp_shard_size.
+  CHECK(engine_not_modelled >= 15);
+}
+
+TEST_CASE("an FSDP2 example gets engine_not_modelled naming FSDP2, exit 1", "[cli][axolotl]") {
+  const fs::path file = corpus("axolotl-examples/llama-3_3b-fp8-fsdp2.yaml");
+  const auto r = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --format json");
+  INFO(r.out);
+  REQUIRE(r.exit_code == 1);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["verdict"] == "engine_not_modelled");
+  CHECK(j["ok"] == false);
+  CHECK(j["engine"]["kind"] == "fsdp2");
+  CHECK(j["engine"]["name"] == "FSDP2");
+  CHECK(j["engine"]["decided_by"][0].get<std::string>().rfind("fsdp_version: 2", 0) == 0);
+  // No world size anywhere: said so, naming the flags, never a silent 1.
+  CHECK(j["world_size"].is_null());
+  CHECK(j["world_size_from"].get<std::string>().find("--world-size") != std::string::npos);
+  CHECK(j["world_size_from"].get<std::string>().find("--nproc-per-node") != std::string::npos);
+
+  const auto text = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --nnodes 2 --nproc-per-node 8");
+  CHECK(text.exit_code == 1);
+  CHECK(text.out.find("NOT VERIFIED  engine_not_modelled  FSDP2") != std::string::npos);
+  CHECK(text.out.find("world size   16 (--nnodes 2 x --nproc-per-node 8)") != std::string::npos);
+}
+
+TEST_CASE("a DeepSpeed example names the ZeRO stage from its JSON", "[cli][axolotl]") {
+  const fs::path file = corpus("axolotl-examples/mistral_mixtral_mixtral_22.yml");
+  hookstream::test::TempDir root("hookstream-axolotl-deepspeed-" + std::to_string(getpid()));
+  write_deepspeed_configs(root);
+  const auto r = verify_in(root, "'" + file.string() + "' --model '" + kModel + "' --world-size 8 --format json");
+  INFO(r.out);
+  REQUIRE(r.exit_code == 1);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["verdict"] == "engine_not_modelled");
+  CHECK(j["engine"]["name"] == "DeepSpeed ZeRO-3");
+  CHECK(j["engine"]["zero_stage"] == 3);
+  CHECK(j["engine"]["deepspeed_config"] == "deepspeed_configs/zero3_bf16_cpuoffload_all.json");
+  CHECK(j["world_size"] == 8);
+  const std::string settings = j["engine"]["settings"].dump();
+  CHECK(settings.find("offload_param: cpu") != std::string::npos);
+  CHECK(settings.find("offload_optimizer: cpu") != std::string::npos);
+
+  // From a folder without deepspeed_configs/, as axolotl: the JSON is missing, one line, exit 2.
+  const auto missing = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "'");
+  CHECK(missing.exit_code == 2);
+  CHECK(std::count(missing.out.begin(), missing.out.end(), '\n') == 1);
+  CHECK(missing.out.find("mixtral_22.yml:48: key \"deepspeed\": DeepSpeed config \"deepspeed_configs/zero3_bf16_cpuoffload_all.json\" not found") !=
+        std::string::npos);
+}
+
+TEST_CASE("a DDP example gets a real DDP verdict and lists its keys hookstream does not model", "[cli][axolotl]") {
+  const fs::path file = corpus("axolotl-examples/llama-3_qlora.yml");
+  const auto r = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --world-size 2 --format json");
+  INFO(r.out);
+  REQUIRE((r.exit_code == 0 || r.exit_code == 1));
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(!j.contains("verdict"));
+  CHECK(j["engine"]["kind"] == "ddp");
+  CHECK(j["engine"]["modelled"] == true);
+  CHECK(j["world_size"] == 2);
+  CHECK(j["checks"].contains("ddp"));
+  CHECK(j["trainable_parameters"].get<int>() > 0);
+  std::vector<std::string> not_modelled;
+  for (const auto& note : j["config_keys"]["not_modelled"]) not_modelled.push_back(note["key"]);
+  CHECK(std::find(not_modelled.begin(), not_modelled.end(), "optimizer") != not_modelled.end());
+  CHECK(std::find(not_modelled.begin(), not_modelled.end(), "sample_packing") != not_modelled.end());
+  CHECK(std::find(not_modelled.begin(), not_modelled.end(), "attn_implementation") != not_modelled.end());
+  std::vector<std::string> no_effect;
+  for (const auto& note : j["config_keys"]["no_effect"]) no_effect.push_back(note["key"]);
+  CHECK(std::find(no_effect.begin(), no_effect.end(), "datasets") != no_effect.end());
+  CHECK(j["config_keys"]["axolotl_version"] == "0.18.0");
+}

@@ -1,0 +1,160 @@
+// Distributed settings from where users put them: axolotl's deepspeed/fsdp_config/fsdp_version and
+// parallel sizes, a DeepSpeed JSON, an accelerate config, --world-size / --nnodes x
+// --nproc-per-node; the engine they decide; contradictions and malformed files as one line.
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "sim/input_error.h"
+#include "sim/plan.h"
+#include "tests/temp_dir.h"
+
+namespace hookstream {
+namespace {
+
+Plan parse(const std::string& yaml, const LoadOptions& options = {}) { return parse_plan(yaml, "plan.yaml", options); }
+
+std::string parse_error(const std::string& yaml, const LoadOptions& options = {}) {
+  try {
+    parse(yaml, options);
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+std::string write(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+const std::string kPlan = "base_model: tiny-llama\nmicro_batch_size: 2\ngradient_accumulation_steps: 4\n";
+
+}  // namespace
+
+TEST_CASE("a plan with no distributed keys runs on DDP, which is modelled", "[plan][engine]") {
+  const Plan plan = parse(kPlan);
+  CHECK(plan.engine.kind == EngineKind::Ddp);
+  CHECK(plan.engine.modelled());
+  CHECK(plan.world_size == 1);
+  CHECK(plan.world_size_from.empty());
+}
+
+TEST_CASE("fsdp_config and fsdp_version decide FSDP1 or FSDP2 as axolotl does", "[plan][engine]") {
+  const Plan v2 = parse(kPlan + "fsdp_version: 2\nfsdp_config:\n  offload_params: true\n");
+  CHECK(v2.engine.kind == EngineKind::Fsdp2);
+  CHECK_FALSE(v2.engine.modelled());
+  CHECK(v2.engine.name() == "FSDP2");
+  CHECK(v2.engine.decided_by.at(0) == "fsdp_version: 2 (plan.yaml:4)");
+  CHECK(v2.engine.settings.at(0) == "fsdp_config.offload_params: true");
+  // fsdp_config.fsdp_version (or its alias `version`) when the top-level key is absent.
+  CHECK(parse(kPlan + "fsdp_config:\n  version: 2\n").engine.kind == EngineKind::Fsdp2);
+  CHECK(parse(kPlan + "fsdp_config:\n  fsdp_version: 2\n").engine.kind == EngineKind::Fsdp2);
+  // Otherwise FSDP1 (axolotl's _resolve_fsdp_version default), also for the old `fsdp:` list.
+  const Plan v1 = parse(kPlan + "fsdp_config:\n  fsdp_offload_params: true\n");
+  CHECK(v1.engine.kind == EngineKind::Fsdp1);
+  CHECK(v1.engine.decided_by.at(0) == "fsdp_config (plan.yaml:4), FSDP version 1 by axolotl's default");
+  CHECK(parse(kPlan + "fsdp:\n  - full_shard\n  - auto_wrap\n").engine.kind == EngineKind::Fsdp1);
+  CHECK(parse(kPlan + "fsdp:\nfsdp_config:\n").engine.modelled());  // both unset
+  CHECK(parse_error(kPlan + "fsdp_version: 3\n") == "plan.yaml:4: key \"fsdp_version\": expected an integer in [1, 2], got \"3\"");
+}
+
+TEST_CASE("tensor, context and expert parallelism are not modelled, even on DDP", "[plan][engine]") {
+  const Plan plan = parse(kPlan + "context_parallel_size: 4\ntensor_parallel_size: 1\n");
+  CHECK(plan.engine.kind == EngineKind::Ddp);
+  CHECK_FALSE(plan.engine.modelled());
+  CHECK(plan.engine.name() == "DDP with context_parallel_size: 4");
+  CHECK(parse(kPlan + "tensor_parallel_size: 1\n").engine.modelled());
+}
+
+TEST_CASE("a DeepSpeed JSON: stage, offload, and 'auto' or matching batch values", "[plan][engine]") {
+  hookstream::test::TempDir dir("hookstream-deepspeed-test-" + std::to_string(getpid()));
+  const std::string zero3 = write(dir / "zero3.json", R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+    "offload_optimizer": {"device": "none"}}, "gradient_accumulation_steps": "auto", "train_micro_batch_size_per_gpu": 2})");
+  const Plan plan = parse(kPlan + "deepspeed: " + zero3 + "\n");
+  CHECK(plan.engine.kind == EngineKind::DeepSpeed);
+  CHECK(plan.engine.name() == "DeepSpeed ZeRO-3");
+  REQUIRE(plan.engine.deepspeed);
+  CHECK(plan.engine.deepspeed->offload_param == "cpu");
+  CHECK(plan.engine.deepspeed->offload_optimizer.empty());
+  CHECK(plan.engine.settings.at(0) == "zero_optimization.stage: 3 (" + zero3 + ")");
+  // An inline mapping is the JSON itself (axolotl's `deepspeed: str | dict`).
+  CHECK(parse(kPlan + "deepspeed:\n  zero_optimization:\n    stage: 2\n").engine.name() == "DeepSpeed ZeRO-2");
+  // No zero_optimization: DeepSpeed's default stage 0, still DeepSpeed's engine, not DDP.
+  CHECK(parse(kPlan + "deepspeed:\n  bf16:\n    enabled: true\n").engine.name() == "DeepSpeed ZeRO-0");
+
+  // transformers refuses numbers that differ from the TrainingArguments.
+  const std::string mismatch = write(dir / "gas.json", R"({"gradient_accumulation_steps": 8})");
+  CHECK(parse_error(kPlan + "deepspeed: " + mismatch + "\n") ==
+        mismatch + ": key \"gradient_accumulation_steps\": 8 contradicts gradient_accumulation_steps 4 (plan.yaml:3); "
+                   "transformers refuses a mismatch: set it to \"auto\" or to the same value");
+  const std::string total = write(dir / "total.json", R"({"train_batch_size": 64})");
+  LoadOptions eight;
+  eight.world_size = 8;
+  CHECK(parse(kPlan + "deepspeed: " + total + "\n", eight).engine.kind == EngineKind::DeepSpeed);  // 2 x 4 x 8
+  eight.world_size = 4;
+  CHECK(parse_error(kPlan + "deepspeed: " + total + "\n", eight).find("key \"train_batch_size\": 64 contradicts") != std::string::npos);
+
+  // Missing, malformed, wrong types: one line naming the file and key.
+  CHECK(parse_error(kPlan + "deepspeed: no/such.json\n").rfind("plan.yaml:4: key \"deepspeed\": DeepSpeed config \"no/such.json\" not found; "
+                                                              "axolotl opens it relative to the working directory", 0) == 0);
+  const std::string broken = write(dir / "broken.json", "{\n  \"zero_optimization\": {\"stage\": 3,}\n}\n");
+  CHECK(parse_error(kPlan + "deepspeed: " + broken + "\n").rfind(broken + ":2: malformed JSON", 0) == 0);
+  const std::string stage = write(dir / "stage.json", R"({"zero_optimization": {"stage": "three"}})");
+  CHECK(parse_error(kPlan + "deepspeed: " + stage + "\n") == stage + ": key \"zero_optimization.stage\": expected 0, 1, 2 or 3, got \"three\"");
+  CHECK(parse_error(kPlan + "deepspeed: " + zero3 + "\nfsdp_config:\n  offload_params: true\n") ==
+        "plan.yaml:4: key \"deepspeed\": deepspeed and fsdp_config (plan.yaml:5) cannot be used together, as axolotl says");
+}
+
+TEST_CASE("world size from --world-size, torchrun's flags or an accelerate config, contradictions are errors", "[plan][engine]") {
+  LoadOptions torchrun;
+  torchrun.nnodes = 2;
+  torchrun.nproc_per_node = 8;
+  const Plan plan = parse(kPlan, torchrun);
+  CHECK(plan.world_size == 16);
+  CHECK(plan.world_size_from == "--nnodes 2 x --nproc-per-node 8");
+  torchrun.world_size = 8;
+  CHECK(parse_error(kPlan, torchrun) == "--world-size: 8 contradicts --nnodes 2 x --nproc-per-node 8 = 16");
+  LoadOptions half;
+  half.nnodes = 2;
+  CHECK(parse_error(kPlan, half) == "--nnodes: expected both --nnodes and --nproc-per-node (torchrun's world size is their product)");
+  CHECK(parse(kPlan + "hookstream:\n  world_size: 4\n").world_size_from == "plan.yaml:5");
+}
+
+TEST_CASE("an accelerate config: distributed_type, num_processes, fsdp_config, another version is an error", "[plan][engine]") {
+  hookstream::test::TempDir dir("hookstream-accelerate-test-" + std::to_string(getpid()));
+  LoadOptions options;
+  options.accelerate_config = write(dir / "fsdp.yaml", "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\n"
+                                                       "fsdp_config:\n  fsdp_version: 2\n  fsdp_offload_params: false\n"
+                                                       "mixed_precision: bf16\nnum_machines: 2\nnum_processes: 16\n");
+  const Plan plan = parse(kPlan, options);
+  CHECK(plan.engine.kind == EngineKind::Fsdp2);
+  CHECK(plan.engine.decided_by.at(0) == "distributed_type: FSDP (" + *options.accelerate_config + ")");
+  CHECK(plan.world_size == 16);
+  CHECK(plan.world_size_from == *options.accelerate_config + ": num_processes");
+  options.world_size = 8;
+  CHECK(parse_error(kPlan, options) == *options.accelerate_config + ": key \"num_processes\": 16 contradicts --world-size = 8");
+  options.world_size.reset();
+  // The plan says DeepSpeed, the accelerate config FSDP.
+  CHECK(parse_error(kPlan + "deepspeed:\n  zero_optimization:\n    stage: 2\n", options) ==
+        *options.accelerate_config + ": key \"distributed_type\": FSDP contradicts the plan's deepspeed (plan.yaml:4)");
+  // MULTI_GPU is plain DDP.
+  options.accelerate_config = write(dir / "ddp.yaml", "distributed_type: MULTI_GPU\nnum_processes: 4\n");
+  const Plan ddp = parse(kPlan, options);
+  CHECK(ddp.engine.modelled());
+  CHECK(ddp.world_size == 4);
+  // A key accelerate 1.15 does not know: written by another accelerate version.
+  options.accelerate_config = write(dir / "old.yaml", "distributed_type: MULTI_GPU\nnum_processes: 4\nfsdp_sharding_strategy: 1\n");
+  CHECK(parse_error(kPlan, options) == *options.accelerate_config +
+                                           ":3: unknown key \"fsdp_sharding_strategy\": not a key of accelerate 1.15's config (ClusterConfig), "
+                                           "so another accelerate version wrote this file");
+  options.accelerate_config = write(dir / "none.yaml", "num_processes: 4\n");
+  CHECK(parse_error(kPlan, options).find("key \"distributed_type\": missing") != std::string::npos);
+  options.accelerate_config = (dir / "absent.yaml").string();
+  CHECK(parse_error(kPlan, options).rfind("--accelerate-config: cannot read the accelerate config", 0) == 0);
+}
+
+}  // namespace hookstream
