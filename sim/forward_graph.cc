@@ -44,8 +44,8 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       for (int pass = 0; pass < count; ++pass) hidden = checkpointed_layer(layer, hidden, pass, count);
       after_layer(layer.index, deepstack, hidden);
     }
-    hidden = norm(model_.final_norm, hidden, "model.norm");
-    SimTensor logits = unused("lm_head") ? SimTensor{} : param_op("lm_head", model_.lm_head, {hidden});
+    hidden = norm(model_.final_norm, hidden, "model.norm", model_.final_norm_bias);
+    SimTensor logits = unused("lm_head") ? SimTensor{} : engine_.op("lm_head", {leaf(model_.lm_head_bias), hidden, leaf(model_.lm_head)});
     return ForwardOutputs{logits, nullptr};
   }
 
@@ -80,7 +80,18 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     return engine_.op(label, all);
   }
 
-  SimTensor norm(int weight, SimTensor x, const std::string& label) { return param_op(label, weight, {x}); }
+  SimTensor norm(int weight, SimTensor x, const std::string& label, int bias = -1) {
+    if (bias < 0) return param_op(label, weight, {x});
+    return engine_.op(label, {leaf(weight), leaf(bias), x});
+  }
+
+  // Parameters of a layer with no slot of their own (MLA projections and norms, attention sinks,
+  // shared experts, Gemma's feed-forward norms): each is applied to the running tensor, so its
+  // gradient is produced in that part of the layer's backward.
+  SimTensor others(const std::vector<LinearUse>& uses, SimTensor x, const std::string& path) {
+    for (const LinearUse& use : uses) x = linear(use, x, path + "." + use.name);
+    return x;
+  }
 
   // nn.Linear, or PEFT's lora.Linear: result = base_layer(x); result += lora_B(lora_A(dropout(x))) * scaling.
   SimTensor linear(const LinearUse& use, SimTensor x, const std::string& path) {
@@ -100,7 +111,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
   SimTensor attention(const DecoderLayerUse& layer, SimTensor x) {
     const std::string p = layer.path + ".self_attn";
-    SimTensor h = norm(layer.input_norm, x, layer.path + ".input_layernorm");
+    SimTensor h = norm(layer.input_norm, x, layer.path + ".input_layernorm", layer.input_norm_bias);
     SimTensor q = linear(layer.q, h, p + ".q_proj");
     SimTensor k = linear(layer.k, h, p + ".k_proj");
     SimTensor v = linear(layer.v, h, p + ".v_proj");
@@ -108,6 +119,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       q = norm(layer.q_norm, q, p + ".q_norm");
       k = norm(layer.k_norm, k, p + ".k_norm");
     }
+    if (!layer.attention_other.empty()) q = others(layer.attention_other, q, p);
     SimTensor a = engine_.op(p + ".sdpa", {q, k, v});
     SimTensor o = linear(layer.o, a, p + ".o_proj");
     return engine_.op(layer.path + " residual(attn)", {x, o});
@@ -120,12 +132,16 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     SimTensor act = engine_.op(p + ".act", {gate});
     SimTensor up = linear(layer.up, h, p + ".up_proj");
     SimTensor prod = engine_.op(p + ".mul", {act, up});
-    return linear(layer.down, prod, p + ".down_proj");
+    SimTensor out = linear(layer.down, prod, p + ".down_proj");
+    if (!layer.mlp_other.empty()) out = others(layer.mlp_other, out, p);
+    return out;
   }
 
   std::vector<int> trainable_mlp_parameters(const DecoderLayerUse& layer) const {
     std::vector<int> out;
-    for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) {
+    std::vector<const LinearUse*> uses{&layer.gate, &layer.up, &layer.down};
+    for (const LinearUse& use : layer.mlp_other) uses.push_back(&use);
+    for (const LinearUse* use : uses) {
       for (int p : {use->weight, use->bias, use->lora_a, use->lora_b}) {
         if (p >= 0 && model_.parameters[static_cast<size_t>(p)].trainable) out.push_back(p);
       }
@@ -183,7 +199,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
   SimTensor decoder_layer(const DecoderLayerUse& layer, SimTensor x) {
     SimTensor h = attention(layer, x);
-    SimTensor n = norm(layer.post_attention_norm, h, layer.path + ".post_attention_layernorm");
+    SimTensor n = norm(layer.post_attention_norm, h, layer.path + ".post_attention_layernorm", layer.post_attention_norm_bias);
     SimTensor m = mlp(layer, n);
     return m.requires_grad() || h.requires_grad() ? engine_.op(layer.path + " residual(mlp)", {h, m}) : SimTensor{};
   }

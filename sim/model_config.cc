@@ -3,6 +3,7 @@
 // ignored, as transformers' PretrainedConfig keeps unknown keys without using them.
 #include "sim/model_config.h"
 
+#include "sim/architectures/architecture.h"
 #include "sim/data_files.h"
 
 #include <algorithm>
@@ -350,18 +351,62 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                 "expected a divisor of num_attention_heads " + std::to_string(config.num_attention_heads),
                 std::to_string(config.num_key_value_heads));
   }
-  config.tie_word_embeddings = reader.optional_bool("tie_word_embeddings").value_or(false);
+  std::string decoder_type = config.model_type;
+  if (reader.has_text_config()) {
+    std::string nested = reader.optional_string(root["text_config"], "model_type", "text_config.model_type");
+    if (!nested.empty()) decoder_type = nested;
+  }
+  // The architecture table is the list of model types hookstream models; anything else is refused
+  // rather than modelled as a dense Llama. A config without model_type (hand-written) is a Llama.
+  const ArchitectureSpec* spec = find_architecture(decoder_type.empty() ? "llama" : decoder_type);
+  if (spec == nullptr) spec = find_architecture(config.model_type);
+  if (spec == nullptr) {
+    std::string known;
+    for (const std::string& type : modelled_model_types()) known += (known.empty() ? "" : ", ") + type;
+    reader.fail(decoder_type == config.model_type ? "model_type" : "text_config.model_type",
+                "hookstream cannot model this architecture yet (it models " + known + ")", shown(json(decoder_type)));
+  }
+  config.decoder_type = spec->model_type;
+  // Numeric and boolean keys: top level first, text_config over it (get_text_config()).
+  auto collect = [&](const json& object) {
+    for (auto it = object.begin(); it != object.end(); ++it) {
+      if (it->is_boolean()) config.values[it.key()] = it->get<bool>() ? 1 : 0;
+      else if (it->is_number()) config.values[it.key()] = it->get<double>();
+      else if (it->is_null()) config.values.erase(it.key());
+    }
+  };
+  collect(root);
+  if (reader.has_text_config()) collect(root["text_config"]);
+  for (const auto& [alias, key] : spec->attribute_map) {
+    auto it = config.values.find(alias);
+    if (it != config.values.end()) config.values.emplace(key, it->second);
+  }
+  for (const auto& [key, value] : spec->defaults) config.values.emplace(key, value);
+  {
+    std::string dotted;
+    if (const json* only = reader.find("mlp_only_layers", &dotted)) {
+      if (!only->is_array()) reader.fail(dotted, "expected a list of layer indices", shown(*only));
+      for (const json& index : *only) {
+        if (!index.is_number_integer()) reader.fail(dotted, "expected a list of layer indices", shown(index));
+        config.mlp_only_layers.push_back(index.get<int>());
+      }
+    }
+  }
+  config.values["head_dim"] = config.head_dim;
+  config.values["num_key_value_heads"] = config.num_key_value_heads;
+  for (const std::string& flag : spec->unmodelled_flags) {
+    if (evaluate_flag(flag, config.values)) {
+      reader.fail(flag, "true adds modules hookstream does not model yet for " + spec->model_type + "; expected false");
+    }
+  }
+  config.tie_word_embeddings =
+      reader.optional_bool("tie_word_embeddings").value_or(evaluate_flag("tie_word_embeddings", config.values));
   config.torch_dtype = parse_dtype(reader);
   config.rms_norm_eps = reader.optional_positive_number("rms_norm_eps").value_or(config.rms_norm_eps);
   config.rope_theta = reader.optional_positive_number("rope_theta").value_or(config.rope_theta);
   read_rope_scaling(reader, config);
   config.initializer_range = reader.optional_positive_number("initializer_range").value_or(config.initializer_range);
 
-  std::string decoder_type = config.model_type;
-  if (reader.has_text_config()) {
-    std::string nested = reader.optional_string(root["text_config"], "model_type", "text_config.model_type");
-    if (!nested.empty()) decoder_type = nested;
-  }
   config.attention_bias =
       has_qkv_bias_by_type(decoder_type) || reader.optional_bool("attention_bias").value_or(false);
   config.qk_norm = has_qk_norm_by_type(decoder_type) || has_qk_norm_by_type(config.model_type);

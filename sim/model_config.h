@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,15 @@ struct ModelConfig {
   std::string source;          // file path or "preset:NAME"; used in error messages and reports
   std::string model_type;      // e.g. llama, qwen2, qwen3, qwen3_vl
   std::string architecture;    // first entry of `architectures`, if any
+  // The decoder layout hookstream builds (sim/architectures/architecture.h): the model_type of the
+  // table entry that models this config ("llama" for a hand-written config without model_type).
+  std::string decoder_type = "llama";
+  // Every numeric and boolean key of the decoder's config (text_config over the top level; booleans
+  // as 0/1), completed with the architecture's config-class defaults and the derived head_dim and
+  // num_key_value_heads: what the table's shape expressions are evaluated against.
+  std::map<std::string, double> values;
+  // Qwen2-MoE/Qwen3-MoE `mlp_only_layers`: layers that keep a dense MLP.
+  std::vector<int> mlp_only_layers;
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_hidden_layers = 0;

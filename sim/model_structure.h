@@ -39,14 +39,23 @@ struct LinearUse {
   int lora_b = -1;
 };
 
+// The parameters of one decoder layer, by what the forward graph does with them. The slots are
+// filled from the architecture table (sim/architectures/architecture.h): a fused qkv_proj sits in
+// `q` (k, v empty), a fused gate_up_proj in `up`; in an MoE layer `gate` is the router, `up` and
+// `down` the fused [E, ...] expert tensors (their biases in .bias). Parameters with no slot of their
+// own (MLA projections, attention sinks, shared experts, Gemma's feed-forward norms) are in the
+// *_other lists, so that every parameter takes part in the step.
 struct DecoderLayerUse {
   int index = 0;
   std::string path;  // e.g. base_model.model.model.layers.3
-  int input_norm = -1;
+  int input_norm = -1, input_norm_bias = -1;
   LinearUse q, k, v, o;
   int q_norm = -1, k_norm = -1;
-  int post_attention_norm = -1;
+  std::vector<LinearUse> attention_other;
+  int post_attention_norm = -1, post_attention_norm_bias = -1;
   LinearUse gate, up, down;
+  std::vector<LinearUse> mlp_other;
+  bool moe = false;  // a sparse MoE block instead of the dense MLP
 };
 
 struct VisionBlockUse {
@@ -79,8 +88,11 @@ struct ModelStructure {
   std::vector<VisionMergerUse> vision_deepstack_mergers;
   int embed = -1;
   std::vector<DecoderLayerUse> layers;
-  int final_norm = -1;
+  int final_norm = -1, final_norm_bias = -1;  // -1: a final norm without parameters (OLMo)
   int lm_head = -1;  // == embed when tie_word_embeddings (the same tensor)
+  int lm_head_bias = -1;
+  // Routed experts per MoE layer and experts per token (0 for a dense model).
+  int num_experts = 0, experts_per_token = 0;
   // DDP's parameter list: ddp_parameters[i] is the index into `parameters` of DDP index i.
   std::vector<int> ddp_parameters;
 

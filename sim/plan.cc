@@ -38,16 +38,11 @@ namespace fs = std::filesystem;
 // Keys
 // ----------------------------------------------------------------------------------------------
 
-// PEFT's names for the seven linear projections of a Llama/Qwen decoder layer, in module order;
-// axolotl's `lora_target_linear: true` targets all of them.
-const std::vector<std::string> kLinearProjections = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                     "gate_proj", "up_proj", "down_proj"};
-
 // Top-level axolotl keys that shape the hook schedule.
 const std::vector<std::string>& schedule_keys() {
   static const std::vector<std::string> keys = {
       "base_model", "sequence_len", "micro_batch_size", "gradient_accumulation_steps", "adapter",
-      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear",
+      "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear", "lora_target_parameters",
       "load_in_4bit", "load_in_8bit", "gradient_checkpointing", "gradient_checkpointing_kwargs",
       "activation_offloading", "tiled_mlp", "tiled_mlp_num_shards", "ddp_find_unused_parameters",
       "ddp_bucket_cap_mb", "device_map", "unfrozen_parameters", "base_model_config",
@@ -306,8 +301,6 @@ struct Draft {
   std::optional<bool> load_in_4bit;
   std::optional<bool> use_reentrant;
   bool checkpointing_forces_reentrant = false;
-  bool lora_target_linear = false;
-  bool lora_target_parameters = false;
   std::string base_model_config;
   std::map<std::string, std::string> where;  // dotted key -> "FILE:LINE" or "--set"
   // The engine keys as written (engine_rules() decides the engine from them).
@@ -353,9 +346,6 @@ class Converter {
         if (key != "lora_dropout") axolotl_key(key, value);
       } else if (auto known = schema.keys.find(key); known != schema.keys.end()) {
         ConfigKeyNote note{key, origin_.at(value, key), schema.schema_class.at(key)};
-        // PEFT's target_parameters (axolotl's lora_target_parameters) are LoRA targets too, so an
-        // adapter with only them is not "without targets"; hookstream does not model them yet.
-        if (key == "lora_target_parameters") draft_.lora_target_parameters = true;
         (known->second == KeyEffect::NoEffect ? plan_.no_effect_keys : plan_.not_modelled_keys).push_back(note);
       } else {
         const std::string close = closest_name(key, top_level_keys());
@@ -378,7 +368,8 @@ class Converter {
     else if (key == "lora_r") plan_.lora_r = read_positive(origin_, value, key);
     else if (key == "lora_alpha") plan_.lora_alpha = read_positive_number(origin_, value, key);
     else if (key == "lora_target_modules") plan_.lora_target_modules = target_modules(value, key);
-    else if (key == "lora_target_linear") draft_.lora_target_linear = read_bool(origin_, value, key);
+    else if (key == "lora_target_linear") plan_.lora_target_linear = read_bool(origin_, value, key);
+    else if (key == "lora_target_parameters") plan_.lora_target_parameters = read_string_list(origin_, value, key);
     else if (key == "load_in_4bit") draft_.load_in_4bit = plan_.load_in_4bit = read_bool(origin_, value, key);
     else if (key == "load_in_8bit") plan_.load_in_8bit = read_bool(origin_, value, key);
     else if (key == "gradient_checkpointing") gradient_checkpointing(value, key);
@@ -472,7 +463,10 @@ class Converter {
 
   // PEFT also takes a single string (matched as a regex against module names); a plain name is
   // the common case and the only one hookstream models.
+  // PEFT's LoraConfig.target_modules: a string is one regular expression (re.fullmatch on each
+  // module name, peft/tuners/tuners_utils.py check_target_module_exists), a list holds names.
   std::vector<std::string> target_modules(const YAML::Node& value, const std::string& key) {
+    plan_.lora_target_modules_regex = value.IsScalar();
     if (value.IsScalar()) return {read_string(origin_, value, key)};
     return read_string_list(origin_, value, key);
   }
@@ -1040,14 +1034,9 @@ class Validator {
       plan_.load_in_4bit = true;
     }
     if (plan_.load_in_4bit && plan_.load_in_8bit) fail("load_in_8bit", "load_in_4bit and load_in_8bit are exclusive");
-    if (draft_.lora_target_linear) {
-      std::vector<std::string> modules = kLinearProjections;
-      for (const std::string& name : plan_.lora_target_modules) {
-        if (!contains(modules, name)) modules.push_back(name);
-      }
-      plan_.lora_target_modules = modules;
-    }
-    if (plan_.adapter != Adapter::None && plan_.lora_target_modules.empty() && !draft_.lora_target_parameters) {
+    // lora_target_linear is expanded against the model (build_model_structure): its Linear modules.
+    if (plan_.adapter != Adapter::None && plan_.lora_target_modules.empty() && !plan_.lora_target_linear &&
+        plan_.lora_target_parameters.empty()) {
       fail("adapter", std::string(plan_.adapter == Adapter::Lora ? "lora" : "qlora") +
                           " needs lora_target_modules (or lora_target_linear: true)");
     }
@@ -1188,6 +1177,16 @@ void emit_strings(YAML::Emitter& out, const std::string& key, const std::vector<
   out << YAML::EndSeq;
 }
 
+// lora_target_modules as written: one string (a regular expression for PEFT) or a list.
+void emit_targets(YAML::Emitter& out, const Plan& plan) {
+  if (plan.lora_target_modules.empty()) return;
+  if (plan.lora_target_modules_regex) {
+    out << YAML::Key << "lora_target_modules" << YAML::Value << YAML::DoubleQuoted << plan.lora_target_modules[0];
+  } else {
+    emit_strings(out, "lora_target_modules", plan.lora_target_modules);
+  }
+}
+
 void emit_ints(YAML::Emitter& out, const std::string& key, const std::vector<int>& values) {
   out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (int value : values) out << value;
@@ -1228,11 +1227,13 @@ void emit_axolotl_keys(YAML::Emitter& out, const Plan& plan) {
     emit(out, "adapter", std::string(plan.adapter == Adapter::Lora ? "lora" : "qlora"));
     emit(out, "lora_r", plan.lora_r);
     emit_number(out, "lora_alpha", plan.lora_alpha);
-    emit_strings(out, "lora_target_modules", plan.lora_target_modules);
+    emit_targets(out, plan);
+    if (plan.lora_target_linear) emit(out, "lora_target_linear", true);
+    if (!plan.lora_target_parameters.empty()) emit_strings(out, "lora_target_parameters", plan.lora_target_parameters);
   } else {
     if (plan.lora_r != defaults.lora_r) emit(out, "lora_r", plan.lora_r);
     if (plan.lora_alpha != defaults.lora_alpha) emit_number(out, "lora_alpha", plan.lora_alpha);
-    if (!plan.lora_target_modules.empty()) emit_strings(out, "lora_target_modules", plan.lora_target_modules);
+    if (!plan.lora_target_modules.empty()) emit_targets(out, plan);
   }
   if (plan.load_in_4bit) emit(out, "load_in_4bit", true);
   if (plan.load_in_8bit) emit(out, "load_in_8bit", true);

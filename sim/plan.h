@@ -63,9 +63,16 @@ struct Plan {
   Adapter adapter = Adapter::None;
   int lora_r = 8;
   double lora_alpha = 16;
-  // PEFT's target module names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj);
-  // `lora_target_linear: true` expands to all seven.
+  // PEFT's target_modules as the user wrote them: a list of module-name suffixes, or (a YAML
+  // string) one regular expression matched in full against each module name, or "all-linear".
+  // Matched against the model by build_model_structure, with PEFT 0.21's rules.
   std::vector<std::string> lora_target_modules;
+  bool lora_target_modules_regex = false;  // lora_target_modules: "a string" (one entry)
+  // axolotl's lora_target_linear: every Linear's leaf name but the output head's, added to the list.
+  bool lora_target_linear = false;
+  // axolotl's lora_target_parameters (PEFT's target_parameters): "<module>.<parameter>" suffixes of
+  // bare nn.Parameters to wrap in lora.ParamWrapper, e.g. fused MoE expert tensors.
+  std::vector<std::string> lora_target_parameters;
   bool load_in_4bit = false;
   bool load_in_8bit = false;
   bool gradient_checkpointing = false;

@@ -233,10 +233,14 @@ TEST_CASE("every axolotl and hookstream key is read", "[plan]") {
   CHECK(plan.iteration_overrides.at(1).checkpoint_twice_layers == std::vector<int>{1, 3});
 }
 
-TEST_CASE("lora_target_linear expands to the seven projections", "[plan]") {
+TEST_CASE("lora_target_linear is kept as a flag, to be expanded against the model's Linear modules", "[plan]") {
   const Plan plan = parse("base_model: tiny-llama\nadapter: lora\nlora_target_linear: true\nlora_target_modules: [lm_head]\n");
-  CHECK(plan.lora_target_modules == std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                             "up_proj", "down_proj", "lm_head"});
+  CHECK(plan.lora_target_modules == std::vector<std::string>{"lm_head"});
+  CHECK(plan.lora_target_linear);
+  CHECK_FALSE(plan.lora_target_modules_regex);
+  CHECK(parse("base_model: tiny-llama\nadapter: lora\nlora_target_modules: \".*q_proj\"\n").lora_target_modules_regex);
+  CHECK(parse("base_model: tiny-llama\nadapter: lora\nlora_target_parameters: [experts.down_proj]\n").lora_target_parameters ==
+        std::vector<std::string>{"experts.down_proj"});
   CHECK(plan.input_require_grads());     // PEFT default with an adapter
   CHECK_FALSE(plan.vision_tower_trainable());
 }

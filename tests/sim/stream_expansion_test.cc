@@ -125,9 +125,13 @@ TEST_CASE("elementwise kernels and the vision tower get their own memory-bound /
   CHECK(rmsnorm == 2 * 32);  // forward and backward of every layer
 
   // Qwen3-VL: patch embed, every block, the merger and the DeepStack mergers run in forward; a
-  // frozen tower (LoRA) has no backward, a trainable one (full fine-tune) does.
+  // frozen tower (LoRA on the decoder's projections only) has no backward, a trainable one (full
+  // fine-tune) does.
   const std::string vl = "base_model: Qwen/Qwen3-VL-4B-Instruct\nsequence_len: 4096\n";
-  const Plan lora = parse_plan(vl + "adapter: lora\nlora_target_linear: true\n", "vl.yaml");
+  const Plan lora = parse_plan(vl + "adapter: lora\nlora_target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]\n", "vl.yaml");
+  // axolotl's lora_target_linear takes every Linear's leaf name, the tower's (qkv, proj,
+  // linear_fc1, linear_fc2) too, so its adapters train and the tower has a backward.
+  const Plan lora_linear = parse_plan(vl + "adapter: lora\nlora_target_linear: true\n", "vl.yaml");
   const Plan full = parse_plan(vl, "vl.yaml");
   const Plan text_only = parse_plan(vl + "hookstream:\n  vision_inputs: false\n", "vl.yaml");
   const auto count = [](const Plan& plan, const std::string& suffix) {
@@ -143,6 +147,7 @@ TEST_CASE("elementwise kernels and the vision tower get their own memory-bound /
   CHECK(deepstack > 0);
   CHECK(count(lora, " forward") == 1 + blocks + 1 + deepstack);
   CHECK(count(lora, " backward") == 0);
+  CHECK(count(lora_linear, " backward") == 1 + blocks + 1 + deepstack);
   CHECK(count(full, " backward") == 1 + blocks + 1 + deepstack);
   CHECK(count(text_only, " forward") == 0);
   // More image tokens, more vision FLOPs (the attention within the image grows quadratically).

@@ -1,0 +1,84 @@
+"""Dumps what transformers (and PEFT) build for a list of cases: the config used and
+named_parameters() (name, shape, dtype, requires_grad) in registration order, built on the meta
+device (no weights, no downloads).
+
+    python dump_structures.py CASES.json OUT_DIR [NAME ...]
+
+CASES.json is a list of {"name", "model_type", "overrides": {...}, "lora": null or LoraConfig
+kwargs}. Each model is built from transformers' own defaults (AutoConfig.for_model(model_type))
+with the overrides set on its text config (small layer counts keep the fixtures short), in the
+dtype the overrides name, as from_pretrained(dtype="auto") loads a checkpoint. With "lora", the
+model is wrapped by peft.get_peft_model(model, LoraConfig(**lora)). Writes OUT_DIR/<name>.json =
+{"transformers", "peft", "case", "class", "config" (config.json as save_pretrained writes it),
+"parameters": [[name, [shape], dtype, requires_grad], ...]}, or {"error": "..."} when transformers
+or PEFT refuses the case. The fixtures in tests/sim/architectures/ were produced by this script with
+transformers 5.17.0 and peft 0.21.2 (oracles/requirements.txt).
+"""
+import json
+import sys
+
+import peft
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def make_config(case):
+    config = AutoConfig.for_model(case["model_type"])
+    text = config.get_text_config()
+    for key, value in case.get("overrides", {}).items():
+        setattr(text, key, value)
+    if getattr(text, "layer_types", None) is not None:
+        text.layer_types = text.layer_types[: text.num_hidden_layers]
+    return config
+
+
+def build(case, config):
+    text = config.get_text_config()
+    dtype = getattr(text, "dtype", None) or torch.float32
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if case.get("lora"):
+        model = peft.get_peft_model(model, peft.LoraConfig(**case["lora"]))
+    return model
+
+
+def dump(case):
+    result = {
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "case": case,
+    }
+    config = make_config(case)
+    result["config"] = json.loads(config.to_json_string(use_diff=False))
+    try:
+        model = build(case, config)
+    except Exception as error:  # the refusal is the expectation
+        result["error"] = f"{type(error).__name__}: {error}"
+        return result
+    result["class"] = type(model).__name__
+    result["parameters"] = [
+        [n, list(p.shape), str(p.dtype).replace("torch.", ""), p.requires_grad] for n, p in model.named_parameters()
+    ]
+    return result
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        cases = json.load(f)
+    out_dir = sys.argv[2]
+    wanted = set(sys.argv[3:])
+    for case in cases:
+        if wanted and case["name"] not in wanted:
+            continue
+        result = dump(case)
+        with open(f"{out_dir}/{case['name']}.json", "w") as f:
+            json.dump(result, f, indent=None, separators=(",", ":"), sort_keys=False)
+            f.write("\n")
+        print(case["name"], result.get("class", result.get("error")), len(result.get("parameters", [])))
+
+
+if __name__ == "__main__":
+    main()

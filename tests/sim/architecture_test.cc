@@ -1,0 +1,137 @@
+// Every architecture fixture in tests/sim/architectures/ (named_parameters() of the model that
+// transformers 5.17.0 + PEFT 0.21.2 build on the meta device, written by
+// oracles/architectures/dump_structures.py from oracles/architectures/cases.json) against
+// hookstream's structure for the same config.json: names in order, shapes, dtypes, trainable flags;
+// a case transformers/PEFT refuse must be refused too.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "sim/architectures/architecture.h"
+#include "sim/input_error.h"
+#include "sim/model_structure.h"
+
+using namespace hookstream;
+using nlohmann::json;
+
+namespace {
+
+const std::string kFixtures = std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/sim/architectures";
+
+json read_fixture(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str());
+}
+
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(kFixtures)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The plan a case describes: full fine-tuning, or LoRA with the case's LoraConfig.
+Plan plan_for(const json& fixture, const std::string& name) {
+  Plan plan;
+  plan.source = name + ".yaml";
+  plan.model = parse_model_config(fixture.at("config").dump(), name + "/config.json");
+  const json& lora = fixture.at("case").value("lora", json());
+  if (!lora.is_null()) {
+    plan.adapter = Adapter::Lora;
+    plan.lora_r = lora.at("r").get<int>();
+    const json& targets = lora.at("target_modules");
+    plan.lora_target_modules_regex = targets.is_string();
+    if (targets.is_string()) plan.lora_target_modules = {targets.get<std::string>()};
+    else plan.lora_target_modules = targets.get<std::vector<std::string>>();
+    if (lora.contains("target_parameters")) {
+      plan.lora_target_parameters = lora.at("target_parameters").get<std::vector<std::string>>();
+    }
+  }
+  return plan;
+}
+
+std::string describe(const Parameter& p) {
+  std::string shape;
+  for (int64_t d : p.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+  return p.name + " [" + shape + "] " + to_string(p.dtype) + (p.trainable ? " trainable" : "");
+}
+
+std::string describe(const json& p) {
+  std::string shape;
+  for (const json& d : p.at(1)) shape += (shape.empty() ? "" : ",") + std::to_string(d.get<int64_t>());
+  return p.at(0).get<std::string>() + " [" + shape + "] " + p.at(2).get<std::string>() +
+         (p.at(3).get<bool>() ? " trainable" : "");
+}
+
+}  // namespace
+
+TEST_CASE("architecture fixtures: hookstream's structure equals what transformers and PEFT build", "[architecture]") {
+  const std::vector<std::string> names = fixture_names();
+  REQUIRE(names.size() >= 30);
+  for (const std::string& name : names) {
+    const json fixture = read_fixture(kFixtures + "/" + name + ".json");
+    INFO("fixture " << name << " (transformers " << fixture.at("transformers").get<std::string>() << ")");
+    if (fixture.contains("error")) {
+      // transformers/PEFT refuse it: hookstream refuses it too, with the same reason.
+      const std::string expected = fixture.at("error").get<std::string>();
+      std::string got;
+      try {
+        build_model_structure(plan_for(fixture, name));
+      } catch (const InputError& e) {
+        got = e.what();
+      }
+      INFO("PEFT: " << expected);
+      INFO("hookstream: " << got);
+      // PEFT's sentence, up to the module repr hookstream does not have (it names the module).
+      std::string gist = expected.substr(expected.find(": ") + 2);
+      if (gist.rfind("Target module ", 0) == 0 && gist.find(" is not supported") != std::string::npos) {
+        gist = gist.substr(gist.find(" is not supported"));
+      }
+      CHECK(got.find(gist.substr(0, gist.find(" (PEFT"))) != std::string::npos);
+      continue;
+    }
+    const Plan plan = plan_for(fixture, name);
+    const ModelStructure structure = build_model_structure(plan);
+    std::vector<std::string> ours, theirs;
+    for (const Parameter& p : structure.parameters) ours.push_back(describe(p));
+    for (const json& p : fixture.at("parameters")) theirs.push_back(describe(p));
+    // Line by line first, so that a failure names the first differing parameter.
+    for (size_t i = 0; i < std::min(ours.size(), theirs.size()); ++i) {
+      INFO("parameter " << i);
+      CHECK(ours[i] == theirs[i]);
+      if (ours[i] != theirs[i]) break;
+    }
+    CHECK(ours.size() == theirs.size());
+  }
+}
+
+TEST_CASE("the architecture table is the list of modelled model types", "[architecture]") {
+  const std::vector<std::string> types = modelled_model_types();
+  for (const char* type : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral",
+                           "qwen3_moe", "gpt_oss", "deepseek_v3", "qwen3_vl", "qwen2_5_vl"}) {
+    CHECK(std::find(types.begin(), types.end(), type) != types.end());
+  }
+  CHECK(find_architecture("falcon") == nullptr);
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "falcon", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "falcon/config.json"),
+                    Catch::Contains("falcon/config.json") && Catch::Contains("key \"model_type\"") &&
+                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"falcon\""));
+}
+
+TEST_CASE("shape expressions: sums of products of config keys", "[architecture]") {
+  const std::map<std::string, double> values{{"a", 3}, {"b", 4}, {"c", 5}};
+  CHECK(evaluate_shape("a*b+c", values, "x") == std::vector<long long>{17});
+  CHECK(evaluate_shape("a,2*b,c", values, "x") == std::vector<long long>{3, 8, 5});
+  CHECK_THROWS_WITH(evaluate_shape("a*d", values, "m/config.json"),
+                    "m/config.json: key \"d\": missing; expected a positive integer");
+  CHECK(evaluate_flag("!a", values) == false);
+  CHECK(evaluate_flag("!zzz", values) == true);
+}
