@@ -145,6 +145,8 @@ def main():
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--lora-alpha", type=float, default=32)
     ap.add_argument("--chunks", type=int, default=8)
+    ap.add_argument("--trace", help="after the timed steps, one more step under torch.profiler (CPU and CUDA "
+                    "activities), written as a Chrome trace to this file (for `hookstream replay`)")
     args = ap.parse_args()
     with open(args.config) as f:
         cfg = json.load(f)
@@ -156,13 +158,23 @@ def main():
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=5e-5, fused=True)
     times, peaks, losses = [], [], []
-    for step in range(args.warmup + args.steps):
+    total = args.warmup + args.steps + (1 if args.trace else 0)
+    profiler = None
+    for step in range(total):
+        if args.trace and step == total - 1:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                          torch.profiler.ProfilerActivity.CUDA],
+                                              profile_memory=True)
+            profiler.__enter__()
         g = torch.Generator(device="cpu").manual_seed(1000 + step)
         ids = torch.randint(0, cfg["vocab_size"], (1, args.seq + 1), generator=g).to(device)
         inputs, labels = ids[:, :-1], ids[:, 1:]
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
+        step_range = torch.profiler.record_function(f"hookstream:step:{step + 1}") if profiler else None
+        if step_range is not None:
+            step_range.__enter__()
         if args.mode == "save_on_cpu":
             with torch.autograd.graph.save_on_cpu(pin_memory=True):
                 loss = model(inputs, labels, args.mode, args.chunks)
@@ -171,7 +183,13 @@ def main():
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if step_range is not None:
+            step_range.__exit__(None, None, None)
         torch.cuda.synchronize()
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+            profiler.export_chrome_trace(args.trace)
+            break
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
             peaks.append(torch.cuda.max_memory_allocated())

@@ -1,7 +1,8 @@
 // hookstream-runtime-gpu-check: TrainModel on cuda:0 in bf16, every checkpoint flavour, offload
 // protocol (the CUDA stream backend: real streams, events, pinned memory) and tiled-MLP strategy
 // against the plain model, within bf16 tolerance; double_buffer_events against single_buffer
-// (the same kernels on the same data: expected bit-identical); the reload-OOM fallback. Prints a
+// (the same kernels on the same data: expected bit-identical); the reload-OOM fallback; FusedAdamW's
+// fused CUDA step against LibTorch's AdamW, and its state loaded into AdamW. Prints a
 // table; exits 1 if any check fails, 2 if it cannot run (no CUDA device).
 //
 //   hookstream-runtime-gpu-check [--seq N] [--layers N] [--hidden N]
@@ -9,13 +10,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "runtime/fused_adamw.h"
 #include "runtime/train_model.h"
 #include "sim/input_error.h"
 #include "sim/plan.h"
@@ -104,6 +108,60 @@ double max_abs(const Outcome& a, const Outcome& b) {
 }
 
 }  // namespace
+
+// runtime/fused_adamw.h on cuda:0: four steps of the fused kernel against torch::optim::AdamW on the
+// same fp32 parameters and gradients (same maths, different rounding order: within 1e-5 relative),
+// then the fused optimizer's state loaded into AdamW, one more step each. Returns the failures.
+int check_fused_adamw() {
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  auto params = [&] {
+    at::manual_seed(7);
+    return std::vector<at::Tensor>{at::randn({64, 16}, f32).requires_grad_(true), at::randn({16}, f32).requires_grad_(true),
+                                   at::randn({3, 5, 2}, f32).requires_grad_(true)};
+  };
+  auto grads = [&](std::vector<at::Tensor>& ps, int step) {
+    at::manual_seed(1000 + step);
+    for (at::Tensor& p : ps) p.mutable_grad() = at::randn(p.sizes(), f32);
+  };
+  auto worst = [](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y) {
+    double w = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      w = std::max(w, ((x[i] - y[i]).norm() / y[i].norm().clamp_min(1e-30)).item<double>());
+    }
+    return w;
+  };
+  std::vector<at::Tensor> a = params(), b = params();
+  FusedAdamW fused(a, options);
+  torch::optim::AdamW plain(b, options);
+  for (int step = 0; step < 4; ++step) {
+    grads(a, step);
+    grads(b, step);
+    fused.step();
+    plain.step();
+  }
+  const double after_steps = worst(a, b);
+  torch::serialize::OutputArchive out;
+  fused.save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  std::vector<at::Tensor> c;
+  for (const at::Tensor& p : a) c.push_back(p.detach().clone().requires_grad_(true));
+  torch::optim::AdamW loaded(c, options);
+  torch::serialize::InputArchive in;
+  std::istringstream read(bytes.str());
+  in.load_from(read);
+  loaded.load(in);
+  grads(a, 4);
+  grads(c, 4);
+  fused.step();
+  loaded.step();
+  const double after_load = worst(a, c);
+  const bool ok = fused.fused() && after_steps <= 1e-5 && after_load <= 1e-5;
+  std::printf("fused AdamW (fused %s) vs AdamW: worst rel %.3e after 4 steps, %.3e after loading its state -> %s\n",
+              fused.fused() ? "yes" : "no", after_steps, after_load, ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
+}
 
 int main(int argc, char** argv) {
   Shape shape;
@@ -195,6 +253,7 @@ int main(int argc, char** argv) {
       std::printf("double_buffer_events vs single_buffer (%s): max |diff| %.3e -> %s\n", flavour, diff,
                   identical ? "identical" : (ok ? "within tolerance" : "FAIL"));
     }
+    failures += check_fused_adamw();
     std::printf("%s: %d failure(s)\n", failures == 0 ? "PASS" : "FAIL", failures);
     return failures == 0 ? 0 : 1;
   } catch (const InputError& e) {

@@ -52,7 +52,11 @@ RunTrace::RunTrace(std::string path, c10::Device device) : impl_(std::make_uniqu
 #ifdef HOOKSTREAM_HAVE_CUDA
   if (device.is_cuda()) {
     using torch::profiler::impl::ActivityType;
-    const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+    // profile_memory: the caching allocator's allocations and frees as "[memory]" events (as
+    // torch.profiler.profile(profile_memory=True) records them), so a trace shows at which op the
+    // step's peak memory is reached and what is live then.
+    const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
+                                                       /*report_input_shapes=*/false, /*profile_memory=*/true);
     const std::set<ActivityType> activities = {ActivityType::CPU, ActivityType::CUDA};
     torch::autograd::profiler::prepareProfiler(config, activities);
     torch::autograd::profiler::enableProfiler(config, activities);

@@ -15,6 +15,7 @@
 
 #include "runtime/cuda_device.h"
 #include "runtime/ddp_wrapper.h"
+#include "runtime/fused_adamw.h"
 #include "runtime/plan_fingerprint.h"
 #include "runtime/run_trace.h"
 #include "runtime/token_data.h"
@@ -136,8 +137,10 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
   const char* debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
   DdpWrapper ddp(model.ddp_parameters(), model.ddp_parameter_names(), group,
                  ddp_settings_for(plan, debug && std::string(debug) != "OFF"));
-  torch::optim::AdamW optimizer(model.ddp_parameters(), torch::optim::AdamWOptions(plan.learning_rate)
-                                                            .weight_decay(plan.weight_decay));
+  // On CUDA the fused kernel of torch.optim.AdamW(fused=True) (runtime/fused_adamw.h); AdamW::step
+  // elsewhere.
+  FusedAdamW optimizer(model.ddp_parameters(), torch::optim::AdamWOptions(plan.learning_rate)
+                                                   .weight_decay(plan.weight_decay));
 
   const int64_t vocab = plan.model.vocab_size;
   TokenSource data = plan.data ? TokenSource::from_file(plan_relative_path(plan, *plan.data), vocab, rank,
@@ -191,6 +194,10 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
       if (cuda) cuda_reset_peak_memory(device);
       double loss_sum = 0;
       int64_t tokens = 0;
+      // Each micro-step's loss, read after the optimizer step: reading it right after backward
+      // would make the host wait for the GPU there and leave the GPU idle while the optimizer's
+      // work is issued (PyTorch eager reads it after the step too, bench/python_offload_baseline.py).
+      std::vector<at::Tensor> micro_losses;
       {
         TraceRange step_range(fmt::format("hookstream:step:{}", step + 1));
         for (const at::Tensor& p : params) {
@@ -210,13 +217,14 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
           loss = ddp.post_forward(loss, sync);
           phase = "backward";
           loss.backward();
-          loss_sum += loss.detach().item<double>();
+          micro_losses.push_back(loss.detach());
           tokens += batch.input_ids.numel();
         }
         phase = "optimizer";
         TraceRange optimizer_range("hookstream:optimizer");
         optimizer.step();
       }
+      for (const at::Tensor& micro_loss : micro_losses) loss_sum += micro_loss.item<double>();
       if (cuda) cuda_synchronize(device);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
 

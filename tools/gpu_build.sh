@@ -41,4 +41,6 @@ cmake -S "$here" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DHOOK
   -DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/x86_64-linux-gnu/cmake;$torch_prefix" \
   -DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
   -DCMAKE_BUILD_RPATH="$prefix/usr/lib/x86_64-linux-gnu"
-cmake --build "$build" -j "$(nproc)"
+# HOOKSTREAM_GPU_TARGETS (space-separated) builds only those targets, e.g. "hookstream" for a
+# benchmark-only call.
+cmake --build "$build" -j "$(nproc)" ${HOOKSTREAM_GPU_TARGETS:+--target $HOOKSTREAM_GPU_TARGETS}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Issue 22 on one GPU machine, in one call: builds hookstream against the PyTorch wheel's LibTorch
+# (tools/gpu_build.sh), then at 8K tokens (Llama-3.1-8B shape, LoRA r=16, bench/plans/llama8b-lora-8k-*)
+# PyTorch eager (bench/python_offload_baseline.py: none, checkpoint, checkpoint + save_on_cpu) and
+# `hookstream run` ((a) none, (b) checkpoint, (d) double-buffered offload), each eager/hookstream pair
+# run back to back; one profiled step of eager (a) and two of hookstream (a), replayed
+# (`hookstream replay --format json`); then the long-context ladder (bench/long_context.py) until
+# the deadline; then the GPU correctness checks.
+# Results: ./out/gpu-runtime, and in $OUT (device tool): results.tgz and the two traces (.json.gz).
+#
+#   tools/gpu_runtime.sh [--steps N] [--lengths 16384,32768,...] [--deadline S] [--traces "e:h ..."]
+#                        [--variants "name=plan:k=v,... ..."] [--no-traces] [--no-8k]
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+out=$here/out/gpu-runtime
+rm -rf "$out"; mkdir -p "$out"
+[[ -n "${OUT:-}" ]] && trap 'tar czf "$OUT/results.tgz" --exclude="trace-*.json*" -C "$out" .; cp "$out"/trace-*.json.gz "$OUT"/ 2>/dev/null' EXIT
+steps=6 long_steps=2 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --steps) steps=$2; shift ;;
+    --long-steps) long_steps=$2; shift ;;
+    --lengths) lengths=$2; shift ;;
+    --deadline) deadline=$2; shift ;;
+    --traces) traces=$2; shift ;;      # "eagermode:plan ..." pairs, e.g. "checkpoint:checkpoint"
+    --variants) variants=$2; shift ;;  # "name=plan:key=value,key=value ..." extra hookstream runs
+    --no-traces) traces="" ;;
+    --no-8k) eight=0 ;;
+    *) echo "gpu_runtime.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+t0=$(date +%s)
+log() { echo "[gpu_runtime +$(( $(date +%s) - t0 ))s] $*"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader > "$out/machine.txt" 2>&1
+python3 -c 'import torch; print("torch", torch.__version__)' >> "$out/machine.txt" 2>&1
+grep -E "MemTotal|MemAvailable" /proc/meminfo >> "$out/machine.txt"; date -u >> "$out/machine.txt"
+cat "$out/machine.txt"
+log "build"
+if ! tools/gpu_build.sh "$here/build-gpu" > "$out/build.log" 2>&1; then
+  grep -E "error|FAILED" -A3 "$out/build.log" | head -60
+  exit 1
+fi
+hs=build-gpu/tools/hookstream
+gpu=H100-SXM; nvidia-smi -L | grep -q H200 && gpu=H200
+status=0
+
+py() {  # mode [extra args]
+  local m=$1; shift
+  python3 bench/python_offload_baseline.py --config presets/Llama-3.1-8B.json --mode "$m" --steps "$steps" "$@" \
+    > "$out/python-$m.json" 2> "$out/python-$m.log" || { log "python $m FAILED"; tail -5 "$out/python-$m.log"; status=1; }
+}
+hsrun() {  # name plan [extra]
+  local name=$1 plan=$2; shift 2
+  "$hs" run "$plan" --device cuda --nproc 1 --steps "$steps" --set hookstream.gpu=$gpu --json "$out/run-$name.json" "$@" \
+    > "$out/run-$name.log" 2>&1 || { log "run $name FAILED"; tail -20 "$out/run-$name.log"; status=1; }
+}
+
+if [[ $eight == 1 ]]; then
+  # Order alternates (eager first, then hookstream first) so that neither side always runs on the
+  # warmer GPU.
+  log "eager none / hookstream none"; py none; hsrun none bench/plans/llama8b-lora-8k-none.yaml
+  log "hookstream checkpoint / eager checkpoint"; hsrun checkpoint bench/plans/llama8b-lora-8k-checkpoint.yaml; py checkpoint
+  log "eager save_on_cpu / hookstream offload_double"; py save_on_cpu; hsrun offload_double bench/plans/llama8b-lora-8k-offload_double.yaml
+  for v in $variants; do  # name=plan-suffix:--set k=v,...
+    name=${v%%=*}; rest=${v#*=}; plan=${rest%%:*}; sets=${rest#*:}
+    log "hookstream $name"; hsrun "$name" "bench/plans/llama8b-lora-8k-$plan.yaml" $(echo "$sets" | tr ',' '\n' | sed 's/^/--set /')
+  done
+  python3 - "$out" <<'PY'
+import json, sys, glob, os
+out = sys.argv[1]
+def med(xs): xs = sorted(xs); return xs[len(xs) // 2]
+eager = {}
+for f in sorted(glob.glob(f"{out}/python-*.json")):
+    try: p = json.load(open(f))
+    except Exception: continue
+    if "step_s_all" in p and len(p["step_s_all"]) > 1:
+        eager[p["mode"]] = p
+        print(f"eager {p['mode']:22s} {p['step_s']:.4f} s  {p['peak_gib']:.2f} GiB")
+ref = {"none": "none", "checkpoint": "checkpoint"}
+for f in sorted(glob.glob(f"{out}/run-*.json")):
+    name = os.path.basename(f)[4:-5]
+    if name == "traced" or name.startswith("traced"): continue
+    h = json.load(open(f)); steps = h["steps"][1:]
+    hs_s = med([s["step_seconds"] for s in steps]); peak = max(s["peak_memory_bytes"] for s in steps) / 2**30
+    base = eager.get("none" if name == "none" else "checkpoint")
+    vs = f"{100 * (hs_s / base['step_s'] - 1):+.1f}% vs eager {base['mode']}" if base else ""
+    print(f"hookstream {name:17s} {hs_s:.4f} s  {peak:.2f} GiB  {vs}  pred {h['predicted']['step_seconds']:.3f} s "
+          f"{h['predicted']['peak_memory_bytes'] / 2**30:.2f} GiB")
+PY
+fi
+
+for pair in $traces; do
+  e=${pair%%:*}; h=${pair#*:}
+  log "traces eager $e / hookstream $h"
+  python3 bench/python_offload_baseline.py --config presets/Llama-3.1-8B.json --mode "$e" --steps 1 --warmup 2 \
+    --trace "$out/trace-eager-$e.json" > "$out/python-traced-$e.json" 2> "$out/python-traced-$e.log" || { log "eager trace FAILED"; tail -5 "$out/python-traced-$e.log"; }
+  steps=2 hsrun "traced-$h" "bench/plans/llama8b-lora-8k-$h.yaml" --trace "$out/trace-hookstream-$h.json"
+  for t in "eager-$e" "hookstream-$h"; do
+    [[ -f "$out/trace-$t.json" ]] || continue
+    "$hs" replay "$out/trace-$t.json" --format json -o "$out/replay-$t.json" > "$out/replay-$t.log" 2>&1 || log "replay $t FAILED"
+    "$hs" replay "$out/trace-$t.json" > "$out/replay-$t.txt" 2>&1
+    gzip -f "$out/trace-$t.json"
+  done
+done
+ls -la "$out"/trace-* 2>/dev/null
+
+left=$(( deadline - ($(date +%s) - t0) ))
+if [[ -n "$lengths" && $left -gt 30 ]]; then
+  log "long context ($lengths), ${left}s left"
+  python3 bench/long_context.py --hookstream "$hs" --plan bench/plans/llama8b-lora-long.yaml --gpu $gpu \
+    --lengths "$lengths" --steps "$long_steps" --deadline "$left" --run-timeout 240 --out "$out/long.jsonl" --logdir "$out" || status=1
+fi
+
+left=$(( deadline + 120 - ($(date +%s) - t0) ))
+if [[ $left -gt 60 ]]; then
+  log "GPU correctness checks"
+  if timeout $((left - 10)) build-gpu/runtime/hookstream-runtime-gpu-check > "$out/gpu-check.txt" 2>&1; then log "gpu-check passed"
+  else log "gpu-check FAILED or timed out"; tail -15 "$out/gpu-check.txt"; status=1; fi
+fi
+log "done"
+exit $status
