@@ -2,6 +2,7 @@
 
 #include <regex>
 
+#include "sim/data_files.h"
 #include "sim/input_error.h"
 
 namespace hookstream {
@@ -62,6 +63,10 @@ class StructureBuilder {
 
   bool is_lora_target(const std::string& leaf) const {
     if (plan_.adapter == Adapter::None) return false;
+    // PEFT's "all-linear" shorthand (a string, any case): every nn.Linear but the output
+    // embedding (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers). The builder asks
+    // only about Linear modules, and lm_head is not built through linear().
+    if (plan_.lora_target_modules.size() == 1 && lowercase(plan_.lora_target_modules[0]) == "all-linear") return true;
     for (const auto& t : plan_.lora_target_modules) {
       if (t == leaf) return true;
     }
