@@ -261,6 +261,18 @@ def main():
                               "variants": {"config": {"status": "oracle_error", "detail": f"{type(e).__name__}: {e}"[:300]}}})
                 continue
             case = check_case(args.hookstream, workdir, model_type, config, cls_name)
+            if case["status"] == "oracle_error":
+                # Some configs validate per-layer patterns that a cut breaks (layer_types that
+                # must contain both attention kinds, encoder/decoder layer counts): the full
+                # depth on both sides, which the meta device makes cheap.
+                try:
+                    full = build_config(model_type, cls_name, 10**9)
+                    retry = check_case(args.hookstream, workdir, model_type, full, cls_name)
+                    if retry["status"] != "oracle_error":
+                        case = retry
+                        case["layers"] = "not reduced"
+                except Exception:
+                    pass
             case["mapping"] = mapping
             cases.append(case)
             print(f"{model_type:32s} {case['status']}", flush=True)

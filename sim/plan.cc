@@ -664,7 +664,6 @@ void resolve_model(Draft& draft, const LoadOptions& options) {
   } else {
     plan.base_model = location.config_path;
   }
-  plan.model_dir = location.model_dir;
   // A type hookstream does not model is refused, never built as a dense Llama (sim/model_source/model_types.h).
   require_modelled_model_type(plan.model);
 }

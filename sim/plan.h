@@ -47,9 +47,6 @@ struct Plan {
   // --- the model -------------------------------------------------------------------------------
   std::string base_model;  // preset name, HF id that matches a preset, or path to config.json
   ModelConfig model;
-  // The Hugging Face model folder the config came from (a local directory or a cache snapshot,
-  // where safetensors headers may be); empty for a preset. sim/model_source/hf_hub.h.
-  std::string model_dir;
 
   // --- axolotl keys ----------------------------------------------------------------------------
   int sequence_len = 2048;

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "sim/ddp_simulation.h"
+#include "sim/model_source/hf_hub.h"
 #include "sim/reducer_model.h"
 
 namespace hookstream {
@@ -117,7 +118,7 @@ nlohmann::ordered_json difference_json(const CheckpointDifference& d) {
 
 std::string source_kind(const Plan& plan) {
   if (plan.model.source.rfind("preset:", 0) == 0) return "preset";
-  return plan.model_dir.find("/snapshots/") != std::string::npos ? "hf_cache" : "path";
+  return model_dir_of(plan.model.source).find("/snapshots/") != std::string::npos ? "hf_cache" : "path";
 }
 
 }  // namespace
@@ -174,7 +175,7 @@ InspectReport inspect_plan(const Plan& plan) {
     report.parameters.push_back(std::move(row));
   }
 
-  report.checkpoint = read_checkpoint_layout(plan.model_dir);
+  report.checkpoint = read_checkpoint_layout(model_dir_of(plan.model.source));
   if (report.checkpoint) report.comparison = compare_with_checkpoint(structure, plan.model, *report.checkpoint);
   return report;
 }
@@ -282,8 +283,8 @@ std::string render_inspect_text(const InspectReport& report) {
     out += fmt::format("         {:<9} {} tensors, {} bytes\n", dtype, total.tensors, total.bytes);
   }
   if (!report.checkpoint) {
-    out += plan.model_dir.empty() ? "checkpoint  none: the model is a preset or a config file outside a model folder\n"
-                                  : "checkpoint  none: no safetensors in " + plan.model_dir + "\n";
+    out += model_dir_of(plan.model.source).empty() ? "checkpoint  none: the model is a preset or a config file outside a model folder\n"
+                                  : "checkpoint  none: no safetensors in " + model_dir_of(plan.model.source) + "\n";
     return out;
   }
   const CheckpointComparison& c = *report.comparison;

@@ -157,4 +157,16 @@ CheckpointComparison compare_with_checkpoint(const ModelStructure& structure, co
   return result;
 }
 
+std::string checkpoint_mismatch_warning(const ModelStructure& structure, const ModelConfig& config,
+                                        const std::string& model_dir) {
+  const std::optional<CheckpointLayout> layout = read_checkpoint_layout(model_dir);
+  if (!layout) return "";
+  const CheckpointComparison comparison = compare_with_checkpoint(structure, config, *layout);
+  if (comparison.matches()) return "";
+  const CheckpointDifference& first = comparison.differences.front();
+  return "warning: hookstream's structure of " + config.source + " differs from the checkpoint in " + model_dir +
+         " in " + std::to_string(comparison.differences.size()) + " tensor(s), first " + first.name + ": " + first.what +
+         "; the verdict is for hookstream's structure (hookstream inspect lists every difference)";
+}
+
 }  // namespace hookstream

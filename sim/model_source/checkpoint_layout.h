@@ -61,4 +61,11 @@ std::string checkpoint_name(const Parameter& parameter);
 CheckpointComparison compare_with_checkpoint(const ModelStructure& structure, const ModelConfig& config,
                                              const CheckpointLayout& layout);
 
+// For the commands whose verdict rests on the structure (verify, simulate): one line when the
+// checkpoint beside the model's config differs from `structure` (hookstream inspect lists the
+// differences), empty when it matches or there is none. A wrong structure changes the answer, so
+// it is never silent.
+std::string checkpoint_mismatch_warning(const ModelStructure& structure, const ModelConfig& config,
+                                        const std::string& model_dir);
+
 }  // namespace hookstream

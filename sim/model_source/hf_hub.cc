@@ -149,6 +149,12 @@ std::string hub_cache_dir(const HubEnvironment& environment) {
   return home + "/hub";
 }
 
+std::string model_dir_of(const std::string& config_source) {
+  const fs::path path(config_source);
+  if (path.filename() != "config.json") return "";
+  return path.parent_path().string();
+}
+
 bool is_hub_repo_id(const std::string& reference) {
   const size_t slash = reference.find('/');
   if (slash != reference.rfind('/')) return false;

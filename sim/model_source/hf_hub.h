@@ -48,6 +48,11 @@ struct ModelLookup {
 ModelLocation locate_model(const std::string& reference, const ModelLookup& lookup, const std::string& where,
                            const std::string& key);
 
+// The Hugging Face model folder a loaded config came from (ModelConfig::source): the folder of a
+// file named config.json (a local model directory or a cache snapshot, where the safetensors are),
+// empty for a preset or a config file of another name.
+std::string model_dir_of(const std::string& config_source);
+
 // huggingface_hub's validate_repo_id: "NAME" or "NAMESPACE/NAME" of [A-Za-z0-9_.-], no "--" or "..",
 // not starting or ending with "-" or ".".
 bool is_hub_repo_id(const std::string& reference);

@@ -102,6 +102,10 @@ TEST_CASE("inspect reads a model from the HF cache and checks it against its saf
   CHECK(extra);
   const Run text = hookstream::testing::run_command(env + HOOKSTREAM_BINARY + " inspect " + (dir / "plan.yaml").string());
   CHECK(text.out.find("MISMATCH") != std::string::npos);
+  // verify's verdict rests on the same structure: the mismatch is said there too.
+  const Run verify = hookstream::testing::run_command(env + HOOKSTREAM_BINARY + " verify " + (dir / "plan.yaml").string());
+  CHECK(verify.out.find("warning: hookstream's structure of " + (snapshot / "config.json").string() +
+                        " differs from the checkpoint") != std::string::npos);
 
   write(dir / "missing.yaml", "base_model: acme/absent\n");
   const Run missing = hookstream::testing::run_command(env + HOOKSTREAM_BINARY + " inspect " + (dir / "missing.yaml").string());

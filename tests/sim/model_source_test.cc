@@ -170,7 +170,7 @@ TEST_CASE("the checkpoint in a model folder is compared with hookstream's struct
   const std::string config = (dir / "model/config.json").string();
   write(config, tiny_llama());
   Plan plan = parse_plan("base_model: " + config + "\nadapter: lora\nlora_target_modules: [q_proj]\n", "plan.yaml");
-  CHECK(plan.model_dir == (dir / "model").string());
+  CHECK(model_dir_of(plan.model.source) == (dir / "model").string());
   const ModelStructure structure = build_model_structure(plan);
   // The checkpoint as save_pretrained writes it: every base tensor, under its module name.
   nlohmann::json tensors = nlohmann::json::object();
@@ -180,7 +180,7 @@ TEST_CASE("the checkpoint in a model folder is compared with hookstream's struct
   }
   CHECK(tensors.contains("model.layers.0.self_attn.q_proj.weight"));  // base_layer and the PEFT prefix gone
   write_safetensors(dir / "model/model.safetensors", tensors);
-  auto layout = read_checkpoint_layout(plan.model_dir);
+  auto layout = read_checkpoint_layout(model_dir_of(plan.model.source));
   REQUIRE(layout);
   CHECK(compare_with_checkpoint(structure, plan.model, *layout).matches());
 
@@ -190,7 +190,7 @@ TEST_CASE("the checkpoint in a model folder is compared with hookstream's struct
   changed["model.layers.0.mlp.experts.0.weight"] = {{"dtype", "BF16"}, {"shape", {4}}};
   changed["model.layers.0.self_attn.k_proj.weight"]["shape"] = {1, 1};
   write_safetensors(dir / "model/model.safetensors", changed);
-  const CheckpointComparison c = compare_with_checkpoint(structure, plan.model, *read_checkpoint_layout(plan.model_dir));
+  const CheckpointComparison c = compare_with_checkpoint(structure, plan.model, *read_checkpoint_layout(model_dir_of(plan.model.source)));
   REQUIRE(c.differences.size() == 3);
   CHECK(c.differences[0].name == "model.norm.weight");
   CHECK(c.differences[0].what == "missing from the checkpoint");
