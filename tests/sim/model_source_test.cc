@@ -231,6 +231,14 @@ TEST_CASE("a model type hookstream does not model is refused, never built as a L
   write(dir / "mamba/config.json", R"({"model_type": "mamba", "hidden_size": 8})");
   CHECK(error_of([&] { parse_plan("base_model: " + (dir / "mamba").string() + "\n", "plan.yaml"); })
             .find("knows \"mamba\"; hookstream cannot model it yet") != std::string::npos);
+  // A structural key hookstream does not model is refused, not ignored.
+  std::string biased = tiny_llama();
+  biased.replace(biased.find("\"mlp_bias\": false"), 17, "\"mlp_bias\": true");
+  write(dir / "biased/config.json", biased);
+  CHECK(error_of([&] { parse_plan("base_model: " + (dir / "biased").string() + "\n", "plan.yaml"); }) ==
+        (dir / "biased/config.json").string() +
+            ": key \"mlp_bias\": true adds biases to projections hookstream builds without them; hookstream "
+            "cannot model it yet");
   for (const std::string& type : modelled_model_types()) {
     const auto known = transformers_model_types().types;
     CHECK(std::binary_search(known.begin(), known.end(), type));
