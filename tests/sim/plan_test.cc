@@ -576,7 +576,7 @@ hookstream:
 
 TEST_CASE("to_yaml round-trips", "[plan]") {
   const test::TempDir dir("hookstream_plan_test_roundtrip_" + std::to_string(getpid()));
-  write_file(dir, "m/config.json", R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
+  write_file(dir, "m/config.json", R"({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
                                  "num_attention_heads": 2, "vocab_size": 10})");
   const std::vector<std::string> plans = {
       "base_model: tiny-llama\n",
