@@ -38,16 +38,6 @@ const DtypeInfo* find_dtype(const std::string& name) {
   return nullptr;
 }
 
-// The header is at most 100 MB in the reference implementation (safetensors/src/tensor.rs,
-// MAX_HEADER_SIZE); a larger length means a corrupt or foreign file.
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-
-uint64_t read_le64(const unsigned char* bytes) {
-  uint64_t value = 0;
-  for (int i = 7; i >= 0; --i) value = (value << 8) | bytes[i];
-  return value;
-}
-
 }  // namespace
 
 std::string safetensors_dtype(c10::ScalarType type) {
@@ -58,75 +48,14 @@ std::string safetensors_dtype(c10::ScalarType type) {
 }
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path_, error)) throw InputError(path_, "expected a safetensors file, got a directory");
-  std::ifstream file(path_, std::ios::binary);
-  if (!file) throw InputError(path_, std::string("cannot read: ") + std::strerror(errno));
-  const auto file_size = static_cast<int64_t>(std::filesystem::file_size(path_, error));
-  unsigned char length_bytes[8];
-  if (!file.read(reinterpret_cast<char*>(length_bytes), 8)) {
-    throw InputError(path_, "truncated: shorter than the 8-byte header length of a safetensors file");
+  SafetensorsHeader header = read_safetensors_header(path_);
+  // The header reader accepts every dtype the format defines; LibTorch 1.13 holds fewer.
+  for (const auto& [name, entry] : header.entries) {
+    if (find_dtype(entry.dtype) == nullptr) throw InputError(path_, "tensor " + name + ": unsupported dtype " + entry.dtype);
   }
-  const uint64_t header_length = read_le64(length_bytes);
-  if (header_length > kMaxHeaderBytes || static_cast<int64_t>(header_length) > file_size - 8) {
-    throw InputError(path_, "header length " + std::to_string(header_length) + " exceeds the file (" +
-                                std::to_string(file_size) + " bytes): truncated or not a safetensors file");
-  }
-  std::string header(header_length, '\0');
-  file.read(header.data(), static_cast<std::streamsize>(header_length));
-  data_start_ = 8 + static_cast<int64_t>(header_length);
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(header);
-  } catch (const nlohmann::json::exception& e) {
-    // parse_error, or out_of_range 406 for a number past double (1e400), which is valid JSON.
-    throw InputError(path_, std::string("malformed header JSON: ") + e.what());
-  }
-  if (!root.is_object()) throw InputError(path_, "expected the header to be a JSON object");
-  const int64_t data_size = file_size - data_start_;
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& name = it.key();
-    const nlohmann::json& value = it.value();
-    if (name == "__metadata__") {
-      if (!value.is_object()) throw InputError(path_, "__metadata__: expected an object of strings");
-      for (auto m = value.begin(); m != value.end(); ++m) {
-        if (!m.value().is_string()) throw InputError(path_, "__metadata__." + m.key() + ": expected a string");
-        metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = "tensor " + name;
-    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") || !value.contains("data_offsets")) {
-      throw InputError(path_, where + ": expected {dtype, shape, data_offsets}");
-    }
-    SafetensorsEntry entry;
-    if (!value["dtype"].is_string()) throw InputError(path_, where + ": dtype: expected a string");
-    entry.dtype = value["dtype"].get<std::string>();
-    const DtypeInfo* info = find_dtype(entry.dtype);
-    if (info == nullptr) throw InputError(path_, where + ": unsupported dtype " + entry.dtype);
-    int64_t numel = 1;
-    if (!value["shape"].is_array()) throw InputError(path_, where + ": shape: expected a list of sizes");
-    for (const auto& d : value["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw InputError(path_, where + ": shape: expected non-negative integers");
-      entry.shape.push_back(d.get<int64_t>());
-      numel *= entry.shape.back();
-    }
-    const auto& offsets = value["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_integer() || !offsets[1].is_number_integer()) {
-      throw InputError(path_, where + ": data_offsets: expected [begin, end]");
-    }
-    entry.begin = offsets[0].get<int64_t>();
-    entry.end = offsets[1].get<int64_t>();
-    if (entry.begin < 0 || entry.end < entry.begin || entry.end - entry.begin != numel * info->bytes) {
-      throw InputError(path_, where + ": data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
-                                  "] do not hold " + std::to_string(numel) + " " + entry.dtype + " values");
-    }
-    if (entry.end > data_size) {
-      throw InputError(path_, where + ": truncated file: data ends at byte " + std::to_string(data_start_ + entry.end) +
-                                  ", the file has " + std::to_string(file_size));
-    }
-    entries_.emplace(name, std::move(entry));
-  }
+  data_start_ = header.data_start;
+  entries_ = std::move(header.entries);
+  metadata_ = std::move(header.metadata);
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

@@ -1,8 +1,7 @@
-// The safetensors format (huggingface/safetensors, docs "Format"): an 8-byte little-endian header
-// length N, N bytes of JSON {tensor name: {"dtype", "shape", "data_offsets": [begin, end]}, with an
-// optional "__metadata__": {string: string}}, then the tensors' raw little-endian bytes, offsets
-// relative to the end of the header. Hugging Face checkpoints and PEFT adapters use it; `hookstream
-// run` reads initial weights from it and writes checkpoints with it.
+// The safetensors format (its header: sim/model_source/safetensors_header.h, shared with the
+// simulator), with the tensors' raw little-endian bytes read through LibTorch. Hugging Face
+// checkpoints and PEFT adapters use it; `hookstream run` reads initial weights from it and
+// writes checkpoints with it.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +12,9 @@
 
 #include <torch/torch.h>
 
-namespace hookstream {
+#include "sim/model_source/safetensors_header.h"
 
-struct SafetensorsEntry {
-  std::string dtype;            // safetensors spelling: F32, BF16, F16, F64, I64, I32, I8, U8, BOOL, ...
-  std::vector<int64_t> shape;
-  int64_t begin = 0, end = 0;   // byte offsets into the data section
-};
+namespace hookstream {
 
 // A safetensors file opened for reading: the header is parsed and checked (offsets inside the file,
 // sizes matching dtype x shape) up front; tensors are read on demand. Throws InputError naming the

@@ -27,6 +27,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "sim/input_error.h"
+#include "sim/model_source/hf_hub.h"
+#include "sim/model_source/model_types.h"
 #include "sim/yaml_input.h"
 
 namespace hookstream {
@@ -46,6 +48,7 @@ const std::vector<std::string>& schedule_keys() {
       "load_in_4bit", "load_in_8bit", "gradient_checkpointing", "gradient_checkpointing_kwargs",
       "activation_offloading", "tiled_mlp", "tiled_mlp_num_shards", "ddp_find_unused_parameters",
       "ddp_bucket_cap_mb", "device_map", "unfrozen_parameters", "base_model_config",
+      "revision_of_model",
       "chunked_cross_entropy", "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay",
       "seed", "bf16", "max_steps"};
   return keys;
@@ -302,6 +305,7 @@ struct Draft {
   std::optional<bool> use_reentrant;
   bool checkpointing_forces_reentrant = false;
   std::string base_model_config;
+  std::string revision_of_model;  // axolotl: the hub revision of base_model (branch, tag or commit)
   std::map<std::string, std::string> where;  // dotted key -> "FILE:LINE" or "--set"
   // The engine keys as written (engine_rules() decides the engine from them).
   std::optional<YAML::Node> deepspeed;
@@ -361,6 +365,7 @@ class Converter {
   void axolotl_key(const std::string& key, const YAML::Node& value) {
     if (key == "base_model") plan_.base_model = read_string(origin_, value, key);
     else if (key == "base_model_config") draft_.base_model_config = read_string(origin_, value, key);
+    else if (key == "revision_of_model") draft_.revision_of_model = read_string(origin_, value, key);
     else if (key == "sequence_len") plan_.sequence_len = read_positive(origin_, value, key);
     else if (key == "micro_batch_size") plan_.micro_batch_size = read_positive(origin_, value, key);
     else if (key == "gradient_accumulation_steps") plan_.gradient_accumulation_steps = read_positive(origin_, value, key);
@@ -741,27 +746,6 @@ std::string plan_directory(const std::string& source) {
   return parent.empty() ? "." : parent.string();
 }
 
-std::string normalized(const fs::path& path) { return fs::absolute(path).lexically_normal().string(); }
-
-// A path to a config.json or a directory holding one; relative paths are tried against the plan's
-// directory first, then the working directory.
-std::optional<std::string> config_path(const std::string& value, const std::string& plan_dir) {
-  std::vector<fs::path> candidates;
-  if (fs::path(value).is_absolute()) {
-    candidates.push_back(value);
-  } else {
-    candidates.push_back(fs::path(plan_dir) / value);
-    candidates.push_back(value);
-  }
-  std::error_code error;
-  for (const fs::path& candidate : candidates) {
-    if (fs::is_regular_file(candidate, error)) return normalized(candidate);
-    if (fs::is_directory(candidate, error) && fs::is_regular_file(candidate / "config.json", error)) {
-      return normalized(candidate / "config.json");
-    }
-  }
-  return std::nullopt;
-}
 
 void resolve_model(Draft& draft, const LoadOptions& options) {
   Plan& plan = draft.plan;
@@ -782,21 +766,27 @@ void resolve_model(Draft& draft, const LoadOptions& options) {
     throw InputError(plan.source, "key \"base_model\": missing; expected a preset name, a Hugging Face id "
                                   "of a preset, or a path to a config.json (presets: " + join(list_presets(), ", ") + ")");
   }
-  const std::string dir = options.model_path ? "." : plan_directory(plan.source);
-  if (auto path = config_path(value, dir)) {
-    plan.model = load_model_config(*path);
-    plan.base_model = *path;
-    return;
+  ModelLookup lookup;
+  lookup.plan_dir = options.model_path ? "." : plan_directory(plan.source);
+  lookup.revision = draft.revision_of_model;
+  lookup.environment = HubEnvironment::from_process();
+  const ModelLocation location = locate_model(value, lookup, where, key);
+  try {
+    plan.model = load_model_config(location.config_path);
+  } catch (const InputError&) {
+    // A type hookstream does not model is reported as such, not as the first key it lacks.
+    if (auto type = peek_model_type(location.config_path)) require_modelled_model_type(*type, location.config_path);
+    throw;
   }
-  if (auto preset = find_preset(value)) {
-    plan.model = load_model_config(*preset);
-    plan.model.source = "preset:" + fs::path(*preset).stem().string();
+  if (location.kind == ModelSourceKind::Preset) {
+    plan.model.source = "preset:" + fs::path(location.config_path).stem().string();
     plan.base_model = value;
-    return;
+  } else {
+    plan.base_model = location.config_path;
   }
-  throw InputError(where, "key \"" + key + "\": cannot resolve \"" + value +
-                              "\": not a config.json, a directory containing one, or a preset (presets: " +
-                              join(list_presets(), ", ") + ")");
+  // A type hookstream does not model is refused, never built as a dense Llama (sim/model_source/model_types.h).
+  require_modelled_model_type(plan.model);
+  require_modelled_settings(location.config_path);
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -393,7 +393,7 @@ TEST_CASE("malformed, empty and non-mapping plans", "[plan]") {
 
 TEST_CASE("base_model resolves paths (plan directory first), directories and presets", "[plan]") {
   const test::TempDir dir("hookstream_plan_test_resolve_" + std::to_string(getpid()));
-  const std::string config = R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+  const std::string config = R"({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
                                  "num_attention_heads": 2, "vocab_size": 10})";
   write_file(dir, "plans/models/small/config.json", config);
   write_file(dir, "plans/file.yaml", "base_model: models/small/config.json\n");
@@ -415,15 +415,18 @@ TEST_CASE("base_model resolves paths (plan directory first), directories and pre
   CHECK(overridden.base_model == (dir.path() / "plans/models/small/config.json").string());
 
   const std::string missing = parse_error("base_model: org/no-such-model\n");
-  CHECK(missing.rfind("plan.yaml:1: key \"base_model\": cannot resolve \"org/no-such-model\": not a config.json, "
-                      "a directory containing one, or a preset (presets: ", 0) == 0);
+  // Every place looked (tests/sim/model_source_test.cc checks the HF cache part).
+  CHECK(missing.rfind("plan.yaml:1: key \"base_model\": cannot find model \"org/no-such-model\": no file or "
+                      "directory with a config.json at ", 0) == 0);
+  CHECK(missing.find("not in the Hugging Face cache") != std::string::npos);
+  CHECK(missing.find("pass --model PATH/config.json") != std::string::npos);
   CHECK(missing.find("tiny-llama") != std::string::npos);
   CHECK(parse_error("sequence_len: 10\n").rfind("plan.yaml: key \"base_model\": missing", 0) == 0);
   CHECK(parse_error("base_model: tiny-llama\n", [] {
           LoadOptions bad;
           bad.model_path = "/nonexistent/model";
           return bad;
-        }()).rfind("--model: key \"--model\": cannot resolve \"/nonexistent/model\"", 0) == 0);
+        }()).rfind("--model: key \"--model\": cannot find model \"/nonexistent/model\"", 0) == 0);
 }
 
 TEST_CASE("base_model_config is where axolotl reads the config from", "[plan]") {
@@ -582,7 +585,7 @@ hookstream:
 
 TEST_CASE("to_yaml round-trips", "[plan]") {
   const test::TempDir dir("hookstream_plan_test_roundtrip_" + std::to_string(getpid()));
-  write_file(dir, "m/config.json", R"({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
+  write_file(dir, "m/config.json", R"({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
                                  "num_attention_heads": 2, "vocab_size": 10})");
   const std::vector<std::string> plans = {
       "base_model: tiny-llama\n",
@@ -629,6 +632,7 @@ TEST_CASE("known_plan_keys lists every accepted dotted key", "[plan]") {
   CHECK(has("chunked_cross_entropy_num_chunks"));
   CHECK(has("hookstream.weights"));
   CHECK(has("hookstream.vision_tokens"));
+  CHECK(has("revision_of_model"));
   CHECK(has("optimizer"));
   CHECK(has("rl"));
   CHECK(has("fsdp_config"));

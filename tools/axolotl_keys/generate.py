@@ -30,7 +30,7 @@ import sys
 MODELLED = {
     "base_model", "base_model_config", "sequence_len", "micro_batch_size",
     "gradient_accumulation_steps", "adapter", "lora_r", "lora_alpha", "lora_dropout",
-    "lora_target_modules", "lora_target_linear", "lora_target_parameters", "load_in_4bit", "load_in_8bit",
+    "lora_target_modules", "lora_target_linear", "lora_target_parameters", "revision_of_model", "load_in_4bit", "load_in_8bit",
     "gradient_checkpointing", "gradient_checkpointing_kwargs", "activation_offloading",
     "tiled_mlp", "tiled_mlp_num_shards", "ddp_find_unused_parameters", "ddp_bucket_cap_mb",
     "device_map", "unfrozen_parameters", "chunked_cross_entropy",

@@ -26,6 +26,7 @@ Command register_simulate_command(CLI::App& app);  // streams, races, memory, ti
 Command register_plan_command(CLI::App& app);      // plan search (issue 3)
 Command register_replay_command(CLI::App& app);    // trace import and analysis (issue 4)
 Command register_run_command(CLI::App& app);       // training (issue 5), needs LibTorch
+Command register_inspect_command(CLI::App& app);   // parameters as DDP sees them (issue 19)
 
 // Writes `text` to stdout, or atomically to `path` (temporary file + rename: a failed run never
 // leaves a partial file).

@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "hookstream 0.1.0");
   const std::vector<Command> commands = {register_verify_command(app), register_simulate_command(app),
                                          register_plan_command(app), register_replay_command(app),
-                                         register_oracle_command(app), register_run_command(app)};
+                                         register_oracle_command(app), register_run_command(app),
+                                         register_inspect_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

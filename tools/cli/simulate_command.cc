@@ -1,9 +1,12 @@
 // `hookstream simulate PLAN.yaml`: DDP verdicts plus the CUDA-stream schedule of one step checked for
 // races (sim/simulation_report.h). Exit codes: 0 clean, 1 a finding, 2 bad input.
 #include <CLI/CLI.hpp>
+#include <iostream>
 #include <memory>
 
 #include "sim/json_text.h"
+#include "sim/model_source/checkpoint_layout.h"
+#include "sim/model_source/hf_hub.h"
 #include "sim/memory_model.h"
 #include "sim/simulation_report.h"
 #include "sim/timeline.h"
@@ -37,6 +40,9 @@ int run_simulate(const SimulateArgs& args) {
   const PlanSource source = read_plan_source(args.plan, load);
   if (auto status = report_engine_not_modelled(source, args.format, args.output)) return *status;
   const SimulationReport report = simulate_plan(source, args.plan, options);
+  const std::string mismatch =
+      checkpoint_mismatch_warning(report.ddp.structure, report.ddp.plan.model, model_dir_of(report.ddp.plan.model.source));
+  if (!mismatch.empty()) std::cerr << mismatch << "\n";
   if (!args.timeline.empty()) {
     // Rank 0's step as the time model scheduled it on the plan's GPU (the protocol and buckets of
     // the race check): one track per stream, flows for event waits, and the memory model's device

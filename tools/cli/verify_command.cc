@@ -1,10 +1,13 @@
 // `hookstream verify PLAN.yaml`: every check of a plan: the DDP hook schedule, races in its offload
 // stream protocol, `oom` against its GPU (sim/simulation_report.h), with verified fixes.
 #include <CLI/CLI.hpp>
+#include <iostream>
 #include <memory>
 #include <unistd.h>
 
 #include "sim/json_text.h"
+#include "sim/model_source/checkpoint_layout.h"
+#include "sim/model_source/hf_hub.h"
 #include "sim/simulation_report.h"
 #include "tools/cli/commands.h"
 
@@ -31,6 +34,9 @@ int run_verify(const VerifyArgs& args) {
   const PlanSource source = read_plan_source(args.plan, load);
   if (auto status = report_engine_not_modelled(source, args.format, args.output)) return *status;
   const SimulationReport report = simulate_plan(source, args.plan, options);
+  const std::string mismatch =
+      checkpoint_mismatch_warning(report.ddp.structure, report.ddp.plan.model, model_dir_of(report.ddp.plan.model.source));
+  if (!mismatch.empty()) std::cerr << mismatch << "\n";
   if (args.format == "json") {
     emit(json_text(render_verify_json(report), 2) + "\n", args.output);
   } else {

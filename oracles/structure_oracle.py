@@ -1,0 +1,327 @@
+"""The structure oracle: hookstream's model structures against what transformers + PEFT build.
+
+For every model type the pinned transformers registers for causal LM and image-text-to-text
+(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES, built with the
+class those mappings name) with its own default config (AutoConfig.for_model), and for every real
+config.json under --configs, it
+  1. reduces the decoder to --layers layers (num_hidden_layers of the config and its text config,
+     and their per-layer lists), the same file on both sides, and sets dtype bfloat16;
+  2. builds the model on the meta device (no weights, no downloads) and, per variant, wraps it with
+     PEFT LoRA (r=8): none (full fine-tune), a fixed target list (q/k/v/o/gate/up/down_proj), and
+     "all-linear";
+  3. runs `hookstream inspect --format json` on the same config.json with the same plan, and
+     compares parameter names, order, shapes, dtypes, trainable and tied flags field by field.
+
+The invariant (exit 1 otherwise): every type is matched exactly in every variant, or refused by
+hookstream with exit 2 "transformers ... knows <type>; hookstream cannot model it yet". For a
+refused type the oracle also reports the first difference hookstream would have had if it accepted
+it (the config with model_type "llama", which hookstream models): the work list for new types.
+
+  structure_oracle.py --hookstream build/tools/hookstream [--configs DIR] [--summary FILE]
+                      [--markdown FILE] [--types a,b] [--layers 2]
+  structure_oracle.py --write-known-types model-types/transformers.txt
+"""
+import argparse
+import contextlib
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoConfig  # noqa: E402
+from transformers.models.auto import configuration_auto, modeling_auto  # noqa: E402
+import peft  # noqa: E402
+from peft import LoraConfig, get_peft_model  # noqa: E402
+
+VARIANTS = {
+    "full": None,
+    "lora": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "all-linear": "all-linear",
+}
+DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+
+def write_known_types(path):
+    types = sorted(configuration_auto.CONFIG_MAPPING_NAMES)
+    with open(path, "w") as f:
+        f.write(f"# transformers {transformers.__version__}: the model types of CONFIG_MAPPING_NAMES, one a line.\n")
+        f.write("# Written by oracles/structure_oracle.py --write-known-types; read by sim/model_source/model_types.cc to tell\n")
+        f.write("# a type transformers knows (and hookstream cannot model yet) from a misspelled one.\n")
+        for t in types:
+            f.write(t + "\n")
+
+
+def model_classes():
+    """type -> (mapping, class name); image-text-to-text wins for a type in both (the full VL model)."""
+    classes = {}
+    for t, name in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
+        classes[t] = ("causal_lm", name)
+    for t, name in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.items():
+        classes[t] = ("image_text_to_text", name)
+    return classes
+
+
+def reduce_layers(config, layers):
+    """num_hidden_layers of the config and its text config cut to `layers`, with the per-layer
+    lists transformers validates against it (layer_types, mlp_layer_types, ...)."""
+    targets = [config]
+    text = config.get_text_config()
+    if text is not config:
+        targets.append(text)
+    for c in targets:
+        n = getattr(c, "num_hidden_layers", None)
+        if not isinstance(n, int) or n <= layers:
+            continue
+        c.num_hidden_layers = layers
+        for key, value in list(vars(c).items()):
+            if isinstance(value, list) and len(value) == n:
+                setattr(c, key, value[:layers])
+
+
+def build_config(model_type, arch, layers):
+    config = AutoConfig.for_model(model_type)
+    reduce_layers(config, layers)
+    config.architectures = [arch]
+    config.dtype = torch.bfloat16
+    return config
+
+
+def config_from_file(path, layers):
+    data = json.loads(pathlib.Path(path).read_text())
+    config = AutoConfig.for_model(**data)
+    reduce_layers(config, layers)
+    config.dtype = torch.bfloat16
+    return config
+
+
+def transformers_parameters(config, cls_name, variant):
+    """[(name, shape, dtype, trainable, tied names)] of the model as PEFT wraps it, in
+    named_parameters() order (tied tensors once, as DDP sees them)."""
+    cls = getattr(transformers, cls_name)
+    with torch.device("meta"), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        model = cls._from_config(config, dtype=torch.bfloat16)
+        target = VARIANTS[variant]
+        if target is not None:
+            model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=target))
+    names_of = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(p), []).append(name)
+    rows = []
+    for name, p in model.named_parameters():
+        rows.append({
+            "name": name,
+            "shape": list(p.shape),
+            "dtype": DTYPE_NAMES.get(p.dtype, str(p.dtype)),
+            "trainable": bool(p.requires_grad),
+            "tied": sorted(n for n in names_of[id(p)] if n != name),
+        })
+    return rows
+
+
+def plan_text(config_path, variant):
+    lines = [f"base_model: {config_path}"]
+    target = VARIANTS[variant]
+    if target is not None:
+        lines += ["adapter: lora", "lora_r: 8", "lora_alpha: 16"]
+        lines.append(f"lora_target_modules: {target}" if isinstance(target, str) else
+                     "lora_target_modules: [" + ", ".join(target) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def run_hookstream(binary, workdir, config_path, variant):
+    plan = pathlib.Path(workdir) / f"plan-{variant}.yaml"
+    plan.write_text(plan_text(config_path, variant))
+    proc = subprocess.run([binary, "inspect", str(plan), "--format", "json"], capture_output=True, text=True)
+    if proc.returncode == 0:
+        return 0, json.loads(proc.stdout)["parameters"], ""
+    return proc.returncode, None, (proc.stderr or proc.stdout).strip()
+
+
+def first_difference(expected, got):
+    """The first field that differs, in parameter order, or None."""
+    for i in range(min(len(expected), len(got))):
+        e, g = expected[i], got[i]
+        tied = sorted(g.get("tied") or [])
+        pairs = [("name", e["name"], g["name"]), ("shape", e["shape"], g["shape"]),
+                 ("dtype", e["dtype"], g["dtype"]), ("trainable", e["trainable"], g["trainable"]),
+                 ("tied", e["tied"], tied)]
+        for field, want, have in pairs:
+            if want != have:
+                return f"parameter {i} ({e['name']}): {field}: transformers {want}, hookstream {have}"
+    if len(expected) != len(got):
+        extra = (expected[len(got)]["name"] if len(expected) > len(got) else got[len(expected)]["name"])
+        return (f"parameter count: transformers {len(expected)}, hookstream {len(got)} "
+                f"(first unmatched: {extra})")
+    return None
+
+
+def self_check():
+    """The comparison must see each kind of difference it claims to check (a test that cannot fail
+    is no test): a dropped, renamed, reshaped, retyped, frozen, untied and reordered parameter."""
+    rows = [{"name": "a", "shape": [2, 3], "dtype": "bfloat16", "trainable": True, "tied": ["t"]},
+            {"name": "b", "shape": [3], "dtype": "float32", "trainable": False, "tied": []}]
+    assert first_difference(rows, [dict(r) for r in rows]) is None
+    mutations = [lambda r: r.pop(),
+                 lambda r: r[0].update(name="x"), lambda r: r[0].update(shape=[3, 2]),
+                 lambda r: r[1].update(dtype="bfloat16"), lambda r: r[0].update(trainable=False),
+                 lambda r: r[0].update(tied=[]), lambda r: r.reverse()]
+    for mutate in mutations:
+        changed = [dict(r) for r in rows]
+        mutate(changed)
+        assert first_difference(rows, changed) is not None, "first_difference missed a mutation"
+
+
+def check_case(binary, workdir, label, config, cls_name):
+    """One model: 'matched', 'refused' or 'wrong', with details."""
+    config_path = pathlib.Path(workdir) / "config.json"
+    config.to_json_file(config_path, use_diff=False)
+    result = {"case": label, "class": cls_name, "variants": {}}
+    for variant in VARIANTS:
+        try:
+            expected = transformers_parameters(config, cls_name, variant)
+        except Exception as e:  # transformers or PEFT cannot build it: nothing to compare against
+            why = f"transformers cannot build it: {type(e).__name__}: {e}".replace("\n", " ")[:300]
+            code, _, err = run_hookstream(binary, workdir, config_path, variant)
+            # hookstream must not accept what cannot be checked.
+            result["variants"][variant] = (
+                {"status": "oracle_error", "detail": why} if code == 2 else
+                {"status": "wrong", "detail": f"hookstream accepts it (exit {code}) but {why}"})
+            continue
+        code, got, err = run_hookstream(binary, workdir, config_path, variant)
+        if code == 2 and "cannot model it yet" in err and "knows" in err:
+            entry = {"status": "refused", "detail": err[:300]}
+            # What hookstream would get wrong if it accepted the type: the same file as a llama.
+            data = json.loads(config_path.read_text())
+            data["model_type"] = "llama"
+            as_llama = pathlib.Path(workdir) / "as-llama" / "config.json"
+            as_llama.parent.mkdir(exist_ok=True)
+            as_llama.write_text(json.dumps(data))
+            code2, got2, err2 = run_hookstream(binary, workdir, as_llama, variant)
+            entry["if_accepted"] = (first_difference(expected, got2) or "no difference") if code2 == 0 else \
+                f"exit {code2}: {err2[:200]}"
+            result["variants"][variant] = entry
+        elif code == 0:
+            diff = first_difference(expected, got)
+            result["variants"][variant] = {"status": "matched"} if diff is None else {"status": "wrong", "detail": diff}
+        else:
+            result["variants"][variant] = {"status": "wrong", "detail": f"exit {code}: {err[:300]}"}
+    statuses = {v["status"] for v in result["variants"].values()}
+    if "wrong" in statuses:
+        result["status"] = "wrong"
+    elif statuses == {"matched"}:
+        result["status"] = "matched"
+    elif statuses <= {"refused", "oracle_error"} and "refused" in statuses:
+        result["status"] = "refused"
+    elif statuses == {"oracle_error"}:
+        result["status"] = "oracle_error"
+    else:  # matched in some variants, transformers failed in others: not fully checked
+        result["status"] = "wrong"
+        result["variants"]["_"] = {"status": "wrong", "detail": "accepted, but not every variant could be checked"}
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hookstream")
+    parser.add_argument("--configs", help="folder of real config.json files")
+    parser.add_argument("--summary", help="write the summary JSON here")
+    parser.add_argument("--markdown", help="write the per-type table (Markdown) here")
+    parser.add_argument("--types", help="comma-separated model types (default: all registered)")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--write-known-types")
+    args = parser.parse_args()
+    if args.write_known_types:
+        write_known_types(args.write_known_types)
+        return 0
+    self_check()
+    started = time.time()
+    classes = model_classes()
+    types = sorted(classes) if not args.types else args.types.split(",")
+    cases = []
+    with tempfile.TemporaryDirectory(prefix="structure-oracle-") as tmp:
+        for model_type in types:
+            mapping, cls_name = classes[model_type]
+            workdir = pathlib.Path(tmp) / model_type
+            workdir.mkdir()
+            try:
+                config = build_config(model_type, cls_name, args.layers)
+            except Exception as e:
+                cases.append({"case": model_type, "class": cls_name, "status": "oracle_error",
+                              "variants": {"config": {"status": "oracle_error", "detail": f"{type(e).__name__}: {e}"[:300]}}})
+                continue
+            case = check_case(args.hookstream, workdir, model_type, config, cls_name)
+            if case["status"] == "oracle_error":
+                # Some configs validate per-layer patterns that a cut breaks (layer_types that
+                # must contain both attention kinds, encoder/decoder layer counts): the full
+                # depth on both sides, which the meta device makes cheap.
+                try:
+                    full = build_config(model_type, cls_name, 10**9)
+                    retry = check_case(args.hookstream, workdir, model_type, full, cls_name)
+                    if retry["status"] != "oracle_error":
+                        case = retry
+                        case["layers"] = "not reduced"
+                except Exception:
+                    pass
+            case["mapping"] = mapping
+            cases.append(case)
+            print(f"{model_type:32s} {case['status']}", flush=True)
+        for path in sorted(pathlib.Path(args.configs).glob("*.json")) if args.configs else []:
+            workdir = pathlib.Path(tmp) / ("file-" + path.stem)
+            workdir.mkdir()
+            config = config_from_file(path, args.layers)
+            model_type = config.model_type
+            cls_name = (config.architectures or [classes[model_type][1]])[0]
+            case = check_case(args.hookstream, workdir, f"{path.name} ({model_type})", config, cls_name)
+            case["mapping"] = "config file"
+            cases.append(case)
+            print(f"{path.name:32s} {case['status']}", flush=True)
+    counts = {}
+    for c in cases:
+        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    summary = {
+        "transformers": transformers.__version__, "peft": peft.__version__, "torch": torch.__version__,
+        "layers": args.layers, "variants": list(VARIANTS), "seconds": round(time.time() - started, 1),
+        "total": len(cases), "counts": counts, "cases": cases,
+    }
+    if args.summary:
+        pathlib.Path(args.summary).write_text(json.dumps(summary, indent=1) + "\n")
+    if args.markdown:
+        pathlib.Path(args.markdown).write_text(markdown(summary))
+    print(f"structure oracle: {len(cases)} cases, " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) +
+          f" ({summary['seconds']} s)")
+    wrong = [c for c in cases if c["status"] == "wrong"]
+    for c in wrong:
+        for variant, v in c["variants"].items():
+            if v["status"] == "wrong":
+                print(f"WRONG {c['case']} [{variant}]: {v['detail']}")
+    return 1 if wrong else 0
+
+
+def markdown(summary):
+    out = ["| case | class | status | first difference (refused: if hookstream accepted it as a llama) |",
+           "|---|---|---|---|"]
+    for c in summary["cases"]:
+        detail = ""
+        for variant, v in c["variants"].items():
+            text = v.get("if_accepted") if v["status"] == "refused" else v.get("detail")
+            if text and text != "no difference":
+                detail = f"[{variant}] {text}"
+                break
+        detail = detail.replace("|", "\\|")
+        out.append(f"| {c['case']} | {c.get('class', '')} | {c['status']} | {detail} |")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
