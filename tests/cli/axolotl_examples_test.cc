@@ -79,6 +79,13 @@ TEST_CASE("an FSDP2 example gets engine_not_modelled naming FSDP2, exit 1", "[cl
   CHECK(text.exit_code == 1);
   CHECK(text.out.find("NOT VERIFIED  engine_not_modelled  FSDP2") != std::string::npos);
   CHECK(text.out.find("world size   16 (--nnodes 2 x --nproc-per-node 8)") != std::string::npos);
+
+  // Not verified, so no fix: --write-fixed says so and writes nothing.
+  hookstream::test::TempDir out("hookstream-axolotl-fsdp2-" + std::to_string(getpid()));
+  const auto fixed = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --write-fixed '" + (out / "fixed.yaml").string() + "'");
+  CHECK(fixed.exit_code == 1);
+  CHECK(fixed.out.find("--write-fixed: the plan was not verified, nothing written") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "fixed.yaml"));
 }
 
 TEST_CASE("a DeepSpeed example names the ZeRO stage from its JSON", "[cli][axolotl]") {

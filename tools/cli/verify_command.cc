@@ -53,7 +53,10 @@ int run_verify(const VerifyArgs& args) {
   SimulateOptions options;
   options.races_shown = 3;
   const PlanSource source = read_plan_source(args.plan, load);
-  if (auto status = report_engine_not_modelled(source, args.format, args.output)) return *status;
+  if (auto status = report_engine_not_modelled(source, args.format, args.output)) {
+    if (!args.write_fixed.empty()) std::cerr << "hookstream: --write-fixed: the plan was not verified, nothing written to " << args.write_fixed << "\n";
+    return *status;
+  }
   const SimulationReport report = simulate_plan(source, args.plan, options);
   // Before the report: a bad --fix is one line and nothing else.
   if (!args.write_fixed.empty()) write_fixed_config(report, args);
