@@ -9,21 +9,13 @@
 #include "sim/axolotl_config/axolotl_schema.h"
 #include "sim/input_error.h"
 #include "sim/plan.h"
+#include "tests/sim/plan_text.h"
 
 namespace hookstream {
 namespace {
 
-Plan parse(const std::string& yaml, const LoadOptions& options = {}) { return parse_plan(yaml, "plan.yaml", options); }
-
-std::string parse_error(const std::string& yaml, const LoadOptions& options = {}) {
-  try {
-    parse(yaml, options);
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
+using test::parse;
+using test::parse_error;
 
 bool lists(const std::vector<ConfigKeyNote>& notes, const std::string& key) {
   return std::any_of(notes.begin(), notes.end(), [&](const ConfigKeyNote& note) { return note.key == key; });
