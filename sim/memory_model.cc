@@ -1,5 +1,7 @@
 #include "sim/memory_model.h"
 
+#include "sim/optimizer_states.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -246,6 +248,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   const int layers = static_cast<int>(structure.layers.size());
 
   // --- persistent: everything alive at every moment of a steady-state step ---------------------
+  const OptimizerStates optimizer = optimizer_states(plan.optimizer);
   MemoryPoint persistent;
   int64_t trainable_bytes = 0;
   std::vector<int64_t> grads_by_layer(layers + 1, 0);  // [layers]: outside the decoder stack
@@ -260,8 +263,14 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     if (!p.trainable) continue;
     const int64_t bytes = p.numel() * dtype_size(p);
     trainable_bytes += bytes;
-    // torch.optim.AdamW: exp_avg and exp_avg_sq are zeros_like(param): the parameter's dtype.
-    ledger.add(persistent, MemoryCategory::OptimizerStates, bytes, 2);
+    // The optimizer's states (sim/optimizer_states.h): torch.optim.AdamW's exp_avg and exp_avg_sq
+    // are zeros_like(param), the parameter's dtype; 8-bit and 4-bit optimizers keep a quantized
+    // copy plus fp32 block scales; bitsandbytes' 32-bit ones float32.
+    for (int state = 0; state < optimizer.states; ++state) {
+      for (int64_t allocation : optimizer.state_allocations(p.numel(), dtype_size(p))) {
+        ledger.add(persistent, MemoryCategory::OptimizerStates, allocation);
+      }
+    }
     const int64_t rounded = ledger.device(bytes);
     grads_by_layer[p.layer >= 0 && p.layer < layers ? p.layer : layers] += rounded;
   }
@@ -351,8 +360,11 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     point.at = "AdamW step";
     if (!grads_in_buckets) point.bytes[MemoryCategory::Gradients] += grads_so_far;
     // The foreach implementation (torch/optim/adam.py _multi_tensor_adam) materializes
-    // exp_avg_sq.sqrt() for every parameter: one more state-sized list during step().
-    ledger.add(point, MemoryCategory::OptimizerTemporaries, trainable_bytes);
+    // exp_avg_sq.sqrt() for every parameter: one more state-sized list during step(). The
+    // bitsandbytes and torchao optimizers update in one kernel per tensor: no such list.
+    if (optimizer.format == StateFormat::ParamDtype && optimizer.states > 0) {
+      ledger.add(point, MemoryCategory::OptimizerTemporaries, trainable_bytes);
+    }
     estimate.device_points.push_back(point);
   }
   // Per-op points: the same tensors, followed op by op through rank 0's step (device 0), so the

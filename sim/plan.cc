@@ -7,6 +7,7 @@
 #include "sim/axolotl_config/axolotl_schema.h"
 #include "sim/data_files.h"
 #include "sim/json_input.h"
+#include "sim/optimizer_states.h"
 
 #include "sim/closest_name.h"
 
@@ -50,7 +51,7 @@ const std::vector<std::string>& schedule_keys() {
       "ddp_bucket_cap_mb", "device_map", "unfrozen_parameters", "base_model_config",
       "revision_of_model",
       "chunked_cross_entropy", "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay",
-      "seed", "bf16", "max_steps"};
+      "seed", "bf16", "max_steps", "optimizer"};
   return keys;
 }
 
@@ -393,6 +394,7 @@ class Converter {
     else if (key == "seed") plan_.seed = read_int(origin_, value, key, 0, 2147483647);
     else if (key == "bf16") plan_.bf16 = bf16(value, key);
     else if (key == "max_steps") plan_.max_steps = read_positive(origin_, value, key);
+    else if (key == "optimizer") optimizer(value, key);
     else if (key == "deepspeed") deepspeed(value, key);
     else if (key == "fsdp") draft_.fsdp_list = fsdp_list(value, key);
     else if (key == "fsdp_config") fsdp_config(value, key);
@@ -400,6 +402,17 @@ class Converter {
     else if (key == "context_parallel_size" || key == "tensor_parallel_size" || key == "expert_parallel_size" ||
              key == "dp_shard_size" || key == "dp_replicate_size" || key == "sequence_parallel_degree") {
       draft_.parallel_sizes.emplace_back(key, read_int(origin_, value, key, 1, 65536));
+    }
+  }
+
+  // Any name loads (axolotl and transformers check it); one whose states hookstream does not know
+  // is sized as AdamW and listed as not modelled.
+  void optimizer(const YAML::Node& value, const std::string& key) {
+    plan_.optimizer = read_string(origin_, value, key);
+    if (!optimizer_states(plan_.optimizer).known) {
+      plan_.not_modelled_keys.push_back({key, origin_.at(value, key), "optimizer \"" + plan_.optimizer +
+                                                                          "\": its states are sized as torch's AdamW (sim/optimizer_states.cc knows "
+                                                                          "torch AdamW, bitsandbytes 8/32-bit, torchao 8/4-bit, SGD)"});
     }
   }
 
@@ -1249,6 +1262,7 @@ void emit_axolotl_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.seed != defaults.seed) emit(out, "seed", plan.seed);
   if (plan.bf16) emit(out, "bf16", *plan.bf16);
   if (plan.max_steps) emit(out, "max_steps", *plan.max_steps);
+  if (plan.optimizer != defaults.optimizer) emit_string(out, "optimizer", plan.optimizer);
 }
 
 void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {

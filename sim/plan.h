@@ -92,6 +92,9 @@ struct Plan {
   int chunked_cross_entropy_num_chunks = 8;
 
   // --- training (hookstream run): axolotl / HF TrainingArguments names and defaults ------------
+  // axolotl's `optimizer` (HF TrainingArguments' optim), as written; sim/optimizer_states.h says
+  // what it keeps per parameter. Unset: torch's AdamW.
+  std::string optimizer = "adamw_torch";
   double learning_rate = 5e-5;      // HF TrainingArguments default
   double weight_decay = 0.0;        // HF TrainingArguments default (AdamW)
   int seed = 42;                    // HF TrainingArguments default

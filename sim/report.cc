@@ -1,6 +1,8 @@
 #include "sim/report.h"
 
 #include <fmt/format.h>
+
+#include "sim/axolotl_config/config_patch.h"
 #include <map>
 
 namespace hookstream {
@@ -94,19 +96,47 @@ std::string fix_yaml(const std::vector<FixChange>& changes) {
   return out;
 }
 
-std::string fix_list_text(const std::vector<VerifiedFix>& fixes, const std::optional<PlanCost>& before, bool colour) {
+std::string fix_patch(const VerifiedFix& fix, const std::string& source_text, const std::string& source_path) {
+  return unified_diff(source_text, apply_changes_to_config(source_text, fix.changes), source_path);
+}
+
+std::vector<std::string> fix_code_changes(const VerifiedFix& fix) {
+  std::vector<std::string> notes;
+  for (const FixChange& change : fix.changes) {
+    if (auto note = hookstream_code_change(change)) notes.push_back(*note);
+  }
+  return notes;
+}
+
+std::string fix_list_text(const std::vector<VerifiedFix>& fixes, const std::optional<PlanCost>& before, bool colour,
+                          const std::string& source_text, const std::string& source_path) {
   const Style s{colour};
   std::string out;
   for (size_t i = 0; i < fixes.size(); ++i) {
     out += fmt::format("  {}. {}\n", i + 1, fixes[i].rationale);
     const std::string cost = cost_delta(before, fixes[i].cost);
     if (!cost.empty()) out += fmt::format("     {}{}{}\n", s.dim(), cost, s.reset());
-    std::string yaml = fix_yaml(fixes[i].changes);
+    if (source_text.empty()) {
+      std::string yaml = fix_yaml(fixes[i].changes);
+      size_t start = 0;
+      while (start < yaml.size()) {
+        const size_t end = yaml.find('\n', start);
+        out += fmt::format("       {}{}{}\n", s.green(), yaml.substr(start, end - start), s.reset());
+        start = end == std::string::npos ? yaml.size() : end + 1;
+      }
+      continue;
+    }
+    // A hookstream: key is a change to training code; the key in the patch only tells hookstream.
+    for (const std::string& note : fix_code_changes(fixes[i])) out += fmt::format("     {}\n", note);
+    const std::string patch = fix_patch(fixes[i], source_text, source_path);
     size_t start = 0;
-    while (start < yaml.size()) {
-      const size_t end = yaml.find('\n', start);
-      out += fmt::format("       {}{}{}\n", s.green(), yaml.substr(start, end - start), s.reset());
-      start = end == std::string::npos ? yaml.size() : end + 1;
+    while (start < patch.size()) {
+      const size_t end = patch.find('\n', start);
+      const std::string line = patch.substr(start, end - start);
+      const bool header = line.rfind("---", 0) == 0 || line.rfind("+++", 0) == 0 || line.rfind("@@", 0) == 0;
+      const std::string colour_on = header ? s.dim() : line.rfind('+', 0) == 0 ? s.green() : line.rfind('-', 0) == 0 ? s.red() : "";
+      out += fmt::format("       {}{}{}\n", colour_on, line, colour_on.empty() ? "" : s.reset());
+      start = end == std::string::npos ? patch.size() : end + 1;
     }
   }
   return out;
@@ -150,7 +180,7 @@ std::string render_text(const VerifyResult& r, bool colour) {
   }
   if (!r.fixes.empty()) {
     out += fmt::format("{}fixes{}    (each re-verified by simulating every rank and iteration)\n", s.bold(), s.reset());
-    out += fix_list_text(r.fixes, r.cost, colour);
+    out += fix_list_text(r.fixes, r.cost, colour, r.source_text, r.plan.source);
   } else {
     out += "fixes    none of the usual changes makes this plan pass\n";
   }
@@ -210,6 +240,8 @@ nlohmann::json render_json(const VerifyResult& r) {
     nlohmann::json changes = nlohmann::json::array();
     for (const auto& c : fix.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
     nlohmann::json entry = {{"changes", changes}, {"yaml", fix_yaml(fix.changes)}, {"rationale", fix.rationale}, {"verified", true}};
+    entry["patch"] = fix_patch(fix, r.source_text, r.plan.source);
+    entry["code_changes"] = fix_code_changes(fix);
     entry["predicted"] = fix.cost ? cost_json(*fix.cost) : nlohmann::json(nullptr);
     j["fixes"].push_back(entry);
   }

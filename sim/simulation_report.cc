@@ -393,11 +393,12 @@ std::string duration_text(double ns) {
   return fmt::format("{:.2f} us", ns * 1e-3);
 }
 
-nlohmann::json fix_json(const VerifiedFix& fix, const char* check) {
+nlohmann::json fix_json(const VerifiedFix& fix, const char* check, const VerifyResult& ddp) {
   nlohmann::json changes = nlohmann::json::array();
   for (const auto& c : fix.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
   return {{"check", check},       {"changes", changes}, {"yaml", fix_yaml(fix.changes)}, {"rationale", fix.rationale},
-          {"verified", true},     {"predicted", fix.cost ? cost_json(*fix.cost) : nlohmann::json(nullptr)}};
+          {"verified", true},     {"predicted", fix.cost ? cost_json(*fix.cost) : nlohmann::json(nullptr)},
+          {"patch", fix_patch(fix, ddp.source_text, ddp.plan.source)}, {"code_changes", fix_code_changes(fix)}};
 }
 
 nlohmann::json rejected_json(const RejectedFix& rejected) {
@@ -409,9 +410,9 @@ nlohmann::json rejected_json(const RejectedFix& rejected) {
 // Every fix of every check, DDP first.
 nlohmann::json all_fixes_json(const SimulationReport& report) {
   nlohmann::json fixes = nlohmann::json::array();
-  for (const VerifiedFix& fix : report.ddp.fixes) fixes.push_back(fix_json(fix, "ddp"));
-  for (const VerifiedFix& fix : report.stream_fixes) fixes.push_back(fix_json(fix, "streams"));
-  for (const VerifiedFix& fix : report.memory_fixes) fixes.push_back(fix_json(fix, "memory"));
+  for (const VerifiedFix& fix : report.ddp.fixes) fixes.push_back(fix_json(fix, "ddp", report.ddp));
+  for (const VerifiedFix& fix : report.stream_fixes) fixes.push_back(fix_json(fix, "streams", report.ddp));
+  for (const VerifiedFix& fix : report.memory_fixes) fixes.push_back(fix_json(fix, "memory", report.ddp));
   return fixes;
 }
 
@@ -607,12 +608,12 @@ std::string render_simulation_text(const SimulationReport& report, const Simulat
 
   const PlanCost before = report.cost();
   if (!report.stream_fixes.empty()) {
-    text += "\nfixes    for the races (each re-verified: every check passes with it)\n" + fix_list_text(report.stream_fixes, before, colour);
+    text += "\nfixes    for the races (each re-verified: every check passes with it)\n" + fix_list_text(report.stream_fixes, before, colour, report.ddp.source_text, report.ddp.plan.source);
   } else if (!streams.ok() && options.search_fixes) {
     text += "\nfixes    no built-in protocol change removes the races\n";
   }
   if (!report.memory_fixes.empty()) {
-    text += "\nfixes    for oom (each re-verified: every check passes with it)\n" + fix_list_text(report.memory_fixes, before, colour);
+    text += "\nfixes    for oom (each re-verified: every check passes with it)\n" + fix_list_text(report.memory_fixes, before, colour, report.ddp.source_text, report.ddp.plan.source);
   } else if (!report.memory.ok() && options.search_fixes) {
     text += "\nfixes    none of the usual memory savers makes the plan fit\n";
   }

@@ -1,5 +1,7 @@
 #include "sim/stream_expansion.h"
 
+#include "sim/optimizer_states.h"
+
 #include <algorithm>
 #include <map>
 
@@ -213,11 +215,10 @@ class StepExpander {
     int64_t optimizer_bytes = 0;
   };
 
-  // torch.optim.AdamW touches, per trainable element: exp_avg and exp_avg_sq read and written (4
-  // accesses in the state dtype, which is the parameter's: zeros_like(param); 16 bytes for fp32
-  // states), the parameter read and written (2) and its grad read (1). That is the one-pass
-  // (fused) traffic; the foreach implementation makes more passes, so this is a lower bound.
-  static constexpr int kAdamWAccessesPerElement = 7;
+  // The optimizer step touches, per trainable element, each state read and written (torch's AdamW:
+  // exp_avg and exp_avg_sq in the parameter's dtype; 8-bit optimizers 1 byte plus block scales),
+  // the parameter read and written and its grad read (OptimizerStates::step_traffic). That is the
+  // one-pass (fused) traffic; the foreach implementation makes more passes: a lower bound.
 
   void cost_head(int sequence) {
     const int64_t hidden = hidden_bytes_;
@@ -258,11 +259,12 @@ class StepExpander {
       head.loss_backward_bytes = static_cast<int64_t>(logits * 4 * element);
     }
     cost_vision(head, sequence);
+    const OptimizerStates optimizer = optimizer_states(plan_.optimizer);
     for (const Parameter& parameter : structure_.parameters) {
       if (!parameter.trainable) continue;
       // PEFT keeps LoRA adapters in fp32 on a bf16 base (autocast_adapter_dtype; memory model).
-      const int64_t bytes = parameter.adapter ? parameter.numel() * 4 : parameter.bytes();
-      head.optimizer_bytes += kAdamWAccessesPerElement * bytes;
+      const int element = parameter.adapter ? 4 : static_cast<int>(parameter.bytes() / std::max<int64_t>(1, parameter.numel()));
+      head.optimizer_bytes += optimizer.step_traffic(parameter.numel(), element);
     }
     head_ = head;
   }

@@ -110,6 +110,7 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
 VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options) {
   VerifyResult result;
   result.plan = parse_plan(source.yaml_text, source.source, source.options);
+  result.source_text = source.yaml_text;
   result.structure = build_model_structure(result.plan);
   DdpSimulationOptions sim_options;
   sim_options.record_steps = options.record_steps;

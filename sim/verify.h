@@ -46,6 +46,7 @@ struct RejectedFix {
 
 struct VerifyResult {
   Plan plan;
+  std::string source_text;             // the plan file's text: fixes are shown as patches to it
   ModelStructure structure;
   DdpSimulation simulation;
   std::vector<VerifiedFix> fixes;      // only when the plan fails

@@ -79,6 +79,13 @@ TEST_CASE("an FSDP2 example gets engine_not_modelled naming FSDP2, exit 1", "[cl
   CHECK(text.exit_code == 1);
   CHECK(text.out.find("NOT VERIFIED  engine_not_modelled  FSDP2") != std::string::npos);
   CHECK(text.out.find("world size   16 (--nnodes 2 x --nproc-per-node 8)") != std::string::npos);
+
+  // Not verified, so no fix: --write-fixed says so and writes nothing.
+  hookstream::test::TempDir out("hookstream-axolotl-fsdp2-" + std::to_string(getpid()));
+  const auto fixed = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --write-fixed '" + (out / "fixed.yaml").string() + "'");
+  CHECK(fixed.exit_code == 1);
+  CHECK(fixed.out.find("--write-fixed: the plan was not verified, nothing written") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "fixed.yaml"));
 }
 
 TEST_CASE("a DeepSpeed example names the ZeRO stage from its JSON", "[cli][axolotl]") {
@@ -120,7 +127,7 @@ TEST_CASE("a DDP example gets a real DDP verdict and lists its keys hookstream d
   CHECK(j["trainable_parameters"].get<int>() > 0);
   std::vector<std::string> not_modelled;
   for (const auto& note : j["config_keys"]["not_modelled"]) not_modelled.push_back(note["key"]);
-  CHECK(std::find(not_modelled.begin(), not_modelled.end(), "optimizer") != not_modelled.end());
+  CHECK(std::find(not_modelled.begin(), not_modelled.end(), "optimizer") == not_modelled.end());  // paged_adamw_32bit is modelled
   CHECK(std::find(not_modelled.begin(), not_modelled.end(), "sample_packing") != not_modelled.end());
   CHECK(std::find(not_modelled.begin(), not_modelled.end(), "attn_implementation") != not_modelled.end());
   std::vector<std::string> no_effect;

@@ -9,21 +9,13 @@
 #include "sim/axolotl_config/axolotl_schema.h"
 #include "sim/input_error.h"
 #include "sim/plan.h"
+#include "tests/sim/plan_text.h"
 
 namespace hookstream {
 namespace {
 
-Plan parse(const std::string& yaml, const LoadOptions& options = {}) { return parse_plan(yaml, "plan.yaml", options); }
-
-std::string parse_error(const std::string& yaml, const LoadOptions& options = {}) {
-  try {
-    parse(yaml, options);
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
+using test::parse;
+using test::parse_error;
 
 bool lists(const std::vector<ConfigKeyNote>& notes, const std::string& key) {
   return std::any_of(notes.begin(), notes.end(), [&](const ConfigKeyNote& note) { return note.key == key; });
@@ -49,7 +41,8 @@ TEST_CASE("the key list mirrors axolotl 0.18.0 and marks exactly the keys the lo
   CHECK(modelled == modelled_axolotl_keys());
   CHECK(schema.keys.at("datasets") == KeyEffect::NoEffect);
   CHECK(schema.keys.at("wandb_project") == KeyEffect::NoEffect);
-  CHECK(schema.keys.at("optimizer") == KeyEffect::NotModelled);
+  CHECK(schema.keys.at("optimizer") == KeyEffect::Modelled);
+  CHECK(schema.keys.at("rl") == KeyEffect::NotModelled);
   CHECK(schema.keys.at("sample_packing") == KeyEffect::NotModelled);
 }
 
@@ -64,13 +57,13 @@ TEST_CASE("every key of axolotl's schema loads and the report lists those not mo
     CHECK(lists(effect == KeyEffect::NoEffect ? plan.no_effect_keys : plan.not_modelled_keys, key));
     ++loaded;
   }
-  CHECK(loaded == 478 - 39 - 1);  // all but the 39 modelled keys and world_size
-  const Plan plan = parse("base_model: tiny-llama\noptimizer: paged_adamw_8bit\nrl: dpo\ndatasets:\n  - path: x\n"
+  CHECK(loaded == 478 - 40 - 1);  // all but the 40 modelled keys and world_size
+  const Plan plan = parse("base_model: tiny-llama\nflash_attention: true\nrl: dpo\ndatasets:\n  - path: x\n"
                           "wandb_project: p\nsample_packing: true\n");
   REQUIRE(plan.not_modelled_keys.size() == 3);
-  CHECK(plan.not_modelled_keys[0].key == "optimizer");
+  CHECK(plan.not_modelled_keys[0].key == "flash_attention");
   CHECK(plan.not_modelled_keys[0].where == "plan.yaml:2");
-  CHECK(plan.not_modelled_keys[0].note == "src/axolotl/utils/schemas/training.py:HyperparametersConfig");
+  CHECK(plan.not_modelled_keys[0].note == "src/axolotl/utils/schemas/config.py:AxolotlInputConfig");
   CHECK(plan.not_modelled_keys[1].key == "rl");
   CHECK(plan.not_modelled_keys[2].key == "sample_packing");
   REQUIRE(plan.no_effect_keys.size() == 2);

@@ -9,22 +9,14 @@
 
 #include "sim/input_error.h"
 #include "sim/plan.h"
+#include "tests/sim/plan_text.h"
 #include "tests/temp_dir.h"
 
 namespace hookstream {
 namespace {
 
-Plan parse(const std::string& yaml, const LoadOptions& options = {}) { return parse_plan(yaml, "plan.yaml", options); }
-
-std::string parse_error(const std::string& yaml, const LoadOptions& options = {}) {
-  try {
-    parse(yaml, options);
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
+using test::parse;
+using test::parse_error;
 
 std::string write(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path) << text;

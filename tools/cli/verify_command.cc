@@ -5,6 +5,10 @@
 #include <memory>
 #include <unistd.h>
 
+#include <iostream>
+
+#include "sim/axolotl_config/config_patch.h"
+#include "sim/input_error.h"
 #include "sim/json_text.h"
 #include "sim/model_source/checkpoint_layout.h"
 #include "sim/model_source/hf_hub.h"
@@ -22,7 +26,27 @@ struct VerifyArgs {
   std::string format = "text";
   std::string output;
   bool no_colour = false;
+  std::string write_fixed;
+  int fix_number = 1;
 };
+
+// --write-fixed: the user's config with fix N (numbered as the JSON's `fixes`: DDP fixes, then
+// stream, then memory) applied to its text, written atomically.
+void write_fixed_config(const SimulationReport& report, const VerifyArgs& args) {
+  std::vector<const VerifiedFix*> fixes;
+  for (const auto* list : {&report.ddp.fixes, &report.stream_fixes, &report.memory_fixes}) {
+    for (const VerifiedFix& fix : *list) fixes.push_back(&fix);
+  }
+  if (fixes.empty()) {
+    std::cerr << "hookstream: --write-fixed: " << (report.ok() ? "the plan passes" : "no verified fix")
+              << ", nothing written to " << args.write_fixed << "\n";
+    return;
+  }
+  if (args.fix_number < 1 || args.fix_number > static_cast<int>(fixes.size())) {
+    throw InputError("--fix", "expected a fix number in [1, " + std::to_string(fixes.size()) + "], got " + std::to_string(args.fix_number));
+  }
+  emit(apply_changes_to_config(report.ddp.source_text, fixes[args.fix_number - 1]->changes), args.write_fixed);
+}
 
 int run_verify(const VerifyArgs& args) {
   LoadOptions load;
@@ -32,11 +56,16 @@ int run_verify(const VerifyArgs& args) {
   SimulateOptions options;
   options.races_shown = 3;
   const PlanSource source = read_plan_source(args.plan, load);
-  if (auto status = report_engine_not_modelled(source, args.format, args.output)) return *status;
+  if (auto status = report_engine_not_modelled(source, args.format, args.output)) {
+    if (!args.write_fixed.empty()) std::cerr << "hookstream: --write-fixed: the plan was not verified, nothing written to " << args.write_fixed << "\n";
+    return *status;
+  }
   const SimulationReport report = simulate_plan(source, args.plan, options);
   const std::string mismatch =
       checkpoint_mismatch_warning(report.ddp.structure, report.ddp.plan.model, model_dir_of(report.ddp.plan.model.source));
   if (!mismatch.empty()) std::cerr << mismatch << "\n";
+  // Before the report: a bad --fix is one line and nothing else.
+  if (!args.write_fixed.empty()) write_fixed_config(report, args);
   if (args.format == "json") {
     emit(json_text(render_verify_json(report), 2) + "\n", args.output);
   } else {
@@ -57,6 +86,8 @@ Command register_verify_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("-o,--output", args->output, "write the report to FILE instead of stdout");
   cmd->add_flag("--no-colour,--no-color", args->no_colour, "never colour the text report");
+  cmd->add_option("--write-fixed", args->write_fixed, "write the plan file with a verified fix applied to FILE (atomically)");
+  cmd->add_option("--fix", args->fix_number, "which fix --write-fixed applies, numbered as the JSON's fixes (default 1)");
   return Command{cmd, [args] { return run_verify(*args); }};
 }
 
