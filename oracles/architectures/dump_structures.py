@@ -10,7 +10,8 @@ with the overrides set on its text config (small layer counts keep the fixtures 
 dtype the overrides name, as from_pretrained(dtype="auto") loads a checkpoint. With "lora", the
 model is wrapped by peft.get_peft_model(model, LoraConfig(**lora)). Writes OUT_DIR/<name>.json =
 {"transformers", "peft", "case", "class", "config" (config.json as save_pretrained writes it),
-"parameters": [[name, [shape], dtype, requires_grad], ...]}, or {"error": "..."} when transformers
+"parameters": [[name, [shape], dtype, requires_grad], ...], "full": {"num_hidden_layers", "numel",
+"bytes"} of the model at its default depth (cases without LoRA)}, or {"error": "..."} when transformers
 or PEFT refuses the case. The fixtures in tests/sim/architectures/ were produced by this script with
 transformers 5.17.0 and peft 0.21.2 (oracles/requirements.txt).
 """
@@ -31,6 +32,20 @@ def make_config(case):
     if getattr(text, "layer_types", None) is not None:
         text.layer_types = text.layer_types[: text.num_hidden_layers]
     return config
+
+
+def full_size(case):
+    """Parameter count and bytes of the model at transformers' default depth (the case's other
+    overrides kept): checks the per-layer rules (MoE layer selection) over a whole real-size model."""
+    overrides = {k: v for k, v in case.get("overrides", {}).items() if k != "num_hidden_layers"}
+    config = make_config({**case, "overrides": overrides})
+    model = build({**case, "lora": None}, config)
+    params = list(model.parameters())
+    return {
+        "num_hidden_layers": config.get_text_config().num_hidden_layers,
+        "numel": sum(p.numel() for p in params),
+        "bytes": sum(p.numel() * p.element_size() for p in params),
+    }
 
 
 def build(case, config):
@@ -59,6 +74,8 @@ def dump(case):
         result["error"] = f"{type(error).__name__}: {error}"
         return result
     result["class"] = type(model).__name__
+    if not case.get("lora"):
+        result["full"] = full_size(case)
     result["parameters"] = [
         [n, list(p.shape), str(p.dtype).replace("torch.", ""), p.requires_grad] for n, p in model.named_parameters()
     ]
