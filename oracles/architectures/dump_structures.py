@@ -3,6 +3,8 @@ named_parameters() (name, shape, dtype, requires_grad) in registration order, bu
 device (no weights, no downloads).
 
     python dump_structures.py CASES.json OUT_DIR [NAME ...]
+    python dump_structures.py --check CASES.json OUT_DIR   (ctest: the committed fixtures are still
+                                                           what the pinned versions build; exit 1 if not)
 
 CASES.json is a list of {"name", "model_type", "overrides": {...}, "lora": null or LoraConfig
 kwargs}. Each model is built from transformers' own defaults (AutoConfig.for_model(model_type))
@@ -82,19 +84,44 @@ def dump(case):
     return result
 
 
+def render(result):
+    return json.dumps(result, indent=None, separators=(",", ":"), sort_keys=False) + "\n"
+
+
 def main():
-    with open(sys.argv[1]) as f:
+    args = sys.argv[1:]
+    check = args[:1] == ["--check"]
+    if check:
+        args = args[1:]
+    with open(args[0]) as f:
         cases = json.load(f)
-    out_dir = sys.argv[2]
-    wanted = set(sys.argv[3:])
+    out_dir = args[1]
+    wanted = set(args[2:])
+    stale = []
     for case in cases:
         if wanted and case["name"] not in wanted:
             continue
         result = dump(case)
-        with open(f"{out_dir}/{case['name']}.json", "w") as f:
-            json.dump(result, f, indent=None, separators=(",", ":"), sort_keys=False)
-            f.write("\n")
+        path = f"{out_dir}/{case['name']}.json"
+        if check:
+            try:
+                with open(path) as f:
+                    same = f.read() == render(result)
+            except FileNotFoundError:
+                same = False
+            if not same:
+                stale.append(path)
+            continue
+        with open(path, "w") as f:
+            f.write(render(result))
         print(case["name"], result.get("class", result.get("error")), len(result.get("parameters", [])))
+    if check:
+        if stale:
+            print("fixtures differ from what transformers/peft build now (regenerate them, see docs/architectures.md):")
+            for path in stale:
+                print("  " + path)
+            sys.exit(1)
+        print(f"{len(cases)} fixtures match transformers {transformers.__version__} + peft {peft.__version__}")
 
 
 if __name__ == "__main__":
