@@ -99,7 +99,12 @@ at::Tensor OracleModel::linear(const at::Tensor& x, const LinearUse& use, const 
   at::Tensor y = at::linear(x, w, use.bias >= 0 ? p[use.bias] : at::Tensor());
   if (lora_active(structure_, use, step)) {
     const double scale = plan_.lora_alpha / static_cast<double>(plan_.lora_r);
-    y = y + scale * at::linear(at::linear(x, p[use.lora_a]), p[use.lora_b]);
+    // A LoRA Conv3d on the patch embedding (PEFT's _ConvNd: lora_A has the conv's kernel and
+    // stride, lora_B a 1x1x1 kernel) is, on flattened patches, the same pair of linear maps.
+    at::Tensor a = p[use.lora_a], b = p[use.lora_b];
+    if (a.dim() > 2) a = a.reshape({a.size(0), -1});
+    if (b.dim() > 2) b = b.reshape({b.size(0), -1});
+    y = y + scale * at::linear(at::linear(x, a), b);
   }
   return y;
 }

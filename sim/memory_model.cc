@@ -59,7 +59,8 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
   const int64_t head_dim = model.head_dim > 0 ? model.head_dim : h / std::max(1, model.num_attention_heads);
   const int64_t q = head_dim * model.num_attention_heads;
   const int64_t kv = head_dim * model.num_key_value_heads;
-  const int64_t inter = model.intermediate_size;
+  // An MoE layer saves activations for the experts each token goes through (top_k + shared).
+  const int64_t inter = layer != nullptr && layer->mlp_width > 0 ? layer->mlp_width : model.intermediate_size;
   LayerActivations a;
   // input_layernorm input and output (the output feeds q/k/v), q/k/v after RoPE and the attention
   // output (saved by SDPA; the same tensor is o_proj's input), post_attention_layernorm input.
@@ -69,7 +70,10 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
   a.saved_mlp = {h, inter, inter, inter, inter};
   a.saved_tiled_mlp = {h};
   if (layer != nullptr && plan.adapter != Adapter::None) {
-    for (const LinearUse* use : {&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down}) {
+    std::vector<const LinearUse*> uses{&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down};
+    for (const LinearUse& use : layer->attention_other) uses.push_back(&use);
+    for (const LinearUse& use : layer->mlp_other) uses.push_back(&use);
+    for (const LinearUse* use : uses) {
       if (use->lora_a >= 0) a.lora.push_back(plan.lora_r);
     }
   }

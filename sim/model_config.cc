@@ -419,6 +419,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
   if (const json* vision = ConfigReader::find_in(root, "vision_config")) {
     if (!vision->is_object()) reader.fail("vision_config", "expected an object", shown(*vision));
+    // The vision tower modelled is Qwen-VL's (patch embedding, fused-qkv blocks, patch merger). A
+    // composite type with another tower (Gemma 3's SigLIP, Llava's CLIP, ...) is refused rather than
+    // given Qwen's tower.
+    if (!config.model_type.empty() && !is_vision_language_type(config.model_type) &&
+        find_architecture(config.model_type) == nullptr) {
+      reader.fail("vision_config", "the vision tower of model_type \"" + config.model_type +
+                                       "\" is not modelled yet (hookstream models Qwen2-VL, Qwen2.5-VL and Qwen3-VL towers)");
+    }
     config.vision = parse_vision(reader, *vision, config.hidden_size);
   }
   return config;

@@ -34,6 +34,33 @@ struct ModuleEntry {
   ModuleType type = ModuleType::Other;
 };
 
+// The table entry a config is built with. A ModelConfig built in code (not parsed: no `values`)
+// names its type in model_type only.
+const ArchitectureSpec* architecture_of(const ModelConfig& m) {
+  const ArchitectureSpec* spec = nullptr;
+  if (m.values.empty() && !m.model_type.empty()) spec = find_architecture(m.model_type);
+  return spec != nullptr ? spec : find_architecture(m.decoder_type);
+}
+
+// What the table's expressions are evaluated against: the config's keys, with the ModelConfig
+// fields (authoritative, and all a config built in code has) over them.
+std::map<std::string, double> structure_values(const ModelConfig& m) {
+  std::map<std::string, double> values = m.values;
+  if (const ArchitectureSpec* spec = architecture_of(m)) {
+    for (const auto& [key, value] : spec->defaults) values.emplace(key, value);
+  }
+  values["hidden_size"] = m.hidden_size;
+  values["intermediate_size"] = m.intermediate_size;
+  values["num_hidden_layers"] = m.num_hidden_layers;
+  values["num_attention_heads"] = m.num_attention_heads;
+  values["num_key_value_heads"] = m.num_key_value_heads;
+  values["head_dim"] = m.head_dim;
+  values["vocab_size"] = m.vocab_size;
+  if (m.attention_bias) values["attention_bias"] = 1;
+  if (m.qk_norm) values["qk_norm"] = 1;
+  return values;
+}
+
 // PEFT 0.21 rewrites target_modules written for transformers v4 MoE layers (per-expert nn.Linear
 // w1/w2/w3 or gate_proj/up_proj/down_proj, and an nn.Linear router `gate`) into target_parameters
 // on the fused v5 tensors, for the model types transformers converts checkpoints of
@@ -254,7 +281,8 @@ class StructureBuilder {
  public:
   StructureBuilder(const Plan& plan, ModelStructure& out, const TargetMatcher* matcher,
                    std::vector<ModuleEntry>* catalog, std::vector<std::string>* param_catalog)
-      : plan_(plan), out_(out), matcher_(matcher), catalog_(catalog), param_catalog_(param_catalog) {
+      : plan_(plan), out_(out), matcher_(matcher), catalog_(catalog), param_catalog_(param_catalog),
+        values_(structure_values(plan.model)) {
     prefix_ = plan.adapter == Adapter::None ? "" : "base_model.model.";
     for (const auto& pattern : plan.unfrozen_parameters) {
       try {
@@ -359,17 +387,17 @@ class StructureBuilder {
   }
 
   int64_t dim(const std::string& expression) const {
-    const std::vector<long long> dims = evaluate_shape(expression, plan_.model.values, plan_.model.source);
+    const std::vector<long long> dims = evaluate_shape(expression, values_, plan_.model.source);
     return dims.at(0);
   }
 
   std::vector<int64_t> dims(const std::string& expressions) const {
-    const std::vector<long long> d = evaluate_shape(expressions, plan_.model.values, plan_.model.source);
+    const std::vector<long long> d = evaluate_shape(expressions, values_, plan_.model.source);
     return std::vector<int64_t>(d.begin(), d.end());
   }
 
   bool is_moe_layer(const ArchitectureSpec& spec, int i) const {
-    const auto& values = plan_.model.values;
+    const auto& values = values_;
     auto value = [&](const std::string& key, double fallback) {
       auto it = values.find(key);
       return it == values.end() ? fallback : it->second;
@@ -482,7 +510,7 @@ class StructureBuilder {
 
   void build() {
     const ModelConfig& m = plan_.model;
-    const ArchitectureSpec* spec = find_architecture(m.decoder_type);
+    const ArchitectureSpec* spec = architecture_of(m);
     if (spec == nullptr) throw InputError(m.source, "model_type \"" + m.decoder_type + "\": not modelled");
     const bool full_ft = plan_.adapter == Adapter::None;
     if (m.vision) build_vision(*m.vision);
@@ -496,11 +524,14 @@ class StructureBuilder {
       const std::string path = text_path(spec->layers) + "." + std::to_string(i);
       layer.path = prefix_ + path;
       layer.moe = is_moe_layer(*spec, i);
+      layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) +
+                                        (spec->shared_expert_width.empty() ? 0 : dim(spec->shared_expert_width))
+                                  : dim("intermediate_size");
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
         if (module.when == "moe" ? !layer.moe
             : module.when == "dense" ? layer.moe
-            : !module.when.empty() && !evaluate_flag(module.when, m.values)) {
+            : !module.when.empty() && !evaluate_flag(module.when, values_)) {
           continue;
         }
         present.push_back(&module);
@@ -510,7 +541,7 @@ class StructureBuilder {
         const std::string full = path + "." + module.path;
         const size_t dot = full.rfind('.');
         const std::string parent = full.substr(0, dot), leaf = full.substr(dot + 1);
-        const bool bias = evaluate_flag(module.bias, m.values);
+        const bool bias = evaluate_flag(module.bias, values_);
         if (module.kind == ModuleKind::Tensor) {
           // Bare nn.Parameters of one module (the experts' tensors, a router's weight and bias) are
           // listed together: a ParamWrapper around any of them renames all of them.
@@ -538,11 +569,11 @@ class StructureBuilder {
     if (!spec->final_norm.empty()) {
       const std::string norm = text_path(spec->final_norm);
       out_.final_norm = add(norm, "weight", {m.hidden_size}, full_ft, -1, "final_norm");
-      if (evaluate_flag(spec->final_norm_bias, m.values)) {
+      if (evaluate_flag(spec->final_norm_bias, values_)) {
         out_.final_norm_bias = add(norm, "bias", {m.hidden_size}, full_ft, -1, "final_norm");
       }
     }
-    const bool head_bias = evaluate_flag(spec->head_bias, m.values);
+    const bool head_bias = evaluate_flag(spec->head_bias, values_);
     if (m.tie_word_embeddings) {
       // The same tensor: named_parameters() and DDP list it once, under the embedding's name. A
       // head bias (Phi) is the head's own parameter.
@@ -640,6 +671,7 @@ class StructureBuilder {
   const TargetMatcher* matcher_;
   std::vector<ModuleEntry>* catalog_;
   std::vector<std::string>* param_catalog_;
+  const std::map<std::string, double> values_;
   std::set<std::string> seen_;
   std::string prefix_;
   std::vector<std::regex> unfrozen_;
@@ -656,7 +688,7 @@ ModelStructure build_model_structure(const Plan& plan) {
     std::vector<ModuleEntry> catalog;
     std::vector<std::string> params;
     StructureBuilder(plan, scratch, nullptr, &catalog, &params).build();
-    matcher.emplace(plan, catalog, params, find_architecture(plan.model.decoder_type));
+    matcher.emplace(plan, catalog, params, architecture_of(plan.model));
   }
   ModelStructure structure;
   StructureBuilder(plan, structure, matcher ? &*matcher : nullptr, nullptr, nullptr).build();

@@ -56,6 +56,9 @@ struct DecoderLayerUse {
   LinearUse gate, up, down;
   std::vector<LinearUse> mlp_other;
   bool moe = false;  // a sparse MoE block instead of the dense MLP
+  // The MLP width one token goes through: intermediate_size for a dense MLP; top_k routed experts
+  // plus the shared experts in an MoE layer. The time and memory models cost the MLP with it.
+  int64_t mlp_width = 0;
 };
 
 struct VisionBlockUse {

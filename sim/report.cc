@@ -4,6 +4,9 @@
 
 #include "sim/axolotl_config/config_patch.h"
 #include <map>
+#include <optional>
+
+#include "sim/architectures/moe_routing.h"
 
 namespace hookstream {
 
@@ -142,13 +145,29 @@ std::string fix_list_text(const std::vector<VerifiedFix>& fixes, const std::opti
   return out;
 }
 
+// MoE models: how likely a micro-step leaves an expert without tokens on a rank (tokens per rank
+// and micro-step: micro_batch_size x sequence_len, every token through every MoE layer).
+static std::optional<ExpertIdleEstimate> moe_estimate(const VerifyResult& r) {
+  if (r.structure.num_experts <= 0 || r.structure.experts_per_token <= 0 ||
+      r.structure.experts_per_token > r.structure.num_experts) {
+    return std::nullopt;
+  }
+  return estimate_idle_experts(r.structure.num_experts, r.structure.experts_per_token,
+                               int64_t(r.plan.micro_batch_size) * r.plan.sequence_len);
+}
+
 std::string render_text(const VerifyResult& r, bool colour) {
   const Style s{colour};
   const Plan& plan = r.plan;
   std::string out;
   const std::string model = plan.base_model.empty() ? plan.model.source : plan.base_model;
   std::string adapter = adapter_text(plan.adapter);
-  if (plan.adapter != Adapter::None) adapter += fmt::format(" r={} on {}", plan.lora_r, fmt::join(plan.lora_target_modules, ","));
+  if (plan.adapter != Adapter::None) {
+    std::vector<std::string> targets = plan.lora_target_modules;
+    if (plan.lora_target_linear) targets.push_back("every Linear (lora_target_linear)");
+    for (const std::string& p : plan.lora_target_parameters) targets.push_back("parameter " + p);
+    adapter += fmt::format(" r={} on {}", plan.lora_r, fmt::join(targets, ","));
+  }
   out += fmt::format("{}plan{}     {}: {}, {}, {} layers, {} trainable tensors, {} rank(s), {} iteration(s) x {} micro-step(s)\n",
                      s.bold(), s.reset(), plan.source, model, adapter, plan.model.num_hidden_layers,
                      r.structure.ddp_parameters.size(), plan.world_size, plan.iterations, plan.gradient_accumulation_steps);
@@ -161,6 +180,11 @@ std::string render_text(const VerifyResult& r, bool colour) {
   out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s)\n",
                      s.bold(), s.reset(), ckpt, tiled, plan.find_unused_parameters() ? "true" : "false",
                      plan.static_graph ? "true" : "false", r.simulation.initial_buckets.buckets.size());
+  if (const auto moe = moe_estimate(r)) {
+    out += fmt::format("{}moe{}      {}; the experts are fused [E, ...] tensors (transformers 5), one parameter used every "
+                       "step, so no expert is an unused parameter for DDP\n",
+                       s.bold(), s.reset(), describe_idle_experts(*moe));
+  }
   if (r.ok()) {
     out += fmt::format("{}OK{}       every rank marks every trainable parameter ready exactly once per iteration; replicas stay in sync\n",
                        s.green(), s.reset());
@@ -215,6 +239,18 @@ nlohmann::json finding_json(const Finding& f) {
 
 nlohmann::json render_json(const VerifyResult& r) {
   nlohmann::json j;
+  if (const auto moe = moe_estimate(r)) {
+    j["moe"] = {{"experts", moe->experts},
+                {"top_k", moe->top_k},
+                {"tokens_per_rank_micro_step", moe->tokens},
+                {"p_expert_idle", moe->p_expert_idle},
+                {"expected_idle_experts", moe->expected_idle},
+                {"p_any_expert_idle", moe->p_any_idle},
+                {"expert_layout", "fused"},
+                {"idle_expert_is_unused_parameter", false}};
+  } else {
+    j["moe"] = nullptr;
+  }
   j["schema"] = "hookstream.verify/1";
   j["plan"] = r.plan.source;
   j["model"] = r.plan.base_model.empty() ? r.plan.model.source : r.plan.base_model;

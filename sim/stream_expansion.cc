@@ -17,9 +17,10 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
   const double head_dim = model.head_dim > 0 ? model.head_dim : (model.num_attention_heads > 0 ? h / model.num_attention_heads : 0);
   const double q_width = model.num_attention_heads * head_dim;
   const double kv_width = model.num_key_value_heads * head_dim;
-  const double inter = model.intermediate_size;
   const DecoderLayerUse* use =
       structure != nullptr && layer >= 0 && layer < static_cast<int>(structure->layers.size()) ? &structure->layers[layer] : nullptr;
+  // An MoE layer costs the experts a token goes through (top_k routed + shared), not all E.
+  const double inter = use != nullptr && use->mlp_width > 0 ? static_cast<double>(use->mlp_width) : model.intermediate_size;
   static const LinearUse kAbsent;
   struct Projection {
     const LinearUse& linear;

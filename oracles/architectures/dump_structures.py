@@ -3,6 +3,8 @@ named_parameters() (name, shape, dtype, requires_grad) in registration order, bu
 device (no weights, no downloads).
 
     python dump_structures.py CASES.json OUT_DIR [NAME ...]
+    python dump_structures.py --check CASES.json OUT_DIR   (ctest: the committed fixtures are still
+                                                           what the pinned versions build; exit 1 if not)
 
 CASES.json is a list of {"name", "model_type", "overrides": {...}, "lora": null or LoraConfig
 kwargs}. Each model is built from transformers' own defaults (AutoConfig.for_model(model_type))
@@ -10,7 +12,8 @@ with the overrides set on its text config (small layer counts keep the fixtures 
 dtype the overrides name, as from_pretrained(dtype="auto") loads a checkpoint. With "lora", the
 model is wrapped by peft.get_peft_model(model, LoraConfig(**lora)). Writes OUT_DIR/<name>.json =
 {"transformers", "peft", "case", "class", "config" (config.json as save_pretrained writes it),
-"parameters": [[name, [shape], dtype, requires_grad], ...]}, or {"error": "..."} when transformers
+"parameters": [[name, [shape], dtype, requires_grad], ...], "full": {"num_hidden_layers", "numel",
+"bytes"} of the model at its default depth (cases without LoRA)}, or {"error": "..."} when transformers
 or PEFT refuses the case. The fixtures in tests/sim/architectures/ were produced by this script with
 transformers 5.17.0 and peft 0.21.2 (oracles/requirements.txt).
 """
@@ -31,6 +34,20 @@ def make_config(case):
     if getattr(text, "layer_types", None) is not None:
         text.layer_types = text.layer_types[: text.num_hidden_layers]
     return config
+
+
+def full_size(case):
+    """Parameter count and bytes of the model at transformers' default depth (the case's other
+    overrides kept): checks the per-layer rules (MoE layer selection) over a whole real-size model."""
+    overrides = {k: v for k, v in case.get("overrides", {}).items() if k != "num_hidden_layers"}
+    config = make_config({**case, "overrides": overrides})
+    model = build({**case, "lora": None}, config)
+    params = list(model.parameters())
+    return {
+        "num_hidden_layers": config.get_text_config().num_hidden_layers,
+        "numel": sum(p.numel() for p in params),
+        "bytes": sum(p.numel() * p.element_size() for p in params),
+    }
 
 
 def build(case, config):
@@ -59,25 +76,52 @@ def dump(case):
         result["error"] = f"{type(error).__name__}: {error}"
         return result
     result["class"] = type(model).__name__
+    if not case.get("lora"):
+        result["full"] = full_size(case)
     result["parameters"] = [
         [n, list(p.shape), str(p.dtype).replace("torch.", ""), p.requires_grad] for n, p in model.named_parameters()
     ]
     return result
 
 
+def render(result):
+    return json.dumps(result, indent=None, separators=(",", ":"), sort_keys=False) + "\n"
+
+
 def main():
-    with open(sys.argv[1]) as f:
+    args = sys.argv[1:]
+    check = args[:1] == ["--check"]
+    if check:
+        args = args[1:]
+    with open(args[0]) as f:
         cases = json.load(f)
-    out_dir = sys.argv[2]
-    wanted = set(sys.argv[3:])
+    out_dir = args[1]
+    wanted = set(args[2:])
+    stale = []
     for case in cases:
         if wanted and case["name"] not in wanted:
             continue
         result = dump(case)
-        with open(f"{out_dir}/{case['name']}.json", "w") as f:
-            json.dump(result, f, indent=None, separators=(",", ":"), sort_keys=False)
-            f.write("\n")
+        path = f"{out_dir}/{case['name']}.json"
+        if check:
+            try:
+                with open(path) as f:
+                    same = f.read() == render(result)
+            except FileNotFoundError:
+                same = False
+            if not same:
+                stale.append(path)
+            continue
+        with open(path, "w") as f:
+            f.write(render(result))
         print(case["name"], result.get("class", result.get("error")), len(result.get("parameters", [])))
+    if check:
+        if stale:
+            print("fixtures differ from what transformers/peft build now (regenerate them, see docs/architectures.md):")
+            for path in stale:
+                print("  " + path)
+            sys.exit(1)
+        print(f"{len(cases)} fixtures match transformers {transformers.__version__} + peft {peft.__version__}")
 
 
 if __name__ == "__main__":

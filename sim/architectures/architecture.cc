@@ -69,7 +69,12 @@ std::vector<ArchitectureSpec> build_table() {
   {  // modeling_llama.py: attention_bias on all four projections, mlp_bias on the MLP.
     ArchitectureSpec a;
     a.model_type = "llama";
-    a.layer = concat({attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    // `qk_norm` is not a LlamaConfig key: hookstream's runtime writes it for its tiny test models
+    // (runtime/model_config_json.cc), with Qwen3's q/k norms.
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {norm("self_attn.q_norm", R::QNorm, "head_dim", "", "qk_norm"),
+                       norm("self_attn.k_norm", R::KNorm, "head_dim", "", "qk_norm")},
+                      swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/llama/modeling_llama.py";
     add(a);
@@ -234,6 +239,7 @@ std::vector<ArchitectureSpec> build_table() {
     a.top_k_key = "num_experts_per_tok";
     a.attribute_map = {{"num_experts", "num_local_experts"}};
     a.peft_moe_conversion = "mixtral";
+    a.expert_width = "intermediate_size";
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/mixtral/modeling_mixtral.py";
     add(a);
@@ -254,6 +260,8 @@ std::vector<ArchitectureSpec> build_table() {
     a.moe = MoeLayers::SparseStep;
     a.experts_key = "num_experts";
     a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "shared_expert_intermediate_size";
     a.defaults = {{"tie_word_embeddings", 0}, {"qkv_bias", 1}, {"decoder_sparse_step", 1}};
     a.source = "transformers/models/qwen2_moe/modeling_qwen2_moe.py";
     add(a);
@@ -272,6 +280,7 @@ std::vector<ArchitectureSpec> build_table() {
     a.top_k_key = "num_experts_per_tok";
     // transformers maps qwen3_moe to the qwen2_moe checkpoint conversion (qwen2_moe itself has none).
     a.peft_moe_conversion = "qwen2_moe";
+    a.expert_width = "moe_intermediate_size";
     a.defaults = {{"tie_word_embeddings", 0}, {"decoder_sparse_step", 1}};
     a.source = "transformers/models/qwen3_moe/modeling_qwen3_moe.py";
     add(a);
@@ -294,6 +303,7 @@ std::vector<ArchitectureSpec> build_table() {
     a.top_k_key = "num_experts_per_tok";
     a.attribute_map = {{"num_experts", "num_local_experts"}};
     a.experts_transposed = true;
+    a.expert_width = "intermediate_size";
     a.defaults = {{"tie_word_embeddings", 0}, {"attention_bias", 1}};
     a.source = "transformers/models/gpt_oss/modeling_gpt_oss.py";
     add(a);
@@ -327,6 +337,8 @@ std::vector<ArchitectureSpec> build_table() {
     a.experts_key = "n_routed_experts";
     a.attribute_map = {{"num_local_experts", "n_routed_experts"}};
     a.peft_moe_conversion = "qwen2_moe";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_intermediate_size*n_shared_experts";
     a.top_k_key = "num_experts_per_tok";
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}};
     a.source = "transformers/models/deepseek_v3/modeling_deepseek_v3.py";

@@ -77,6 +77,10 @@ struct ArchitectureSpec {
   // transformers' _MODEL_TO_CONVERSION_PATTERN as peft/utils/transformers_weight_conversion.py reads it.
   std::string peft_moe_conversion;
   std::string top_k_key;                  // config key with the experts each token goes to
+  // Width of one routed expert's MLP and of the shared experts together ("" none), as expressions:
+  // a token's MoE MLP is top_k experts plus the shared ones (what the time and memory models cost).
+  std::string expert_width;
+  std::string shared_expert_width;
   // Boolean config keys whose `true` adds modules the table does not describe yet: refused (exit 2)
   // rather than modelled without them.
   std::vector<std::string> unmodelled_flags;

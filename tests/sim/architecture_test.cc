@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/architectures/architecture.h"
+#include "sim/architectures/moe_routing.h"
 #include "sim/input_error.h"
 #include "sim/model_structure.h"
 
@@ -113,6 +114,40 @@ TEST_CASE("architecture fixtures: hookstream's structure equals what transformer
   }
 }
 
+TEST_CASE("architecture fixtures: real-size models have transformers' parameter count and bytes", "[architecture]") {
+  // The same configs at transformers' default depth: 8x7B Mixtral, a 30B-A3B-shaped Qwen3-MoE, a
+  // 120B-shaped gpt-oss, DeepSeek-V3's 61 layers - every expert counted.
+  int checked = 0;
+  for (const std::string& name : fixture_names()) {
+    const json fixture = read_fixture(kFixtures + "/" + name + ".json");
+    if (!fixture.contains("full")) continue;
+    INFO("fixture " << name);
+    Plan plan = plan_for(fixture, name);
+    const int layers = fixture.at("full").at("num_hidden_layers").get<int>();
+    plan.model.num_hidden_layers = layers;
+    plan.model.values["num_hidden_layers"] = layers;
+    const ModelStructure structure = build_model_structure(plan);
+    int64_t numel = 0, bytes = 0;
+    for (const Parameter& p : structure.parameters) {
+      numel += p.numel();
+      bytes += p.bytes();
+    }
+    CHECK(numel == fixture.at("full").at("numel").get<int64_t>());
+    CHECK(bytes == fixture.at("full").at("bytes").get<int64_t>());
+    ++checked;
+  }
+  CHECK(checked >= 20);
+}
+
+TEST_CASE("a vision tower other than Qwen-VL's is refused, not given Qwen's tower", "[architecture]") {
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 100}, "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})", "g3/config.json"),
+                    "g3/config.json: key \"vision_config\": the vision tower of model_type \"gemma3\" is not modelled yet "
+                    "(hookstream models Qwen2-VL, Qwen2.5-VL and Qwen3-VL towers)");
+}
+
 TEST_CASE("the architecture table is the list of modelled model types", "[architecture]") {
   const std::vector<std::string> types = modelled_model_types();
   for (const char* type : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral",
@@ -134,4 +169,37 @@ TEST_CASE("shape expressions: sums of products of config keys", "[architecture]"
                     "m/config.json: key \"d\": missing; expected a positive integer");
   CHECK(evaluate_flag("!a", values) == false);
   CHECK(evaluate_flag("!zzz", values) == true);
+}
+
+TEST_CASE("idle experts: exact probabilities under uniform top-k routing", "[architecture][moe]") {
+  // E=4, k=2, T=2: the two tokens' pairs cover all four experts only when the second is the
+  // complement of the first (1 of 6 pairs).
+  const ExpertIdleEstimate small = estimate_idle_experts(4, 2, 2);
+  CHECK(small.p_any_idle == Approx(5.0 / 6.0));
+  CHECK(small.p_expert_idle == Approx(0.25));
+  CHECK(small.expected_idle == Approx(1.0));
+  // Brute force over every routing of T=3 tokens to 2 of E=6 experts.
+  std::vector<unsigned> pairs;
+  for (unsigned a = 0; a < 6; ++a) {
+    for (unsigned b = a + 1; b < 6; ++b) pairs.push_back((1u << a) | (1u << b));
+  }
+  int idle = 0, total = 0;
+  for (unsigned x : pairs) {
+    for (unsigned y : pairs) {
+      for (unsigned z : pairs) {
+        ++total;
+        idle += (x | y | z) != 0x3f;
+      }
+    }
+  }
+  CHECK(estimate_idle_experts(6, 2, 3).p_any_idle == Approx(double(idle) / total));
+  // Fewer token slots than experts: some expert is always idle.
+  const ExpertIdleEstimate starved = estimate_idle_experts(128, 8, 4);
+  CHECK(starved.min_idle == 128 - 32);
+  CHECK(starved.p_any_idle == 1.0);
+  // Qwen3-30B-A3B's 128 experts, top-8, at 4096 tokens: idle experts are vanishingly rare.
+  const ExpertIdleEstimate big = estimate_idle_experts(128, 8, 4096);
+  CHECK(big.p_any_idle < 1e-100);
+  CHECK(big.p_any_idle == Approx(big.expected_idle).epsilon(1e-6));
+  CHECK_THROWS(estimate_idle_experts(4, 5, 10));
 }
