@@ -43,6 +43,7 @@ ReplayReport analyse_replay(const EventModel& model) {
   r.pageable = analyse_pageable_async_copies(model);
   r.sync = analyse_synchronising_calls(model);
   r.streams = analyse_stream_op_counts(model);
+  for (const StreamOpCounts& s : r.streams) r.streams_used += s.total > 0 ? 1 : 0;
   const auto cite = [&](int index) {
     if (index >= 0) r.cited_ops.emplace(index, model.ops.at(index));
   };
@@ -108,14 +109,42 @@ std::string render_replay_text(const ReplayReport& r) {
     const auto found = r.ops_by_kind.find(k);
     return found == r.ops_by_kind.end() ? int64_t{0} : found->second;
   };
-  out += "hookstream replay: " + std::to_string(r.ranks) + " rank(s), " + std::to_string(r.trace_streams.size()) +
-         " stream(s), " + std::to_string(r.gpu_ops) + " GPU ops (" + std::to_string(count(OpKind::Kernel)) +
+  // nsys declares every stream the process created (TARGET_INFO_CUDA_STREAM): "77 stream(s)" for
+  // one that ran work said the wrong thing, so both counts are given when they differ.
+  const std::string streams = static_cast<int64_t>(r.trace_streams.size()) == r.streams_used
+                                  ? std::to_string(r.streams_used) + " stream(s)"
+                                  : std::to_string(r.trace_streams.size()) + " stream(s) declared, " +
+                                        std::to_string(r.streams_used) + " used";
+  out += "hookstream replay: " + std::to_string(r.ranks) + " rank(s), " + streams + ", " + std::to_string(r.gpu_ops) + " GPU ops (" + std::to_string(count(OpKind::Kernel)) +
          " kernels, " + std::to_string(count(OpKind::Collective)) + " NCCL kernels, " +
          std::to_string(count(OpKind::Copy)) + " copies, " + std::to_string(count(OpKind::Memset)) + " memsets), " +
          std::to_string(count(OpKind::HostCompute)) + " other host calls\n";
   out += "  from " + r.source + "\n";
+  for (const TraceContents& c : r.contents) {
+    for (const auto& [what, n] : c.rows_not_ops) out += "  read past in " + c.file + ": " + std::to_string(n) + " " + what + "\n";
+  }
   if (r.gpu_ops == 0) {
-    out += "\nNo GPU activity in the trace.\n";
+    out += "\nNo GPU activity in the trace (no kernel, copy or memset).";
+    // Say what it did hold: the ops it became (host calls, markers) and what was read past.
+    std::string held;
+    for (const auto& [kind, n] : r.ops_by_kind) held += (held.empty() ? "" : ", ") + std::to_string(n) + " " + to_string(kind);
+    out += held.empty() ? " No host calls or annotations either.\n" : " It holds " + held + ".\n";
+    bool other = false;
+    for (const TraceContents& c : r.contents) {
+      if (c.other_events.empty()) continue;
+      if (!other) out += "Not imported (not GPU work on CUDA streams):\n";
+      other = true;
+      std::vector<std::pair<int64_t, std::string>> by_count;
+      for (const auto& [what, n] : c.other_events) by_count.emplace_back(-n, what);
+      std::sort(by_count.begin(), by_count.end());
+      out += "  " + c.file + ":";
+      bool first = true;
+      for (const auto& [minus_n, what] : by_count) {
+        out += (first ? " " : ", ") + std::to_string(-minus_n) + " " + what;
+        first = false;
+      }
+      out += "\n";
+    }
   }
 
   if (!r.devices.empty()) out += "\nGPU utilisation (busy share of the span from first to last GPU op)\n";
@@ -209,8 +238,17 @@ nlohmann::json render_replay_json(const ReplayReport& r) {
   j["source"] = r.source;
   nlohmann::json by_kind = nlohmann::json::object();
   for (const auto& [kind, n] : r.ops_by_kind) by_kind[to_string(kind)] = n;
-  j["summary"] = {{"ranks", r.ranks}, {"streams", r.trace_streams.size()}, {"events", r.trace_events},
-                  {"ops", r.trace_ops}, {"gpu_ops", r.gpu_ops}, {"ops_by_kind", by_kind}};
+  j["summary"] = {{"ranks", r.ranks}, {"streams", r.trace_streams.size()}, {"streams_used", r.streams_used},
+                  {"events", r.trace_events}, {"ops", r.trace_ops}, {"gpu_ops", r.gpu_ops}, {"ops_by_kind", by_kind}};
+  // What the files held besides their ops: rows that are not ops always, other events when there
+  // is no GPU work (what such a trace holds instead). Absent when there is nothing to list.
+  nlohmann::json not_imported = nlohmann::json::array();
+  for (const TraceContents& c : r.contents) {
+    for (const auto& [what, n] : c.rows_not_ops) not_imported.push_back({{"file", c.file}, {"what", what}, {"count", n}});
+    if (r.gpu_ops != 0) continue;
+    for (const auto& [what, n] : c.other_events) not_imported.push_back({{"file", c.file}, {"what", what}, {"count", n}});
+  }
+  if (!not_imported.empty()) j["summary"]["not_imported"] = not_imported;
   j["devices"] = nlohmann::json::array();
   for (const DeviceUtilisation& d : r.devices) {
     nlohmann::json gaps = nlohmann::json::array();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/event_model.h"
+#include "traces/importers/trace_contents.h"
 #include "traces/analyses/collective_compute_overlap.h"
 #include "traces/analyses/copy_compute_overlap.h"
 #include "traces/analyses/device_utilisation.h"
@@ -35,6 +36,10 @@ struct ReplayReport {
   PageableCopies pageable;
   SynchronisingCalls sync;
   std::vector<StreamOpCounts> streams;
+  int64_t streams_used = 0;           // of trace_streams, those with at least one op
+  // What each file held besides its ops (trace_loader.h), when the caller collected it: rows that
+  // are not ops are always reported, other events when the trace has no GPU work.
+  std::vector<TraceContents> contents;
 };
 
 ReplayReport analyse_replay(const EventModel& model);

@@ -382,3 +382,59 @@ TEST_CASE("foreign Kineto step: backward from the autograd thread, forward befor
   CHECK(kernels[OpClass::Optimizer] == 1);
   CHECK(kernels[OpClass::Other] == 0);
 }
+
+// The PyTorch profiler leaves its last step range open until it stops (ProfilerStep#N+1 opened by
+// profile.step()): a trailing step that launched nothing. The default step is the last complete
+// one, said in the notes; --step still picks any, and a trace whose steps are all complete keeps
+// the last.
+TEST_CASE("default step: the last complete one, a trailing partial step is left out", "[traces][replay-step]") {
+  const auto dir = test::temp_dir("default-step");
+  std::string events;
+  int correlation = 100;
+  double ts = 1000;
+  const auto step = [&](int n, int kernels, double length) {
+    events += R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#)" + std::to_string(n) +
+              R"(", "pid": 1, "tid": 11, "ts": )" + std::to_string(ts) + R"(, "dur": )" + std::to_string(length) + "},\n";
+    for (int k = 0; k < kernels; ++k) {
+      const int c = correlation++;
+      events += R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 11, "ts": )" +
+                std::to_string(ts + 1 + 10 * k) + R"(, "dur": 2, "args": {"correlation": )" + std::to_string(c) + "}},\n";
+      events += R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": )" + std::to_string(ts + 4 + 10 * k) +
+                R"(, "dur": 5, "args": {"device": 0, "stream": 7, "correlation": )" + std::to_string(c) + "}},\n";
+    }
+    ts += std::max(length, 1.0) + 10;
+  };
+  const auto write = [&](const std::string& name) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path) << "{\"traceEvents\": [\n" << events.substr(0, events.size() - 2) << "\n]}\n";
+    return path;
+  };
+  step(3, 2, 40);
+  step(4, 3, 40);
+  const std::string complete = write("complete.json");
+  step(5, 0, 6);  // opened by profile.step(), closed when the profiler stopped: nothing launched
+  const std::string no_work = write("no-work.json");
+  step(6, 0, 0);  // and one with no length at all
+  const std::string no_length = write("no-length.json");
+
+  const RecordedStep all_complete = extract_step(load_trace(complete));
+  CHECK(all_complete.step_label == "ProfilerStep#4");
+  for (const std::string& note : all_complete.notes) CHECK(note.find("default step") == std::string::npos);
+  for (const std::string& path : {no_work, no_length}) {
+    INFO(path);
+    const RecordedStep chosen = extract_step(load_trace(path));
+    CHECK(chosen.step_label == "ProfilerStep#4");
+    CHECK(chosen.measured_ns() > 0);
+    bool said = false;
+    for (const std::string& note : chosen.notes) {
+      if (note.find("default step: 4, the last complete one") != std::string::npos &&
+          note.find("step 5: no GPU work was launched in it") != std::string::npos) {
+        said = true;
+      }
+    }
+    CHECK(said);
+  }
+  StepSelection last;
+  last.step = 5;
+  CHECK(extract_step(load_trace(no_work), last).step_label == "ProfilerStep#5");
+}
