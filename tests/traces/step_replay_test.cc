@@ -438,3 +438,60 @@ TEST_CASE("default step: the last complete one, a trailing partial step is left 
   last.step = 5;
   CHECK(extract_step(load_trace(no_work), last).step_label == "ProfilerStep#5");
 }
+
+// When replay and measurement differ by more than 10%, the report says what the recording shows
+// that the replay does not know. Here: a 40 ms kernel launched before ProfilerStep#2 still runs when
+// the step starts, so the step's kernel on the same stream waits for it (measured ~40 ms, replayed
+// on an idle GPU ~0.1 ms); and a kernel on stream 20 after a cudaStreamWaitEvent the trace has no
+// sync event for starts 3 ms after its launch with its stream idle.
+TEST_CASE("step divergence: work queued before the step and waits the trace does not record", "[traces][replay-step]") {
+  const auto dir = test::temp_dir("divergence");
+  std::string events;
+  int correlation = 100;
+  const auto launch = [&](double ts, double gpu_start, double gpu_dur, int stream, const std::string& call) {
+    const int c = correlation++;
+    events += R"({"ph": "X", "cat": "cuda_runtime", "name": ")" + call + R"(", "pid": 1, "tid": 11, "ts": )" +
+              std::to_string(ts) + R"(, "dur": 5, "args": {"correlation": )" + std::to_string(c) + "}},\n";
+    if (gpu_dur < 0) return;
+    events += R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": )" + std::to_string(stream) + R"(, "ts": )" +
+              std::to_string(gpu_start) + R"(, "dur": )" + std::to_string(gpu_dur) + R"(, "args": {"device": 0, "stream": )" +
+              std::to_string(stream) + R"(, "correlation": )" + std::to_string(c) + "}},\n";
+  };
+  const auto step_range = [&](int n, double ts, double dur) {
+    events += R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#)" + std::to_string(n) +
+              R"(", "pid": 1, "tid": 11, "ts": )" + std::to_string(ts) + R"(, "dur": )" + std::to_string(dur) + "},\n";
+  };
+  step_range(1, 0, 900);
+  launch(10, 20, 40000, 7, "cudaLaunchKernel");              // 40 ms, issued in step 1
+  step_range(2, 1000, 50000);
+  launch(1010, 40020, 100, 7, "cudaLaunchKernel");           // queued behind it
+  launch(1100, -1, -1, 20, "cudaStreamWaitEvent");           // no cuda_sync record: untied
+  launch(1200, 4210, 50, 20, "cudaLaunchKernel");            // starts 3 ms after its launch
+  const std::string path = (dir / "queued.json").string();
+  std::ofstream(path) << "{\"traceEvents\": [\n" << events.substr(0, events.size() - 2) << "\n]}\n";
+
+  const EventModel trace = load_trace(path);
+  const StepAnalysis a = analyse_step(trace);
+  REQUIRE(a.step.step_label == "ProfilerStep#2");
+  // The step starts at its first call (1010 us); the 40 ms kernel ends at 40020 us.
+  CHECK(a.divergence.gpu_behind_ns == Approx((40020 - 1010) * 1e3));
+  CHECK(a.divergence.queued_ops == 1);
+  CHECK(a.divergence.untied_waits == 1);
+  CHECK(a.divergence.late_ops >= 1);
+  const auto lines = divergence_lines(a.divergence, a.step.measured_ns(), a.schedule.step_ns);
+  REQUIRE(lines.size() >= 3);
+  CHECK(lines[0].find("replay and measurement differ by") == 0);
+  CHECK(lines[1].find("work queued before the step: the GPU was 39.010 ms behind the host at the step's start (1 GPU ops") ==
+        0);
+  CHECK(lines[2].find("waits the trace does not record: 1 synchronising call(s) or stream wait(s) tied to no stream") == 0);
+  const std::string text = render_step_text(a);
+  CHECK(text.find("work queued before the step") != std::string::npos);
+  CHECK(render_step_json(a)["divergence"]["differs"] == true);
+
+  // Step 1 replays as measured (its kernel ran at once): nothing to explain.
+  StepAnalysisOptions first;
+  first.selection.step = 1;
+  const StepAnalysis one = analyse_step(trace, first);
+  CHECK(divergence_lines(one.divergence, one.step.measured_ns(), one.schedule.step_ns).empty());
+  CHECK(render_step_json(one)["divergence"]["why"].empty());
+}
