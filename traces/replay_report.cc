@@ -44,6 +44,8 @@ ReplayReport analyse_replay(const EventModel& model) {
   r.sync = analyse_synchronising_calls(model);
   r.streams = analyse_stream_op_counts(model);
   for (const StreamOpCounts& s : r.streams) r.streams_used += s.total > 0 ? 1 : 0;
+  r.kernel_types = analyse_kernel_type_breakdown(model);
+  r.idle = analyse_stream_idle_breakdown(model);
   const auto cite = [&](int index) {
     if (index >= 0) r.cited_ops.emplace(index, model.ops.at(index));
   };
@@ -171,6 +173,33 @@ std::string render_replay_text(const ReplayReport& r) {
            " of " + duration(c.collective_ns) + " (" + std::to_string(c.collectives) + " NCCL kernels)\n";
   }
 
+  if (!r.kernel_types.empty()) {
+    out += "\nGPU time by kernel type (HTA's breakdown: communication = NCCL kernels, memory = copies and memsets)\n";
+  }
+  for (const KernelTypeBreakdown& k : r.kernel_types) {
+    const double total = k.communication_ns + k.memory_ns + k.computation_ns;
+    const auto part = [&](const char* what, double ns, int64_t ops) {
+      return std::string(what) + " " + duration(ns) + " (" + percent(total > 0 ? ns / total : 0) + ", " +
+             std::to_string(ops) + " ops)";
+    };
+    out += "  rank " + std::to_string(k.rank) + ": " + part("computation", k.computation_ns, k.computation_ops) + ", " +
+           part("communication", k.communication_ns, k.communication_ops) + ", " +
+           part("memory", k.memory_ns, k.memory_ops) + "\n";
+  }
+  if (!r.idle.empty()) {
+    out += "\nIdle time per stream (HTA's breakdown: host wait = the next op's launch came after the stream ran dry; "
+           "kernel wait = a gap under 30 ns; other = waits on other streams, events or syncs)\n";
+  }
+  for (const StreamIdleBreakdown& s : r.idle) {
+    const Stream& stream = r.trace_streams[s.stream];
+    const double idle = s.idle_ns();
+    out += "  rank " + std::to_string(stream.rank) + " device " + std::to_string(stream.device) + " " +
+           stream_label(r, s.stream) + ": idle " + duration(idle) + " in " + std::to_string(s.gaps) + " gaps: host wait " +
+           duration(s.host_wait_ns) + " (" + percent(idle > 0 ? s.host_wait_ns / idle : 0) + "), kernel wait " +
+           duration(s.kernel_wait_ns) + ", other " + duration(s.other_ns) + " (" + percent(idle > 0 ? s.other_ns / idle : 0) +
+           ")\n";
+  }
+
   out += "\nAsync copies from pageable memory: " + std::to_string(r.pageable.copies);
   if (r.pageable.copies > 0) {
     out += " (" + bytes(r.pageable.bytes) + ", " + duration(r.pageable.copy_ns) +
@@ -281,6 +310,20 @@ nlohmann::json render_replay_json(const ReplayReport& r) {
   j["synchronising_calls"] = {{"calls", r.sync.calls}, {"blocked_ns", r.sync.blocked_ns}, {"by_api", sites},
                               {"stream_waits", r.sync.stream_waits}, {"event_syncs", r.sync.event_syncs},
                               {"waits_matched", r.sync.waits_matched}};
+  j["kernel_type_breakdown"] = nlohmann::json::array();
+  for (const KernelTypeBreakdown& k : r.kernel_types) {
+    j["kernel_type_breakdown"].push_back({{"rank", k.rank},
+                                          {"computation", {{"ops", k.computation_ops}, {"ns", k.computation_ns}}},
+                                          {"communication", {{"ops", k.communication_ops}, {"ns", k.communication_ns}}},
+                                          {"memory", {{"ops", k.memory_ops}, {"ns", k.memory_ns}}}});
+  }
+  j["stream_idle_breakdown"] = nlohmann::json::array();
+  for (const StreamIdleBreakdown& s : r.idle) {
+    const Stream& stream = r.trace_streams[s.stream];
+    j["stream_idle_breakdown"].push_back({{"rank", stream.rank}, {"device", stream.device}, {"stream", stream.id},
+                                          {"gaps", s.gaps}, {"idle_ns", s.idle_ns()}, {"host_wait_ns", s.host_wait_ns},
+                                          {"kernel_wait_ns", s.kernel_wait_ns}, {"other_ns", s.other_ns}});
+  }
   j["streams"] = nlohmann::json::array();
   for (const StreamOpCounts& s : r.streams) {
     const Stream& stream = r.trace_streams[s.stream];

@@ -19,6 +19,7 @@
 #include "sim/stream_protocol.h"
 #include "tests/traces/runtime_trace_fixture.h"
 #include "tests/traces/trace_test_files.h"
+#include "traces/analyses/stream_idle_breakdown.h"
 #include "traces/plan_comparison.h"
 #include "traces/replay_report.h"
 #include "traces/recorded_step.h"
@@ -317,8 +318,14 @@ TEST_CASE("timeline of a recorded step marks races, syncs and gaps", "[traces][r
   const StepRaceReport races = check_step_races(step);
   const nlohmann::json trace = nlohmann::json::parse(recorded_step_timeline(step, races));
   const nlohmann::json& events = trace.is_object() ? trace["traceEvents"] : trace;
-  int slices = 0, race_flows = 0, syncs = 0;
+  int slices = 0, race_flows = 0, syncs = 0, idle = 0;
+  double idle_ns = 0;
   for (const auto& e : events) {
+    if (e["ph"] == "X" && e["cat"] == "hta: idle") {
+      ++idle;
+      idle_ns += e["dur"].get<double>() * 1000;
+      continue;
+    }
     if (e["ph"] == "X") ++slices;
     if (e["ph"] == "s" && e["cat"] == "finding: race") ++race_flows;
     if (e["ph"] == "i" && e["cat"] == "finding: sync") ++syncs;
@@ -326,6 +333,16 @@ TEST_CASE("timeline of a recorded step marks races, syncs and gaps", "[traces][r
   int host_syncs = 0;
   for (const Op& op : step.model.ops) host_syncs += op.kind == OpKind::StreamSync || op.kind == OpKind::EventSync || op.kind == OpKind::DeviceSync;
   CHECK(slices == static_cast<int>(step.model.ops.size()));
+  // HTA's idle-time breakdown: every gap of every stream, as the report sums them.
+  double expected_idle = 0;
+  int64_t expected_gaps = 0;
+  for (const StreamIdleBreakdown& s : analyse_stream_idle_breakdown(step.model)) {
+    expected_idle += s.idle_ns();
+    expected_gaps += s.gaps;
+  }
+  CHECK(expected_gaps > 0);
+  CHECK(idle == expected_gaps);
+  CHECK(idle_ns == Approx(expected_idle));
   CHECK(race_flows == static_cast<int>(races.races.size()));
   CHECK(syncs == host_syncs);
   CHECK(recorded_step_timeline(step, races) == recorded_step_timeline(step, races));
