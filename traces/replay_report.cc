@@ -46,6 +46,7 @@ ReplayReport analyse_replay(const EventModel& model) {
   for (const StreamOpCounts& s : r.streams) r.streams_used += s.total > 0 ? 1 : 0;
   r.kernel_types = analyse_kernel_type_breakdown(model);
   r.idle = analyse_stream_idle_breakdown(model);
+  r.memory_bandwidth = analyse_memory_bandwidth(model);
   const auto cite = [&](int index) {
     if (index >= 0) r.cited_ops.emplace(index, model.ops.at(index));
   };
@@ -200,6 +201,15 @@ std::string render_replay_text(const ReplayReport& r) {
            ")\n";
   }
 
+  if (!r.memory_bandwidth.empty()) {
+    out += "\nMemory bandwidth (HTA's summary: achieved = bytes over copy time; peak = ops of a type running at once)\n";
+  }
+  for (const MemoryBandwidth& m : r.memory_bandwidth) {
+    out += "  rank " + std::to_string(m.rank) + " " + m.type + ": " + std::to_string(m.ops) + " ops, " + bytes(m.bytes) +
+           " in " + duration(m.time_ns) + ", achieved " + format("%.2f GB/s", m.achieved_gbps) + ", peak " +
+           format("%.2f GB/s", m.peak_gbps) + "\n";
+  }
+
   out += "\nAsync copies from pageable memory: " + std::to_string(r.pageable.copies);
   if (r.pageable.copies > 0) {
     out += " (" + bytes(r.pageable.bytes) + ", " + duration(r.pageable.copy_ns) +
@@ -316,6 +326,11 @@ nlohmann::json render_replay_json(const ReplayReport& r) {
                                           {"computation", {{"ops", k.computation_ops}, {"ns", k.computation_ns}}},
                                           {"communication", {{"ops", k.communication_ops}, {"ns", k.communication_ns}}},
                                           {"memory", {{"ops", k.memory_ops}, {"ns", k.memory_ns}}}});
+  }
+  j["memory_bandwidth"] = nlohmann::json::array();
+  for (const MemoryBandwidth& m : r.memory_bandwidth) {
+    j["memory_bandwidth"].push_back({{"rank", m.rank}, {"type", m.type}, {"ops", m.ops}, {"bytes", m.bytes},
+                                     {"time_ns", m.time_ns}, {"achieved_gbps", m.achieved_gbps}, {"peak_gbps", m.peak_gbps}});
   }
   j["stream_idle_breakdown"] = nlohmann::json::array();
   for (const StreamIdleBreakdown& s : r.idle) {

@@ -13,6 +13,7 @@
 #include "traces/analyses/collective_compute_overlap.h"
 #include "traces/analyses/copy_compute_overlap.h"
 #include "traces/analyses/device_utilisation.h"
+#include "traces/analyses/memory_bandwidth.h"
 #include "traces/analyses/pageable_async_copies.h"
 #include "traces/analyses/stream_idle_breakdown.h"
 #include "traces/analyses/stream_op_counts.h"
@@ -40,6 +41,7 @@ struct ReplayReport {
   int64_t streams_used = 0;           // of trace_streams, those with at least one op
   std::vector<KernelTypeBreakdown> kernel_types;  // HTA's kernel breakdown by type, per rank
   std::vector<StreamIdleBreakdown> idle;          // HTA's idle-time breakdown, per stream
+  std::vector<MemoryBandwidth> memory_bandwidth;  // HTA's memory-bandwidth summary, per rank and type
   // What each file held besides its ops (trace_loader.h), when the caller collected it: rows that
   // are not ops are always reported, other events when the trace has no GPU work.
   std::vector<TraceContents> contents;

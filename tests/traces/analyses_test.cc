@@ -10,6 +10,7 @@
 #include "traces/analyses/copy_compute_overlap.h"
 #include "traces/analyses/device_utilisation.h"
 #include "traces/analyses/gpu_intervals.h"
+#include "traces/analyses/memory_bandwidth.h"
 #include "traces/analyses/pageable_async_copies.h"
 #include "traces/analyses/stream_idle_breakdown.h"
 #include "traces/analyses/stream_op_counts.h"
@@ -193,4 +194,34 @@ TEST_CASE("rank 3 of 8: HTA's idle-time and kernel-type breakdowns", "[traces][a
   CHECK(types[0].communication_ops == 60);
   CHECK(types[0].memory_ops == 882);
   CHECK(types[0].computation_ops == 8508);
+}
+
+// HTA's memory-bandwidth summary (hta/analyzers/trace_counters.py). Python (gpu_memcpy /
+// gpu_memset events by the first 11 characters of the name, bytes from args.bytes, bandwidth
+// bytes/dur as a step series added up over concurrent ops): ops, bytes, us, achieved and peak GB/s
+// (printed to 2 decimals):
+// HtoD 150, 423923260, 50656, 8.37, 11.70; DtoH 60, 100896, 107, 0.94, 3.92;
+// DtoD 18, 1821299360, 2735, 665.92, 990.92; Memset 654, 76353248, 1256, 60.79, 704.68.
+TEST_CASE("rank 3 of 8: HTA's memory-bandwidth summary", "[traces][analyses][hta]") {
+  const EventModel m = import_kineto_json(test::shared_trace("kineto/a100-rank3-of-8-control.json.gz"));
+  const auto bw = analyse_memory_bandwidth(m);
+  REQUIRE(bw.size() == 4);
+  struct Expected {
+    const char* type;
+    int64_t ops, bytes;
+    double us, achieved, peak;
+  };
+  const Expected expected[] = {{"Memcpy HtoD", 150, 423923260, 50656, 8.37, 11.70},
+                               {"Memcpy DtoH", 60, 100896, 107, 0.94, 3.92},
+                               {"Memcpy DtoD", 18, 1821299360, 2735, 665.92, 990.92},
+                               {"Memset", 654, 76353248, 1256, 60.79, 704.68}};
+  for (size_t i = 0; i < bw.size(); ++i) {
+    INFO(bw[i].type);
+    CHECK(bw[i].type == expected[i].type);
+    CHECK(bw[i].ops == expected[i].ops);
+    CHECK(bw[i].bytes == expected[i].bytes);
+    CHECK(bw[i].time_ns == Approx(expected[i].us * 1e3));
+    CHECK(bw[i].achieved_gbps == Approx(expected[i].achieved).margin(0.005));
+    CHECK(bw[i].peak_gbps == Approx(expected[i].peak).margin(0.005));
+  }
 }
