@@ -7,6 +7,7 @@
 #include "sim/timeline.h"
 #include "traces/analyses/device_utilisation.h"
 #include "traces/analyses/gpu_intervals.h"
+#include "traces/analyses/memory_bandwidth.h"
 #include "traces/analyses/stream_idle_breakdown.h"
 
 namespace hookstream {
@@ -76,6 +77,14 @@ std::string recorded_step_timeline(const RecordedStep& step, const StepRaceRepor
     events.push_back({{"ph", "X"}, {"name", std::string("idle: ") + to_string(gap.category)}, {"cat", "hta: idle"},
                       {"pid", after.rank}, {"tid", thread(after)}, {"ts", us(gap.start_ns)}, {"dur", us(gap.duration_ns)},
                       {"args", {{"category", to_string(gap.category)}, {"next_op", after.name}}}});
+  }
+  // HTA's memory-bandwidth series (analyses/memory_bandwidth.h) as one counter track per rank and
+  // memory op type.
+  for (const MemoryBandwidthSeries& series : memory_bandwidth_series(model)) {
+    for (const auto& [time, gbps] : series.points) {
+      events.push_back({{"ph", "C"}, {"name", "memory bandwidth: " + series.type}, {"cat", "hta: memory bandwidth"},
+                        {"pid", series.rank}, {"ts", us(time)}, {"args", {{"GB/s", gbps}}}});
+    }
   }
   // Exposed copies: host<->device copies that compute on another stream of the device hides for
   // less than half of their time.

@@ -19,6 +19,7 @@
 #include "sim/stream_protocol.h"
 #include "tests/traces/runtime_trace_fixture.h"
 #include "tests/traces/trace_test_files.h"
+#include "traces/analyses/memory_bandwidth.h"
 #include "traces/analyses/stream_idle_breakdown.h"
 #include "traces/plan_comparison.h"
 #include "traces/replay_report.h"
@@ -343,6 +344,18 @@ TEST_CASE("timeline of a recorded step marks races, syncs and gaps", "[traces][r
   CHECK(expected_gaps > 0);
   CHECK(idle == expected_gaps);
   CHECK(idle_ns == Approx(expected_idle));
+  // HTA's memory-bandwidth series as counter tracks: one point per change, back to 0 at the end.
+  size_t counter_points = 0, series_points = 0;
+  double last_value = -1;
+  for (const auto& e : events) {
+    if (e["ph"] != "C") continue;
+    ++counter_points;
+    last_value = e["args"]["GB/s"].get<double>();
+  }
+  for (const MemoryBandwidthSeries& series : memory_bandwidth_series(step.model)) series_points += series.points.size();
+  CHECK(series_points > 0);
+  CHECK(counter_points == series_points);
+  CHECK(last_value == 0);
   CHECK(race_flows == static_cast<int>(races.races.size()));
   CHECK(syncs == host_syncs);
   CHECK(recorded_step_timeline(step, races) == recorded_step_timeline(step, races));

@@ -28,11 +28,14 @@ const char* type_name(int order) {
 
 }  // namespace
 
-std::vector<MemoryBandwidth> analyse_memory_bandwidth(const EventModel& model) {
-  struct Accumulated {
-    MemoryBandwidth summary;
-    std::vector<std::pair<double, double>> changes;  // (time, +/- GB/s)
-  };
+namespace {
+
+struct Accumulated {
+  MemoryBandwidth summary;
+  std::vector<std::pair<double, double>> changes;  // (time, +/- GB/s), sorted by finish()
+};
+
+std::map<std::pair<int, int>, Accumulated> accumulate(const EventModel& model) {
   std::map<std::pair<int, int>, Accumulated> by_type;
   for (const Op& op : model.ops) {
     if (!is_gpu_work(op) || (op.kind != OpKind::Copy && op.kind != OpKind::Memset)) continue;
@@ -48,10 +51,16 @@ std::vector<MemoryBandwidth> analyse_memory_bandwidth(const EventModel& model) {
     a.changes.emplace_back(op.start_ns, gbps);
     a.changes.emplace_back(op.start_ns + op.duration_ns, -gbps);
   }
+  // Ends before starts at the same instant: back-to-back ops do not add up.
+  for (auto& [key, a] : by_type) std::sort(a.changes.begin(), a.changes.end());
+  return by_type;
+}
+
+}  // namespace
+
+std::vector<MemoryBandwidth> analyse_memory_bandwidth(const EventModel& model) {
   std::vector<MemoryBandwidth> out;
-  for (auto& [key, a] : by_type) {
-    // Ends before starts at the same instant: back-to-back ops do not add up.
-    std::sort(a.changes.begin(), a.changes.end());
+  for (auto& [key, a] : accumulate(model)) {
     double current = 0;
     for (const auto& [time, delta] : a.changes) {
       current += delta;
@@ -59,6 +68,22 @@ std::vector<MemoryBandwidth> analyse_memory_bandwidth(const EventModel& model) {
     }
     if (a.summary.time_ns > 0) a.summary.achieved_gbps = static_cast<double>(a.summary.bytes) / a.summary.time_ns;
     out.push_back(a.summary);
+  }
+  return out;
+}
+
+std::vector<MemoryBandwidthSeries> memory_bandwidth_series(const EventModel& model) {
+  std::vector<MemoryBandwidthSeries> out;
+  for (auto& [key, a] : accumulate(model)) {
+    MemoryBandwidthSeries series{a.summary.rank, a.summary.type, {}};
+    double current = 0;
+    for (size_t k = 0; k < a.changes.size(); ++k) {
+      current += a.changes[k].second;
+      // One point per instant: the value after every change at that time; rounding noise is 0.
+      if (k + 1 < a.changes.size() && a.changes[k + 1].first == a.changes[k].first) continue;
+      series.points.emplace_back(a.changes[k].first, current < 1e-9 ? 0.0 : current);
+    }
+    out.push_back(std::move(series));
   }
   return out;
 }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/event_model.h"
@@ -29,5 +30,14 @@ struct MemoryBandwidth {
 // By rank, then type in the order above; ops without bytes or duration are counted but carry no
 // bandwidth (HTA rounds a 0 us duration up to 1 us; here it is left out of the bandwidth).
 std::vector<MemoryBandwidth> analyse_memory_bandwidth(const EventModel& model);
+
+// The concurrent bandwidth of each (rank, type) as a step function, for the timeline's counter
+// tracks: (time, GB/s from then on), one point per change, in time order.
+struct MemoryBandwidthSeries {
+  int rank = 0;
+  std::string type;
+  std::vector<std::pair<double, double>> points;
+};
+std::vector<MemoryBandwidthSeries> memory_bandwidth_series(const EventModel& model);
 
 }  // namespace hookstream
