@@ -208,6 +208,12 @@ class StepExtractor {
       ++ranks_with_steps;
       last_recorded = std::max(last_recorded, steps.rbegin()->first);
       // GPU ops belong to the step whose range holds the host op that issued them (as in walk()).
+      // Step ranges follow one another: the one holding an issue time is the last to start at or
+      // before it (a binary search; a trace has hundreds of steps and ~10^5 GPU ops).
+      std::vector<std::pair<double, StepRange*>> by_start;
+      for (auto& [n, range] : steps) by_start.emplace_back(range.start, &range);
+      std::sort(by_start.begin(), by_start.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
       double now = -1e300;
       bool any_gpu = false;
       for (int i : ops) {
@@ -216,11 +222,13 @@ class StepExtractor {
           now = op.start_ns;
           continue;
         }
-        for (auto& [n, range] : steps) {
-          if (now >= range.start && now <= range.end) {
-            ++range.gpu_ops;
-            any_gpu = true;
-          }
+        const auto after = std::upper_bound(by_start.begin(), by_start.end(), now,
+                                            [](double t, const auto& entry) { return t < entry.first; });
+        if (after == by_start.begin()) continue;
+        StepRange& range = *std::prev(after)->second;
+        if (now <= range.end) {
+          ++range.gpu_ops;
+          any_gpu = true;
         }
       }
       for (const auto& [n, range] : steps) {
