@@ -26,23 +26,30 @@ ApiRole classify_api(std::string_view full_name) {
   // Driver twins carry a _v2 API version of their own ("cuEventRecord_v2" is not in traces we know
   // of, but cuMemcpyHtoD_v2 is); strip it too so the name compares plainly.
   const std::string_view base = ends_with(name, "_v2") ? name.substr(0, name.size() - 3) : name;
-  if (base == "cudaEventRecord" || base == "cudaEventRecordWithFlags" || base == "cuEventRecord" ||
-      base == "cuEventRecordWithFlags") {
-    return ApiRole::EventRecord;
-  }
-  if (base == "cudaStreamWaitEvent" || base == "cuStreamWaitEvent") return ApiRole::StreamWait;
-  if (base == "cudaEventSynchronize" || base == "cuEventSynchronize") return ApiRole::EventSync;
-  if (base == "cudaStreamSynchronize" || base == "cuStreamSynchronize") return ApiRole::StreamSync;
-  if (base == "cudaDeviceSynchronize" || base == "cudaThreadSynchronize" || base == "cuCtxSynchronize") {
+  // HIP (ROCm) names its runtime calls as CUDA does with "hip" for "cuda" (hip_runtime_api.h), and
+  // PyTorch's ROCm build (hipified) makes the same calls: a Kineto trace from ROCm has
+  // hipDeviceSynchronize, hipStreamWaitEvent, hipMemcpyWithStream... under "cuda_runtime". The rules
+  // below see the name after its API prefix: "cuda", "cu" (driver) or "hip".
+  std::string_view api;  // the name without "cuda" / "hip" (runtime) or "cu" (driver, before "Ctx"...)
+  bool driver = false;
+  if (starts_with(base, "cuda")) api = base.substr(4);
+  else if (starts_with(base, "hip")) api = base.substr(3);
+  else if (starts_with(base, "cu")) api = base.substr(2), driver = true;
+  else return ApiRole::Other;
+  if (api == "EventRecord" || api == "EventRecordWithFlags") return ApiRole::EventRecord;
+  if (api == "StreamWaitEvent") return ApiRole::StreamWait;
+  if (api == "EventSynchronize") return ApiRole::EventSync;
+  if (api == "StreamSynchronize") return ApiRole::StreamSync;
+  if ((!driver && (api == "DeviceSynchronize" || api == "ThreadSynchronize")) || api == "CtxSynchronize") {
     return ApiRole::DeviceSync;
   }
-  const bool async = contains(base, "Async");
-  if (starts_with(base, "cudaMemcpy") || starts_with(base, "cuMemcpy")) {
-    return async ? ApiRole::AsyncCopy : ApiRole::SyncCopy;
-  }
-  if (starts_with(base, "cudaMemset") || starts_with(base, "cuMemset")) {
-    return async ? ApiRole::AsyncMemset : ApiRole::SyncMemset;
-  }
+  // Copies and memsets are synchronous unless their name says Async: cudaMemcpy and hipMemcpy return
+  // when the copy is done, and so does hipMemcpyWithStream, the blocking copy on a stream that
+  // PyTorch's ROCm build makes where CUDA makes cudaMemcpyAsync + cudaStreamSynchronize
+  // (c10/cuda/CUDAFunctions.h, memcpy_and_sync).
+  const bool async = contains(api, "Async");
+  if (starts_with(api, "Memcpy")) return async ? ApiRole::AsyncCopy : ApiRole::SyncCopy;
+  if (starts_with(api, "Memset")) return async ? ApiRole::AsyncMemset : ApiRole::SyncMemset;
   return ApiRole::Other;
 }
 

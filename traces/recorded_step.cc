@@ -126,6 +126,7 @@ class StepExtractor {
     step_.model.streams = trace_.streams;
     step_.model.events = trace_.events;
     step_.model.source = trace_.source;
+    if (selection_.step < 0) choose_default_step(ops_of_rank);
     for (const auto& [rank, ops] : ops_of_rank) {
       const auto [begin, end] = window(rank, ops);
       contents_.clear();
@@ -156,6 +157,10 @@ class StepExtractor {
     }
     std::sort(steps.begin(), steps.end());
     auto chosen = steps.end() - 1;
+    if (selection_.step < 0 && default_step_ >= 0) {
+      const auto found = std::find_if(steps.begin(), steps.end(), [&](const auto& s) { return std::get<0>(s) == default_step_; });
+      if (found != steps.end()) chosen = found;
+    }
     if (selection_.step >= 0) {
       chosen = std::find_if(steps.begin(), steps.end(), [&](const auto& s) { return std::get<0>(s) == selection_.step; });
       if (chosen == steps.end()) {
@@ -174,6 +179,82 @@ class StepExtractor {
       }
     }
     return {std::get<1>(*chosen), std::get<2>(*chosen)};
+  }
+
+  // The step analysed when none is asked for: the last complete one. The PyTorch profiler opens
+  // ProfilerStep#N+1 at profile.step() and closes it when the profiler stops
+  // (torch/profiler/profiler.py, _KinetoProfile.stop), so a trace's last step range is often a
+  // partial one that launched nothing (0 ns measured); HTA leaves the last step out by default for
+  // the same reason. A step is complete on a rank when its range has a length and GPU work was
+  // launched inside it (for ranks whose steps launch no GPU work, as in CPU traces: a length is
+  // enough). The default is the highest step number that every rank with steps recorded complete;
+  // when there is none, the last one as before. Leaving a later step out is said in the notes.
+  void choose_default_step(const std::map<int, std::vector<int>>& ops_of_rank) {
+    struct StepRange {
+      double start = 0, end = 0;
+      int64_t gpu_ops = 0;
+    };
+    std::map<int, int> complete_on;  // step number -> ranks where it is complete
+    std::map<int, std::string> why_partial;
+    int ranks_with_steps = 0, last_recorded = -1;
+    for (const auto& [rank, ops] : ops_of_rank) {
+      std::map<int, StepRange> steps;
+      for (int i : ops) {
+        const Op& op = trace_.ops[i];
+        if (op.kind != OpKind::Marker) continue;
+        if (auto n = step_number(op.name)) steps[*n] = {op.start_ns, op.start_ns + std::max(0.0, op.duration_ns), 0};
+      }
+      if (steps.empty()) continue;
+      ++ranks_with_steps;
+      last_recorded = std::max(last_recorded, steps.rbegin()->first);
+      // GPU ops belong to the step whose range holds the host op that issued them (as in walk()).
+      // Step ranges follow one another: the one holding an issue time is the last to start at or
+      // before it (a binary search; a trace has hundreds of steps and ~10^5 GPU ops).
+      std::vector<std::pair<double, StepRange*>> by_start;
+      for (auto& [n, range] : steps) by_start.emplace_back(range.start, &range);
+      std::sort(by_start.begin(), by_start.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      double now = -1e300;
+      bool any_gpu = false;
+      for (int i : ops) {
+        const Op& op = trace_.ops[i];
+        if (!is_gpu_kind(op.kind)) {
+          now = op.start_ns;
+          continue;
+        }
+        const auto after = std::upper_bound(by_start.begin(), by_start.end(), now,
+                                            [](double t, const auto& entry) { return t < entry.first; });
+        if (after == by_start.begin()) continue;
+        StepRange& range = *std::prev(after)->second;
+        if (now <= range.end) {
+          ++range.gpu_ops;
+          any_gpu = true;
+        }
+      }
+      for (const auto& [n, range] : steps) {
+        if (range.end <= range.start) {
+          why_partial.emplace(n, "its range has no length");
+        } else if (any_gpu && range.gpu_ops == 0) {
+          why_partial.emplace(n, "no GPU work was launched in it");
+        } else {
+          ++complete_on[n];
+        }
+      }
+    }
+    for (auto it = complete_on.rbegin(); it != complete_on.rend(); ++it) {
+      if (it->second == ranks_with_steps && !why_partial.count(it->first)) {
+        default_step_ = it->first;
+        break;
+      }
+    }
+    if (default_step_ < 0 || default_step_ == last_recorded) return;
+    std::string skipped;
+    for (const auto& [n, why] : why_partial) {
+      if (n > default_step_) skipped += (skipped.empty() ? "" : "; ") + std::string("step ") + std::to_string(n) + ": " + why;
+    }
+    step_.notes.push_back("default step: " + std::to_string(default_step_) + ", the last complete one; the later " +
+                          "step(s) are partial (" + skipped + "), as a profiler stopped mid-step leaves its last " +
+                          "step range (--step N picks another)");
   }
 
   // Logical stream name -> real stream, by where the GPU work of the ranges naming it ran.
@@ -515,6 +596,7 @@ class StepExtractor {
 
   const EventModel& trace_;
   StepSelection selection_;
+  int default_step_ = -1;  // the step chosen when none was asked for (choose_default_step)
   RecordedStep step_;
   TextInterner phases_;  // one Text per phase name, shared by the ops
   std::map<int, RangeContents> contents_;

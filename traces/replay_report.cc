@@ -43,6 +43,10 @@ ReplayReport analyse_replay(const EventModel& model) {
   r.pageable = analyse_pageable_async_copies(model);
   r.sync = analyse_synchronising_calls(model);
   r.streams = analyse_stream_op_counts(model);
+  for (const StreamOpCounts& s : r.streams) r.streams_used += s.total > 0 ? 1 : 0;
+  r.kernel_types = analyse_kernel_type_breakdown(model);
+  r.idle = analyse_stream_idle_breakdown(model);
+  r.memory_bandwidth = analyse_memory_bandwidth(model);
   const auto cite = [&](int index) {
     if (index >= 0) r.cited_ops.emplace(index, model.ops.at(index));
   };
@@ -108,14 +112,42 @@ std::string render_replay_text(const ReplayReport& r) {
     const auto found = r.ops_by_kind.find(k);
     return found == r.ops_by_kind.end() ? int64_t{0} : found->second;
   };
-  out += "hookstream replay: " + std::to_string(r.ranks) + " rank(s), " + std::to_string(r.trace_streams.size()) +
-         " stream(s), " + std::to_string(r.gpu_ops) + " GPU ops (" + std::to_string(count(OpKind::Kernel)) +
+  // nsys declares every stream the process created (TARGET_INFO_CUDA_STREAM): "77 stream(s)" for
+  // one that ran work said the wrong thing, so both counts are given when they differ.
+  const std::string streams = static_cast<int64_t>(r.trace_streams.size()) == r.streams_used
+                                  ? std::to_string(r.streams_used) + " stream(s)"
+                                  : std::to_string(r.trace_streams.size()) + " stream(s) declared, " +
+                                        std::to_string(r.streams_used) + " used";
+  out += "hookstream replay: " + std::to_string(r.ranks) + " rank(s), " + streams + ", " + std::to_string(r.gpu_ops) + " GPU ops (" + std::to_string(count(OpKind::Kernel)) +
          " kernels, " + std::to_string(count(OpKind::Collective)) + " NCCL kernels, " +
          std::to_string(count(OpKind::Copy)) + " copies, " + std::to_string(count(OpKind::Memset)) + " memsets), " +
          std::to_string(count(OpKind::HostCompute)) + " other host calls\n";
   out += "  from " + r.source + "\n";
+  for (const TraceContents& c : r.contents) {
+    for (const auto& [what, n] : c.rows_not_ops) out += "  read past in " + c.file + ": " + std::to_string(n) + " " + what + "\n";
+  }
   if (r.gpu_ops == 0) {
-    out += "\nNo GPU activity in the trace.\n";
+    out += "\nNo GPU activity in the trace (no kernel, copy or memset).";
+    // Say what it did hold: the ops it became (host calls, markers) and what was read past.
+    std::string held;
+    for (const auto& [kind, n] : r.ops_by_kind) held += (held.empty() ? "" : ", ") + std::to_string(n) + " " + to_string(kind);
+    out += held.empty() ? " No host calls or annotations either.\n" : " It holds " + held + ".\n";
+    bool other = false;
+    for (const TraceContents& c : r.contents) {
+      if (c.other_events.empty()) continue;
+      if (!other) out += "Not imported (not GPU work on CUDA streams):\n";
+      other = true;
+      std::vector<std::pair<int64_t, std::string>> by_count;
+      for (const auto& [what, n] : c.other_events) by_count.emplace_back(-n, what);
+      std::sort(by_count.begin(), by_count.end());
+      out += "  " + c.file + ":";
+      bool first = true;
+      for (const auto& [minus_n, what] : by_count) {
+        out += (first ? " " : ", ") + std::to_string(-minus_n) + " " + what;
+        first = false;
+      }
+      out += "\n";
+    }
   }
 
   if (!r.devices.empty()) out += "\nGPU utilisation (busy share of the span from first to last GPU op)\n";
@@ -140,6 +172,42 @@ std::string render_replay_text(const ReplayReport& r) {
   for (const CollectiveOverlap& c : r.collective_overlap) {
     out += "  rank " + std::to_string(c.rank) + " device " + std::to_string(c.device) + ": " + percent(c.share) +
            " of " + duration(c.collective_ns) + " (" + std::to_string(c.collectives) + " NCCL kernels)\n";
+  }
+
+  if (!r.kernel_types.empty()) {
+    out += "\nGPU time by kernel type (HTA's breakdown: communication = NCCL kernels, memory = copies and memsets)\n";
+  }
+  for (const KernelTypeBreakdown& k : r.kernel_types) {
+    const double total = k.communication_ns + k.memory_ns + k.computation_ns;
+    const auto part = [&](const char* what, double ns, int64_t ops) {
+      return std::string(what) + " " + duration(ns) + " (" + percent(total > 0 ? ns / total : 0) + ", " +
+             std::to_string(ops) + " ops)";
+    };
+    out += "  rank " + std::to_string(k.rank) + ": " + part("computation", k.computation_ns, k.computation_ops) + ", " +
+           part("communication", k.communication_ns, k.communication_ops) + ", " +
+           part("memory", k.memory_ns, k.memory_ops) + "\n";
+  }
+  if (!r.idle.empty()) {
+    out += "\nIdle time per stream (HTA's breakdown: host wait = the next op's launch came after the stream ran dry; "
+           "kernel wait = a gap under 30 ns; other = waits on other streams, events or syncs)\n";
+  }
+  for (const StreamIdleBreakdown& s : r.idle) {
+    const Stream& stream = r.trace_streams[s.stream];
+    const double idle = s.idle_ns();
+    out += "  rank " + std::to_string(stream.rank) + " device " + std::to_string(stream.device) + " " +
+           stream_label(r, s.stream) + ": idle " + duration(idle) + " in " + std::to_string(s.gaps) + " gaps: host wait " +
+           duration(s.host_wait_ns) + " (" + percent(idle > 0 ? s.host_wait_ns / idle : 0) + "), kernel wait " +
+           duration(s.kernel_wait_ns) + ", other " + duration(s.other_ns) + " (" + percent(idle > 0 ? s.other_ns / idle : 0) +
+           ")\n";
+  }
+
+  if (!r.memory_bandwidth.empty()) {
+    out += "\nMemory bandwidth (HTA's summary: achieved = bytes over copy time; peak = ops of a type running at once)\n";
+  }
+  for (const MemoryBandwidth& m : r.memory_bandwidth) {
+    out += "  rank " + std::to_string(m.rank) + " " + m.type + ": " + std::to_string(m.ops) + " ops, " + bytes(m.bytes) +
+           " in " + duration(m.time_ns) + ", achieved " + format("%.2f GB/s", m.achieved_gbps) + ", peak " +
+           format("%.2f GB/s", m.peak_gbps) + "\n";
   }
 
   out += "\nAsync copies from pageable memory: " + std::to_string(r.pageable.copies);
@@ -209,8 +277,17 @@ nlohmann::json render_replay_json(const ReplayReport& r) {
   j["source"] = r.source;
   nlohmann::json by_kind = nlohmann::json::object();
   for (const auto& [kind, n] : r.ops_by_kind) by_kind[to_string(kind)] = n;
-  j["summary"] = {{"ranks", r.ranks}, {"streams", r.trace_streams.size()}, {"events", r.trace_events},
-                  {"ops", r.trace_ops}, {"gpu_ops", r.gpu_ops}, {"ops_by_kind", by_kind}};
+  j["summary"] = {{"ranks", r.ranks}, {"streams", r.trace_streams.size()}, {"streams_used", r.streams_used},
+                  {"events", r.trace_events}, {"ops", r.trace_ops}, {"gpu_ops", r.gpu_ops}, {"ops_by_kind", by_kind}};
+  // What the files held besides their ops: rows that are not ops always, other events when there
+  // is no GPU work (what such a trace holds instead). Absent when there is nothing to list.
+  nlohmann::json not_imported = nlohmann::json::array();
+  for (const TraceContents& c : r.contents) {
+    for (const auto& [what, n] : c.rows_not_ops) not_imported.push_back({{"file", c.file}, {"what", what}, {"count", n}});
+    if (r.gpu_ops != 0) continue;
+    for (const auto& [what, n] : c.other_events) not_imported.push_back({{"file", c.file}, {"what", what}, {"count", n}});
+  }
+  if (!not_imported.empty()) j["summary"]["not_imported"] = not_imported;
   j["devices"] = nlohmann::json::array();
   for (const DeviceUtilisation& d : r.devices) {
     nlohmann::json gaps = nlohmann::json::array();
@@ -243,6 +320,25 @@ nlohmann::json render_replay_json(const ReplayReport& r) {
   j["synchronising_calls"] = {{"calls", r.sync.calls}, {"blocked_ns", r.sync.blocked_ns}, {"by_api", sites},
                               {"stream_waits", r.sync.stream_waits}, {"event_syncs", r.sync.event_syncs},
                               {"waits_matched", r.sync.waits_matched}};
+  j["kernel_type_breakdown"] = nlohmann::json::array();
+  for (const KernelTypeBreakdown& k : r.kernel_types) {
+    j["kernel_type_breakdown"].push_back({{"rank", k.rank},
+                                          {"computation", {{"ops", k.computation_ops}, {"ns", k.computation_ns}}},
+                                          {"communication", {{"ops", k.communication_ops}, {"ns", k.communication_ns}}},
+                                          {"memory", {{"ops", k.memory_ops}, {"ns", k.memory_ns}}}});
+  }
+  j["memory_bandwidth"] = nlohmann::json::array();
+  for (const MemoryBandwidth& m : r.memory_bandwidth) {
+    j["memory_bandwidth"].push_back({{"rank", m.rank}, {"type", m.type}, {"ops", m.ops}, {"bytes", m.bytes},
+                                     {"time_ns", m.time_ns}, {"achieved_gbps", m.achieved_gbps}, {"peak_gbps", m.peak_gbps}});
+  }
+  j["stream_idle_breakdown"] = nlohmann::json::array();
+  for (const StreamIdleBreakdown& s : r.idle) {
+    const Stream& stream = r.trace_streams[s.stream];
+    j["stream_idle_breakdown"].push_back({{"rank", stream.rank}, {"device", stream.device}, {"stream", stream.id},
+                                          {"gaps", s.gaps}, {"idle_ns", s.idle_ns()}, {"host_wait_ns", s.host_wait_ns},
+                                          {"kernel_wait_ns", s.kernel_wait_ns}, {"other_ns", s.other_ns}});
+  }
   j["streams"] = nlohmann::json::array();
   for (const StreamOpCounts& s : r.streams) {
     const Stream& stream = r.trace_streams[s.stream];

@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "sim/event_model.h"
+#include "traces/importers/trace_contents.h"
 #include "traces/analyses/collective_compute_overlap.h"
 #include "traces/analyses/copy_compute_overlap.h"
 #include "traces/analyses/device_utilisation.h"
+#include "traces/analyses/memory_bandwidth.h"
 #include "traces/analyses/pageable_async_copies.h"
+#include "traces/analyses/stream_idle_breakdown.h"
 #include "traces/analyses/stream_op_counts.h"
 #include "traces/analyses/synchronising_calls.h"
 
@@ -35,6 +38,13 @@ struct ReplayReport {
   PageableCopies pageable;
   SynchronisingCalls sync;
   std::vector<StreamOpCounts> streams;
+  int64_t streams_used = 0;           // of trace_streams, those with at least one op
+  std::vector<KernelTypeBreakdown> kernel_types;  // HTA's kernel breakdown by type, per rank
+  std::vector<StreamIdleBreakdown> idle;          // HTA's idle-time breakdown, per stream
+  std::vector<MemoryBandwidth> memory_bandwidth;  // HTA's memory-bandwidth summary, per rank and type
+  // What each file held besides its ops (trace_loader.h), when the caller collected it: rows that
+  // are not ops are always reported, other events when the trace has no GPU work.
+  std::vector<TraceContents> contents;
 };
 
 ReplayReport analyse_replay(const EventModel& model);

@@ -51,6 +51,7 @@ void analyse_cut_step(StepAnalysis& analysis, const StepAnalysisOptions& options
 StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& options) {
   StepAnalysis analysis;
   analysis.step = extract_step(trace, options.selection);
+  analysis.divergence = explain_step_divergence(trace, analysis.step);
   analyse_cut_step(analysis, options);
   return analysis;
 }
@@ -67,6 +68,7 @@ TraceAnalysis analyse_trace(EventModel&& trace, const StepAnalysisOptions& optio
   auto report = std::async(std::launch::async, [&trace] { return analyse_replay(trace); });
   TraceAnalysis analysis;
   analysis.step.step = extract_step(trace, options.selection);  // on a throw, `report` waits in its destructor
+  analysis.step.divergence = explain_step_divergence(trace, analysis.step.step);
   analysis.report = report.get();
   // Nothing reads the trace any more: its ops' memory goes back to the heap, where the replay's ops
   // reuse it instead of new pages the kernel must zero (the trace is a third of the peak).
@@ -96,6 +98,8 @@ std::string render_step_text(const StepAnalysis& a, const StepAnalysisOptions& o
   out << "\nStep " << step.step_label << ": " << ms_text(step.measured_ns()) << " measured, " << ms_text(a.schedule.step_ns)
       << " replayed by the simulator's scheduler over the recorded durations\n";
   for (const std::string& note : step.notes) out << "  " << note << "\n";
+  const std::vector<std::string> why = divergence_lines(a.divergence, step.measured_ns(), a.schedule.step_ns);
+  for (size_t k = 0; k < why.size(); ++k) out << (k == 0 ? "  " : "    - ") << why[k] << "\n";
   out << "  GPU time by op class:";
   for (const auto& [op_class, c] : classes) out << " " << to_string(op_class) << " " << ms_text(c.second) << " (" << c.first << " ops);";
   out << "\n";
@@ -177,6 +181,7 @@ nlohmann::json render_step_json(const StepAnalysis& a, const StepAnalysisOptions
       {"ops", step.model.ops.size()},
       {"measured_ns", step.measured_ns()},
       {"replayed_ns", a.schedule.step_ns},
+      {"divergence", divergence_json(a.divergence, step.measured_ns(), a.schedule.step_ns)},
       {"notes", step.notes},
       {"classes", classes},
       {"critical_path", {{"length_ns", a.critical.length_ns}, {"unavailable", a.critical.unavailable}, {"by_what", by_what},

@@ -13,6 +13,7 @@
 #include "traces/plan_comparison.h"
 #include "traces/recorded_step.h"
 #include "traces/replay_report.h"
+#include "traces/step_divergence.h"
 #include "traces/step_findings.h"
 #include "traces/step_replay.h"
 
@@ -36,6 +37,7 @@ struct StepAnalysis {
   StepRaceReport races;
   std::optional<PlanComparison> plan;
   std::optional<WhatIfReport> what_if;
+  StepDivergence divergence;           // what the recording shows that the replay does not know
 };
 
 StepAnalysis analyse_step(const EventModel& trace, const StepAnalysisOptions& options = {});

@@ -7,6 +7,8 @@
 #include "sim/timeline.h"
 #include "traces/analyses/device_utilisation.h"
 #include "traces/analyses/gpu_intervals.h"
+#include "traces/analyses/memory_bandwidth.h"
+#include "traces/analyses/stream_idle_breakdown.h"
 
 namespace hookstream {
 
@@ -65,6 +67,23 @@ std::string recorded_step_timeline(const RecordedStep& step, const StepRaceRepor
       if (gap.op_after < 0) continue;
       instant(model.ops[gap.op_after], gap.start_ns, "GPU idle " + std::to_string(static_cast<int64_t>(gap.duration_ns / 1000)) + " us",
               "finding: gap", {{"duration_ns", gap.duration_ns}, {"before", gap.op_before >= 0 ? model.ops[gap.op_before].name : ""}});
+    }
+  }
+  // HTA's idle-time breakdown (analyses/stream_idle_breakdown.h): every gap of a stream as a slice
+  // on that stream's track, named by its category, so Perfetto shows where each stream waited for
+  // the host, for its own launches, or for something else.
+  for (const StreamIdleGap& gap : stream_idle_gaps(model)) {
+    const Op& after = model.ops[gap.op_after];
+    events.push_back({{"ph", "X"}, {"name", std::string("idle: ") + to_string(gap.category)}, {"cat", "hta: idle"},
+                      {"pid", after.rank}, {"tid", thread(after)}, {"ts", us(gap.start_ns)}, {"dur", us(gap.duration_ns)},
+                      {"args", {{"category", to_string(gap.category)}, {"next_op", after.name}}}});
+  }
+  // HTA's memory-bandwidth series (analyses/memory_bandwidth.h) as one counter track per rank and
+  // memory op type.
+  for (const MemoryBandwidthSeries& series : memory_bandwidth_series(model)) {
+    for (const auto& [time, gbps] : series.points) {
+      events.push_back({{"ph", "C"}, {"name", "memory bandwidth: " + series.type}, {"cat", "hta: memory bandwidth"},
+                        {"pid", series.rank}, {"ts", us(time)}, {"args", {{"GB/s", gbps}}}});
     }
   }
   // Exposed copies: host<->device copies that compute on another stream of the device hides for

@@ -43,23 +43,40 @@ TraceFormat detect_trace_format(const std::string& path) {
     break;
   }
   if (n == 0) throw InputError(path, "empty file: expected an nsys SQLite export or a Kineto JSON trace");
+  // Nsight Systems writes its report (.nsys-rep; .qdrep before 2021.4; .qdstrm, the raw stream
+  // when the report was not finished) in a format of its own that only nsys reads; `nsys export`
+  // turns it into the SQLite export read here. The format's header is not documented, so the report
+  // is known by its name once the content is neither format (a .sqlite renamed .nsys-rep is still
+  // read as what it is).
+  const std::filesystem::path file(path);
+  const std::string extension = file.extension().string();
+  if (extension == ".nsys-rep" || extension == ".qdrep" || extension == ".qdstrm") {
+    const std::string sqlite = (file.parent_path() / file.stem()).string() + ".sqlite";
+    throw InputError(path, "is an Nsight Systems report, which only nsys reads: export it first with `nsys export "
+                           "--type sqlite --output " + sqlite + " " + path + "` and give " + sqlite +
+                           (extension == ".qdstrm" ? " (a .qdstrm is an unfinished capture: `QdstrmImporter -i " + path +
+                                                         "` makes the .nsys-rep first)"
+                                                   : ""));
+  }
   throw InputError(path, "unknown trace format: expected an nsys SQLite export (SQLite header) or a Kineto "
                          "JSON trace (.json or .json.gz)");
 }
 
-EventModel load_trace(const std::string& path, int first_rank) {
+EventModel load_trace(const std::string& path, int first_rank, TraceContents* contents) {
   switch (detect_trace_format(path)) {
-    case TraceFormat::NsysSqlite: return import_nsys_sqlite(path, first_rank);
-    case TraceFormat::KinetoJson: return import_kineto_json(path, first_rank);
+    case TraceFormat::NsysSqlite: return import_nsys_sqlite(path, first_rank, contents);
+    case TraceFormat::KinetoJson: return import_kineto_json(path, first_rank, contents);
   }
   throw InputError(path, "unknown trace format");
 }
 
-EventModel load_traces(const std::vector<std::string>& paths) {
+EventModel load_traces(const std::vector<std::string>& paths, std::vector<TraceContents>* contents) {
   EventModel merged;
   int next_rank = 0;
-  for (const std::string& path : paths) {
-    EventModel one = load_trace(path, next_rank);
+  if (contents) contents->assign(paths.size(), TraceContents{});
+  for (size_t file = 0; file < paths.size(); ++file) {
+    const std::string& path = paths[file];
+    EventModel one = load_trace(path, next_rank, contents ? &(*contents)[file] : nullptr);
     int ranks_in_file = 1;
     for (const Stream& s : one.streams) ranks_in_file = std::max(ranks_in_file, s.rank - next_rank + 1);
     for (const Op& op : one.ops) ranks_in_file = std::max(ranks_in_file, op.rank - next_rank + 1);

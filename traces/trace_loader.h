@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/event_model.h"
+#include "traces/importers/trace_contents.h"
 
 namespace hookstream {
 
@@ -17,10 +18,12 @@ const char* to_string(TraceFormat format);
 TraceFormat detect_trace_format(const std::string& path);
 
 // One file; its processes become ranks from `first_rank` on.
-EventModel load_trace(const std::string& path, int first_rank = 0);
+// `contents`, when given, receives what the file held besides its ops (trace_contents.h).
+EventModel load_trace(const std::string& path, int first_rank = 0, TraceContents* contents = nullptr);
 
 // Several files, one per rank (or per node): ranks are numbered in the order the files are given,
 // and the models are concatenated (streams, events and op indices shifted).
-EventModel load_traces(const std::vector<std::string>& paths);
+// `contents`, when given, gets one entry per file, in the order given.
+EventModel load_traces(const std::vector<std::string>& paths, std::vector<TraceContents>* contents = nullptr);
 
 }  // namespace hookstream

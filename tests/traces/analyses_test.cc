@@ -4,11 +4,15 @@
 // sum(max(0, min(e1,e2) - max(s1,s2))) for overlaps. The values it printed are quoted below.
 #include <catch2/catch.hpp>
 
+#include <array>
+
 #include "traces/analyses/collective_compute_overlap.h"
 #include "traces/analyses/copy_compute_overlap.h"
 #include "traces/analyses/device_utilisation.h"
 #include "traces/analyses/gpu_intervals.h"
+#include "traces/analyses/memory_bandwidth.h"
 #include "traces/analyses/pageable_async_copies.h"
+#include "traces/analyses/stream_idle_breakdown.h"
 #include "traces/analyses/stream_op_counts.h"
 #include "traces/analyses/synchronising_calls.h"
 #include "traces/importers/kineto/kineto_importer.h"
@@ -123,4 +127,101 @@ TEST_CASE("alexnet: waits matched, pageable async HtoD", "[traces][analyses]") {
   CHECK(pageable.copies == 16);
   // Python: sum(args.bytes) of the 16 gpu_memcpy events.
   CHECK(pageable.bytes == 244403360);
+}
+
+// HTA's idle-time breakdown (hta/analyzers/breakdown_analysis.py, _analyze_idle_time_for_stream):
+// a gap is host wait when the next op's launching call came after the stream ran dry, kernel wait
+// when shorter than 30 ns, other otherwise.
+TEST_CASE("idle time per stream, HTA's categories, on a hand-made stream", "[traces][analyses][hta]") {
+  EventModel m;
+  Stream stream;
+  stream.id = 7;
+  m.add_stream(stream);
+  int correlation = 1;
+  const auto launch = [&](double call, double start, double end) {
+    Op host;
+    host.kind = OpKind::HostCompute;
+    host.name = "cudaLaunchKernel";
+    host.start_ns = call;
+    host.duration_ns = 2;
+    host.correlation = correlation;
+    m.ops.push_back(host);
+    Op kernel;
+    kernel.kind = OpKind::Kernel;
+    kernel.name = "k";
+    kernel.stream = 0;
+    kernel.start_ns = start;
+    kernel.duration_ns = end - start;
+    kernel.correlation = correlation++;
+    m.ops.push_back(kernel);
+  };
+  launch(0, 5, 105);
+  launch(10, 120, 200);   // 15 ns after the previous one, launched long before: kernel wait
+  launch(300, 305, 400);  // launched after the stream ran dry at 200: host wait 105
+  launch(310, 500, 600);  // launched at 310, the stream free at 400, started at 500: other 100
+  const auto idle = analyse_stream_idle_breakdown(m);
+  REQUIRE(idle.size() == 1);
+  CHECK(idle[0].gaps == 3);
+  CHECK(idle[0].kernel_wait_ns == 15);
+  CHECK(idle[0].host_wait_ns == 105);
+  CHECK(idle[0].other_ns == 100);
+  const auto types = analyse_kernel_type_breakdown(m);
+  REQUIRE(types.size() == 1);
+  CHECK(types[0].computation_ops == 4);
+  CHECK(types[0].computation_ns == 100 + 80 + 95 + 100);
+}
+
+TEST_CASE("rank 3 of 8: HTA's idle-time and kernel-type breakdowns", "[traces][analyses][hta]") {
+  const EventModel m = import_kineto_json(test::shared_trace("kineto/a100-rank3-of-8-control.json.gz"));
+  // Python (HTA's rule over kernel / gpu_memcpy / gpu_memset events sorted by ts per args.stream,
+  // the launch's ts joined by args.correlation from cuda_runtime): gaps, host wait, kernel wait,
+  // other in us: stream 7: 8963, 133311, 0, 49903; 20: 280, 424456, 0, 10423; 21: 59, 285806, 0, 78;
+  // 22: 143, 340772, 0, 1515.
+  const auto idle = analyse_stream_idle_breakdown(m);
+  REQUIRE(idle.size() == 4);
+  const std::vector<std::array<double, 4>> expected = {
+      {8963, 133311, 0, 49903}, {280, 424456, 0, 10423}, {59, 285806, 0, 78}, {143, 340772, 0, 1515}};
+  for (size_t i = 0; i < idle.size(); ++i) {
+    INFO("stream " << m.streams[idle[i].stream].id);
+    CHECK(idle[i].gaps == expected[i][0]);
+    CHECK(idle[i].host_wait_ns == Approx(expected[i][1] * 1e3));
+    CHECK(idle[i].kernel_wait_ns == Approx(expected[i][2] * 1e3));
+    CHECK(idle[i].other_ns == Approx(expected[i][3] * 1e3));
+  }
+  // cat kernel 8568 (60 NCCL), gpu_memcpy 228 + gpu_memset 654 = 882 memory ops.
+  const auto types = analyse_kernel_type_breakdown(m);
+  REQUIRE(types.size() == 1);
+  CHECK(types[0].communication_ops == 60);
+  CHECK(types[0].memory_ops == 882);
+  CHECK(types[0].computation_ops == 8508);
+}
+
+// HTA's memory-bandwidth summary (hta/analyzers/trace_counters.py). Python (gpu_memcpy /
+// gpu_memset events by the first 11 characters of the name, bytes from args.bytes, bandwidth
+// bytes/dur as a step series added up over concurrent ops): ops, bytes, us, achieved and peak GB/s
+// (printed to 2 decimals):
+// HtoD 150, 423923260, 50656, 8.37, 11.70; DtoH 60, 100896, 107, 0.94, 3.92;
+// DtoD 18, 1821299360, 2735, 665.92, 990.92; Memset 654, 76353248, 1256, 60.79, 704.68.
+TEST_CASE("rank 3 of 8: HTA's memory-bandwidth summary", "[traces][analyses][hta]") {
+  const EventModel m = import_kineto_json(test::shared_trace("kineto/a100-rank3-of-8-control.json.gz"));
+  const auto bw = analyse_memory_bandwidth(m);
+  REQUIRE(bw.size() == 4);
+  struct Expected {
+    const char* type;
+    int64_t ops, bytes;
+    double us, achieved, peak;
+  };
+  const Expected expected[] = {{"Memcpy HtoD", 150, 423923260, 50656, 8.37, 11.70},
+                               {"Memcpy DtoH", 60, 100896, 107, 0.94, 3.92},
+                               {"Memcpy DtoD", 18, 1821299360, 2735, 665.92, 990.92},
+                               {"Memset", 654, 76353248, 1256, 60.79, 704.68}};
+  for (size_t i = 0; i < bw.size(); ++i) {
+    INFO(bw[i].type);
+    CHECK(bw[i].type == expected[i].type);
+    CHECK(bw[i].ops == expected[i].ops);
+    CHECK(bw[i].bytes == expected[i].bytes);
+    CHECK(bw[i].time_ns == Approx(expected[i].us * 1e3));
+    CHECK(bw[i].achieved_gbps == Approx(expected[i].achieved).margin(0.005));
+    CHECK(bw[i].peak_gbps == Approx(expected[i].peak).margin(0.005));
+  }
 }

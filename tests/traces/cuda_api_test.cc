@@ -30,6 +30,32 @@ TEST_CASE("API names with and without nsys version suffixes", "[traces][cuda_api
   CHECK_FALSE(is_collective_kernel("ampere_sgemm_128x64_nn"));
 }
 
+// A ROCm Kineto trace names HIP calls (hip_runtime_api.h); PyTorch's ROCm build copies with
+// hipMemcpyWithStream where the CUDA build makes cudaMemcpyAsync + cudaStreamSynchronize.
+TEST_CASE("HIP runtime calls are classified like their CUDA twins", "[traces][cuda_api]") {
+  CHECK(classify_api("hipDeviceSynchronize") == ApiRole::DeviceSync);
+  CHECK(classify_api("hipCtxSynchronize") == ApiRole::DeviceSync);
+  CHECK(classify_api("hipStreamSynchronize") == ApiRole::StreamSync);
+  CHECK(classify_api("hipEventSynchronize") == ApiRole::EventSync);
+  CHECK(classify_api("hipStreamWaitEvent") == ApiRole::StreamWait);
+  CHECK(classify_api("hipEventRecord") == ApiRole::EventRecord);
+  CHECK(classify_api("hipMemcpyWithStream") == ApiRole::SyncCopy);
+  CHECK(classify_api("hipMemcpy") == ApiRole::SyncCopy);
+  CHECK(classify_api("hipMemcpyDtoH") == ApiRole::SyncCopy);
+  CHECK(classify_api("hipMemcpyAsync") == ApiRole::AsyncCopy);
+  CHECK(classify_api("hipMemcpyHtoDAsync") == ApiRole::AsyncCopy);
+  CHECK(classify_api("hipMemsetAsync") == ApiRole::AsyncMemset);
+  CHECK(classify_api("hipMemsetD32") == ApiRole::SyncMemset);
+  CHECK(classify_api("hipLaunchKernel") == ApiRole::Other);
+  CHECK(classify_api("hipExtModuleLaunchKernel") == ApiRole::Other);
+  CHECK(classify_api("hipEventQuery") == ApiRole::Other);  // returns at once
+  CHECK(classify_api("hipStreamQuery") == ApiRole::Other);
+  // Library calls that start like the driver API are not CUDA calls.
+  CHECK(classify_api("cudnnConvolutionForward") == ApiRole::Other);
+  CHECK(classify_api("cublasSgemm_v2") == ApiRole::Other);
+  CHECK(classify_api("hipblasSgemm") == ApiRole::Other);
+}
+
 TEST_CASE("the text report names a kernel by what tells it apart", "[traces][cuda_api]") {
   // Names as the a100 rank-3 Kineto trace and nsys demangledName write them.
   CHECK(display_op_name("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "

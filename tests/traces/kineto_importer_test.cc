@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "traces/analyses/synchronising_calls.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/kineto/kineto_event_scanner.h"
 #include "traces/importers/kineto/kineto_importer.h"
@@ -697,5 +698,79 @@ TEST_CASE("kineto parallel scan: simdjson's chunks read what the strict scanner 
         case Expect::Error: CHECK(how.fell_back); break;  // the error is the single-threaded scan's (checked above)
       }
     }
+  }
+}
+
+// A ROCm build of PyTorch writes the same Kineto layout (kernel, gpu_memcpy, gpu_memset and
+// cuda_runtime categories; libkineto RoctracerActivity_inl.h) with HIP calls in place of CUDA's:
+// hipLaunchKernel, hipDeviceSynchronize, hipStreamSynchronize, and hipMemcpyWithStream for a
+// blocking copy (c10/cuda/CUDAFunctions.h memcpy_and_sync), and names copies "Memcpy DtoH (Device
+// -> Host)". The real a100 trace with every CUDA call renamed to its HIP twin must give the same
+// ops; a trace in the ROCm layout must count its blocking copy and syncs as synchronising.
+TEST_CASE("kineto ROCm: HIP calls synchronise like their CUDA twins", "[traces][kineto][rocm]") {
+  const auto dir = test::temp_dir("kineto-rocm");
+  const std::string real = test::shared_trace("kineto/a100-rank3-of-8-control.json.gz");
+  nlohmann::json doc = nlohmann::json::parse(test::inflate_all(real));
+  int renamed = 0;
+  for (auto& e : doc["traceEvents"]) {
+    const std::string name = e.value("name", "");
+    if (e.value("cat", "") == "cuda_runtime" && name.rfind("cuda", 0) == 0) {
+      e["name"] = "hip" + name.substr(4);
+      ++renamed;
+    }
+  }
+  REQUIRE(renamed == 24692 - 60);  // 60 of its cuda_runtime events are named "INVALID"
+  const std::string hipified = (dir / "a100-hip.json").string();
+  std::ofstream(hipified) << doc.dump();
+  const EventModel cuda = import_kineto_json(real, 3);
+  const EventModel hip = import_kineto_json(hipified, 3);
+  REQUIRE(hip.ops.size() == cuda.ops.size());
+  for (OpKind kind : {OpKind::Kernel, OpKind::Collective, OpKind::Copy, OpKind::Memset, OpKind::StreamSync,
+                      OpKind::DeviceSync, OpKind::HostCompute}) {
+    CHECK(count(hip, kind) == count(cuda, kind));
+  }
+  size_t blocking_cuda = 0, blocking_hip = 0;
+  for (size_t i = 0; i < cuda.ops.size(); ++i) {
+    blocking_cuda += cuda.ops[i].blocks_host;
+    blocking_hip += hip.ops[i].blocks_host;
+  }
+  CHECK(blocking_hip == blocking_cuda);
+
+  // ROCm layout: a kernel, a blocking DtoH copy by hipMemcpyWithStream (2 ms on the host), an async
+  // HtoD copy, a memset, hipStreamSynchronize (1 ms) and hipDeviceSynchronize (3 ms).
+  nlohmann::json rocm = {{"traceEvents", nlohmann::json::array()}, {"deviceProperties", nlohmann::json::array()}};
+  auto& events = rocm["traceEvents"];
+  const auto call = [&](const std::string& name, int64_t ts, int64_t dur, int correlation) {
+    events.push_back({{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", name}, {"pid", 4242}, {"tid", 4242}, {"ts", ts},
+                      {"dur", dur}, {"args", {{"cid", 1}, {"correlation", correlation}}}});
+  };
+  const auto gpu = [&](const std::string& cat, const std::string& name, int64_t ts, int64_t dur, int correlation) {
+    events.push_back({{"ph", "X"}, {"cat", cat}, {"name", name}, {"pid", 2}, {"tid", 1}, {"ts", ts}, {"dur", dur},
+                      {"args", {{"device", 2}, {"stream", 1}, {"correlation", correlation}, {"bytes", 4096}}}});
+  };
+  call("hipLaunchKernel", 1000, 10, 1);
+  gpu("kernel", "void at::native::vectorized_elementwise_kernel<4>(int)", 1020, 500, 1);
+  call("hipMemcpyWithStream", 1100, 2000, 2);
+  gpu("gpu_memcpy", "Memcpy DtoH (Device -> Host)", 1600, 40, 2);
+  call("hipMemcpyAsync", 3200, 8, 3);
+  gpu("gpu_memcpy", "Memcpy HtoD (Host -> Device)", 3210, 30, 3);
+  call("hipMemsetAsync", 3300, 5, 4);
+  gpu("gpu_memset", "Memset (Device)", 3310, 4, 4);
+  call("hipStreamSynchronize", 3400, 1000, 5);
+  call("hipDeviceSynchronize", 4500, 3000, 6);
+  const std::string layout = (dir / "rocm-layout.json").string();
+  std::ofstream(layout) << rocm.dump();
+  const EventModel m = import_kineto_json(layout);
+  CHECK(count(m, OpKind::Kernel) == 1);
+  CHECK(count(m, OpKind::Copy) == 2);
+  CHECK(count(m, OpKind::Memset) == 1);
+  CHECK(count(m, OpKind::StreamSync) == 1);
+  CHECK(count(m, OpKind::DeviceSync) == 1);
+  const SynchronisingCalls sync = analyse_synchronising_calls(m);
+  CHECK(sync.calls == 3);  // hipMemcpyWithStream, hipStreamSynchronize, hipDeviceSynchronize
+  CHECK(sync.blocked_ns == Approx(6e6));
+  for (const Op& op : m.ops) {
+    INFO(op.name);
+    if (op.kind == OpKind::Copy) CHECK(op.blocks_host == (op.copy == CopyKind::DeviceToHost));
   }
 }

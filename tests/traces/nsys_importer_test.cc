@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "traces/analyses/synchronising_calls.h"
 #include "traces/importers/nsys/nsys_importer.h"
 #include "trace_test_files.h"
 
@@ -264,7 +265,9 @@ TEST_CASE("nsys_activity_queries are the importer's queries for the tables an ex
   CHECK(tables(clover) == std::vector<std::string>{"StringIds", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
                                                    "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"});
   REQUIRE(clover.size() == 5);
-  CHECK(clover[1].select == "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME");
+  // eventClass: which rows are calls (runtime 0, driver 1) and which are not (backtraces, 67).
+  CHECK(clover[1].select ==
+        "SELECT start, end, globalTid, correlationId, nameId, eventClass FROM CUPTI_ACTIVITY_KIND_RUNTIME");
   // demangledName and shortName both exist in 2024.5; mangledName is not read.
   CHECK(clover[2].select ==
         "SELECT start, end, deviceId, contextId, streamId, correlationId, globalPid, demangledName, shortName FROM "
@@ -285,4 +288,79 @@ TEST_CASE("nsys_activity_queries are the importer's queries for the tables an ex
   REQUIRE(edited.size() == 5);
   CHECK(edited[2].select.find("shortName") == std::string::npos);
   CHECK(edited[2].select.find("demangledName") != std::string::npos);
+}
+
+// An nsys export taken with --cudabacktrace holds, in CUPTI_ACTIVITY_KIND_RUNTIME itself, one
+// TRACE_PROCESS_EVENT_CUDABACKTRACE row (eventClass 67) per call whose stack was taken: the call's
+// interval, thread and correlationId again, with the stack in callchainId (CUDA_CALLCHAINS). A
+// 2022 export laid out this way was counted as 30 synchronous cudaMemcpy calls for 15. None of the
+// shared traces was taken with backtraces, so one is derived from the real cloverleaf export as
+// the 2022 schema lays it out (EXPORT_META_DATA, no ENUM_* tables): a backtrace row for every
+// cudaMemcpy call (279) and every cudaDeviceSynchronize (1312), and two rows of other classes (a
+// cuBLAS range, 29, and a graph node creation, 77). The counts must be the original's.
+TEST_CASE("nsys: runtime rows that are call stacks or other event classes are not calls", "[traces][nsys]") {
+  const auto dir = test::temp_dir("nsys-backtraces");
+  const std::string original = test::shared_trace("nsys/cloverleaf-nsys2024.5.sqlite");
+  const auto with_backtraces = [](bool drop_enums) {
+    return [drop_enums](sqlite3* db) {
+      const auto exec = [db](const std::string& sql) { REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK); };
+      exec("CREATE TABLE CUDA_CALLCHAINS (id INTEGER NOT NULL, symbol INTEGER NOT NULL, module INTEGER NOT NULL, "
+           "unresolved INTEGER, originalIP INTEGER, stackDepth INTEGER NOT NULL, PRIMARY KEY (id, stackDepth))");
+      exec("INSERT INTO CUDA_CALLCHAINS SELECT rowid, nameId, nameId, 0, 4198400 + rowid, 0 FROM CUPTI_ACTIVITY_KIND_RUNTIME");
+      exec("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, returnValue, "
+           "callchainId) SELECT r.start, r.end, 67, r.globalTid, r.correlationId, r.nameId, 0, r.rowid "
+           "FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+           "WHERE s.value IN ('cudaMemcpy_v3020', 'cudaDeviceSynchronize_v3020') ORDER BY r.start");
+      exec("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, returnValue) "
+           "SELECT start, end, 29, globalTid, 0, nameId, 0 FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid = 1 UNION ALL "
+           "SELECT start, end, 77, globalTid, 0, nameId, 0 FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid = 2");
+      if (!drop_enums) return;
+      std::vector<std::string> enums;
+      sqlite3_exec(
+          db, "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'ENUM_%'",
+          [](void* out, int, char** values, char**) {
+            static_cast<std::vector<std::string>*>(out)->push_back(values[0]);
+            return 0;
+          },
+          &enums, nullptr);
+      for (const std::string& table : enums) exec("DROP TABLE " + table);
+      exec("ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA");
+    };
+  };
+  const std::string old_style = edited_cloverleaf(dir, "cloverleaf-2022-backtraces.sqlite", with_backtraces(true));
+  const std::string new_style = edited_cloverleaf(dir, "cloverleaf-backtraces.sqlite", with_backtraces(false));
+
+  const EventModel fresh = import_nsys_sqlite(original);
+  const SynchronisingCalls fresh_sync = analyse_synchronising_calls(fresh);
+  // select count(*) from CUPTI_ACTIVITY_KIND_RUNTIME r join StringIds s on s.id = r.nameId
+  //   where s.value = 'cudaMemcpy_v3020' -> 279 (1312 for cudaDeviceSynchronize_v3020).
+  for (const std::string& path : {old_style, new_style}) {
+    INFO(path);
+    TraceContents contents;
+    const EventModel m = import_nsys_sqlite(path, 0, &contents);
+    CHECK(m.ops.size() == fresh.ops.size());
+    CHECK(count(m, OpKind::DeviceSync) == 1312);
+    CHECK(count(m, OpKind::HostCompute) == 1736);
+    const SynchronisingCalls sync = analyse_synchronising_calls(m);
+    CHECK(sync.calls == fresh_sync.calls);
+    CHECK(sync.blocked_ns == fresh_sync.blocked_ns);
+    int64_t memcpy_calls = 0;
+    for (const SyncCallSite& site : sync.by_api) {
+      if (site.api == "cudaMemcpy") memcpy_calls = site.calls;
+    }
+    CHECK(memcpy_calls == 279);
+    // What was read past is counted by class, with the export's name for it or the documented one.
+    REQUIRE(contents.rows_not_ops.size() == 3);
+    int64_t backtraces = 0, others = 0;
+    for (const auto& [what, rows] : contents.rows_not_ops) {
+      if (what.find("eventClass 67 (TRACE_PROCESS_EVENT_CUDABACKTRACE)") != std::string::npos) backtraces += rows;
+      else others += rows;
+    }
+    CHECK(backtraces == 279 + 1312);
+    CHECK(others == 2);
+  }
+  // The real exports hold calls only (eventClass 0 and 1): nothing is read past.
+  TraceContents real;
+  (void)import_nsys_sqlite(test::shared_trace("nsys/fuser-report1-nsys2024.6.sqlite"), 0, &real);
+  CHECK(real.rows_not_ops.empty());
 }

@@ -156,6 +156,22 @@ TEST_CASE("truncated .json.gz and malformed JSON name the file and byte offset",
   write_all(text, "hello");
   CHECK(load_error(text).find("unknown trace format") != std::string::npos);
   CHECK(load_error((dir / "missing.json").string()).find("cannot open") != std::string::npos);
+
+  // An Nsight Systems report is not its export: the error says the command that makes the export.
+  const std::string report = (dir / "run.nsys-rep").string();
+  write_all(report, std::string("\x01\x00\x00\x00nsys report body\x00\xff", 22));
+  const std::string rep_error = load_error(report);
+  CHECK(rep_error.find(report + ": is an Nsight Systems report") == 0);
+  CHECK(rep_error.find("nsys export --type sqlite --output " + (dir / "run.sqlite").string() + " " + report) !=
+        std::string::npos);
+  CHECK(one_line(rep_error));
+  const std::string old_report = (dir / "run.qdrep").string();
+  write_all(old_report, "QDREP");
+  CHECK(load_error(old_report).find("nsys export --type sqlite") != std::string::npos);
+  // The content decides: an export that was only named .nsys-rep is read.
+  const std::string misnamed = (dir / "export.nsys-rep").string();
+  write_all(misnamed, read_all(test::shared_trace("nsys/fuser-report1-nsys2024.6.sqlite")));
+  CHECK(detect_trace_format(misnamed) == TraceFormat::NsysSqlite);
 }
 
 TEST_CASE("traces without GPU activity give a clean empty report", "[traces][robustness]") {
@@ -170,6 +186,36 @@ TEST_CASE("traces without GPU activity give a clean empty report", "[traces][rob
   CHECK(report.devices.empty());
   CHECK(render_replay_text(report).find("No GPU activity") != std::string::npos);
   CHECK(render_replay_json(report)["summary"]["gpu_ops"] == 0);
+
+  // A trace without CUDA work says what it does hold: here an MTIA trace's runtime calls, CPU ops,
+  // Python frames and counter samples (Kineto's category names, libkineto ActivityType.cpp).
+  const std::string mtia = (dir / "mtia.json").string();
+  write_all(mtia, R"({"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 5},
+    {"ph": "X", "cat": "python_function", "name": "train.py(10): step", "pid": 1, "tid": 1, "ts": 5, "dur": 50},
+    {"ph": "X", "cat": "mtia_runtime", "name": "mtiaLaunchKernel", "pid": 1, "tid": 1, "ts": 12, "dur": 2},
+    {"ph": "X", "cat": "mtia_ccp_events", "name": "mm_kernel", "pid": 7, "tid": 3, "ts": 14, "dur": 9},
+    {"ph": "C", "cat": "mtia_counters", "name": "util", "pid": 7, "tid": 3, "ts": 14, "args": {"v": 3}},
+    {"ph": "C", "name": "util", "pid": 7, "tid": 3, "ts": 24, "args": {"v": 1}},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1, "dur": 60}
+  ]})");
+  std::vector<TraceContents> contents;
+  const EventModel from_mtia = load_traces({mtia}, &contents);
+  REQUIRE(contents.size() == 1);
+  CHECK(contents[0].other_events.at("cpu_op events") == 2);
+  CHECK(contents[0].other_events.at("python_function events") == 1);
+  CHECK(contents[0].other_events.at("mtia_runtime events") == 1);
+  CHECK(contents[0].other_events.at("mtia_ccp_events events") == 1);
+  CHECK(contents[0].other_events.at("counter samples (ph C)") == 2);
+  ReplayReport mtia_report = analyse_replay(from_mtia);
+  mtia_report.contents = contents;
+  const std::string mtia_text = render_replay_text(mtia_report);
+  CHECK(mtia_text.find("It holds 1 marker.") != std::string::npos);
+  CHECK(mtia_text.find(mtia + ": 2 counter samples (ph C), 2 cpu_op events, 1 mtia_ccp_events events") !=
+        std::string::npos);
+  const nlohmann::json mtia_json = render_replay_json(mtia_report);
+  CHECK(mtia_json["summary"]["not_imported"].size() == 5);
 
   // An nsys export has tables only when they have rows: one with only metadata is valid.
   const std::string db_path = (dir / "empty.sqlite").string();

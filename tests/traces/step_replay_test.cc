@@ -19,6 +19,8 @@
 #include "sim/stream_protocol.h"
 #include "tests/traces/runtime_trace_fixture.h"
 #include "tests/traces/trace_test_files.h"
+#include "traces/analyses/memory_bandwidth.h"
+#include "traces/analyses/stream_idle_breakdown.h"
 #include "traces/plan_comparison.h"
 #include "traces/replay_report.h"
 #include "traces/recorded_step.h"
@@ -317,8 +319,14 @@ TEST_CASE("timeline of a recorded step marks races, syncs and gaps", "[traces][r
   const StepRaceReport races = check_step_races(step);
   const nlohmann::json trace = nlohmann::json::parse(recorded_step_timeline(step, races));
   const nlohmann::json& events = trace.is_object() ? trace["traceEvents"] : trace;
-  int slices = 0, race_flows = 0, syncs = 0;
+  int slices = 0, race_flows = 0, syncs = 0, idle = 0;
+  double idle_ns = 0;
   for (const auto& e : events) {
+    if (e["ph"] == "X" && e["cat"] == "hta: idle") {
+      ++idle;
+      idle_ns += e["dur"].get<double>() * 1000;
+      continue;
+    }
     if (e["ph"] == "X") ++slices;
     if (e["ph"] == "s" && e["cat"] == "finding: race") ++race_flows;
     if (e["ph"] == "i" && e["cat"] == "finding: sync") ++syncs;
@@ -326,6 +334,28 @@ TEST_CASE("timeline of a recorded step marks races, syncs and gaps", "[traces][r
   int host_syncs = 0;
   for (const Op& op : step.model.ops) host_syncs += op.kind == OpKind::StreamSync || op.kind == OpKind::EventSync || op.kind == OpKind::DeviceSync;
   CHECK(slices == static_cast<int>(step.model.ops.size()));
+  // HTA's idle-time breakdown: every gap of every stream, as the report sums them.
+  double expected_idle = 0;
+  int64_t expected_gaps = 0;
+  for (const StreamIdleBreakdown& s : analyse_stream_idle_breakdown(step.model)) {
+    expected_idle += s.idle_ns();
+    expected_gaps += s.gaps;
+  }
+  CHECK(expected_gaps > 0);
+  CHECK(idle == expected_gaps);
+  CHECK(idle_ns == Approx(expected_idle));
+  // HTA's memory-bandwidth series as counter tracks: one point per change, back to 0 at the end.
+  size_t counter_points = 0, series_points = 0;
+  double last_value = -1;
+  for (const auto& e : events) {
+    if (e["ph"] != "C") continue;
+    ++counter_points;
+    last_value = e["args"]["GB/s"].get<double>();
+  }
+  for (const MemoryBandwidthSeries& series : memory_bandwidth_series(step.model)) series_points += series.points.size();
+  CHECK(series_points > 0);
+  CHECK(counter_points == series_points);
+  CHECK(last_value == 0);
   CHECK(race_flows == static_cast<int>(races.races.size()));
   CHECK(syncs == host_syncs);
   CHECK(recorded_step_timeline(step, races) == recorded_step_timeline(step, races));
@@ -381,4 +411,117 @@ TEST_CASE("foreign Kineto step: backward from the autograd thread, forward befor
   CHECK(kernels[OpClass::Backward] == 2);
   CHECK(kernels[OpClass::Optimizer] == 1);
   CHECK(kernels[OpClass::Other] == 0);
+}
+
+// The PyTorch profiler leaves its last step range open until it stops (ProfilerStep#N+1 opened by
+// profile.step()): a trailing step that launched nothing. The default step is the last complete
+// one, said in the notes; --step still picks any, and a trace whose steps are all complete keeps
+// the last.
+TEST_CASE("default step: the last complete one, a trailing partial step is left out", "[traces][replay-step]") {
+  const auto dir = test::temp_dir("default-step");
+  std::string events;
+  int correlation = 100;
+  double ts = 1000;
+  const auto step = [&](int n, int kernels, double length) {
+    events += R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#)" + std::to_string(n) +
+              R"(", "pid": 1, "tid": 11, "ts": )" + std::to_string(ts) + R"(, "dur": )" + std::to_string(length) + "},\n";
+    for (int k = 0; k < kernels; ++k) {
+      const int c = correlation++;
+      events += R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 11, "ts": )" +
+                std::to_string(ts + 1 + 10 * k) + R"(, "dur": 2, "args": {"correlation": )" + std::to_string(c) + "}},\n";
+      events += R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": )" + std::to_string(ts + 4 + 10 * k) +
+                R"(, "dur": 5, "args": {"device": 0, "stream": 7, "correlation": )" + std::to_string(c) + "}},\n";
+    }
+    ts += std::max(length, 1.0) + 10;
+  };
+  const auto write = [&](const std::string& name) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path) << "{\"traceEvents\": [\n" << events.substr(0, events.size() - 2) << "\n]}\n";
+    return path;
+  };
+  step(3, 2, 40);
+  step(4, 3, 40);
+  const std::string complete = write("complete.json");
+  step(5, 0, 6);  // opened by profile.step(), closed when the profiler stopped: nothing launched
+  const std::string no_work = write("no-work.json");
+  step(6, 0, 0);  // and one with no length at all
+  const std::string no_length = write("no-length.json");
+
+  const RecordedStep all_complete = extract_step(load_trace(complete));
+  CHECK(all_complete.step_label == "ProfilerStep#4");
+  for (const std::string& note : all_complete.notes) CHECK(note.find("default step") == std::string::npos);
+  for (const std::string& path : {no_work, no_length}) {
+    INFO(path);
+    const RecordedStep chosen = extract_step(load_trace(path));
+    CHECK(chosen.step_label == "ProfilerStep#4");
+    CHECK(chosen.measured_ns() > 0);
+    bool said = false;
+    for (const std::string& note : chosen.notes) {
+      if (note.find("default step: 4, the last complete one") != std::string::npos &&
+          note.find("step 5: no GPU work was launched in it") != std::string::npos) {
+        said = true;
+      }
+    }
+    CHECK(said);
+  }
+  StepSelection last;
+  last.step = 5;
+  CHECK(extract_step(load_trace(no_work), last).step_label == "ProfilerStep#5");
+}
+
+// When replay and measurement differ by more than 10%, the report says what the recording shows
+// that the replay does not know. Here: a 40 ms kernel launched before ProfilerStep#2 still runs when
+// the step starts, so the step's kernel on the same stream waits for it (measured ~40 ms, replayed
+// on an idle GPU ~0.1 ms); and a kernel on stream 20 after a cudaStreamWaitEvent the trace has no
+// sync event for starts 3 ms after its launch with its stream idle.
+TEST_CASE("step divergence: work queued before the step and waits the trace does not record", "[traces][replay-step]") {
+  const auto dir = test::temp_dir("divergence");
+  std::string events;
+  int correlation = 100;
+  const auto launch = [&](double ts, double gpu_start, double gpu_dur, int stream, const std::string& call) {
+    const int c = correlation++;
+    events += R"({"ph": "X", "cat": "cuda_runtime", "name": ")" + call + R"(", "pid": 1, "tid": 11, "ts": )" +
+              std::to_string(ts) + R"(, "dur": 5, "args": {"correlation": )" + std::to_string(c) + "}},\n";
+    if (gpu_dur < 0) return;
+    events += R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": )" + std::to_string(stream) + R"(, "ts": )" +
+              std::to_string(gpu_start) + R"(, "dur": )" + std::to_string(gpu_dur) + R"(, "args": {"device": 0, "stream": )" +
+              std::to_string(stream) + R"(, "correlation": )" + std::to_string(c) + "}},\n";
+  };
+  const auto step_range = [&](int n, double ts, double dur) {
+    events += R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#)" + std::to_string(n) +
+              R"(", "pid": 1, "tid": 11, "ts": )" + std::to_string(ts) + R"(, "dur": )" + std::to_string(dur) + "},\n";
+  };
+  step_range(1, 0, 900);
+  launch(10, 20, 40000, 7, "cudaLaunchKernel");              // 40 ms, issued in step 1
+  step_range(2, 1000, 50000);
+  launch(1010, 40020, 100, 7, "cudaLaunchKernel");           // queued behind it
+  launch(1100, -1, -1, 20, "cudaStreamWaitEvent");           // no cuda_sync record: untied
+  launch(1200, 4210, 50, 20, "cudaLaunchKernel");            // starts 3 ms after its launch
+  const std::string path = (dir / "queued.json").string();
+  std::ofstream(path) << "{\"traceEvents\": [\n" << events.substr(0, events.size() - 2) << "\n]}\n";
+
+  const EventModel trace = load_trace(path);
+  const StepAnalysis a = analyse_step(trace);
+  REQUIRE(a.step.step_label == "ProfilerStep#2");
+  // The step starts at its first call (1010 us); the 40 ms kernel ends at 40020 us.
+  CHECK(a.divergence.gpu_behind_ns == Approx((40020 - 1010) * 1e3));
+  CHECK(a.divergence.queued_ops == 1);
+  CHECK(a.divergence.untied_waits == 1);
+  CHECK(a.divergence.late_ops >= 1);
+  const auto lines = divergence_lines(a.divergence, a.step.measured_ns(), a.schedule.step_ns);
+  REQUIRE(lines.size() >= 3);
+  CHECK(lines[0].find("replay and measurement differ by") == 0);
+  CHECK(lines[1].find("work queued before the step: the GPU was 39.010 ms behind the host at the step's start (1 GPU ops") ==
+        0);
+  CHECK(lines[2].find("waits the trace does not record: 1 synchronising call(s) or stream wait(s) tied to no stream") == 0);
+  const std::string text = render_step_text(a);
+  CHECK(text.find("work queued before the step") != std::string::npos);
+  CHECK(render_step_json(a)["divergence"]["differs"] == true);
+
+  // Step 1 replays as measured (its kernel ran at once): nothing to explain.
+  StepAnalysisOptions first;
+  first.selection.step = 1;
+  const StepAnalysis one = analyse_step(trace, first);
+  CHECK(divergence_lines(one.divergence, one.step.measured_ns(), one.schedule.step_ns).empty());
+  CHECK(render_step_json(one)["divergence"]["why"].empty());
 }

@@ -50,7 +50,9 @@ int run_replay(const ReplayArgs& args) {
   // Not freed: the process exits after the report is written, and taking apart a long trace's
   // ~10^5-10^6 ops one by one would add ~5% to the command's time for nothing (clang's -disable-free
   // does the same for its ASTs). The pointer is released only once the report is out.
-  auto owned = std::make_unique<TraceAnalysis>(analyse_trace(load_traces(args.traces), options));
+  std::vector<TraceContents> contents;  // what the files held besides their ops
+  auto owned = std::make_unique<TraceAnalysis>(analyse_trace(load_traces(args.traces, &contents), options));
+  owned->report.contents = std::move(contents);
   const TraceAnalysis& analysis = *owned;
   const ReplayReport& report = analysis.report;
   const StepAnalysis& step = analysis.step;

@@ -219,6 +219,7 @@ class KinetoScanner {
           if (c != '"') break;
           cursor_.read_string(e.ph);
           if (e.ph.size() != 1 || e.ph[0] != 'X') {  // only complete events carry GPU work and API calls
+            sink_.dropped_phase(e.ph);
             cursor_.skip_rest_of_object();
             return;
           }
@@ -388,7 +389,10 @@ void fast_event(const simdjson::dom::object event, KinetoEventSink& sink, Kineto
       case EventKey::Ph:
         if (!value.is_string()) break;
         e.ph.assign(value.get_string().value_unsafe());
-        if (e.ph.size() != 1 || e.ph[0] != 'X') return;
+        if (e.ph.size() != 1 || e.ph[0] != 'X') {
+          sink.dropped_phase(e.ph);
+          return;
+        }
         break;
       case EventKey::Cat:
         if (!value.is_string()) break;

@@ -45,6 +45,8 @@ class KinetoEventSink {
   virtual bool wants_category(const std::string& cat) const = 0;
   // A complete event that was not dropped; the sink may take its strings.
   virtual void event(KinetoEvent& event) = 0;
+  // An event dropped by its "ph" (not a complete event: counters, instants, flows, metadata).
+  virtual void dropped_phase(const std::string& ph) { (void)ph; }
 };
 
 struct KinetoTraceInfo {

@@ -131,6 +131,39 @@ void move_renamed(std::vector<Record>& from, std::vector<Record>& to, const Rena
   std::vector<Record>().swap(from);  // its memory serves the next chunk's records
 }
 
+// Events dropped unread, counted by what they are (a category or a phase). A trace has a few such
+// kinds, each dropped many times in a row (cpu_op, python_function), so the kind counted last is
+// compared first: counting costs one string compare per dropped event.
+class DroppedKinds {
+ public:
+  void add(const std::string& kind) {
+    if (last_ < counts_.size() && counts_[last_].first == kind) {
+      ++counts_[last_].second;
+      return;
+    }
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      if (counts_[i].first == kind) {
+        ++counts_[i].second;
+        last_ = i;
+        return;
+      }
+    }
+    counts_.emplace_back(kind, 1);
+    last_ = counts_.size() - 1;
+  }
+  void add_all(const DroppedKinds& other) {
+    for (const auto& [kind, n] : other.counts_) {
+      add(kind);
+      counts_[last_].second += n - 1;
+    }
+  }
+  const std::vector<std::pair<std::string, int64_t>>& counts() const { return counts_; }
+
+ private:
+  std::vector<std::pair<std::string, int64_t>> counts_;
+  size_t last_ = 0;
+};
+
 // Keeps the records of the events the scanner hands over, by category.
 class KinetoRecords : public KinetoEventSink {
  public:
@@ -141,7 +174,17 @@ class KinetoRecords : public KinetoEventSink {
   int64_t min_whole_us = std::numeric_limits<int64_t>::max();
   TextInterner names;
 
-  bool wants_category(const std::string& cat) const override { return category_of(cat) != Category::Other; }
+  // What was dropped, for the report on a trace without GPU work (trace_contents.h): complete
+  // events by category, the others by phase.
+  mutable DroppedKinds dropped_categories;
+  DroppedKinds dropped_phases;
+
+  bool wants_category(const std::string& cat) const override {
+    if (category_of(cat) != Category::Other) return true;
+    dropped_categories.add(cat);
+    return false;
+  }
+  void dropped_phase(const std::string& ph) override { dropped_phases.add(ph); }
 
   // The records of every chunk of a file (a KinetoRecords sink each, in file order) as one: room
   // for all of them is taken once, and each chunk's records are appended and then freed.
@@ -179,6 +222,8 @@ class KinetoRecords : public KinetoEventSink {
     move_renamed(next.syncs, syncs, name, &SyncRecord::kind);
     move_renamed(next.annotations, annotations, name, &AnnotationRecord::name);
     min_whole_us = std::min(min_whole_us, next.min_whole_us);
+    dropped_categories.add_all(next.dropped_categories);
+    dropped_phases.add_all(next.dropped_phases);
   }
 
  public:
@@ -195,7 +240,10 @@ class KinetoRecords : public KinetoEventSink {
     if (category == Category::Other && e.cat.empty() && is_runtime_annotation(e.name)) {
       category = Category::Annotation;
     }
-    if (category == Category::Other) return;
+    if (category == Category::Other) {
+      dropped_categories.add(e.cat.empty() ? std::string("(no cat)") : e.cat);
+      return;
+    }
     min_whole_us = std::min(min_whole_us, e.ts.whole);
     const auto or_else = [](int64_t v, int64_t fallback) { return v == kKinetoAbsent ? fallback : v; };
     // Names are interned, not moved: the scanner's strings keep their capacity for the next event,
@@ -448,9 +496,20 @@ class KinetoAssembler {
   std::vector<Call> calls_;
 };
 
+// A phase as the Trace Event Format names it, for the report.
+std::string phase_label(const std::string& ph) {
+  if (ph == "C") return "counter samples (ph C)";
+  if (ph == "i" || ph == "I") return "instant events (ph " + ph + ")";
+  if (ph == "M") return "metadata events (ph M)";
+  if (ph == "s" || ph == "f" || ph == "t") return "flow events (ph " + ph + ")";
+  if (ph == "b" || ph == "e" || ph == "n") return "async events (ph " + ph + ")";
+  if (ph == "B" || ph == "E") return "duration begin/end events (ph " + ph + ")";
+  return "events of ph " + ph;
+}
+
 }  // namespace
 
-EventModel import_kineto_json(const std::string& path, int rank) {
+EventModel import_kineto_json(const std::string& path, int rank, TraceContents* contents) {
   // Parsed on up to four threads (the JSON scan is most of an import's time); the records are the
   // single-threaded scan's in any case (kineto_event_scanner.h says how that is proven).
   KinetoParallelScan scan;
@@ -462,6 +521,11 @@ EventModel import_kineto_json(const std::string& path, int rank) {
   if (!info.saw_events) {
     throw InputError(path, "not a Chrome trace: no \"traceEvents\" array (read " + std::to_string(info.bytes) +
                                " bytes)");
+  }
+  if (contents) {
+    contents->file = path;
+    for (const auto& [cat, n] : records.dropped_categories.counts()) contents->other_events[cat + " events"] += n;
+    for (const auto& [ph, n] : records.dropped_phases.counts()) contents->other_events[phase_label(ph)] += n;
   }
   return KinetoAssembler(records, info, path).build(rank);
 }

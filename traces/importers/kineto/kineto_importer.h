@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sim/event_model.h"
+#include "traces/importers/trace_contents.h"
 
 namespace hookstream {
 
@@ -17,6 +18,8 @@ namespace hookstream {
 // `baseTimeNanoseconds` in newer ones). Absolute nanoseconds since the epoch do not fit a double
 // exactly, so start_ns counts from the last multiple of 10^15 ns (about 11.6 days) before the
 // trace: exact, and the same origin for every rank of one job.
-EventModel import_kineto_json(const std::string& path, int rank = 0);
+// `contents`, when given, receives the events read past, by category (complete events of kinds
+// not modelled: cpu_op, python_function, mtia_*...) or by phase (counters, instants, flows).
+EventModel import_kineto_json(const std::string& path, int rank = 0, TraceContents* contents = nullptr);
 
 }  // namespace hookstream

@@ -124,13 +124,14 @@ struct GpuTables {
   }
 };
 
-// The columns of CUPTI_ACTIVITY_KIND_RUNTIME: one host op per runtime/driver call.
+// The columns of CUPTI_ACTIVITY_KIND_RUNTIME: one host op per runtime/driver call. eventClass
+// says what a row is (absent in exports that predate it: every row is then a call).
 struct RuntimeColumns {
   ColumnList columns;
-  int start, end, tid, correlation, name;
+  int start, end, tid, correlation, name, event_class;
   explicit RuntimeColumns(const SqliteDatabase& db)
       : columns(db, "CUPTI_ACTIVITY_KIND_RUNTIME"), start(columns.want("start")), end(columns.want("end")), tid(columns.want("globalTid")),
-        correlation(columns.want("correlationId")), name(columns.want("nameId")) {}
+        correlation(columns.want("correlationId")), name(columns.want("nameId")), event_class(columns.want("eventClass")) {}
   bool usable() const { return start >= 0 && correlation >= 0 && name >= 0; }
 };
 
@@ -146,6 +147,39 @@ struct NvtxColumns {
 };
 
 constexpr const char* kStringsQuery = "SELECT id, value FROM StringIds";
+
+// ENUM_NSYS_EVENT_CLASS (Nsight Systems documentation, "SQLite Schema Event Values", CUDA Event
+// Class Values; the same numbers in every export that has the table, and exports of 2022 that lack
+// it use them too): the runtime table holds CUDA runtime (0), driver (1) and EGL driver (13) calls,
+// and, when call stacks were collected (--cudabacktrace), one TRACE_PROCESS_EVENT_CUDABACKTRACE
+// (67) row per call that had its stack taken, repeating that call's interval and correlationId
+// with the stack in callchainId. Those rows are not calls: a 2022 export whose runtime table held
+// one for each of 15 synchronous cudaMemcpy calls was read as 30 calls and twice the blocked time.
+// Only the call classes become host ops; every other row is counted by its class.
+bool is_call_class(int64_t event_class) { return event_class == 0 || event_class == 1 || event_class == 13; }
+
+// What a row of another class is, for the report: the export's own name where it has
+// ENUM_NSYS_EVENT_CLASS, else the documented name of the classes seen in runtime tables.
+std::string event_class_label(int64_t event_class, const std::map<int64_t, std::string>& names) {
+  std::string label;
+  const auto named = names.find(event_class);
+  if (named != names.end()) {
+    label = named->second;
+  } else {
+    switch (event_class) {
+      case 67: label = "TRACE_PROCESS_EVENT_CUDABACKTRACE"; break;
+      case 68: label = "TRACE_PROCESS_EVENT_CUDABACKTRACE_START"; break;
+      case 69: label = "TRACE_PROCESS_EVENT_CUDABACKTRACE_FINISH"; break;
+      case 28: label = "TRACE_PROCESS_EVENT_CUDNN"; break;
+      case 29: label = "TRACE_PROCESS_EVENT_CUBLAS"; break;
+      case 77: label = "TRACE_PROCESS_EVENT_CUDA_GRAPH_NODE_CREATION"; break;
+      default: label = "unknown"; break;
+    }
+  }
+  const bool backtrace = event_class >= 67 && event_class <= 69;
+  return "CUPTI_ACTIVITY_KIND_RUNTIME rows of eventClass " + std::to_string(event_class) + " (" + label + ")" +
+         (backtrace ? ": call stacks of calls counted once, not calls" : ": not CUDA calls");
+}
 
 template <typename Rows>  // SqliteQuery or IntegerRows
 int64_t get(const Rows& q, int column, int64_t fallback) {
@@ -242,7 +276,7 @@ class CallIndex {
 
 class NsysReader {
  public:
-  NsysReader(const std::string& path) : db_(path), builder_("nsys: " + path) {}
+  NsysReader(const std::string& path, TraceContents* contents) : db_(path), builder_("nsys: " + path), contents_(contents) {}
 
   EventModel read(int first_rank) {
     const bool meta = db_.has_table("META_DATA_EXPORT") || db_.has_table("EXPORT_META_DATA");
@@ -356,7 +390,9 @@ class NsysReader {
   void read_runtime() {
     const RuntimeColumns c(db_);
     if (!c.usable()) return;
-    const int start = c.start, end = c.end, tid = c.tid, correlation = c.correlation, name = c.name;
+    const int start = c.start, end = c.end, tid = c.tid, correlation = c.correlation, name = c.name,
+              event_class = c.event_class;
+    std::map<int64_t, int64_t> not_calls;  // rows by eventClass that are not calls
     roles_.resize(strings_.size(), -1);
     // Per name id, the name without its version suffix: classified and stripped once, not per call.
     std::vector<Text> stripped(strings_.size());
@@ -364,6 +400,10 @@ class NsysReader {
     calls_.reserve(static_cast<size_t>(std::max<int64_t>(0, db_.max_rowid(c.columns.table()))));
     SqliteQuery q(db_, c.columns.select());
     while (q.step()) {
+      if (event_class >= 0 && !q.is_null(event_class) && !is_call_class(q.integer(event_class))) {
+        ++not_calls[q.integer(event_class)];
+        continue;
+      }
       const int64_t name_id = q.integer(name);
       const Text& api = string_at(name_id);
       ApiRole role = ApiRole::Other;
@@ -389,6 +429,22 @@ class NsysReader {
       calls_.add(process, q.integer(correlation), RuntimeCall{handle, static_cast<double>(q.integer(start)), role, &api});
     }
     calls_.build();
+    if (contents_ && !not_calls.empty()) {
+      std::map<int64_t, std::string> class_names;
+      if (db_.has_table("ENUM_NSYS_EVENT_CLASS")) {
+        ColumnList e(db_, "ENUM_NSYS_EVENT_CLASS");
+        const int id = e.want("id"), label = e.want("name");
+        if (id >= 0 && label >= 0) {
+          SqliteQuery names(db_, e.select());
+          while (names.step()) {
+            if (!names.is_null(id) && !names.is_null(label)) class_names[names.integer(id)] = std::string(names.text_view(label));
+          }
+        }
+      }
+      for (const auto& [event_class_id, rows] : not_calls) {
+        contents_->rows_not_ops[event_class_label(event_class_id, class_names)] += rows;
+      }
+    }
   }
 
   static OpKind host_kind(ApiRole role) {
@@ -594,6 +650,7 @@ class NsysReader {
   TextInterner names_;  // names made here (copies, memsets, NVTX text): one Text each
   std::vector<int> roles_;  // ApiRole per string id, -1 not yet classified
   CallIndex calls_;
+  TraceContents* contents_;  // may be null
 };
 
 }  // namespace
@@ -615,6 +672,9 @@ std::vector<NsysQuery> nsys_activity_queries(const std::string& path) {
   return queries;
 }
 
-EventModel import_nsys_sqlite(const std::string& path, int first_rank) { return NsysReader(path).read(first_rank); }
+EventModel import_nsys_sqlite(const std::string& path, int first_rank, TraceContents* contents) {
+  if (contents) contents->file = path;
+  return NsysReader(path, contents).read(first_rank);
+}
 
 }  // namespace hookstream

@@ -8,13 +8,15 @@
 #include <vector>
 
 #include "sim/event_model.h"
+#include "traces/importers/trace_contents.h"
 
 namespace hookstream {
 
 // Throws InputError (one line, naming the file) for a file that is not SQLite, is truncated or
 // corrupt, or is SQLite without any nsys table. A valid export without GPU activity gives a model
-// without GPU ops.
-EventModel import_nsys_sqlite(const std::string& path, int first_rank = 0);
+// without GPU ops. `contents`, when given, receives the rows read past (runtime-table rows that are
+// not CUDA calls, such as the backtrace records of --cudabacktrace).
+EventModel import_nsys_sqlite(const std::string& path, int first_rank = 0, TraceContents* contents = nullptr);
 
 // The queries the importer reads the rows of `path` with, for the tables this export has: the
 // string table, the API calls, each GPU activity table and NVTX, each as `SELECT columns FROM
