@@ -237,12 +237,14 @@ class TargetMatcher {
     }
     if (targets_.empty() && parameter_ranks_.empty()) {
       if (!parameters.empty() && names.empty() && !regex) {
-        throw InputError(plan.source + ": key lora_target_parameters",
-                         "Target parameters " + python_set(parameters) + " not found in the base model. (PEFT 0.21)");
+        throw StartupError(plan.source + ": key lora_target_parameters",
+                           "Target parameters " + python_set(parameters) + " not found in the base model.",
+                           "lora_targets_not_found", "PEFT 0.21");
       }
       const std::string shown = regex ? names[0] : python_set(names);
-      throw InputError(where_, "Target modules " + shown +
-                                   " not found in the base model. Please check the target modules and try again. (PEFT 0.21)");
+      throw StartupError(where_, "Target modules " + shown +
+                                     " not found in the base model. Please check the target modules and try again.",
+                         "lora_targets_not_found", "PEFT 0.21");
     }
   }
 

@@ -41,6 +41,14 @@ std::string matching_target(const Plan& plan, const std::string& module) {
   return "";
 }
 
+// The keys that chose the LoRA targets: lora_target_modules, or axolotl's lora_target_linear
+// (every Linear but the head, expanded against the model: sim/model_structure.cc) when no listed
+// entry selects the module.
+std::string target_keys(const Plan& plan, const std::string& target) {
+  if (target.empty() && plan.lora_target_linear) return " + lora_target_linear: true (every Linear but the head)";
+  return " + lora_target_modules" + (target.empty() ? "" : " entry \"" + target + "\"");
+}
+
 std::string dtype_name(const Parameter& p, const Plan& plan) {
   if (p.quantized) return plan.load_in_8bit ? "int8" : "nf4";
   return to_string(p.dtype);
@@ -61,17 +69,14 @@ std::vector<std::string> reasons(const Parameter& p, const Plan& plan, const std
   const std::string module = targeted_module(p);
   if (p.adapter) {
     const std::string target = matching_target(plan, module);
-    out.push_back(adapter_key(plan) + " + lora_target_modules" +
-                  (target.empty() ? "" : " entry \"" + target + "\"") + " matched " + module +
-                  ": LoRA weight, trainable");
+    out.push_back(adapter_key(plan) + target_keys(plan, target) + " matched " + module + ": LoRA weight, trainable");
     out.push_back("float32: PEFT keeps adapter weights in float32 (autocast_adapter_dtype)");
   } else if (ends_with(p.module, ".base_layer")) {
     const std::string target = matching_target(plan, module);
-    out.push_back(adapter_key(plan) + " + lora_target_modules" +
-                  (target.empty() ? "" : " entry \"" + target + "\"") + " matched " + module +
+    out.push_back(adapter_key(plan) + target_keys(plan, target) + " matched " + module +
                   ": base weight of the LoRA layer, frozen");
   } else if (adapter_on && p.group != "vision") {
-    out.push_back(adapter_key(plan) + ": base weight not in lora_target_modules, frozen");
+    out.push_back(adapter_key(plan) + ": base weight not a LoRA target, frozen");
   }
   if (p.quantized) {
     out.push_back(plan.load_in_8bit ? "load_in_8bit: true -> int8 (bitsandbytes Linear8bitLt), never trainable"

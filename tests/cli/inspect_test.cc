@@ -40,13 +40,14 @@ TEST_CASE("inspect lists the default plan's parameters in DDP order with what de
     }
   }
   CHECK(j["totals"]["trainable"]["tensors"] == trainable);
-  // The README's example parameter: #503, the last layer's down_proj LoRA B.
+  // The README's example parameter: #713, the last layer's down_proj LoRA B (lora_target_linear
+  // adapts the vision tower's Linears too, as axolotl does, so they come first).
   const std::string name = "base_model.model.model.language_model.layers.35.mlp.down_proj.lora_B.default.weight";
   const auto it = std::find_if(parameters.begin(), parameters.end(), [&](const auto& p) { return p["name"] == name; });
   REQUIRE(it != parameters.end());
-  CHECK((*it)["ddp_index"] == 503);
+  CHECK((*it)["ddp_index"] == 713);
   CHECK((*it)["dtype"] == "float32");
-  CHECK((*it)["decided_by"][0].get<std::string>().find("lora_target_modules entry \"down_proj\" matched") != std::string::npos);
+  CHECK((*it)["decided_by"][0].get<std::string>().find("lora_target_linear: true (every Linear but the head) matched") != std::string::npos);
   CHECK(j["model"]["model_type"] == "qwen3_vl");
   CHECK(j["checkpoint"].is_null());  // a preset has no checkpoint beside it
   // Deterministic: the same bytes twice; text as well.
@@ -117,11 +118,11 @@ TEST_CASE("inspect reads a model from the HF cache and checks it against its saf
 
 TEST_CASE("inspect refuses a model type it cannot model, with exit 2 and one line", "[cli][inspect]") {
   hookstream::test::TempDir dir("hookstream-inspect-type-" + std::to_string(::getpid()));
-  write(dir / "gemma2/config.json", R"({"model_type": "gemma2", "hidden_size": 64})");
-  write(dir / "plan.yaml", "base_model: gemma2\n");
+  write(dir / "falcon/config.json", R"({"model_type": "falcon", "hidden_size": 64})");
+  write(dir / "plan.yaml", "base_model: falcon\n");
   const Run r = run("inspect " + (dir / "plan.yaml").string() + " -o " + (dir / "out.json").string());
   CHECK(r.exit_code == 2);
-  CHECK(r.out.find("knows \"gemma2\"; hookstream cannot model it yet") != std::string::npos);
+  CHECK(r.out.find("knows \"falcon\"; hookstream cannot model it yet") != std::string::npos);
   CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
   CHECK_FALSE(fs::exists(dir / "out.json"));
 }

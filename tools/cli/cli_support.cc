@@ -8,6 +8,7 @@
 #include "sim/axolotl_config/config_report.h"
 #include "sim/input_error.h"
 #include "sim/json_text.h"
+#include "sim/model_structure.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {
@@ -55,6 +56,31 @@ std::optional<int> report_engine_not_modelled(const PlanSource& source, const st
     emit(render_engine_not_modelled_text(plan), output);
   }
   return 1;
+}
+
+std::optional<int> report_startup_failure(const PlanSource& source, const std::string& format, const std::string& output) {
+  const Plan plan = parse_plan(source.yaml_text, source.source, source.options);
+  try {
+    build_model_structure(plan);
+  } catch (const StartupError& e) {
+    // The run stops in the library before the first step: no hook schedule to simulate, but a
+    // verdict, the library's own text, and where in the user's config it comes from.
+    const std::string model = plan.model.source + " (" + plan.model.model_type + ")";
+    if (format == "json") {
+      const nlohmann::json j = {{"schema", "hookstream.verify/2"}, {"plan", source.source}, {"ok", false},
+                                {"verdict", e.verdict()}, {"where", e.where()}, {"library", e.library()},
+                                {"message", e.message()}, {"model", model}};
+      emit(json_text(j, 2) + "\n", output);
+    } else {
+      emit("plan     " + source.source + ": " + model + "\n" +
+               "FAIL     " + e.verdict() + "  before the first step (" + e.library() + " raises while wrapping the model)\n" +
+               "  where    " + e.where() + "\n" +
+               "  " + e.library() + "  " + e.message() + "\n",
+           output);
+    }
+    return 1;
+  }
+  return std::nullopt;
 }
 
 }  // namespace hookstream

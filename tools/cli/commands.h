@@ -47,6 +47,9 @@ struct DistributedFlags {
 // parallelism) gets the engine_not_modelled report (docs/verify-json.md) and exit status 1;
 // nullopt for a DDP plan, which the command then checks.
 std::optional<int> report_engine_not_modelled(const PlanSource& source, const std::string& format, const std::string& output);
+// When the run would stop before its first step with the library's own error (StartupError, e.g.
+// PEFT's "Target modules ... not found in the base model"), prints that verdict and returns 1.
+std::optional<int> report_startup_failure(const PlanSource& source, const std::string& format, const std::string& output);
 
 // Runs a subcommand: InputError and filesystem errors print one line and return 2, any other
 // exception "internal error" and 3.

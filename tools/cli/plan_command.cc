@@ -100,6 +100,7 @@ int run_plan(const PlanArgs& args) {
   options.top = args.top;
   const PlanSource source = read_plan_source(args.plan, load);
   if (auto status = report_engine_not_modelled(source, args.format, "")) return *status;
+  if (auto status = report_startup_failure(source, args.format, "")) return *status;
   const PlanSearchResult result = search_plans(source, options);
   if (!args.timeline.empty()) {
     // The input plan's step as a Chrome trace, with the memory model's device memory after each op.

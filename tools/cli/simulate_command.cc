@@ -39,6 +39,7 @@ int run_simulate(const SimulateArgs& args) {
   options.expansion.devices_per_process = args.devices_per_process;
   const PlanSource source = read_plan_source(args.plan, load);
   if (auto status = report_engine_not_modelled(source, args.format, args.output)) return *status;
+  if (auto status = report_startup_failure(source, args.format, args.output)) return *status;
   const SimulationReport report = simulate_plan(source, args.plan, options);
   const std::string mismatch =
       checkpoint_mismatch_warning(report.ddp.structure, report.ddp.plan.model, model_dir_of(report.ddp.plan.model.source));

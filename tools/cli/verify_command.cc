@@ -60,6 +60,10 @@ int run_verify(const VerifyArgs& args) {
     if (!args.write_fixed.empty()) std::cerr << "hookstream: --write-fixed: the plan was not verified, nothing written to " << args.write_fixed << "\n";
     return *status;
   }
+  if (auto status = report_startup_failure(source, args.format, args.output)) {
+    if (!args.write_fixed.empty()) std::cerr << "hookstream: --write-fixed: the plan was not verified, nothing written to " << args.write_fixed << "\n";
+    return *status;
+  }
   const SimulationReport report = simulate_plan(source, args.plan, options);
   const std::string mismatch =
       checkpoint_mismatch_warning(report.ddp.structure, report.ddp.plan.model, model_dir_of(report.ddp.plan.model.source));
