@@ -172,7 +172,7 @@ void ReducerModel::mark_variable_ready(int ddp_index) {
   const size_t i = static_cast<size_t>(ddp_index);
   if (marked_[i]) {
     throw ReducerError(VerdictKind::MarkedReadyTwice, ddp_index,
-                       marked_twice_error_text(ddp_index, parameters_[i].name));
+                       marked_twice_error_text(ddp_index, parameters_[i].name, options_.version));
   }
   marked_[i] = true;
   require_finalize_ = true;
@@ -251,8 +251,27 @@ std::vector<int> ReducerModel::unmarked_parameters() const {
 // texts carry parameter indices, not names), observed through the oracle. The double space in
 // "engine  hooks" is PyTorch's.
 
-std::string marked_twice_error_text(int ddp_index, const std::string& name) {
-  (void)name;  // only printed with TORCH_DISTRIBUTED_DEBUG=INFO/DETAIL
+std::string marked_twice_error_text(int ddp_index, const std::string& name, const TorchVersion& version) {
+  // reducer.cpp checkAndRaiseMarkedTwiceError names the parameter when DDP passed names: 1.13 only
+  // with TORCH_DISTRIBUTED_DEBUG=INFO/DETAIL, 2.11 always (TorchVersion::ddp_always_passes_names),
+  // and then drops the TORCH_DISTRIBUTED_DEBUG hint.
+  const std::string head = fmt::format(
+      "Expected to mark a variable ready only once. This error is caused by one of the following "
+      "reasons: 1) Use of a module parameter outside the `forward` function. Please make sure model "
+      "parameters are not shared across multiple concurrent forward-backward passes. or try to use "
+      "_set_static_graph() as a workaround if this module graph does not change during training "
+      "loop.2) Reused parameters in multiple reentrant backward passes. For example, if you use "
+      "multiple `checkpoint` functions to wrap the same part of your model, it would result in the "
+      "same set of parameters been used by different reentrant backward passes multiple times, and "
+      "hence marking a variable ready multiple times. DDP does not support such use cases in default. "
+      "You can try to use _set_static_graph() as a workaround if your module graph does not change "
+      "over iterations.\nParameter at index {}",
+      ddp_index);
+  if (version.ddp_always_passes_names()) {
+    return head + " with name " + name +
+           " has been marked as ready twice. This means that multiple autograd engine  hooks have fired for this "
+           "particular parameter during this iteration.";
+  }
   return fmt::format(
       "Expected to mark a variable ready only once. This error is caused by one of the following "
       "reasons: 1) Use of a module parameter outside the `forward` function. Please make sure model "

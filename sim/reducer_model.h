@@ -151,7 +151,8 @@ class ReducerModel {
 
 // The exact texts PyTorch raises in a default run, kept in one place (reducer.cpp; 1.13.1 and
 // 2.11.0 as observed through the oracles).
-std::string marked_twice_error_text(int ddp_index, const std::string& name);
+std::string marked_twice_error_text(int ddp_index, const std::string& name,
+                                    const TorchVersion& version = newest_torch_version());
 std::string prior_reduction_error_text(int rank, const std::vector<int>& unmarked, bool static_graph);
 std::string static_graph_changed_error_text();
 // finalize_backward's TORCH_INTERNAL_ASSERT(expect_autograd_hooks_): the file:line differ by build.

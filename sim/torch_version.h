@@ -36,6 +36,12 @@ struct TorchVersion {
   // (1 MiB) with find_unused_parameters. Read in 2.11's distributed.py; the release that changed it
   // is not pinned down here (modelled for all of 2.x, as runtime/ddp_wrapper.cc does).
   bool first_bucket_only_by_default() const { return at_least(2, 0); }
+  // distributed.py _build_debug_param_to_name_mapping: 2.11 builds the parameter-name map whatever
+  // TORCH_DISTRIBUTED_DEBUG says, so the Reducer's "marked as ready twice" text names the parameter
+  // (and drops the TORCH_DISTRIBUTED_DEBUG hint); 1.13 returned {} when the debug level was OFF.
+  // Observed with real 2.11 DDP; the release that changed it is not pinned down, so only 2.11 is
+  // modelled with it.
+  bool ddp_always_passes_names() const { return at_least(2, 11); }
 };
 
 // The newest version modelled, the default.
