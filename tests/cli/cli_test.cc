@@ -84,7 +84,7 @@ TEST_CASE("bad input: one line naming file and key, exit 2, no output file", "[c
   std::filesystem::remove(bad);
 }
 
-TEST_CASE("--torch-version: the modelled PyTorch, one line and exit 2 outside 1.13 / 2.0-2.11", "[cli]") {
+TEST_CASE("verify --torch-version: the modelled PyTorch, one line and exit 2 outside 1.13 or 2.0-2.11", "[cli]") {
   const std::string plan = src("tests/plans/ddp/no_sync_only_module_find_unused.yaml");
   // A module used only inside no_sync(): 1.13 leaves its gradient local, 2.11 reduces it.
   const Run old = run("verify " + plan + " --torch-version 1.13.1 --no-colour");

@@ -215,7 +215,7 @@ TEST_CASE("static graph + gradient accumulation asserts in both versions, where 
   CHECK(b.explanation.find("2.1") != std::string::npos);
 }
 
-TEST_CASE("the default PyTorch version is 2.11; 1.13 and 2.0-2.11 are accepted, others refused", "[ddp][versions]") {
+TEST_CASE("the default PyTorch version is 2.11, 1.13 and 2.0-2.11 are accepted, others refused", "[ddp][versions]") {
   CHECK(verify_file("tests/plans/ddp/plain.yaml").plan.torch_version == (TorchVersion{2, 11}));
   CHECK(verify_version("tests/plans/ddp/plain.yaml", "1.13.1").plan.torch_version == (TorchVersion{1, 13}));
   CHECK(verify_version("tests/plans/ddp/plain.yaml", "2.4.0+cu121").plan.torch_version == (TorchVersion{2, 4}));
