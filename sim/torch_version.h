@@ -20,8 +20,9 @@ struct TorchVersion {
   // a gradient accumulated only inside no_sync() counts as used and is all-reduced at the synced
   // step. Earlier versions returned first: such a parameter is globally unused at finalize and
   // finalize_bucket_dense leaves its .grad untouched (local, replicas diverge). pytorch/pytorch
-  // PR #124193 "Fix DDP no_sync when find_unused_parameters is True" (merged 2024-04-30, after
-  // the 2.3 branch cut: first in 2.4), fixing issue #69031.
+  // PR #124193 "Fix DDP no_sync when find_unused_parameters is True" (approved 2024-04-30,
+  // after the 2.3 branch cut: first in 2.4 by its dates, not checked against a 2.3 wheel), fixing
+  // issue #69031.
   bool no_sync_marks_locally_used() const { return at_least(2, 4); }
   // distributed.py applies _DDPSink (static graph) until a flag `_static_graph_delay_allreduce_
   // enqueued` says delay_all_reduce was queued, instead of while num_iterations == 1; the Reducer
