@@ -101,6 +101,12 @@ DdpWrapper::DdpWrapper(std::vector<at::Tensor> params, const std::vector<std::st
   }
   args.first_bucket_bytes_cap = small_first_bucket ? kDefaultFirstBucketBytes : settings.bucket_bytes_cap;
   reducer_ = make_reducer(std::move(args));
+  // DistributedDataParallel.__init__: `self.logger = dist.Logger(self.reducer);
+  // self.reducer.set_logger(self.logger)`. The Reducer reaches its logger through a weak_ptr in
+  // places that do not check it (1.13 search_unused_parameters logs a change in the set of unused
+  // parameters with logger_.lock()->...): without one, a changing unused set is a null dereference.
+  logger_ = std::make_shared<c10d::Logger>(reducer_);
+  reducer_->set_logger(logger_);
   // DistributedDataParallel.__init__(static_graph=True) -> _set_static_graph -> reducer._set_static_graph.
   if (settings.static_graph) reducer_->set_static_graph();
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/logger.hpp>
+
 #include "runtime/reducer_factory.h"
 #include "sim/plan.h"
 
@@ -44,6 +46,9 @@ class DdpWrapper {
  private:
   DdpSettings settings_;
   std::shared_ptr<c10d::Reducer> reducer_;
+  // Declared after reducer_: destroyed first (Logger's destructor reads the Reducer, as in Python,
+  // where DDP drops its logger before its reducer).
+  std::shared_ptr<c10d::Logger> logger_;
   std::vector<std::vector<size_t>> initial_buckets_;
   int64_t num_iterations_ = 0;
 };

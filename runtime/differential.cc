@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "sim/forward_graph.h"
 
 namespace hookstream {
 
@@ -53,13 +52,15 @@ std::string DifferentialReport::describe() const {
 DifferentialReport compare_with_oracle(const Plan& plan, const DdpSimulation& predicted, const OracleResult& observed) {
   DifferentialReport report;
   report.unclassified_errors = observed.unclassified_errors;
-  // The simulator does not report modules the plan declares unused as missing gradients; neither
-  // does the comparison.
+  // A parameter whose value fed the loss on no rank (a module the plan skips, or one whose output
+  // feeds nothing once what reads it is skipped) is unused as DDP sees it: the simulator does not
+  // report its None .grad as a missing gradient, and neither does the comparison. The oracle
+  // cannot tell that from its gradients; the forward's data flow (the simulator's) says it.
   std::vector<Finding> oracle_findings;
   for (const Finding& f : observed.findings) {
-    if (f.kind == VerdictKind::NoGradient && !f.parameter.empty() && f.ranks.empty()) {
-      const std::string module = f.parameter.substr(0, f.parameter.rfind('.'));
-      if (module_unused(plan.unused_modules_for(0, f.iteration), module)) continue;
+    if (f.kind == VerdictKind::NoGradient && f.ddp_index >= 0 && f.ranks.empty()) {
+      auto fed = predicted.fed_loss.find(f.iteration);
+      if (fed != predicted.fed_loss.end() && !fed->second[static_cast<size_t>(f.ddp_index)]) continue;
     }
     oracle_findings.push_back(f);
   }

@@ -6,10 +6,10 @@ namespace hookstream {
 
 bool ModelStepView::skipped(const std::string& path) const { return !unused.empty() && module_unused(unused, path); }
 
-ModelStepView model_step_view(const Plan& plan, int rank, int iteration) {
+ModelStepView model_step_view(const Plan& plan, int rank, int iteration, int micro_step) {
   ModelStepView step;
-  step.unused = plan.unused_modules_for(rank, iteration);
-  step.shards = std::max(1, plan.tiled_shards_for(rank, iteration));
+  step.unused = plan.unused_modules_for(rank, iteration, micro_step);
+  step.shards = std::max(1, plan.tiled_shards_for(rank, iteration, micro_step));
   return step;
 }
 

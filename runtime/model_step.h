@@ -19,7 +19,8 @@ struct ModelStepView {
   bool skipped(const std::string& path) const;
 };
 
-ModelStepView model_step_view(const Plan& plan, int rank, int iteration);
+// `micro_step` -1: without hookstream.micro_step_overrides.
+ModelStepView model_step_view(const Plan& plan, int rank, int iteration, int micro_step = -1);
 
 // The projection's module path without PEFT's ".base_layer" (what unused_modules names).
 std::string linear_module_path(const ModelStructure& structure, const LinearUse& use);

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "runtime/ddp_structure_json.h"
 #include "runtime/gradient_file.h"
 #include "runtime/model_config_json.h"
 #include "runtime/oracle_findings.h"
@@ -151,6 +152,8 @@ OracleResult run_oracle(const Plan& plan, const OracleOptions& options) {
   const fs::path model_file = dir.path() / "config.json";
   write_text(plan_file, to_yaml(plan));
   write_text(model_file, model_config_json(plan.model));
+  // The structure and schedule the simulator sees, for the Python (PyTorch 2.x) worker.
+  write_text(dir.path() / "structure.json", ddp_structure_json(plan, build_model_structure(plan)));
 
   WorkerOptions base;
   base.plan_path = plan_file.string();
@@ -167,17 +170,27 @@ OracleResult run_oracle(const Plan& plan, const OracleOptions& options) {
       {"OMP_NUM_THREADS", "1"},
       {"GLOG_minloglevel", "2"},
   };
+  auto arguments = [&](const WorkerOptions& o) {
+    std::vector<std::string> args = options.worker_prefix_args;
+    const std::vector<std::string> own = worker_arguments(o);
+    args.insert(args.end(), own.begin(), own.end());
+    return args;
+  };
   ProcessGroupRunner runner;
   for (int rank = 0; rank < world; ++rank) {
     WorkerOptions o = base;
     o.rank = rank;
-    runner.start(options.worker_path, worker_arguments(o), environment,
+    std::vector<std::string> args = arguments(o);
+    if (options.ranks_write_reference) args.push_back("--with-reference");
+    runner.start(options.worker_path, args, environment,
                  (dir.path() / ("rank-" + std::to_string(rank) + ".log")).string());
   }
-  WorkerOptions reference = base;
-  reference.reference = true;
-  runner.start(options.worker_path, worker_arguments(reference), environment,
-               (dir.path() / "reference.log").string());
+  if (!options.ranks_write_reference) {
+    WorkerOptions reference = base;
+    reference.reference = true;
+    runner.start(options.worker_path, arguments(reference), environment,
+                 (dir.path() / "reference.log").string());
+  }
   const auto outcomes = runner.wait_all(std::chrono::steady_clock::now() + options.timeout);
 
   OracleResult result;
@@ -199,8 +212,9 @@ OracleResult run_oracle(const Plan& plan, const OracleOptions& options) {
   for (int rank = 0; rank < world; ++rank) {
     const fs::path report = dir.path() / ("reference-rank-" + std::to_string(rank) + ".json");
     if (!fs::exists(report)) {
-      throw std::runtime_error("oracle reference worker did not report: " +
-                               tail_lines(read_text(dir.path() / "reference.log"), 20));
+      const fs::path log = options.ranks_write_reference ? dir.path() / ("rank-" + std::to_string(rank) + ".log")
+                                                         : dir.path() / "reference.log";
+      throw std::runtime_error("oracle reference worker did not report: " + tail_lines(read_text(log), 20));
     }
     result.reference.push_back(load_report(report));
   }

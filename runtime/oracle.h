@@ -18,6 +18,14 @@ namespace hookstream {
 
 struct OracleOptions {
   std::string worker_path;  // the hookstream-oracle-worker binary
+  // Arguments before the worker's own: {PYTHON, oracles/ddp_worker.py} with worker_path
+  // oracles/run.sh runs real PyTorch 2.x DDP from the oracle venv instead of the C++ worker. Both
+  // read the run directory's files (plan.yaml, config.json, structure.json) and write the same
+  // reports.
+  std::vector<std::string> worker_prefix_args;
+  // Each rank's worker also writes its reference report (the Python worker's --with-reference):
+  // no separate reference process, one interpreter start less per plan.
+  bool ranks_write_reference = false;
   std::chrono::milliseconds timeout{60000};             // hard deadline for all workers together
   std::chrono::milliseconds collective_timeout{4000};   // Gloo/store: a rank left alone fails this fast
   std::string temp_dir;     // where the run directory is created; empty: $TMPDIR or /tmp

@@ -68,7 +68,7 @@ Batch OracleModel::make_batch(const StepPosition& position) const {
                               static_cast<uint64_t>(position.micro_step));
   at::Generator gen = generator_for(stream);
   const int64_t batch = plan_.micro_batch_size;
-  const int64_t seq = plan_.sequence_len_for(position.rank, position.iteration);
+  const int64_t seq = plan_.sequence_len_for(position.rank, position.iteration, position.micro_step);
   const int64_t vocab = plan_.model.vocab_size;
   Batch b;
   b.input_ids = at::randint(vocab, {batch, seq}, gen, at::kLong);
@@ -162,7 +162,7 @@ at::Tensor OracleModel::decoder_layer(const at::Tensor& x, const DecoderLayerUse
     const at::Tensor normed = step.skipped(structure_.parameters[layer.post_attention_norm].module)
                                   ? h
                                   : rms_norm(h, layer.post_attention_norm, p);
-    if (plan_.tiled_mlp) {
+    if (plan_.layer_tiled(layer.index)) {
       TiledMlpSpec spec = tiled_mlp_spec(plan_, structure_, layer, step, parameters_,
                                          [this, &layer, step](const at::Tensor& shard, const ParameterTable& table) {
                                            return mlp(shard, layer, table, step);
@@ -220,7 +220,7 @@ at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p
 
 at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position, HookRecorder* recorder) const {
   // The trainer's view of the plan (runtime/model_step.h), so both skip the same modules.
-  const StepView step = model_step_view(plan_, position.rank, position.iteration);
+  const StepView step = model_step_view(plan_, position.rank, position.iteration, position.micro_step);
   const ModelConfig& m = plan_.model;
   const ParameterTable& p = parameters_;
   const int64_t batch_size = batch.input_ids.size(0), seq = batch.input_ids.size(1);
@@ -254,7 +254,7 @@ at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position
 
   for (const DecoderLayerUse& layer : structure_.layers) {
     if (step.skipped(layer.path)) continue;
-    const int count = plan_.checkpoint_count(layer.index, position.rank, position.iteration);
+    const int count = plan_.checkpoint_count(layer.index, position.rank, position.iteration, position.micro_step);
     if (count == 0) {
       hidden = decoder_layer(hidden, layer, p, p, step, recorder);
       after_layer(layer.index);

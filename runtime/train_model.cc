@@ -306,7 +306,7 @@ struct TrainModel::Impl {
   }
 
   StepView step_view(const TrainPosition& position) const {
-    const StepView step = model_step_view(plan, position.rank, position.iteration);
+    const StepView step = model_step_view(plan, position.rank, position.iteration, position.micro_step);
     // What the runtime can leave out is what a forward can skip without changing the model's
     // meaning for the rest: decoder layers, their attention or MLP blocks, projections, adapters.
     const int always[] = {structure.embed, structure.final_norm, structure.lm_head};
@@ -415,7 +415,7 @@ struct TrainModel::Impl {
     }
     if (!step.skipped(layer.path + ".mlp")) {
       add(layer.post_attention_norm);
-      if (!plan.tiled_mlp || plan.tiled_mlp_weights_as_inputs || plan.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads) {
+      if (!plan.layer_tiled(layer.index) || plan.tiled_mlp_weights_as_inputs || plan.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads) {
         const std::vector<int> mlp = mlp_trainable_weights(structure, layer, step);
         result.insert(result.end(), mlp.begin(), mlp.end());
       }
@@ -433,7 +433,7 @@ struct TrainModel::Impl {
     if (!step.skipped(layer.path + ".self_attn")) h = h + attention(x, layer, p, step, cos_sin);
     if (!step.skipped(layer.path + ".mlp")) {
       const at::Tensor normed = rms_norm(h, layer.post_attention_norm, p);
-      if (plan.tiled_mlp) {
+      if (plan.layer_tiled(layer.index)) {
         const TiledMlpSpec spec = tiled_mlp_spec(plan, structure, layer, step, params,
                                                  [this, &layer, step](const at::Tensor& shard, const ParameterTable& table) {
                                                    return mlp(shard, layer, table, step);
@@ -491,7 +491,7 @@ struct TrainModel::Impl {
       ScopedAnnotation forward_range(layer_annotation("forward", layer.index));
       auto backward_range = c10::make_intrusive<BackwardRange>(layer_annotation("backward", layer.index));
       hidden = mark_backward_range_end(hidden, backward_range);
-      const int count = plan.checkpoint_count(layer.index, position.rank, position.iteration);
+      const int count = plan.checkpoint_count(layer.index, position.rank, position.iteration, position.micro_step);
       LayerFunction fn = [this, &layer, step, cos_sin](const at::Tensor& x, const ParameterTable& table) {
         return decoder_layer(x, layer, table, step, cos_sin);
       };

@@ -208,7 +208,7 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
           // accelerate's accumulate()/HF Trainer: every micro-step but the last under no_sync(),
           // so the Reducer all-reduces once per optimizer step.
           const bool sync = micro_step == micro_steps - 1;
-          const int64_t sequence_len = plan.sequence_len_for(rank, step);
+          const int64_t sequence_len = plan.sequence_len_for(rank, step, micro_step);
           const TokenBatch batch = data.next(rank, step, micro_step, plan.micro_batch_size, sequence_len);
           phase = "forward";
           ddp.pre_forward(sync);

@@ -52,12 +52,54 @@ SimTensor AutogradEngine::op(const std::string& label, const std::vector<SimTens
   return function(label, inputs, nullptr);
 }
 
+int AutogradEngine::add_data(const std::vector<SimTensor>& inputs, const std::vector<int>& parameters) {
+  DataNode data;
+  data.parameters = parameters;
+  for (const auto& t : inputs) {
+    if (t.data >= 0) data.inputs.push_back(t.data);
+    // A parameter leaf: its accumulator's node id is the parameter index.
+    if (t.grad_fn >= 0 && static_cast<size_t>(t.grad_fn) < parameter_count_) data.parameters.push_back(t.grad_fn);
+  }
+  if (data.inputs.empty() && data.parameters.empty()) return -1;
+  data_nodes_.push_back(std::move(data));
+  return static_cast<int>(data_nodes_.size()) - 1;
+}
+
+SimTensor AutogradEngine::with_data_inputs(SimTensor result, const std::vector<SimTensor>& extra,
+                                           const std::vector<int>& parameters) {
+  std::vector<SimTensor> inputs = extra;
+  inputs.push_back(SimTensor{-1, result.data});
+  result.data = add_data(inputs, parameters);
+  return result;
+}
+
+std::vector<bool> AutogradEngine::dataflow_parameters(const std::vector<SimTensor>& outputs) const {
+  std::vector<bool> seen(data_nodes_.size(), false);
+  std::vector<bool> used(parameter_count_, false);
+  std::vector<int> stack;
+  for (const auto& t : outputs) {
+    if (t.data >= 0) stack.push_back(t.data);
+    if (t.grad_fn >= 0 && static_cast<size_t>(t.grad_fn) < parameter_count_) used[static_cast<size_t>(t.grad_fn)] = true;
+  }
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (seen[static_cast<size_t>(id)]) continue;
+    seen[static_cast<size_t>(id)] = true;
+    const DataNode& node = data_nodes_[static_cast<size_t>(id)];
+    for (int p : node.parameters) used[static_cast<size_t>(p)] = true;
+    for (int input : node.inputs) stack.push_back(input);
+  }
+  return used;
+}
+
 SimTensor AutogradEngine::function(const std::string& label, const std::vector<SimTensor>& inputs,
                                    std::function<std::vector<bool>(AutogradEngine&)> backward) {
-  if (!grad_enabled_) return SimTensor{};
+  const int data = add_data(inputs, {});
+  if (!grad_enabled_) return SimTensor{-1, data};
   bool any = false;
   for (const auto& t : inputs) any = any || t.requires_grad();
-  if (!any) return SimTensor{};
+  if (!any) return SimTensor{-1, data};
   GradNode node;
   node.kind = backward ? NodeKind::Function : NodeKind::Op;
   node.sequence_nr = next_sequence_nr_++;
@@ -65,7 +107,7 @@ SimTensor AutogradEngine::function(const std::string& label, const std::vector<S
   node.next.reserve(inputs.size());
   for (const auto& t : inputs) node.next.push_back(t.grad_fn);
   node.backward = std::move(backward);
-  return SimTensor{add_node(std::move(node))};
+  return SimTensor{add_node(std::move(node)), data};
 }
 
 std::vector<bool> AutogradEngine::reachable_parameters(const std::vector<SimTensor>& outputs,
@@ -261,7 +303,10 @@ void AutogradEngine::run_task(int root, const std::vector<int>& capture_targets,
   }
 }
 
-void AutogradEngine::clear_graph() { nodes_.resize(parameter_count_); }
+void AutogradEngine::clear_graph() {
+  nodes_.resize(parameter_count_);
+  data_nodes_.clear();
+}
 
 void AutogradEngine::clear_tasks() { tasks_.clear(); }
 

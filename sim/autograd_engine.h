@@ -42,6 +42,10 @@ struct GradNode {
 // A tensor as far as autograd is concerned.
 struct SimTensor {
   int grad_fn = -1;  // node whose output this is (for a leaf that requires grad: its AccumulateGrad)
+  // The forward data-flow node that computed it, recorded whatever the grad mode (-1: a constant,
+  // an input, or nothing). Tells "computed but feeding nothing" from "feeding the loss without a
+  // grad_fn" (see AutogradEngine::dataflow_parameters).
+  int data = -1;
   bool requires_grad() const { return grad_fn >= 0; }
 };
 
@@ -84,6 +88,14 @@ class AutogradEngine {
   const GradNode& node(int id) const { return nodes_[static_cast<size_t>(id)]; }
   // Accumulators reachable from `outputs` (Reducer::search_unused_parameters' traversal).
   std::vector<bool> reachable_parameters(const std::vector<SimTensor>& outputs, size_t parameter_count) const;
+  // Parameters whose values flow into `outputs` in the forward, grad mode or not: a parameter read
+  // only by ops whose results feed nothing (a norm whose MLP is skipped) is not among them; one
+  // read under no_grad by a reentrant checkpoint is. `extra` adds data inputs to an op recorded
+  // with function() (what a Function's forward read without taking it as an input).
+  std::vector<bool> dataflow_parameters(const std::vector<SimTensor>& outputs) const;
+  // Records that `result` was also computed from `extra` (a custom Function's forward reading
+  // tensors or parameters that are not its autograd inputs).
+  SimTensor with_data_inputs(SimTensor result, const std::vector<SimTensor>& extra, const std::vector<int>& parameters);
 
   // ---- running backward ----
   // torch.autograd.backward(roots): a graph task (nested when called from inside a backward).
@@ -108,7 +120,14 @@ class AutogradEngine {
   void run_task(int root, const std::vector<int>& capture_targets, const std::string& label,
                 bool accumulates);
 
+  struct DataNode {
+    std::vector<int> inputs;      // data nodes
+    std::vector<int> parameters;  // parameters read directly
+  };
+  int add_data(const std::vector<SimTensor>& inputs, const std::vector<int>& parameters);
+
   std::vector<GradNode> nodes_;
+  std::vector<DataNode> data_nodes_;  // the forward data flow of the current step
   size_t parameter_count_ = 0;  // nodes [0, parameter_count_) are the parameters' accumulators
   uint64_t next_sequence_nr_ = 0;
   bool grad_enabled_ = true;

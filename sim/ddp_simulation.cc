@@ -28,6 +28,12 @@ ReducerOptions reducer_options(const Plan& plan) {
   options.find_unused_parameters = plan.find_unused_parameters();
   options.static_graph = plan.static_graph;
   options.gradient_as_bucket_view = plan.gradient_as_bucket_view;
+  options.version = plan.torch_version;
+  // distributed.py 2.x: the 1 MiB first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES) only when
+  // bucket_cap_mb is left at its default (bucket_bytes_cap_default); 1.13 always uses it.
+  if (plan.ddp_bucket_cap_mb && plan.torch_version.first_bucket_only_by_default()) {
+    options.first_bucket_bytes_cap = options.bucket_bytes_cap;
+  }
   return options;
 }
 
@@ -86,6 +92,13 @@ struct RankOutcome {
   std::optional<BucketAssignment> rebuilt;
   // Per iteration: parameters (DDP index) that received no gradient contribution at all.
   std::map<int, std::vector<int>> no_contribution;
+  // Per iteration: parameters (DDP index) whose values fed the loss in some micro-step (forward
+  // data flow; a parameter computed but feeding nothing is unused, as DDP sees it).
+  std::map<int, std::vector<bool>> fed_loss;
+  // Per iteration (find_unused_parameters, non-static): parameters this rank marked locally used
+  // (local_used_map_ at finalize), and those it holds a gradient for without marking them used.
+  std::map<int, std::vector<bool>> locally_used;
+  std::map<int, std::vector<int>> unmarked_with_gradient;
   std::vector<StepTrace> steps;
 };
 
@@ -119,6 +132,7 @@ class RankSimulator {
 
     for (int it = 0; it < plan_.iterations && !outcome_.stopped; ++it) {
       ledger_.reset();
+      fed_loss_.assign(structure_.ddp_parameters.size(), false);
       engine_.clear_tasks();
       for (int micro = 0; micro < plan_.gradient_accumulation_steps && !outcome_.stopped; ++micro) {
         run_step(it, micro);
@@ -162,9 +176,16 @@ class RankSimulator {
       context.structure = &structure_;
       context.rank = rank_;
       context.iteration = iteration;
+      context.micro_step = micro;
       context.on_manual_accumulate = [this](int parameter) { ledger_.contribute(parameter); };
       ForwardOutputs outputs = record_forward(engine_, context);
       SimTensor loss_input = outputs.logits;
+      {
+        const std::vector<bool> fed = engine_.dataflow_parameters({outputs.logits});
+        for (size_t i = 0; i < structure_.ddp_parameters.size(); ++i) {
+          if (fed[static_cast<size_t>(structure_.ddp_parameters[i])]) fed_loss_[i] = true;
+        }
+      }
       const ReducerOptions options = reducer_options(plan_);
       const bool dynamic_find_unused = options.find_unused_parameters && !options.static_graph;
       if (synced) {
@@ -179,13 +200,20 @@ class RankSimulator {
         reducer_.prepare_for_backward(dynamic_find_unused ? &reachable : nullptr);
       }
       // _DDPSink wraps the outputs of every grad-enabled forward, no_sync() included (distributed.py
-      // 1.13 tests only these two conditions), when find_unused (non-static) or while
-      // num_iterations == 1 under static graph; then its backward queues delay_all_reduce on the
+      // tests only these two conditions), when find_unused (non-static) or, under static graph,
+      // while num_iterations == 1 (1.13, 2.0) / until delay_all_reduce was queued (2.1+,
+      // TorchVersion::static_graph_delay_flag); then its backward queues delay_all_reduce on the
       // outer graph task.
-      if (dynamic_find_unused || (options.static_graph && reducer_.num_iterations() == 1)) {
-        const bool delay = options.static_graph && reducer_.num_iterations() == 1;
+      const bool static_sink = options.static_graph && (plan_.torch_version.static_graph_delay_flag()
+                                                            ? !static_delay_enqueued_
+                                                            : reducer_.num_iterations() == 1);
+      if (dynamic_find_unused || static_sink) {
+        const bool delay = static_sink;
         loss_input = engine_.function("_DDPSink", {loss_input}, [this, delay](AutogradEngine& engine) {
-          if (delay) engine.queue_callback([this] { reducer_.delay_all_reduce(); });
+          if (delay && !(plan_.torch_version.static_graph_delay_flag() && static_delay_enqueued_)) {
+            engine.queue_callback([this] { reducer_.delay_all_reduce(); });
+            static_delay_enqueued_ = true;
+          }
           return std::vector<bool>{true};
         });
       }
@@ -227,8 +255,10 @@ class RankSimulator {
       firing.expected = reducer_.expect_autograd_hooks();
       current_.firings.push_back(std::move(firing));
     }
-    // DDP's hook is a post hook on the AccumulateGrad node: it runs after the accumulation.
-    reducer_.autograd_hook(p.ddp_index);
+    // DDP's hook is a post hook on the AccumulateGrad node: it runs after the accumulation, so
+    // .grad is defined if any contribution of this iteration arrived (zero_grad(set_to_none)
+    // between optimizer steps).
+    reducer_.autograd_hook(p.ddp_index, ledger_.total(event.parameter) > 0);
   }
 
   Finding base_finding(VerdictKind kind, int ddp_index) const {
@@ -273,10 +303,21 @@ class RankSimulator {
       }
     } else if (error.kind() == VerdictKind::ReducerAssert) {
       f.graph_tasks = {"outer backward (no_sync micro-step): _DDPSink's delay_all_reduce callback"};
-      f.explanation =
-          "static_graph with gradient accumulation: PyTorch 1.13's DDP applies _DDPSink while num_iterations == 1, "
-          "also inside no_sync(), so the next iteration's first micro-step queues delay_all_reduce again and "
-          "finalize_backward asserts. Seen with PyTorch 1.13.1; newer versions track the enqueued delay themselves.";
+      if (plan_.torch_version.static_graph_delay_flag()) {
+        f.explanation = fmt::format(
+            "static_graph with gradient accumulation: PyTorch {}'s DDP applies _DDPSink until delay_all_reduce was "
+            "queued (a flag since 2.1, PR #103487), also inside no_sync(), so the first no_sync micro-step queues "
+            "delay_all_reduce for a backward the Reducer was not prepared for and finalize_backward asserts "
+            "(observed with 2.11.0 at reducer.cpp:1705).",
+            plan_.torch_version.text());
+      } else {
+        f.explanation = fmt::format(
+            "static_graph with gradient accumulation: PyTorch {}'s DDP applies _DDPSink while num_iterations == 1, "
+            "also inside no_sync(), so the next iteration's first micro-step queues delay_all_reduce again and "
+            "finalize_backward asserts (observed with 1.13.1 at reducer.cpp:1490). 2.1+ asserts too, earlier: in "
+            "the first micro-step of iteration 0.",
+            plan_.torch_version.text());
+      }
     } else if (error.kind() == VerdictKind::StaticGraphChanged) {
       f.explanation = "with static_graph=True the Reducer expects each parameter's hook to fire exactly as "
                       "often as in the first iteration; here it fired more often.";
@@ -365,6 +406,19 @@ class RankSimulator {
       outcome_.findings.push_back(std::move(f));
     }
     outcome_.no_contribution[iteration] = std::move(no_contribution);
+    outcome_.fed_loss[iteration] = fed_loss_;
+    if (reducer_options(plan_).find_unused_parameters && !plan_.static_graph) {
+      // finalize_bucket_dense leaves .grad untouched for a parameter no rank marked used: if this
+      // rank holds a gradient for it (accumulated where hooks were not expected, e.g. in no_sync
+      // before 2.4), it stays local. Decided across ranks in simulate_ddp.
+      const std::vector<bool>& used = reducer_.last_local_used();
+      std::vector<int> unmarked;
+      for (size_t ddp = 0; ddp < structure_.ddp_parameters.size(); ++ddp) {
+        if (!used[ddp] && ledger_.total(structure_.ddp_parameters[ddp]) > 0) unmarked.push_back(static_cast<int>(ddp));
+      }
+      outcome_.locally_used[iteration] = used;
+      outcome_.unmarked_with_gradient[iteration] = std::move(unmarked);
+    }
   }
 
   const Plan& plan_;
@@ -378,6 +432,8 @@ class RankSimulator {
   StepKey step_;
   StepTrace current_;
   std::map<int, std::vector<int>> fired_tasks_;  // this step: DDP index -> graph tasks that fired it
+  std::vector<bool> fed_loss_;                   // this iteration, by DDP index
+  bool static_delay_enqueued_ = false;           // DDP._static_graph_delay_allreduce_enqueued (2.1+)
   RankOutcome outcome_;
 };
 
@@ -386,9 +442,13 @@ class RankSimulator {
 std::string schedule_key(const Plan& plan, int rank) {
   std::string key;
   for (int it = 0; it < plan.iterations; ++it) {
-    key += fmt::format("{}:", plan.tiled_shards_for(rank, it));
-    for (int layer = 0; layer < plan.model.num_hidden_layers; ++layer) key += char('0' + plan.checkpoint_count(layer, rank, it));
-    key += fmt::format("|{};", fmt::join(plan.unused_modules_for(rank, it), ","));
+    for (int micro = 0; micro < plan.gradient_accumulation_steps; ++micro) {
+      key += fmt::format("{}:", plan.tiled_shards_for(rank, it, micro));
+      for (int layer = 0; layer < plan.model.num_hidden_layers; ++layer) {
+        key += char('0' + plan.checkpoint_count(layer, rank, it, micro));
+      }
+      key += fmt::format("|{};", fmt::join(plan.unused_modules_for(rank, it, micro), ","));
+    }
   }
   return key;
 }
@@ -423,6 +483,55 @@ void replica_split_findings(const Plan& plan, const ModelStructure& structure, s
     f.layer = structure.ddp_parameter(0).layer;
   }
   findings.push_back(std::move(f));
+}
+
+// find_unused_parameters: a parameter no rank marked used keeps its local .grad at finalize
+// (reducer.cpp finalize_bucket_dense, `global_unused`). A rank holding a gradient for it then
+// diverges silently: before 2.4 this is what a module used only inside no_sync() gets.
+void globally_unused_findings(const Plan& plan, const ModelStructure& structure,
+                              const std::vector<std::vector<int>>& rank_classes,
+                              const std::vector<RankOutcome>& outcomes, std::vector<Finding>& findings) {
+  if (plan.world_size < 2) return;
+  for (size_t c = 0; c < outcomes.size(); ++c) {
+    if (outcomes[c].stopped) continue;
+    for (const auto& [iteration, unmarked] : outcomes[c].unmarked_with_gradient) {
+      int parameter = -1;
+      for (int ddp : unmarked) {
+        bool used_somewhere = false;
+        for (const auto& o : outcomes) {
+          auto it = o.locally_used.find(iteration);
+          used_somewhere = used_somewhere || (it != o.locally_used.end() && it->second[static_cast<size_t>(ddp)]);
+        }
+        if (!used_somewhere) {
+          parameter = ddp;
+          break;
+        }
+      }
+      if (parameter < 0) continue;
+      const Parameter& p = structure.ddp_parameter(parameter);
+      Finding f;
+      f.kind = VerdictKind::SilentDivergence;
+      f.rank = rank_classes[c].front();
+      f.ranks = rank_classes[c];
+      f.iteration = iteration;
+      f.micro_step = plan.gradient_accumulation_steps - 1;
+      f.phase = Phase::AfterBackward;
+      f.ddp_index = parameter;
+      f.parameter = p.name;
+      f.layer = p.layer;
+      f.error_text = "no error: replicas diverge (this gradient is never all-reduced)";
+      f.explanation = fmt::format(
+          "find_unused_parameters: no rank marked this parameter used in the synced backward, so finalize_backward "
+          "left its .grad untouched; this rank holds a gradient for it from a micro-step where hooks were not expected "
+          "(no_sync). PyTorch {} {} it{}.",
+          plan.torch_version.text(),
+          plan.torch_version.no_sync_marks_locally_used() ? "counts hooks inside no_sync as use, but not" : "ignores",
+          plan.torch_version.no_sync_marks_locally_used() ? "" : " (2.4+ counts use inside no_sync, PR #124193)");
+      f.graph_tasks = {"no_sync micro-step: hooks not expected"};
+      findings.push_back(std::move(f));
+      break;  // the first iteration that diverges
+    }
+  }
 }
 
 }  // namespace
@@ -539,8 +648,14 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
         everywhere = everywhere && it != o.no_contribution.end() &&
                      std::find(it->second.begin(), it->second.end(), ddp) != it->second.end();
       }
-      const Parameter& p = structure.ddp_parameter(ddp);
-      if (everywhere && !module_unused(plan.unused_modules_for(0, iteration), p.module)) missing.push_back(ddp);
+      // A parameter whose value fed the loss on no rank (a skipped module, or a norm whose output
+      // feeds nothing once its MLP is skipped) is unused as DDP sees it, not missing a gradient.
+      bool fed_somewhere = false;
+      for (const auto& o : outcomes) {
+        auto it = o.fed_loss.find(iteration);
+        fed_somewhere = fed_somewhere || (it != o.fed_loss.end() && it->second[static_cast<size_t>(ddp)]);
+      }
+      if (everywhere && fed_somewhere) missing.push_back(ddp);
     }
     if (missing.empty()) continue;
     const Parameter& p = structure.ddp_parameter(missing.front());
@@ -561,6 +676,15 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
     f.graph_tasks = {"none"};
     result.findings.push_back(std::move(f));
     break;
+  }
+
+  globally_unused_findings(plan, structure, result.rank_classes, outcomes, result.findings);
+  for (const auto& o : outcomes) {
+    for (const auto& [iteration, fed] : o.fed_loss) {
+      std::vector<bool>& merged = result.fed_loss[iteration];
+      if (merged.empty()) merged.assign(fed.size(), false);
+      for (size_t i = 0; i < fed.size(); ++i) merged[i] = merged[i] || fed[i];
+    }
   }
 
   std::stable_sort(result.findings.begin(), result.findings.end(), [](const Finding& a, const Finding& b) {

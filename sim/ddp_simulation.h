@@ -2,6 +2,7 @@
 // and micro-step, and turns what happens into findings with evidence.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ struct DdpSimulation {
   BucketAssignment initial_buckets;
   std::optional<BucketAssignment> rebuilt_buckets;
   std::vector<StepTrace> steps;              // when record_steps
+  // Per iteration, by DDP index: whether the parameter's value fed the loss (forward data flow) on
+  // some rank in some micro-step. One that never did is unused as DDP sees it, not `no_gradient`.
+  std::map<int, std::vector<bool>> fed_loss;
   bool ok() const { return findings.empty(); }
 };
 

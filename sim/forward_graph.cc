@@ -17,7 +17,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
  public:
   ForwardRecorder(AutogradEngine& engine, ForwardContext context)
       : engine_(engine), ctx_(std::move(context)), plan_(*ctx_.plan), model_(*ctx_.structure) {
-    unused_ = plan_.unused_modules_for(ctx_.rank, ctx_.iteration);
+    unused_ = plan_.unused_modules_for(ctx_.rank, ctx_.iteration, ctx_.micro_step);
   }
 
   ForwardOutputs run() {
@@ -25,7 +25,9 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     if (plan_.input_require_grads() && !hidden.requires_grad()) {
       // enable_input_require_grads(): a forward hook on the input embeddings calls
       // output.requires_grad_(True), making the (frozen) embedding output a leaf that requires grad.
+      const int data = hidden.data;
       hidden = engine_.fresh_leaf("inputs_embeds (requires_grad_)");
+      hidden.data = data;
     }
     std::vector<SimTensor> deepstack;
     if (!model_.vision_blocks.empty() && plan_.vision_inputs) {
@@ -35,7 +37,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     }
     for (const DecoderLayerUse& layer : model_.layers) {
       if (unused(layer.path)) continue;
-      const int count = plan_.checkpoint_count(layer.index, ctx_.rank, ctx_.iteration);
+      const int count = plan_.checkpoint_count(layer.index, ctx_.rank, ctx_.iteration, ctx_.micro_step);
       if (count == 0) {
         hidden = decoder_layer(layer, hidden);
         after_layer(layer.index, deepstack, hidden);
@@ -151,8 +153,14 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
   SimTensor mlp(const DecoderLayerUse& layer, SimTensor h) {
     if (unused(layer.path + ".mlp")) return SimTensor{};
-    const int shards = plan_.tiled_shards_for(ctx_.rank, ctx_.iteration);
-    if (!plan_.tiled_mlp) return mlp_body(layer, h);
+    const int shards = plan_.tiled_shards_for(ctx_.rank, ctx_.iteration, ctx_.micro_step);
+    if (!plan_.layer_tiled(layer.index)) return mlp_body(layer, h);
+    // TiledMLP.forward runs the MLP over the shards under no_grad: the output is computed from the
+    // weights without them being autograd inputs (recorded as data flow only).
+    const bool grad_mode = engine_.grad_enabled();
+    engine_.set_grad_enabled(false);
+    const SimTensor forward_value = mlp_body(layer, h);
+    engine_.set_grad_enabled(grad_mode);
     // TiledMLP.apply(fn, self, x, shards, compute_params): x is a tensor input; the weights are
     // inputs only when the Function is written to receive them.
     std::vector<SimTensor> inputs{h};
@@ -164,7 +172,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     const TiledBackward strategy = plan_.tiled_mlp_backward;
     const bool weights_as_inputs = plan_.tiled_mlp_weights_as_inputs;
     const DecoderLayerUse* layer_ptr = &layer;
-    return engine_.function(
+    SimTensor result = engine_.function(
         fmt::format("TiledMLP(layer {})", layer.index), inputs,
         [self = shared_from_this(), layer_ptr, shards, weights, strategy, weights_as_inputs,
          input_requires_grad](AutogradEngine& engine) {
@@ -195,13 +203,15 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
           }
           return defined;
         });
+    return engine_.with_data_inputs(result, {forward_value}, {});
   }
 
   SimTensor decoder_layer(const DecoderLayerUse& layer, SimTensor x) {
     SimTensor h = attention(layer, x);
     SimTensor n = norm(layer.post_attention_norm, h, layer.path + ".post_attention_layernorm", layer.post_attention_norm_bias);
     SimTensor m = mlp(layer, n);
-    return m.requires_grad() || h.requires_grad() ? engine_.op(layer.path + " residual(mlp)", {h, m}) : SimTensor{};
+    // Records no node when neither input requires grad (engine op), but keeps the data flow.
+    return engine_.op(layer.path + " residual(mlp)", {h, m});
   }
 
   SimTensor checkpointed_layer(const DecoderLayerUse& layer, SimTensor x, int pass, int count) {
@@ -215,11 +225,11 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     // hidden state. Without an input that requires grad the Function records no node at all.
     const bool saved = engine_.grad_enabled();
     engine_.set_grad_enabled(false);
-    decoder_layer(layer, x);
+    const SimTensor forward_value = decoder_layer(layer, x);
     engine_.set_grad_enabled(saved);
     const DecoderLayerUse* layer_ptr = &layer;
     const std::string label = fmt::format("checkpoint(layer {}{})", layer.index, which);
-    return engine_.function(label, {x}, [self = shared_from_this(), layer_ptr, label](AutogradEngine& engine) {
+    SimTensor result = engine_.function(label, {x}, [self = shared_from_this(), layer_ptr, label](AutogradEngine& engine) {
       // CheckpointFunction.backward: detach inputs, recompute under enable_grad, then
       // torch.autograd.backward(outputs, grads): a nested graph task.
       SimTensor input = engine.fresh_leaf("checkpoint input");
@@ -230,6 +240,8 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       engine.backward({out}, label);
       return std::vector<bool>{true};
     });
+    // The layer's parameters fed the output under no_grad: used as data, without a grad_fn.
+    return engine_.with_data_inputs(result, {forward_value}, {});
   }
 
   // Qwen3VLVisionModel.forward: patch embedding + position embedding, the blocks (a DeepStack

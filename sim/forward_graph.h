@@ -21,6 +21,7 @@ struct ForwardContext {
   const ModelStructure* structure = nullptr;
   int rank = 0;
   int iteration = 0;
+  int micro_step = -1;  // -1: without micro_step_overrides
   // Called when code outside AccumulateGrad adds to a parameter's .grad (the grad-then-backward
   // tiled strategy writes the summed chunk gradients itself).
   std::function<void(int parameter)> on_manual_accumulate;

@@ -70,7 +70,7 @@ const std::vector<std::string>& hookstream_keys() {
       "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs",
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
       "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
-      "data", "vision_tokens"};
+      "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version"};
   return keys;
 }
 
@@ -608,6 +608,9 @@ class Converter {
     else if (key == "unused_modules") plan_.unused_modules = read_string_list(origin_, value, path);
     else if (key == "rank_overrides") plan_.rank_overrides = overrides(value, path);
     else if (key == "iteration_overrides") plan_.iteration_overrides = overrides(value, path);
+    else if (key == "micro_step_overrides") plan_.micro_step_overrides = overrides(value, path);
+    else if (key == "tiled_mlp_layers") plan_.tiled_mlp_layers = layer_ranges(value, path);
+    else if (key == "torch_version") plan_.torch_version = parse_torch_version(read_string(origin_, value, path), origin_.at(value, path) + ": key \"" + path + "\"");
     else if (key == "offload_protocol") plan_.offload_protocol = read_string(origin_, value, path);
     else if (key == "gpu") plan_.gpu = read_string(origin_, value, path);
     else if (key == "calibration") plan_.calibration = read_string(origin_, value, path);
@@ -620,6 +623,32 @@ class Converter {
     if (value.IsScalar() && lowercase(value.Scalar()) == "all") return std::nullopt;
     if (!value.IsSequence() || value.size() == 0) fail_type(origin_, value, path, "\"all\" or a non-empty list of layer indices");
     return read_layer_list(origin_, value, path);
+  }
+
+  // "all" (nullopt), or a non-empty list whose items are layer indices or "FIRST-LAST" ranges
+  // (inclusive): [0, 2, "4-7"]. Sorted and de-duplicated.
+  std::optional<std::vector<int>> layer_ranges(const YAML::Node& value, const std::string& path) {
+    const std::string expected = "\"all\" or a non-empty list of layer indices and \"FIRST-LAST\" ranges";
+    if (value.IsScalar() && lowercase(value.Scalar()) == "all") return std::nullopt;
+    if (!value.IsSequence() || value.size() == 0) fail_type(origin_, value, path, expected);
+    std::vector<int> layers;
+    for (const auto& item : value) {
+      if (!item.IsScalar()) fail_type(origin_, item, path, expected);
+      static const std::regex range(R"(^\s*(\d{1,6})\s*-\s*(\d{1,6})\s*$)");
+      std::smatch match;
+      const std::string text = item.Scalar();
+      if (std::regex_match(text, match, range)) {
+        const int first = std::stoi(match[1].str());
+        const int last = std::stoi(match[2].str());
+        if (first > last) fail_type(origin_, item, path, "a range FIRST-LAST with FIRST <= LAST");
+        for (int layer = first; layer <= last; ++layer) layers.push_back(layer);
+      } else {
+        layers.push_back(read_int(origin_, item, path, 0, std::numeric_limits<int>::max()));
+      }
+    }
+    std::sort(layers.begin(), layers.end());
+    layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+    return layers;
   }
 
   TiledBackward tiled_backward(const YAML::Node& value, const std::string& path) {
@@ -710,7 +739,9 @@ void check_set_key(const std::vector<std::string>& parts, const std::string& key
   if (top != "hookstream") return leaf_at(0);
   if (parts.size() == 1) return;
   if (!contains(hookstream_keys(), parts[1])) unknown(1, top, hookstream_keys());
-  if (parts[1] != "rank_overrides" && parts[1] != "iteration_overrides") return leaf_at(1);
+  if (parts[1] != "rank_overrides" && parts[1] != "iteration_overrides" && parts[1] != "micro_step_overrides") {
+    return leaf_at(1);
+  }
   if (parts.size() == 2) return;
   if (!is_index(parts[2])) {
     throw InputError("--set", "key \"" + join({parts.begin(), parts.begin() + 3}, ".") + "\": expected a non-negative integer index");
@@ -1020,6 +1051,8 @@ class Validator {
     layer_rules("hookstream.checkpoint_twice_layers", plan_.checkpoint_twice_layers);
     override_rules("hookstream.rank_overrides", plan_.rank_overrides, plan_.world_size, "world_size");
     override_rules("hookstream.iteration_overrides", plan_.iteration_overrides, plan_.iterations, "iterations");
+    override_rules("hookstream.micro_step_overrides", plan_.micro_step_overrides, plan_.gradient_accumulation_steps,
+                   "gradient_accumulation_steps");
     tiled_rules();
   }
 
@@ -1096,15 +1129,30 @@ class Validator {
       fail("hookstream.tiled_mlp_backward", "function_returns_grads requires hookstream.tiled_mlp_weights_as_inputs: true "
                                             "(a Function can only return gradients for its inputs)");
     }
+    // tiled_mlp_layers says which layers are tiled, so it implies tiled_mlp (as checkpoint_layers
+    // implies gradient checkpointing); an explicit `tiled_mlp: false` next to it contradicts it.
+    if (plan_.tiled_mlp_layers || draft_.where.count("hookstream.tiled_mlp_layers")) {
+      if (draft_.where.count("tiled_mlp") && !plan_.tiled_mlp) {
+        fail("hookstream.tiled_mlp_layers", "is set but tiled_mlp is false (tiled_mlp_layers implies tiled_mlp)");
+      }
+      plan_.tiled_mlp = true;
+      if (plan_.tiled_mlp_layers) layer_rules("hookstream.tiled_mlp_layers", *plan_.tiled_mlp_layers);
+    }
     if (!plan_.tiled_mlp) return;
     for (int rank : sample_indices(plan_.rank_overrides, plan_.world_size)) {
       for (int iteration : sample_indices(plan_.iteration_overrides, plan_.iterations)) {
-        const int shards = plan_.tiled_shards_for(rank, iteration);
-        const int sequence = plan_.sequence_len_for(rank, iteration);
-        if (shards > sequence) {
-          fail(shard_key(rank, iteration), "tiled_mlp_num_shards " + std::to_string(shards) + " exceeds sequence_len " +
-                                               std::to_string(sequence) + " (rank " + std::to_string(rank) +
-                                               ", iteration " + std::to_string(iteration) + ")");
+        for (int micro : sample_indices(plan_.micro_step_overrides, plan_.gradient_accumulation_steps)) {
+          const int shards = plan_.tiled_shards_for(rank, iteration, micro);
+          const int sequence = plan_.sequence_len_for(rank, iteration, micro);
+          if (shards > sequence) {
+            fail(shard_key(rank, iteration, micro), "tiled_mlp_num_shards " + std::to_string(shards) +
+                                                        " exceeds sequence_len " + std::to_string(sequence) + " (rank " +
+                                                        std::to_string(rank) + ", iteration " + std::to_string(iteration) +
+                                                        (plan_.micro_step_overrides.empty()
+                                                             ? std::string()
+                                                             : ", micro-step " + std::to_string(micro)) +
+                                                        ")");
+          }
         }
       }
     }
@@ -1122,7 +1170,9 @@ class Validator {
     return indices;
   }
 
-  std::string shard_key(int rank, int iteration) const {
+  std::string shard_key(int rank, int iteration, int micro) const {
+    const std::string by_micro = "hookstream.micro_step_overrides." + std::to_string(micro) + ".tiled_mlp_num_shards";
+    if (draft_.where.count(by_micro)) return by_micro;
     const std::string by_iteration = "hookstream.iteration_overrides." + std::to_string(iteration) + ".tiled_mlp_num_shards";
     const std::string by_rank = "hookstream.rank_overrides." + std::to_string(rank) + ".tiled_mlp_num_shards";
     if (draft_.where.count(by_iteration)) return by_iteration;
@@ -1135,11 +1185,15 @@ class Validator {
 };
 
 // ----------------------------------------------------------------------------------------------
-// Override precedence: iteration override, then rank override, then the plan.
+// Override precedence: micro-step override, then iteration override, then rank override, then
+// the plan.
 // ----------------------------------------------------------------------------------------------
 
 template <typename T>
-std::optional<T> overridden(const Plan& plan, int rank, int iteration, std::optional<T> PlanOverride::*field) {
+std::optional<T> overridden(const Plan& plan, int rank, int iteration, int micro_step,
+                            std::optional<T> PlanOverride::*field) {
+  auto by_micro = plan.micro_step_overrides.find(micro_step);
+  if (micro_step >= 0 && by_micro != plan.micro_step_overrides.end() && by_micro->second.*field) return by_micro->second.*field;
   auto by_iteration = plan.iteration_overrides.find(iteration);
   if (by_iteration != plan.iteration_overrides.end() && by_iteration->second.*field) return by_iteration->second.*field;
   auto by_rank = plan.rank_overrides.find(rank);
@@ -1288,6 +1342,9 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.data) emit(out, "data", *plan.data);
   emit_overrides(out, "rank_overrides", plan.rank_overrides);
   emit_overrides(out, "iteration_overrides", plan.iteration_overrides);
+  emit_overrides(out, "micro_step_overrides", plan.micro_step_overrides);
+  if (plan.tiled_mlp_layers) emit_ints(out, "tiled_mlp_layers", *plan.tiled_mlp_layers);
+  if (plan.torch_version != newest_torch_version()) emit(out, "torch_version", plan.torch_version.text());
   out << YAML::EndMap;
 }
 
@@ -1304,8 +1361,8 @@ std::vector<std::string> build_known_keys() {
     if (key != "hookstream" && key != "gradient_checkpointing_kwargs" && !contains(keys, key)) keys.push_back(key);
   }
   for (const std::string& key : hookstream_keys()) {
-    if (key == "rank_overrides" || key == "iteration_overrides") {
-      const std::string index = key == "rank_overrides" ? "RANK" : "ITER";
+    if (key == "rank_overrides" || key == "iteration_overrides" || key == "micro_step_overrides") {
+      const std::string index = key == "rank_overrides" ? "RANK" : key == "iteration_overrides" ? "ITER" : "MICRO";
       for (const std::string& sub : override_keys()) keys.push_back("hookstream." + key + "." + index + "." + sub);
     } else {
       keys.push_back("hookstream." + key);
@@ -1326,29 +1383,35 @@ bool Plan::layer_checkpointed(int layer) const {
   return std::binary_search(checkpoint_layers->begin(), checkpoint_layers->end(), layer);
 }
 
-int Plan::checkpoint_count(int layer, int rank, int iteration) const {
+bool Plan::layer_tiled(int layer) const {
+  if (!tiled_mlp) return false;
+  if (!tiled_mlp_layers) return true;
+  return std::binary_search(tiled_mlp_layers->begin(), tiled_mlp_layers->end(), layer);
+}
+
+int Plan::checkpoint_count(int layer, int rank, int iteration, int micro_step) const {
   if (!layer_checkpointed(layer)) return 0;
-  const std::vector<int> twice =
-      overridden(*this, rank, iteration, &PlanOverride::checkpoint_twice_layers).value_or(checkpoint_twice_layers);
+  const std::vector<int> twice = overridden(*this, rank, iteration, micro_step, &PlanOverride::checkpoint_twice_layers)
+                                     .value_or(checkpoint_twice_layers);
   return std::find(twice.begin(), twice.end(), layer) != twice.end() ? 2 : 1;
 }
 
-int Plan::sequence_len_for(int rank, int iteration) const {
-  return overridden(*this, rank, iteration, &PlanOverride::sequence_len).value_or(sequence_len);
+int Plan::sequence_len_for(int rank, int iteration, int micro_step) const {
+  return overridden(*this, rank, iteration, micro_step, &PlanOverride::sequence_len).value_or(sequence_len);
 }
 
 // DeepSpeed ALST's TiledMLP picks ceil(seqlen / hidden_size) shards when none is given.
-int Plan::tiled_shards_for(int rank, int iteration) const {
+int Plan::tiled_shards_for(int rank, int iteration, int micro_step) const {
   if (!tiled_mlp) return 1;
-  if (auto shards = overridden(*this, rank, iteration, &PlanOverride::tiled_mlp_num_shards)) return *shards;
+  if (auto shards = overridden(*this, rank, iteration, micro_step, &PlanOverride::tiled_mlp_num_shards)) return *shards;
   if (tiled_mlp_num_shards) return *tiled_mlp_num_shards;
-  const int sequence = sequence_len_for(rank, iteration);
+  const int sequence = sequence_len_for(rank, iteration, micro_step);
   if (model.hidden_size <= 0) return 1;
   return std::max(1, (sequence + model.hidden_size - 1) / model.hidden_size);
 }
 
-std::vector<std::string> Plan::unused_modules_for(int rank, int iteration) const {
-  return overridden(*this, rank, iteration, &PlanOverride::unused_modules).value_or(unused_modules);
+std::vector<std::string> Plan::unused_modules_for(int rank, int iteration, int micro_step) const {
+  return overridden(*this, rank, iteration, micro_step, &PlanOverride::unused_modules).value_or(unused_modules);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1377,6 +1440,7 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
   if (options.accelerate_config) accelerate = read_accelerate_config(*options.accelerate_config);
   resolve_world_size(draft, options, accelerate);
   engine_rules(draft, accelerate);
+  if (options.torch_version) draft.plan.torch_version = parse_torch_version(*options.torch_version, "--torch-version");
   resolve_model(draft, options);
   Validator(draft).run();
   return draft.plan;

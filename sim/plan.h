@@ -10,6 +10,7 @@
 
 #include "sim/axolotl_config/distributed_config.h"
 #include "sim/model_config.h"
+#include "sim/torch_version.h"
 
 namespace hookstream {
 
@@ -34,7 +35,7 @@ enum class TiledBackward {
 // several GPUs (accelerate's "auto"/"balanced"/"sequential").
 enum class DeviceMap { PerRank, Auto, Balanced, Sequential };
 
-// Values a single rank (or a single iteration) may override.
+// Values a single rank, iteration or micro-step may override.
 struct PlanOverride {
   std::optional<int> sequence_len;
   std::optional<int> tiled_mlp_num_shards;
@@ -80,6 +81,8 @@ struct Plan {
   bool use_reentrant = true;
   bool activation_offloading = false;
   bool tiled_mlp = false;
+  // hookstream.tiled_mlp_layers: the decoder layers whose MLP is tiled; unset with tiled_mlp = all.
+  std::optional<std::vector<int>> tiled_mlp_layers;
   std::optional<int> tiled_mlp_num_shards;  // unset: ceil(sequence_len / hidden_size) as ALST does
   // HF Trainer: unset means false when gradient checkpointing is on, true otherwise.
   std::optional<bool> ddp_find_unused_parameters;
@@ -138,6 +141,9 @@ struct Plan {
   std::optional<std::string> data;
   std::map<int, PlanOverride> rank_overrides;       // key: rank
   std::map<int, PlanOverride> iteration_overrides;  // key: iteration (0-based)
+  std::map<int, PlanOverride> micro_step_overrides;  // key: micro-step of every iteration (0-based)
+  // The PyTorch whose DDP is modelled (hookstream.torch_version, --torch-version).
+  TorchVersion torch_version = newest_torch_version();
 
   // --- what the config says beyond the DDP model (docs/plan-format.md) -------------------------
   // The engine the plan runs on (DDP, FSDP1/2, DeepSpeed ZeRO) and other parallelism: from the
@@ -162,10 +168,13 @@ struct Plan {
   }
   bool vision_tower_trainable() const { return train_vision_tower.value_or(adapter == Adapter::None); }
   bool layer_checkpointed(int layer) const;
-  int checkpoint_count(int layer, int rank, int iteration) const;  // 0, 1 or 2
-  int sequence_len_for(int rank, int iteration) const;
-  int tiled_shards_for(int rank, int iteration) const;  // 1 when tiled_mlp is off
-  std::vector<std::string> unused_modules_for(int rank, int iteration) const;
+  bool layer_tiled(int layer) const;  // tiled_mlp on and the layer in tiled_mlp_layers (or it unset)
+  // Per position. `micro_step` -1 leaves micro_step_overrides out (the memory and time models,
+  // which cost one representative micro-step); the DDP simulation and the oracles pass it.
+  int checkpoint_count(int layer, int rank, int iteration, int micro_step = -1) const;  // 0, 1 or 2
+  int sequence_len_for(int rank, int iteration, int micro_step = -1) const;
+  int tiled_shards_for(int rank, int iteration, int micro_step = -1) const;  // 1 when tiled_mlp is off
+  std::vector<std::string> unused_modules_for(int rank, int iteration, int micro_step = -1) const;
 };
 
 struct LoadOptions {
@@ -175,6 +184,7 @@ struct LoadOptions {
   std::optional<int> nproc_per_node;      // torchrun's --nproc-per-node
   std::optional<std::string> accelerate_config;  // --accelerate-config FILE
   std::vector<std::string> set;           // --set key=value (dotted keys, YAML values)
+  std::optional<std::string> torch_version;  // --torch-version (replaces hookstream.torch_version)
 };
 
 // Reads, overrides and validates a plan. Throws InputError (one line: file, key or line, expected).

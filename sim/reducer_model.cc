@@ -55,6 +55,8 @@ ReducerModel::ReducerModel(std::vector<ReducerParameter> parameters, ReducerOpti
     : parameters_(std::move(parameters)), options_(options) {
   const size_t n = parameters_.size();
   marked_.assign(n, false);
+  local_used_.assign(n, false);
+  last_local_used_.assign(n, false);
   num_grad_hooks_triggered_.assign(n, 0);
   num_grad_hooks_triggered_this_iteration_.assign(n, 0);
   if (n == 0) return;
@@ -132,9 +134,16 @@ void ReducerModel::prepare_for_backward(const std::vector<bool>* reachable) {
 
 void ReducerModel::push_rebuilt_params(int ddp_index) { rebuilt_param_indices_.push_back(ddp_index); }
 
-void ReducerModel::autograd_hook(int ddp_index) {
-  // Reducer::autograd_hook.
+void ReducerModel::autograd_hook(int ddp_index, bool grad_defined) {
+  // Reducer::autograd_hook. Where local_used_map_ is updated depends on the version: 2.4+ (pytorch
+  // PR #124193, "Fix DDP no_sync when find_unused_parameters is True") marks it before the
+  // !expect_autograd_hooks_ return, so use inside no_sync() counts; 1.13 to 2.3 only after it.
+  const bool track_used = dynamic_graph_find_unused() || static_graph_first_iteration();
+  if (track_used && grad_defined && options_.version.no_sync_marks_locally_used()) {
+    local_used_[static_cast<size_t>(ddp_index)] = true;
+  }
   if (!expect_autograd_hooks_) return;
+  if (track_used && grad_defined) local_used_[static_cast<size_t>(ddp_index)] = true;
   if (static_graph_first_iteration()) {
     ++num_grad_hooks_triggered_[static_cast<size_t>(ddp_index)];
     return;
@@ -163,7 +172,7 @@ void ReducerModel::mark_variable_ready(int ddp_index) {
   const size_t i = static_cast<size_t>(ddp_index);
   if (marked_[i]) {
     throw ReducerError(VerdictKind::MarkedReadyTwice, ddp_index,
-                       marked_twice_error_text(ddp_index, parameters_[i].name));
+                       marked_twice_error_text(ddp_index, parameters_[i].name, options_.version));
   }
   marked_[i] = true;
   require_finalize_ = true;
@@ -219,8 +228,12 @@ void ReducerModel::finalize_backward() {
   // fails when a finalize runs in a backward the Reducer was not prepared for: in 1.13, static
   // graph + no_sync(), where _DDPSink is applied while num_iterations == 1 and so queues
   // delay_all_reduce again in the next iteration's no_sync micro-step.
-  if (!expect_autograd_hooks_) throw ReducerError(VerdictKind::ReducerAssert, -1, reducer_assert_error_text());
+  if (!expect_autograd_hooks_) throw ReducerError(VerdictKind::ReducerAssert, -1, reducer_assert_error_text(options_.version));
   expect_autograd_hooks_ = false;
+  // finalize_bucket_dense reads the all-reduced local_used_map_ (a parameter no rank used keeps
+  // its .grad untouched), then finalize_backward zeroes it for the next iteration.
+  last_local_used_ = local_used_;
+  std::fill(local_used_.begin(), local_used_.end(), false);
   require_finalize_ = false;
   if (observer_.on_finalize) observer_.on_finalize();
 }
@@ -238,8 +251,27 @@ std::vector<int> ReducerModel::unmarked_parameters() const {
 // texts carry parameter indices, not names), observed through the oracle. The double space in
 // "engine  hooks" is PyTorch's.
 
-std::string marked_twice_error_text(int ddp_index, const std::string& name) {
-  (void)name;  // only printed with TORCH_DISTRIBUTED_DEBUG=INFO/DETAIL
+std::string marked_twice_error_text(int ddp_index, const std::string& name, const TorchVersion& version) {
+  // reducer.cpp checkAndRaiseMarkedTwiceError names the parameter when DDP passed names: 1.13 only
+  // with TORCH_DISTRIBUTED_DEBUG=INFO/DETAIL, 2.11 always (TorchVersion::ddp_always_passes_names),
+  // and then drops the TORCH_DISTRIBUTED_DEBUG hint.
+  const std::string head = fmt::format(
+      "Expected to mark a variable ready only once. This error is caused by one of the following "
+      "reasons: 1) Use of a module parameter outside the `forward` function. Please make sure model "
+      "parameters are not shared across multiple concurrent forward-backward passes. or try to use "
+      "_set_static_graph() as a workaround if this module graph does not change during training "
+      "loop.2) Reused parameters in multiple reentrant backward passes. For example, if you use "
+      "multiple `checkpoint` functions to wrap the same part of your model, it would result in the "
+      "same set of parameters been used by different reentrant backward passes multiple times, and "
+      "hence marking a variable ready multiple times. DDP does not support such use cases in default. "
+      "You can try to use _set_static_graph() as a workaround if your module graph does not change "
+      "over iterations.\nParameter at index {}",
+      ddp_index);
+  if (version.ddp_always_passes_names()) {
+    return head + " with name " + name +
+           " has been marked as ready twice. This means that multiple autograd engine  hooks have fired for this "
+           "particular parameter during this iteration.";
+  }
   return fmt::format(
       "Expected to mark a variable ready only once. This error is caused by one of the following "
       "reasons: 1) Use of a module parameter outside the `forward` function. Please make sure model "
@@ -285,10 +317,13 @@ std::string prior_reduction_error_text(int rank, const std::vector<int>& unmarke
   return text;
 }
 
-std::string reducer_assert_error_text() {
-  // The file and line are those of Debian's 1.13.1 build; other builds print their own.
-  return "expect_autograd_hooks_ INTERNAL ASSERT FAILED at \"./torch/csrc/distributed/c10d/reducer.cpp\":1490, "
-         "please report a bug to PyTorch. ";
+std::string reducer_assert_error_text(const TorchVersion& version) {
+  // The file and line are those of the builds observed: Debian's 1.13.1 package and the 2.11.0
+  // PyPI wheel (built under /pytorch). Other versions' wheels print their own line.
+  std::string where = "\"/pytorch/torch/csrc/distributed/c10d/reducer.cpp\":<line of this build>";
+  if (version == TorchVersion{1, 13}) where = "\"./torch/csrc/distributed/c10d/reducer.cpp\":1490";
+  if (version == TorchVersion{2, 11}) where = "\"/pytorch/torch/csrc/distributed/c10d/reducer.cpp\":1705";
+  return "expect_autograd_hooks_ INTERNAL ASSERT FAILED at " + where + ", please report a bug to PyTorch. ";
 }
 
 std::string static_graph_changed_error_text() {

@@ -1,5 +1,6 @@
-// A state machine that mirrors c10d's Reducer (torch/csrc/distributed/c10d/reducer.cpp, 1.13 and
-// 2.x agree on everything modelled here) and the parts of DistributedDataParallel
+// A state machine that mirrors c10d's Reducer (torch/csrc/distributed/c10d/reducer.cpp; where 1.13
+// and 2.x differ, ReducerOptions::version decides: sim/torch_version.h, docs/ddp-versions.md) and the
+// parts of DistributedDataParallel
 // (torch/nn/parallel/distributed.py) that drive it: initial bucket assignment, prepare_for_forward /
 // rebuild_buckets / prepare_for_backward, autograd_hook, mark_variable_ready, in-order bucket launch,
 // finalize_backward queued on the innermost running graph task, find_unused_parameters,
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/torch_version.h"
 #include "sim/verdict.h"
 
 namespace hookstream {
@@ -29,6 +31,7 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   bool static_graph = false;
   bool gradient_as_bucket_view = false;
+  TorchVersion version = newest_torch_version();  // behaviours and texts that changed (sim/torch_version.h)
 };
 
 // An error the real Reducer raises (as RuntimeError); `kind` classifies it.
@@ -88,8 +91,9 @@ class ReducerModel {
   // Reducer::prepare_for_backward. `reachable` (find_unused, non-static): which DDP parameters the
   // autograd graph of the outputs reaches.
   void prepare_for_backward(const std::vector<bool>* reachable);
-  // The DDP hook on a parameter's AccumulateGrad node.
-  void autograd_hook(int ddp_index);
+  // The DDP hook on a parameter's AccumulateGrad node. `grad_defined`: the parameter's .grad is
+  // defined after the accumulation (reducer.cpp only marks it locally used then).
+  void autograd_hook(int ddp_index, bool grad_defined = true);
   // _DDPSink's callback in static graph's first iteration.
   void delay_all_reduce();
 
@@ -97,6 +101,9 @@ class ReducerModel {
   bool require_finalize() const { return require_finalize_; }
   int num_iterations() const { return num_iterations_; }
   const std::vector<int>& unused_parameters() const { return unused_parameters_; }
+  // local_used_map_ as finalize_backward read it last (find_unused_parameters, non-static): which
+  // parameters this rank marked used since the previous finalize.
+  const std::vector<bool>& last_local_used() const { return last_local_used_; }
   // Collectives issued since the last prepare_for_backward / since construction.
   const std::vector<Collective>& collectives() const { return collectives_; }
   void clear_collectives() { collectives_.clear(); }
@@ -135,15 +142,20 @@ class ReducerModel {
   std::vector<int> rebuilt_param_indices_;
   std::vector<int> num_grad_hooks_triggered_;               // static graph, counted in iteration 1
   std::vector<int> num_grad_hooks_triggered_this_iteration_;  // counted down later
+  std::vector<bool> local_used_;       // local_used_map_
+  std::vector<bool> last_local_used_;  // its value at the last finalize_backward
   std::vector<Collective> collectives_;
   Observer observer_;
   QueueCallback queue_callback_;
 };
 
-// The exact texts PyTorch raises in a default run, kept in one place (reducer.cpp, 1.13.1 as observed).
-std::string marked_twice_error_text(int ddp_index, const std::string& name);
+// The exact texts PyTorch raises in a default run, kept in one place (reducer.cpp; 1.13.1 and
+// 2.11.0 as observed through the oracles).
+std::string marked_twice_error_text(int ddp_index, const std::string& name,
+                                    const TorchVersion& version = newest_torch_version());
 std::string prior_reduction_error_text(int rank, const std::vector<int>& unmarked, bool static_graph);
 std::string static_graph_changed_error_text();
-std::string reducer_assert_error_text();
+// finalize_backward's TORCH_INTERNAL_ASSERT(expect_autograd_hooks_): the file:line differ by build.
+std::string reducer_assert_error_text(const TorchVersion& version);
 
 }  // namespace hookstream

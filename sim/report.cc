@@ -177,9 +177,13 @@ std::string render_text(const VerifyResult& r, bool colour) {
     if (plan.activation_offloading) ckpt += " + CPU offload";
   }
   std::string tiled = plan.tiled_mlp ? fmt::format("{} ({} shards at rank 0)", tiled_text(plan.tiled_mlp_backward), plan.tiled_shards_for(0, 0)) : "off";
-  out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s)\n",
+  if (plan.tiled_mlp && plan.tiled_mlp_layers) tiled += fmt::format(" on layers {}", fmt::join(*plan.tiled_mlp_layers, ","));
+  // The rules that differ between PyTorch versions follow this one (docs/ddp-versions.md).
+  out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s); "
+                     "DDP of PyTorch {}\n",
                      s.bold(), s.reset(), ckpt, tiled, plan.find_unused_parameters() ? "true" : "false",
-                     plan.static_graph ? "true" : "false", r.simulation.initial_buckets.buckets.size());
+                     plan.static_graph ? "true" : "false", r.simulation.initial_buckets.buckets.size(),
+                     plan.torch_version.text());
   if (const auto moe = moe_estimate(r)) {
     out += fmt::format("{}moe{}      {}; the experts are fused [E, ...] tensors (transformers 5), one parameter used every "
                        "step, so no expert is an unused parameter for DDP\n",

@@ -84,6 +84,25 @@ TEST_CASE("bad input: one line naming file and key, exit 2, no output file", "[c
   std::filesystem::remove(bad);
 }
 
+TEST_CASE("verify --torch-version: the modelled PyTorch, one line and exit 2 outside 1.13 or 2.0-2.11", "[cli]") {
+  const std::string plan = src("tests/plans/ddp/no_sync_only_module_find_unused.yaml");
+  // A module used only inside no_sync(): 1.13 leaves its gradient local, 2.11 reduces it.
+  const Run old = run("verify " + plan + " --torch-version 1.13.1 --no-colour");
+  CHECK(old.exit_code == 1);
+  CHECK(old.out.find("silent_divergence") != std::string::npos);
+  CHECK(old.out.find("DDP of PyTorch 1.13") != std::string::npos);
+  const Run now = run("verify " + plan + " --no-colour");
+  CHECK(now.exit_code == 0);
+  CHECK(now.out.find("DDP of PyTorch 2.11") != std::string::npos);
+  for (const std::string bad : {"2.12", "1.12", "nightly"}) {
+    const Run r = run("verify " + plan + " --torch-version " + bad);
+    CHECK(r.exit_code == 2);
+    CHECK(lines(r.out) == 1);
+    CHECK(r.out.find("--torch-version") != std::string::npos);
+    CHECK(r.out.find("1.13 or 2.0 to 2.11") != std::string::npos);
+  }
+}
+
 TEST_CASE("the output option writes the report atomically", "[cli]") {
   const std::string output = temp_path("report.json");
   std::filesystem::remove(output);

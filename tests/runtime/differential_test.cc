@@ -7,6 +7,7 @@
 
 #include "runtime/differential.h"
 #include "runtime/oracle.h"
+#include "runtime/reducer_factory.h"
 #include "sim/verify.h"
 
 // Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
@@ -33,7 +34,10 @@ TEST_CASE("the simulator agrees with the real Reducer on every plan of the matri
     DYNAMIC_SECTION(std::filesystem::path(file).filename().string()) {
       VerifyOptions options;
       options.search_fixes = false;
-      const VerifyResult predicted = verify_plan(read_plan_source(file, {}), options);
+      // Predicted for the PyTorch the oracle runs (Debian's LibTorch 1.13).
+      LoadOptions load;
+      load.torch_version = torch_version();
+      const VerifyResult predicted = verify_plan(read_plan_source(file, load), options);
       OracleOptions oracle_options;
       oracle_options.worker_path = HOOKSTREAM_ORACLE_WORKER;
       const OracleResult observed = run_oracle(predicted.plan, oracle_options);

@@ -4,6 +4,7 @@
 // Reducer as well.
 #include <catch2/catch.hpp>
 
+#include "sim/input_error.h"
 #include "sim/verify.h"
 
 using namespace hookstream;
@@ -115,4 +116,127 @@ TEST_CASE("each verified fix carries its predicted cost next to the plan's own",
   // A passing plan needs no fixes and pays for no predictions.
   const VerifyResult clean = verify_file("tests/plans/ddp/plain.yaml");
   CHECK_FALSE(clean.cost.has_value());
+}
+
+namespace {
+VerifyResult verify_version(const std::string& relative, const std::string& version, std::vector<std::string> set = {}) {
+  LoadOptions options;
+  options.set = std::move(set);
+  options.torch_version = version;
+  return verify_plan(read_plan_source(std::string(HOOKSTREAM_SOURCE_DIR) + "/" + relative, options));
+}
+}  // namespace
+
+TEST_CASE("a norm whose output feeds nothing is unused as DDP sees it, not missing a gradient", "[ddp]") {
+  // Layer 3's MLP is skipped: its post_attention_layernorm still runs, but its output feeds
+  // nothing. find_unused_parameters marks it unused and the run trains; without it the bucket
+  // never completes.
+  CHECK(first_kind(verify_file("tests/plans/ddp/unused_module_find_unused.yaml")) == VerdictKind::Ok);
+  CHECK(first_kind(verify_file("tests/plans/ddp/unused_module.yaml")) == VerdictKind::UnfinishedReduction);
+  const VerifyResult r = verify_file("tests/plans/ddp/unused_module_find_unused.yaml");
+  const std::vector<bool>& fed = r.simulation.fed_loss.at(0);
+  bool norm_fed = true, down_fed = true, attention_fed = false;
+  for (size_t i = 0; i < fed.size(); ++i) {
+    const std::string& name = r.structure.ddp_parameter(static_cast<int>(i)).name;
+    if (name == "model.layers.3.post_attention_layernorm.weight") norm_fed = fed[i];
+    if (name == "model.layers.3.mlp.down_proj.weight") down_fed = fed[i];
+    if (name == "model.layers.3.self_attn.q_proj.weight") attention_fed = fed[i];
+  }
+  CHECK_FALSE(norm_fed);
+  CHECK_FALSE(down_fed);
+  CHECK(attention_fed);
+  // A parameter that feeds the loss without a grad_fn (a reentrant checkpoint over frozen inputs) is
+  // still a missing gradient.
+  CHECK(first_kind(verify_file("tests/plans/ddp/lora_reentrant_frozen_inputs.yaml",
+                               {"ddp_find_unused_parameters=true"})) == VerdictKind::NoGradient);
+}
+
+TEST_CASE("tiled_mlp_layers tiles only the listed layers", "[ddp][tiled]") {
+  // LoRA with a per-chunk tiled MLP on layer 0 only: layer 0's adapters are the backward's last
+  // gradients, so chunk 1's nested backward completes the last bucket, finalize runs at its end and
+  // chunk 2's gradients stay local (real DDP 2.11 and the 1.13 Reducer agree: the differential
+  // tests). Tiling every layer, layer 3's chunks mark its adapters twice first.
+  const VerifyResult first = verify_file("tests/plans/ddp/lora_tiled_first_layer_per_chunk.yaml");
+  REQUIRE_FALSE(first.ok());
+  CHECK(first.plan.layer_tiled(0));
+  CHECK_FALSE(first.plan.layer_tiled(1));
+  CHECK(first.simulation.findings.front().kind == VerdictKind::SilentDivergence);
+  CHECK(first.simulation.findings.front().parameter ==
+        "base_model.model.model.layers.0.mlp.gate_proj.lora_A.default.weight");
+  const VerifyResult all = verify_file("tests/plans/ddp/lora_tiled_first_layer_per_chunk.yaml",
+                                       {"hookstream.tiled_mlp_layers=all"});
+  REQUIRE_FALSE(all.ok());
+  CHECK(all.simulation.findings.front().kind == VerdictKind::MarkedReadyTwice);
+  CHECK(all.simulation.findings.front().layer == 3);
+  // Ranges: layers 1-2 tiled, the findings name only those layers.
+  const VerifyResult some = verify_file("tests/plans/ddp/tiled_some_layers_per_chunk.yaml");
+  REQUIRE_FALSE(some.ok());
+  CHECK(some.plan.layer_tiled(1));
+  CHECK(some.plan.layer_tiled(2));
+  CHECK_FALSE(some.plan.layer_tiled(0));
+  CHECK_FALSE(some.plan.layer_tiled(3));
+  CHECK(some.simulation.findings.front().layer == 2);
+}
+
+TEST_CASE("micro_step_overrides: a module used only inside no_sync, per PyTorch version", "[ddp][versions]") {
+  // 1.13 to 2.3 mark local_used_map_ only when hooks are expected: the module's gradient (from the
+  // no_sync micro-step) is left local at finalize. 2.4+ (PR #124193) counts the use and reduces it.
+  const VerifyResult old = verify_version("tests/plans/ddp/no_sync_only_module_find_unused.yaml", "1.13");
+  REQUIRE_FALSE(old.ok());
+  CHECK(old.simulation.findings.front().kind == VerdictKind::SilentDivergence);
+  CHECK(old.simulation.findings.front().parameter.find("model.layers.2.mlp.") == 0);
+  CHECK(first_kind(verify_version("tests/plans/ddp/no_sync_only_module_find_unused.yaml", "2.3")) ==
+        VerdictKind::SilentDivergence);
+  CHECK(first_kind(verify_version("tests/plans/ddp/no_sync_only_module_find_unused.yaml", "2.4")) == VerdictKind::Ok);
+  CHECK(first_kind(verify_version("tests/plans/ddp/no_sync_only_module_find_unused.yaml", "2.11")) == VerdictKind::Ok);
+  // Used only in the synced micro-step: fine everywhere. Without find_unused: unfinished everywhere.
+  CHECK(first_kind(verify_version("tests/plans/ddp/synced_only_module_find_unused.yaml", "1.13")) == VerdictKind::Ok);
+  CHECK(first_kind(verify_version("tests/plans/ddp/no_sync_only_module.yaml", "1.13")) == VerdictKind::UnfinishedReduction);
+  CHECK(first_kind(verify_version("tests/plans/ddp/no_sync_only_module.yaml", "2.11")) == VerdictKind::UnfinishedReduction);
+}
+
+TEST_CASE("static graph + gradient accumulation asserts in both versions, where and with what text", "[ddp][versions]") {
+  const VerifyResult old = verify_version("tests/plans/ddp/static_graph_accumulation_assert.yaml", "1.13");
+  REQUIRE_FALSE(old.ok());
+  const Finding& a = old.simulation.findings.front();
+  CHECK(a.kind == VerdictKind::ReducerAssert);
+  CHECK(a.iteration == 1);
+  CHECK(a.micro_step == 0);
+  CHECK(a.error_text.find("reducer.cpp\":1490") != std::string::npos);
+  const VerifyResult now = verify_version("tests/plans/ddp/static_graph_accumulation_assert.yaml", "2.11");
+  REQUIRE_FALSE(now.ok());
+  const Finding& b = now.simulation.findings.front();
+  CHECK(b.kind == VerdictKind::ReducerAssert);
+  CHECK(b.iteration == 0);
+  CHECK(b.micro_step == 0);
+  CHECK(b.error_text ==
+        "expect_autograd_hooks_ INTERNAL ASSERT FAILED at \"/pytorch/torch/csrc/distributed/c10d/reducer.cpp\":1705, "
+        "please report a bug to PyTorch. ");
+  CHECK(b.explanation.find("2.1") != std::string::npos);
+}
+
+TEST_CASE("the default PyTorch version is 2.11, 1.13 and 2.0-2.11 are accepted, others refused", "[ddp][versions]") {
+  CHECK(verify_file("tests/plans/ddp/plain.yaml").plan.torch_version == (TorchVersion{2, 11}));
+  CHECK(verify_version("tests/plans/ddp/plain.yaml", "1.13.1").plan.torch_version == (TorchVersion{1, 13}));
+  CHECK(verify_version("tests/plans/ddp/plain.yaml", "2.4.0+cu121").plan.torch_version == (TorchVersion{2, 4}));
+  CHECK(verify_file("tests/plans/ddp/plain.yaml", {"hookstream.torch_version=\"2.1\""}).plan.torch_version ==
+        (TorchVersion{2, 1}));
+  for (const std::string bad : {"1.12", "2.12", "3.0", "two", "2", "2.11.0.1", ""}) {
+    INFO(bad);
+    try {
+      verify_version("tests/plans/ddp/plain.yaml", bad);
+      FAIL("accepted");
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      CHECK(what.rfind("--torch-version: ", 0) == 0);
+      CHECK(what.find("1.13 or 2.0 to 2.11") != std::string::npos);
+      CHECK(what.find('\n') == std::string::npos);
+    }
+  }
+  try {
+    verify_file("tests/plans/ddp/plain.yaml", {"hookstream.torch_version=\"2.12\""});
+    FAIL("accepted");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("hookstream.torch_version") != std::string::npos);
+  }
 }

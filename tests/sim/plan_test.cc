@@ -632,6 +632,9 @@ TEST_CASE("known_plan_keys lists every accepted dotted key", "[plan]") {
   CHECK(has("chunked_cross_entropy_num_chunks"));
   CHECK(has("hookstream.weights"));
   CHECK(has("hookstream.vision_tokens"));
+  CHECK(has("hookstream.micro_step_overrides.MICRO.unused_modules"));
+  CHECK(has("hookstream.tiled_mlp_layers"));
+  CHECK(has("hookstream.torch_version"));
   CHECK(has("revision_of_model"));
   CHECK(has("optimizer"));
   CHECK(has("rl"));
@@ -640,8 +643,8 @@ TEST_CASE("known_plan_keys lists every accepted dotted key", "[plan]") {
   CHECK(has("gradient_checkpointing_kwargs.preserve_rng_state"));
   CHECK_FALSE(has("world_size"));
   // axolotl 0.18.0's 478 keys but world_size and gradient_checkpointing_kwargs (6 dotted
-  // torch.utils.checkpoint arguments instead), 18 hookstream keys, 2 x 4 overrides.
-  CHECK(keys.size() == 478 - 2 + 6 + 18 + 8);
+  // torch.utils.checkpoint arguments instead), 20 hookstream keys, 3 x 4 overrides.
+  CHECK(keys.size() == 478 - 2 + 6 + 20 + 12);
 }
 
 TEST_CASE("training keys are read, validated and written back", "[plan]") {
@@ -691,11 +694,70 @@ TEST_CASE("the examples in docs/plan-format.md load", "[plan]") {
       block += line + "\n";
     }
   }
-  CHECK(blocks.size() == 4);
+  CHECK(blocks.size() == 5);
   for (const std::string& yaml : blocks) {
     INFO(yaml);
     CHECK_NOTHROW(parse_plan(yaml, "docs/plan-format.md"));
   }
+}
+
+
+TEST_CASE("tiled_mlp_layers: lists and FIRST-LAST ranges, implies tiled_mlp", "[plan]") {
+  const Plan plan = parse("base_model: tiny-llama\nhookstream:\n  tiled_mlp_layers: [0, \"2-3\", 2]\n");
+  CHECK(plan.tiled_mlp);
+  REQUIRE(plan.tiled_mlp_layers);
+  CHECK(*plan.tiled_mlp_layers == std::vector<int>{0, 2, 3});
+  CHECK(plan.layer_tiled(0));
+  CHECK_FALSE(plan.layer_tiled(1));
+  CHECK(plan.layer_tiled(3));
+  CHECK(parse("base_model: tiny-llama\ntiled_mlp: true\n").layer_tiled(1));
+  CHECK_FALSE(parse("base_model: tiny-llama\n").layer_tiled(1));
+  CHECK(parse_error("base_model: tiny-llama\ntiled_mlp: false\nhookstream:\n  tiled_mlp_layers: [1]\n") ==
+        "plan.yaml:4: key \"hookstream.tiled_mlp_layers\": is set but tiled_mlp is false (tiled_mlp_layers implies tiled_mlp)");
+  CHECK(parse_error("base_model: tiny-llama\nhookstream:\n  tiled_mlp_layers: [\"3-1\"]\n").find(
+            "FIRST-LAST with FIRST <= LAST") != std::string::npos);
+  CHECK(parse_error("base_model: tiny-llama\nhookstream:\n  tiled_mlp_layers: [9]\n").find("out of range") !=
+        std::string::npos);
+  CHECK(parse_error("base_model: tiny-llama\nhookstream:\n  tiled_mlp_layers: []\n").find("FIRST-LAST") !=
+        std::string::npos);
+  // Round trip.
+  CHECK(parse(to_yaml(plan)).tiled_mlp_layers == plan.tiled_mlp_layers);
+}
+
+TEST_CASE("micro_step_overrides: beside rank and iteration overrides, micro-step first", "[plan]") {
+  const Plan plan = parse(
+      "base_model: tiny-llama\ngradient_accumulation_steps: 3\nhookstream:\n  world_size: 2\n"
+      "  unused_modules: [lm_head]\n  rank_overrides:\n    1: {unused_modules: []}\n"
+      "  micro_step_overrides:\n    0: {unused_modules: [model.layers.1.mlp], sequence_len: 40}\n");
+  CHECK(plan.unused_modules_for(0, 0, 0) == std::vector<std::string>{"model.layers.1.mlp"});
+  CHECK(plan.unused_modules_for(1, 0, 0) == std::vector<std::string>{"model.layers.1.mlp"});
+  CHECK(plan.unused_modules_for(0, 0, 1) == std::vector<std::string>{"lm_head"});
+  CHECK(plan.unused_modules_for(1, 0, 2).empty());
+  CHECK(plan.unused_modules_for(0, 0) == std::vector<std::string>{"lm_head"});  // -1: no micro-step override
+  CHECK(plan.sequence_len_for(0, 0, 0) == 40);
+  CHECK(plan.sequence_len_for(0, 0, 1) == 2048);
+  CHECK(parse_error("base_model: tiny-llama\ngradient_accumulation_steps: 2\nhookstream:\n  micro_step_overrides:\n"
+                    "    2: {sequence_len: 4}\n") ==
+        "plan.yaml:5: key \"hookstream.micro_step_overrides.2\": index 2 is out of range: gradient_accumulation_steps is 2");
+  CHECK(parse(to_yaml(plan)).micro_step_overrides.size() == 1);
+  CHECK(parse("base_model: tiny-llama\ngradient_accumulation_steps: 2\n",
+              with_set({"hookstream.micro_step_overrides.1.sequence_len=5"})).sequence_len_for(0, 0, 1) == 5);
+}
+
+TEST_CASE("hookstream.torch_version: a supported PyTorch version, written back when not the default", "[plan]") {
+  CHECK(parse("base_model: tiny-llama\n").torch_version == newest_torch_version());
+  const Plan old = parse("base_model: tiny-llama\nhookstream:\n  torch_version: 1.13\n");
+  CHECK(old.torch_version == (TorchVersion{1, 13}));
+  CHECK(parse(to_yaml(old)).torch_version == (TorchVersion{1, 13}));
+  CHECK(parse_error("base_model: tiny-llama\nhookstream:\n  torch_version: 2.12\n") ==
+        "plan.yaml:3: key \"hookstream.torch_version\": PyTorch 2.12 is not supported: hookstream models DDP of "
+        "PyTorch 1.13 or 2.0 to 2.11, got \"2.12\"");
+  CHECK(parse_error("base_model: tiny-llama\nhookstream:\n  torch_version: latest\n") ==
+        "plan.yaml:3: key \"hookstream.torch_version\": expected a PyTorch version MAJOR.MINOR[.PATCH] in 1.13 or "
+        "2.0 to 2.11, got \"latest\"");
+  LoadOptions cli;
+  cli.torch_version = "1.13";
+  CHECK(parse("base_model: tiny-llama\nhookstream:\n  torch_version: 2.4\n", cli).torch_version == (TorchVersion{1, 13}));
 }
 
 }  // namespace hookstream

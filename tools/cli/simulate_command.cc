@@ -19,6 +19,7 @@ struct SimulateArgs {
   std::string plan;
   std::string model;
   DistributedFlags distributed;
+  std::string torch_version;
   std::vector<std::string> set;
   std::string protocol;
   bool all_ranks = false;
@@ -32,6 +33,7 @@ int run_simulate(const SimulateArgs& args) {
   LoadOptions load;
   if (!args.model.empty()) load.model_path = args.model;
   args.distributed.apply(load);
+  if (!args.torch_version.empty()) load.torch_version = args.torch_version;
   load.set = args.set;
   SimulateOptions options;
   options.protocol = args.protocol;
@@ -68,6 +70,8 @@ Command register_simulate_command(CLI::App& app) {
   cmd->add_option("--protocol", args->protocol, "offload stream protocol: a name in protocols/ or a .yaml path (overrides hookstream.offload_protocol)");
   cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");
   args->distributed.add_to(cmd);
+  cmd->add_option("--torch-version", args->torch_version,
+                  "PyTorch whose DDP is modelled: 1.13 or 2.0 to 2.11 (overrides hookstream.torch_version; default 2.11)");
   cmd->add_option("--set", args->set, "override a plan key: key=value (dotted keys, YAML values)");
   cmd->add_flag("--all-ranks", args->all_ranks, "expand every rank, not only rank 0");
   cmd->add_option("--devices-per-process", args->devices_per_process, "devices one process drives (default 1)")->check(CLI::Range(1, 8));

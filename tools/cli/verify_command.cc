@@ -22,6 +22,7 @@ struct VerifyArgs {
   std::string plan;
   std::string model;
   DistributedFlags distributed;
+  std::string torch_version;
   std::vector<std::string> set;
   std::string format = "text";
   std::string output;
@@ -52,6 +53,7 @@ int run_verify(const VerifyArgs& args) {
   LoadOptions load;
   if (!args.model.empty()) load.model_path = args.model;
   args.distributed.apply(load);
+  if (!args.torch_version.empty()) load.torch_version = args.torch_version;
   load.set = args.set;
   SimulateOptions options;
   options.races_shown = 3;
@@ -86,6 +88,8 @@ Command register_verify_command(CLI::App& app) {
   cmd->add_option("plan", args->plan, "training plan (axolotl-style YAML)")->required();
   cmd->add_option("--model", args->model, "HF config.json (overrides base_model)");
   args->distributed.add_to(cmd);
+  cmd->add_option("--torch-version", args->torch_version,
+                  "PyTorch whose DDP is modelled: 1.13 or 2.0 to 2.11 (overrides hookstream.torch_version; default 2.11)");
   cmd->add_option("--set", args->set, "override a plan key: key=value (dotted keys, YAML values)");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("-o,--output", args->output, "write the report to FILE instead of stdout");

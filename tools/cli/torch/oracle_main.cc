@@ -46,6 +46,8 @@ int run_oracle_command(const OracleArgs& args) {
   if (!args.model.empty()) load.model_path = args.model;
   if (args.world_size != -1) load.world_size = args.world_size;
   load.set = args.set;
+  // The prediction is for the PyTorch the oracle runs (its LibTorch), whatever the plan names.
+  load.torch_version = torch_version();
   VerifyOptions verify_options;
   verify_options.search_fixes = false;
   const VerifyResult predicted = verify_plan(read_plan_source(args.plan, load), verify_options);

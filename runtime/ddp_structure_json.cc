@@ -1,0 +1,140 @@
+#include "runtime/ddp_structure_json.h"
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/model_step.h"
+
+namespace hookstream {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json linear_json(const ModelStructure& structure, const LinearUse& use) {
+  return Json{{"path", linear_module_path(structure, use)},
+              {"weight", use.weight},
+              {"bias", use.bias},
+              {"lora_a", use.lora_a},
+              {"lora_b", use.lora_b}};
+}
+
+const char* tiled_name(TiledBackward strategy) {
+  switch (strategy) {
+    case TiledBackward::BackwardPerChunk: return "per_chunk_backward";
+    case TiledBackward::GradThenBackward: return "grad_then_backward";
+    case TiledBackward::FunctionReturnsGrads: return "function_returns_grads";
+  }
+  return "per_chunk_backward";
+}
+
+// Every module path the forward asks "skipped?" about (runtime/oracle_model.cc does the same asks).
+std::vector<std::string> queried_paths(const Plan& plan, const ModelStructure& structure) {
+  std::set<std::string> paths;
+  auto module_of = [&](int index) {
+    if (index >= 0) paths.insert(structure.parameters[static_cast<size_t>(index)].module);
+  };
+  auto linear = [&](const LinearUse& use) {
+    if (use.weight < 0) return;
+    paths.insert(linear_module_path(structure, use));
+    module_of(use.lora_a);
+    module_of(use.lora_b);
+  };
+  module_of(structure.embed);
+  module_of(structure.final_norm);
+  module_of(structure.lm_head);
+  paths.insert("lm_head");
+  for (const DecoderLayerUse& layer : structure.layers) {
+    paths.insert(layer.path);
+    paths.insert(layer.path + ".self_attn");
+    paths.insert(layer.path + ".mlp");
+    for (int norm : {layer.input_norm, layer.q_norm, layer.k_norm, layer.post_attention_norm}) module_of(norm);
+    for (const LinearUse* use : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) linear(*use);
+  }
+  (void)plan;
+  return {paths.begin(), paths.end()};
+}
+
+}  // namespace
+
+std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure) {
+  const ModelConfig& m = plan.model;
+  Json j;
+  j["schema"] = "hookstream.ddp-structure/1";
+  j["torch_version_modelled"] = plan.torch_version.text();
+  j["vision"] = !structure.vision_blocks.empty();
+  j["world_size"] = plan.world_size;
+  j["iterations"] = plan.iterations;
+  j["gradient_accumulation_steps"] = std::max(1, plan.gradient_accumulation_steps);
+  j["micro_batch_size"] = plan.micro_batch_size;
+  j["ddp"] = Json{{"find_unused_parameters", plan.find_unused_parameters()},
+                  {"static_graph", plan.static_graph},
+                  {"gradient_as_bucket_view", plan.gradient_as_bucket_view},
+                  {"bucket_cap_mb", plan.ddp_bucket_cap_mb ? Json(*plan.ddp_bucket_cap_mb) : Json(nullptr)}};
+  j["use_reentrant"] = plan.use_reentrant;
+  j["input_require_grads"] = plan.input_require_grads();
+  j["tiled_mlp_backward"] = tiled_name(plan.tiled_mlp_backward);
+  j["tiled_mlp_weights_as_inputs"] = plan.tiled_mlp_weights_as_inputs ||
+                                     plan.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads;
+  j["lora_scale"] = plan.lora_alpha / static_cast<double>(std::max(1, plan.lora_r));
+  j["model"] = Json{{"hidden_size", m.hidden_size},
+                    {"num_attention_heads", m.num_attention_heads},
+                    {"num_key_value_heads", m.num_key_value_heads > 0 ? m.num_key_value_heads : m.num_attention_heads},
+                    {"head_dim", m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max(1, m.num_attention_heads)},
+                    {"vocab_size", m.vocab_size},
+                    {"tie_word_embeddings", m.tie_word_embeddings}};
+  Json params = Json::array();
+  for (const Parameter& p : structure.parameters) {
+    params.push_back(Json{{"name", p.name}, {"module", p.module}, {"shape", p.shape}, {"trainable", p.trainable}});
+  }
+  j["parameters"] = std::move(params);
+  j["ddp_parameters"] = structure.ddp_parameters;
+  j["embed"] = structure.embed;
+  j["final_norm"] = structure.final_norm;
+  j["lm_head"] = structure.lm_head;
+  Json layers = Json::array();
+  for (const DecoderLayerUse& layer : structure.layers) {
+    layers.push_back(Json{{"index", layer.index},
+                          {"path", layer.path},
+                          {"tiled", plan.layer_tiled(layer.index)},
+                          {"input_norm", layer.input_norm},
+                          {"q_norm", layer.q_norm},
+                          {"k_norm", layer.k_norm},
+                          {"post_attention_norm", layer.post_attention_norm},
+                          {"q", linear_json(structure, layer.q)},
+                          {"k", linear_json(structure, layer.k)},
+                          {"v", linear_json(structure, layer.v)},
+                          {"o", linear_json(structure, layer.o)},
+                          {"gate", linear_json(structure, layer.gate)},
+                          {"up", linear_json(structure, layer.up)},
+                          {"down", linear_json(structure, layer.down)}});
+  }
+  j["layers"] = std::move(layers);
+  const std::vector<std::string> paths = queried_paths(plan, structure);
+  Json positions = Json::array();
+  for (int rank = 0; rank < plan.world_size; ++rank) {
+    for (int it = 0; it < plan.iterations; ++it) {
+      for (int micro = 0; micro < std::max(1, plan.gradient_accumulation_steps); ++micro) {
+        const ModelStepView step = model_step_view(plan, rank, it, micro);
+        Json skipped = Json::array();
+        for (const std::string& path : paths) {
+          if (step.skipped(path)) skipped.push_back(path);
+        }
+        Json counts = Json::array();
+        for (const DecoderLayerUse& layer : structure.layers) counts.push_back(plan.checkpoint_count(layer.index, rank, it, micro));
+        positions.push_back(Json{{"rank", rank},
+                                 {"iteration", it},
+                                 {"micro_step", micro},
+                                 {"sequence_len", plan.sequence_len_for(rank, it, micro)},
+                                 {"shards", step.shards},
+                                 {"checkpoint_count", std::move(counts)},
+                                 {"skipped", std::move(skipped)}});
+      }
+    }
+  }
+  j["positions"] = std::move(positions);
+  return j.dump(1) + "\n";
+}
+
+}  // namespace hookstream
