@@ -163,8 +163,7 @@ bool has_qkv_bias_by_type(const std::string& decoder_type) { return starts_with(
 bool has_qk_norm_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen3"); }
 
 bool is_vision_language_type(const std::string& model_type) {
-  return model_type == "qwen3_vl" || model_type == "qwen3_vl_moe" || model_type == "qwen2_5_vl" ||
-         model_type == "qwen2_vl";
+  return model_type == "qwen3_vl" || model_type == "qwen3_vl_moe";
 }
 
 VisionTowerConfig parse_vision(const ConfigReader& reader, const json& vision, int text_hidden) {
@@ -425,7 +424,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (!config.model_type.empty() && !is_vision_language_type(config.model_type) &&
         find_architecture(config.model_type) == nullptr) {
       reader.fail("vision_config", "the vision tower of model_type \"" + config.model_type +
-                                       "\" is not modelled yet (hookstream models Qwen2-VL, Qwen2.5-VL and Qwen3-VL towers)");
+                                       "\" is not modelled yet (hookstream models the Qwen3-VL tower)");
     }
     config.vision = parse_vision(reader, *vision, config.hidden_size);
   }

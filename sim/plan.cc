@@ -830,7 +830,6 @@ void resolve_model(Draft& draft, const LoadOptions& options) {
   }
   // A type hookstream does not model is refused, never built as a dense Llama (sim/model_source/model_types.h).
   require_modelled_model_type(plan.model);
-  require_modelled_settings(location.config_path);
 }
 
 // ----------------------------------------------------------------------------------------------

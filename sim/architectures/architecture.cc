@@ -93,7 +93,11 @@ std::vector<ArchitectureSpec> build_table() {
   {  // Qwen2Attention: bias=True on q/k/v whatever the config says, none on o_proj.
     ArchitectureSpec a;
     a.model_type = "qwen2";
-    a.aliases = {"qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"};
+    // Only the text decoders: Qwen2-VL's and Qwen2.5-VL's vision towers (fc1/fc2 MLP, a gated MLP
+    // with RMSNorm, no patch-embedding bias) are not Qwen3-VL's, the one hookstream builds, so a
+    // whole-model config (qwen2_vl, qwen2_5_vl) is refused; the structure oracle caught them built
+    // with Qwen3-VL's tower.
+    a.aliases = {"qwen2_vl_text", "qwen2_5_vl_text"};
     a.layer = concat({attention("1", ""), swiglu("mlp", "intermediate_size"), kLlamaNorms});
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/qwen2/modeling_qwen2.py";

@@ -73,26 +73,4 @@ void require_modelled_model_type(const std::string& model_type, const std::strin
                                       "; expected one transformers knows (hookstream models: " + modelled + ")");
 }
 
-void require_modelled_settings(const std::string& config_path) {
-  std::ifstream file(config_path, std::ios::binary);
-  const nlohmann::json root = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
-  if (!root.is_object()) return;  // the config reader reports what is wrong with it
-  for (const char* section : {"", "text_config"}) {
-    const nlohmann::json* object = &root;
-    if (*section != '\0') {
-      auto it = root.find(section);
-      if (it == root.end() || !it->is_object()) continue;
-      object = &*it;
-    }
-    for (const char* key : {"mlp_bias", "use_bias"}) {
-      auto it = object->find(key);
-      if (it != object->end() && it->is_boolean() && it->get<bool>()) {
-        const std::string dotted = *section != '\0' ? std::string(section) + "." + key : std::string(key);
-        throw InputError(config_path, "key \"" + dotted + "\": true adds biases to projections hookstream builds "
-                                      "without them; hookstream cannot model it yet");
-      }
-    }
-  }
-}
-
 }  // namespace hookstream

@@ -36,12 +36,6 @@ KnownModelTypes transformers_model_types();
 void require_modelled_model_type(const ModelConfig& config);
 void require_modelled_model_type(const std::string& model_type, const std::string& source);
 
-// Keys of a config.json that change which parameters exist but that hookstream does not model
-// yet: `mlp_bias: true` (LlamaMLP and its copies: gate/up/down_proj with biases) and `use_bias:
-// true` (Ernie 4.5: biases on every projection), at the top level or in text_config. Throws
-// InputError naming the file and key rather than build a structure without them.
-void require_modelled_settings(const std::string& config_path);
-
 // The "model_type" string of the config.json at `path`, read without the rest of the config, or
 // nullopt when the file is unreadable, malformed or has none. A config of a type hookstream does
 // not model may lack keys the modelled ones need: the type is what to report first.
