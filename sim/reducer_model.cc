@@ -267,26 +267,13 @@ std::string marked_twice_error_text(int ddp_index, const std::string& name, cons
       "You can try to use _set_static_graph() as a workaround if your module graph does not change "
       "over iterations.\nParameter at index {}",
       ddp_index);
-  if (version.ddp_always_passes_names()) {
-    return head + " with name " + name +
-           " has been marked as ready twice. This means that multiple autograd engine  hooks have fired for this "
-           "particular parameter during this iteration.";
-  }
-  return fmt::format(
-      "Expected to mark a variable ready only once. This error is caused by one of the following "
-      "reasons: 1) Use of a module parameter outside the `forward` function. Please make sure model "
-      "parameters are not shared across multiple concurrent forward-backward passes. or try to use "
-      "_set_static_graph() as a workaround if this module graph does not change during training "
-      "loop.2) Reused parameters in multiple reentrant backward passes. For example, if you use "
-      "multiple `checkpoint` functions to wrap the same part of your model, it would result in the "
-      "same set of parameters been used by different reentrant backward passes multiple times, and "
-      "hence marking a variable ready multiple times. DDP does not support such use cases in default. "
-      "You can try to use _set_static_graph() as a workaround if your module graph does not change "
-      "over iterations.\nParameter at index {} has been marked as ready twice. This means that "
-      "multiple autograd engine  hooks have fired for this particular parameter during this "
-      "iteration. You can set the environment variable TORCH_DISTRIBUTED_DEBUG to either INFO or "
-      "DETAIL to print parameter names for further debugging.",
-      ddp_index);
+  const std::string twice =
+      " has been marked as ready twice. This means that multiple autograd engine  hooks have fired for this "
+      "particular parameter during this iteration.";
+  if (version.ddp_always_passes_names()) return head + " with name " + name + twice;
+  return head + twice +
+         " You can set the environment variable TORCH_DISTRIBUTED_DEBUG to either INFO or DETAIL to print "
+         "parameter names for further debugging.";
 }
 
 std::string prior_reduction_error_text(int rank, const std::vector<int>& unmarked, bool static_graph) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "runtime/differential.h"
+#include "tests/runtime/plan_matrix.h"
 #include "runtime/oracle.h"
 #include "runtime/reducer_factory.h"
 #include "sim/verify.h"
@@ -16,19 +17,8 @@
 
 using namespace hookstream;
 
-namespace {
-std::vector<std::string> plan_files() {
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/ddp")) {
-    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-}  // namespace
-
 TEST_CASE("the simulator agrees with the real Reducer on every plan of the matrix", "[differential]") {
-  const std::vector<std::string> files = plan_files();
+  const std::vector<std::string> files = hookstream::test::matrix_plan_files();
   REQUIRE(files.size() >= 40);
   for (const std::string& file : files) {
     DYNAMIC_SECTION(std::filesystem::path(file).filename().string()) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "runtime/differential.h"
+#include "tests/runtime/plan_matrix.h"
 #include "runtime/oracle.h"
 #include "sim/input_error.h"
 #include "sim/verify.h"
@@ -43,19 +44,10 @@ LoadOptions torch211() {
 
 bool has_vision(const VerifyResult& r) { return !r.structure.vision_blocks.empty(); }
 
-std::vector<std::string> plan_files() {
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/ddp")) {
-    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 }  // namespace
 
 TEST_CASE("PyTorch 2.11: the simulator agrees with real DDP on every plan of the matrix", "[differential][torch211]") {
-  const std::vector<std::string> files = plan_files();
+  const std::vector<std::string> files = hookstream::test::matrix_plan_files();
   REQUIRE(files.size() >= 40);
   int compared = 0;
   std::vector<std::string> left_out;
