@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <sstream>
+#include <string_view>
 
 #include "sim/input_error.h"
 
@@ -380,20 +380,37 @@ std::vector<std::string> modelled_model_types() {
   return types;
 }
 
+namespace {
+
+// The pieces of `text` between `delim`s as std::getline yields them: none for an empty text, and no
+// empty piece after a trailing delimiter. Shapes are evaluated for every parameter of every
+// structure the fix search builds, so this avoids a stringstream (and its locale) per piece.
+std::vector<std::string_view> split_pieces(std::string_view text, char delim) {
+  std::vector<std::string_view> pieces;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find(delim, start);
+    if (end == std::string_view::npos) {
+      pieces.push_back(text.substr(start));
+      break;
+    }
+    pieces.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return pieces;
+}
+
+}  // namespace
+
 std::vector<long long> evaluate_shape(const std::string& expressions, const std::map<std::string, double>& values,
                                       const std::string& source) {
   std::vector<long long> dims;
-  std::stringstream dims_in(expressions);
-  std::string dim;
-  while (std::getline(dims_in, dim, ',')) {
+  for (std::string_view dim : split_pieces(expressions, ',')) {
     long long sum = 0;
-    std::stringstream terms(dim);
-    std::string term;
-    while (std::getline(terms, term, '+')) {
+    for (std::string_view term : split_pieces(dim, '+')) {
       long long product = 1;
-      std::stringstream factors(term);
-      std::string factor;
-      while (std::getline(factors, factor, '*')) {
+      for (std::string_view piece : split_pieces(term, '*')) {
+        const std::string factor(piece);
         if (factor.empty()) bad_expression(expressions, source, "empty factor");
         if (std::isdigit(static_cast<unsigned char>(factor[0]))) {
           product *= std::stoll(factor);
