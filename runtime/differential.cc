@@ -49,7 +49,7 @@ std::string DifferentialReport::describe() const {
   return out;
 }
 
-DifferentialReport compare_with_oracle(const Plan& plan, const DdpSimulation& predicted, const OracleResult& observed) {
+DifferentialReport compare_with_oracle(const Plan& plan, const SyncSimulation& predicted, const OracleResult& observed) {
   DifferentialReport report;
   report.unclassified_errors = observed.unclassified_errors;
   // A parameter whose value fed the loss on no rank (a module the plan skips, or one whose output

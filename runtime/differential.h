@@ -32,6 +32,6 @@ struct DifferentialReport {
 // The first finding that concerns `rank` (findings name their ranks, or apply to all when none).
 const Finding* first_finding_for_rank(const std::vector<Finding>& findings, int rank);
 
-DifferentialReport compare_with_oracle(const Plan& plan, const DdpSimulation& predicted, const OracleResult& observed);
+DifferentialReport compare_with_oracle(const Plan& plan, const SyncSimulation& predicted, const OracleResult& observed);
 
 }  // namespace hookstream

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "sim/forward_graph.h"
+#include "sim/sync/rank_run.h"
 
 namespace hookstream {
 
@@ -74,15 +75,6 @@ struct GradientLedger {
   }
 };
 
-struct StepKey {
-  int iteration = 0;
-  int micro_step = 0;
-  bool operator<(const StepKey& o) const {
-    return iteration != o.iteration ? iteration < o.iteration : micro_step < o.micro_step;
-  }
-  bool operator==(const StepKey& o) const { return iteration == o.iteration && micro_step == o.micro_step; }
-};
-
 struct RankOutcome {
   std::vector<Finding> findings;
   std::vector<std::pair<StepKey, Collective>> collectives;
@@ -101,10 +93,6 @@ struct RankOutcome {
   std::map<int, std::vector<int>> unmarked_with_gradient;
   std::vector<StepTrace> steps;
 };
-
-std::string task_text(const GraphTaskInfo& task) {
-  return task.depth == 0 ? task.label : fmt::format("{} (nested, depth {})", task.label, task.depth);
-}
 
 class RankSimulator {
  public:
@@ -437,22 +425,6 @@ class RankSimulator {
   RankOutcome outcome_;
 };
 
-// Everything about a rank's plan that shapes its hook schedule; ranks with equal keys behave
-// identically and are simulated once.
-std::string schedule_key(const Plan& plan, int rank) {
-  std::string key;
-  for (int it = 0; it < plan.iterations; ++it) {
-    for (int micro = 0; micro < plan.gradient_accumulation_steps; ++micro) {
-      key += fmt::format("{}:", plan.tiled_shards_for(rank, it, micro));
-      for (int layer = 0; layer < plan.model.num_hidden_layers; ++layer) {
-        key += char('0' + plan.checkpoint_count(layer, rank, it, micro));
-      }
-      key += fmt::format("|{};", fmt::join(plan.unused_modules_for(rank, it, micro), ","));
-    }
-  }
-  return key;
-}
-
 void replica_split_findings(const Plan& plan, const ModelStructure& structure, std::vector<Finding>& findings) {
   if (plan.device_map == DeviceMap::PerRank || plan.world_size < 2) return;
   Finding f;
@@ -536,8 +508,8 @@ void globally_unused_findings(const Plan& plan, const ModelStructure& structure,
 
 }  // namespace
 
-DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, const DdpSimulationOptions& options) {
-  DdpSimulation result;
+SyncSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, const SyncSimulationOptions& options) {
+  SyncSimulation result;
   {
     ReducerModel initial(reducer_parameters(structure), reducer_options(plan));
     result.initial_buckets = initial.buckets();
@@ -547,13 +519,7 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
   if (structure.ddp_parameters.empty()) return result;
 
   // Ranks whose plan is identical behave identically: simulate one per class.
-  std::map<std::string, size_t> class_of_key;
-  for (int r = 0; r < plan.world_size; ++r) {
-    const std::string key = options.deduplicate_ranks ? schedule_key(plan, r) : std::to_string(r);
-    auto [it, inserted] = class_of_key.emplace(key, result.rank_classes.size());
-    if (inserted) result.rank_classes.emplace_back();
-    result.rank_classes[it->second].push_back(r);
-  }
+  result.rank_classes = rank_classes(plan, options.deduplicate_ranks);
   std::vector<RankOutcome> outcomes;
   outcomes.reserve(result.rank_classes.size());
   for (size_t c = 0; c < result.rank_classes.size(); ++c) {
@@ -563,78 +529,16 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
   }
   result.rebuilt_buckets = outcomes.front().rebuilt;
 
-  // Collectives must match across ranks; a rank that stopped leaves the others waiting. Classes
-  // with identical collective logs are compared once.
-  std::map<std::string, size_t> first_with_log;  // serialized log -> first class with it
-  std::vector<size_t> log_representative(outcomes.size());
-  std::vector<size_t> distinct;
-  for (size_t c = 0; c < outcomes.size(); ++c) {
-    std::string serialized;
-    for (const auto& [key, collective] : outcomes[c].collectives) {
-      serialized += fmt::format("{}.{}:{}:{};", key.iteration, key.micro_step, collective.what, collective.bytes);
+  // Collectives must match across ranks; a rank that stopped leaves the others waiting.
+  {
+    std::vector<CollectiveLog> logs;
+    std::vector<std::vector<Finding>> per_class;
+    for (RankOutcome& o : outcomes) {
+      logs.push_back(CollectiveLog{o.collectives, o.stopped});
+      per_class.push_back(std::move(o.findings));
     }
-    auto [it, inserted] = first_with_log.emplace(std::move(serialized), c);
-    if (inserted) distinct.push_back(c);
-    log_representative[c] = it->second;
-  }
-  std::vector<Finding> mismatch(outcomes.size());
-  std::vector<bool> has_mismatch(outcomes.size(), false);
-  for (size_t a : distinct) {
-    for (size_t b : distinct) {
-      if (a == b || has_mismatch[a]) continue;
-      const auto& la = outcomes[a].collectives;
-      const auto& lb = outcomes[b].collectives;
-      size_t i = 0;
-      while (i < la.size() && i < lb.size() && la[i].first == lb[i].first && la[i].second == lb[i].second) ++i;
-      if (i >= la.size()) continue;  // a issues nothing that b lacks
-      Finding f;
-      f.kind = VerdictKind::CollectiveMismatch;
-      f.rank = result.rank_classes[a].front();
-      f.iteration = la[i].first.iteration;
-      f.micro_step = la[i].first.micro_step;
-      f.phase = Phase::Backward;
-      const int other = result.rank_classes[b].front();
-      f.error_text = "no error at first: rank " + std::to_string(f.rank) + " blocks in '" + la[i].second.what +
-                     "' until the process group timeout";
-      if (i >= lb.size()) {
-        f.explanation = fmt::format("rank {} never issues it: {}", other,
-                                    outcomes[b].stopped ? "it stopped earlier with an error" : "its backward issues fewer collectives");
-      } else {
-        f.explanation = fmt::format("rank {} issues '{}' at that point instead", other, lb[i].second.what);
-      }
-      mismatch[a] = f;
-      has_mismatch[a] = true;
-    }
-  }
-  for (size_t c = 0; c < outcomes.size(); ++c) {
-    const size_t r = log_representative[c];
-    if (r != c && has_mismatch[r]) {
-      mismatch[c] = mismatch[r];
-      const std::string old_subject = "rank " + std::to_string(mismatch[r].rank) + " blocks";
-      mismatch[c].rank = result.rank_classes[c].front();
-      const size_t at = mismatch[c].error_text.find(old_subject);
-      if (at != std::string::npos) {
-        mismatch[c].error_text.replace(at, old_subject.size(), "rank " + std::to_string(mismatch[c].rank) + " blocks");
-      }
-      has_mismatch[c] = true;
-    }
-  }
-
-  for (size_t c = 0; c < outcomes.size(); ++c) {
-    std::vector<Finding> findings = std::move(outcomes[c].findings);
-    if (has_mismatch[c]) {
-      // The hang comes first: drop what this rank would only reach after it.
-      const Finding& m = mismatch[c];
-      findings.erase(std::remove_if(findings.begin(), findings.end(), [&](const Finding& f) {
-                       return StepKey{f.iteration, f.micro_step} < StepKey{m.iteration, m.micro_step} ? false : true;
-                     }),
-                     findings.end());
-      findings.push_back(m);
-    }
-    for (Finding& f : findings) {
-      f.ranks = result.rank_classes[c];
-      result.findings.push_back(std::move(f));
-    }
+    merge_class_findings(result.rank_classes, std::move(per_class),
+                         collective_mismatch_findings(result.rank_classes, logs), result.findings);
   }
 
   // no_gradient: trainable parameters no rank produced a gradient for, in an iteration without
@@ -687,11 +591,7 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
     }
   }
 
-  std::stable_sort(result.findings.begin(), result.findings.end(), [](const Finding& a, const Finding& b) {
-    if (a.rank != b.rank) return a.rank < b.rank;
-    if (a.iteration != b.iteration) return a.iteration < b.iteration;
-    return a.micro_step < b.micro_step;
-  });
+  sort_findings(result.findings);
   if (options.record_steps) {
     for (auto& o : outcomes) {
       for (auto& s : o.steps) result.steps.push_back(std::move(s));
@@ -700,11 +600,11 @@ DdpSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, co
   return result;
 }
 
-const BucketAssignment& steady_state_buckets(const DdpSimulation& simulation) {
+const BucketAssignment& steady_state_buckets(const SyncSimulation& simulation) {
   return simulation.rebuilt_buckets ? *simulation.rebuilt_buckets : simulation.initial_buckets;
 }
 
-BucketAssignment steady_state_buckets(const Plan& plan, const ModelStructure& structure, const DdpSimulation* simulated) {
+BucketAssignment steady_state_buckets(const Plan& plan, const ModelStructure& structure, const SyncSimulation* simulated) {
   if (plan.iterations >= 2) return steady_state_buckets(simulated ? *simulated : simulate_ddp(plan, structure));
   Plan two = plan;
   two.iterations = 2;

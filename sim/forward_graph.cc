@@ -21,6 +21,8 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   }
 
   ForwardOutputs run() {
+    // The root module's call: its input (input_ids) never requires grad.
+    call_pre(ModuleKind::Root, "", -1, SimTensor{});
     SimTensor hidden = param_op("embed_tokens", model_.embed, {});
     if (plan_.input_require_grads() && !hidden.requires_grad()) {
       // enable_input_require_grads(): a forward hook on the input embeddings calls
@@ -48,11 +50,23 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     }
     hidden = norm(model_.final_norm, hidden, "model.norm", model_.final_norm_bias);
     SimTensor logits = unused("lm_head") ? SimTensor{} : engine_.op("lm_head", {leaf(model_.lm_head_bias), hidden, leaf(model_.lm_head)});
+    logits = call_post(ModuleKind::Root, "", -1, logits);
     return ForwardOutputs{logits, nullptr};
   }
 
  private:
   bool unused(const std::string& path) const { return module_unused(unused_, path); }
+
+  // Module.__call__'s forward pre/post hooks of the sync engine (none without one).
+  ModuleCall module_call(ModuleKind kind, const std::string& path, int layer) const {
+    return ModuleCall{kind, path, layer, engine_.current_task() >= 0};
+  }
+  SimTensor call_pre(ModuleKind kind, const std::string& path, int layer, SimTensor input) {
+    return ctx_.hooks ? ctx_.hooks->pre_forward(engine_, module_call(kind, path, layer), input) : input;
+  }
+  SimTensor call_post(ModuleKind kind, const std::string& path, int layer, SimTensor output) {
+    return ctx_.hooks ? ctx_.hooks->post_forward(engine_, module_call(kind, path, layer), output) : output;
+  }
 
   // Qwen3VLTextModel.forward: after decoder layer k, DeepStack visual features k are added to the
   // hidden state at the image positions (_deepstack_process), outside any checkpoint.
@@ -99,6 +113,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   SimTensor linear(const LinearUse& use, SimTensor x, const std::string& path) {
     // A skipped projection contributes zeros: nothing behind it gets a gradient through it.
     if (unused(path)) return SimTensor{};
+    x = call_pre(ModuleKind::Linear, path, -1, x);
     // F.linear with bias is addmm(bias, x, weight.t()): the bias gradient is sent first.
     std::vector<SimTensor> inputs{leaf(use.bias), x, leaf(use.weight)};
     SimTensor result = engine_.op(path, inputs);
@@ -108,7 +123,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       SimTensor scaled = engine_.op(path + ".scaling", {b});
       result = engine_.op(path + " + lora", {result, scaled});
     }
-    return result;
+    return call_post(ModuleKind::Linear, path, -1, result);
   }
 
   SimTensor attention(const DecoderLayerUse& layer, SimTensor x) {
@@ -129,6 +144,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
   SimTensor mlp_body(const DecoderLayerUse& layer, SimTensor h) {
     const std::string p = layer.path + ".mlp";
+    h = call_pre(ModuleKind::Mlp, p, layer.index, h);
     // LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)).
     SimTensor gate = linear(layer.gate, h, p + ".gate_proj");
     SimTensor act = engine_.op(p + ".act", {gate});
@@ -136,7 +152,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     SimTensor prod = engine_.op(p + ".mul", {act, up});
     SimTensor out = linear(layer.down, prod, p + ".down_proj");
     if (!layer.mlp_other.empty()) out = others(layer.mlp_other, out, p);
-    return out;
+    return call_post(ModuleKind::Mlp, p, layer.index, out);
   }
 
   std::vector<int> trainable_mlp_parameters(const DecoderLayerUse& layer) const {
@@ -177,6 +193,10 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
         [self = shared_from_this(), layer_ptr, shards, weights, strategy, weights_as_inputs,
          input_requires_grad](AutogradEngine& engine) {
           for (int shard = 0; shard < shards; ++shard) {
+            if (self->ctx_.hooks) {
+              self->ctx_.hooks->tiled_chunk(self->module_call(ModuleKind::Mlp, layer_ptr->path + ".mlp", layer_ptr->index),
+                                            shard, shards);
+            }
             const std::string label = fmt::format("tiled_mlp chunk {} of {} (layer {})", shard + 1, shards, layer_ptr->index);
             SimTensor x = input_requires_grad ? engine.fresh_leaf("x_shard") : SimTensor{};
             const bool saved = engine.grad_enabled();
@@ -207,11 +227,12 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   }
 
   SimTensor decoder_layer(const DecoderLayerUse& layer, SimTensor x) {
+    x = call_pre(ModuleKind::DecoderLayer, layer.path, layer.index, x);
     SimTensor h = attention(layer, x);
     SimTensor n = norm(layer.post_attention_norm, h, layer.path + ".post_attention_layernorm", layer.post_attention_norm_bias);
     SimTensor m = mlp(layer, n);
     // Records no node when neither input requires grad (engine op), but keeps the data flow.
-    return engine_.op(layer.path + " residual(mlp)", {h, m});
+    return call_post(ModuleKind::DecoderLayer, layer.path, layer.index, engine_.op(layer.path + " residual(mlp)", {h, m}));
   }
 
   SimTensor checkpointed_layer(const DecoderLayerUse& layer, SimTensor x, int pass, int count) {
@@ -255,6 +276,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     }
     for (const VisionBlockUse& block : model_.vision_blocks) {
       if (unused(block.path)) continue;
+      h = call_pre(ModuleKind::VisionBlock, block.path, block.index, h);
       SimTensor n1 = engine_.op(block.path + ".norm1", {leaf(block.norm1_weight), leaf(block.norm1_bias), h});
       SimTensor qkv = linear(block.qkv, n1, block.path + ".attn.qkv");
       SimTensor a = engine_.op(block.path + ".attn", {qkv});
@@ -264,7 +286,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       SimTensor f1 = linear(block.fc1, n2, block.path + ".mlp.linear_fc1");
       SimTensor act = engine_.op(block.path + ".mlp.act", {f1});
       SimTensor f2 = linear(block.fc2, act, block.path + ".mlp.linear_fc2");
-      h = engine_.op(block.path + " residual(mlp)", {h, f2});
+      h = call_post(ModuleKind::VisionBlock, block.path, block.index, engine_.op(block.path + " residual(mlp)", {h, f2}));
       for (const VisionMergerUse& ds : model_.vision_deepstack_mergers) {
         if (ds.block == block.index) deepstack.push_back(merger(ds, h));
       }

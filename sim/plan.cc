@@ -312,6 +312,7 @@ struct Draft {
   std::optional<YAML::Node> deepspeed;
   bool fsdp_list = false;                    // the deprecated `fsdp:` list is non-empty
   std::optional<YAML::Node> fsdp_config;     // the mapping, `fsdp_` prefixes already stripped
+  FsdpSettings fsdp_settings;                // its typed fields
   std::optional<int> fsdp_version;           // top-level fsdp_version
   std::optional<int> fsdp_config_version;    // fsdp_config.fsdp_version / fsdp_config.version
   std::vector<std::pair<std::string, int>> parallel_sizes;  // {"tensor_parallel_size", 2}, ...
@@ -458,11 +459,38 @@ class Converter {
         continue;
       }
       stripped[name] = entry.second;
+      if (!entry.second.IsNull()) fsdp_setting(name, entry.first, entry.second, path);
       if (!entry.second.IsNull()) {
         plan_.not_modelled_keys.push_back({path, origin_.at(entry.second, path), "FSDP setting (src/axolotl/utils/schemas/fsdp.py:FSDPConfig)"});
       }
     }
     draft_.fsdp_config = stripped;
+  }
+
+  void fsdp_setting(const std::string& name, const YAML::Node& key_node, const YAML::Node& value, const std::string& key) {
+    FsdpSettings& fsdp = draft_.fsdp_settings;
+    fsdp.where[name] = origin_.at(key_node, key);
+    auto flag = [&] { return read_bool(origin_, value, key); };
+    if (name == "reshard_after_forward") fsdp.reshard_after_forward = flag();
+    else if (name == "offload_params") fsdp.offload_params = flag();
+    else if (name == "activation_checkpointing") fsdp.activation_checkpointing = flag();
+    else if (name == "use_orig_params") fsdp.use_orig_params = flag();
+    else if (name == "cpu_ram_efficient_loading") fsdp.cpu_ram_efficient_loading = flag();
+    else if (name == "auto_wrap_policy") fsdp.auto_wrap_policy = read_string(origin_, value, key);
+    else if (name == "state_dict_type") fsdp.state_dict_type = read_string(origin_, value, key);
+    else if (name == "transformer_layer_cls_to_wrap") {
+      // accelerate splits a string on commas (FullyShardedDataParallelPlugin.__post_init__).
+      if (value.IsSequence()) {
+        fsdp.transformer_layer_cls_to_wrap = read_string_list(origin_, value, key);
+      } else {
+        std::stringstream in(read_string(origin_, value, key));
+        for (std::string part; std::getline(in, part, ',');) {
+          part.erase(0, part.find_first_not_of(' '));
+          part.erase(part.find_last_not_of(' ') + 1);
+          if (!part.empty()) fsdp.transformer_layer_cls_to_wrap.push_back(part);
+        }
+      }
+    }
   }
 
   // axolotl: true, false or "auto" (bf16 where the GPU supports it).
@@ -956,6 +984,7 @@ void fsdp_engine(Draft& draft, int version, const std::string& decided_by) {
   engine.kind = version == 2 ? EngineKind::Fsdp2 : EngineKind::Fsdp1;
   engine.decided_by.push_back(decided_by);
   if (draft.fsdp_config) {
+    engine.fsdp = draft.fsdp_settings;
     for (const auto& entry : *draft.fsdp_config) {
       if (entry.second.IsScalar()) engine.settings.push_back("fsdp_config." + entry.first.Scalar() + ": " + entry.second.Scalar());
     }

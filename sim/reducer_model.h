@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/sync/sync_model.h"
+#include "sim/sync/sync_simulation.h"
 #include "sim/torch_version.h"
 #include "sim/verdict.h"
 
@@ -47,18 +49,7 @@ class ReducerError : public std::runtime_error {
   int ddp_index_;
 };
 
-// One collective the Reducer issues; ranks must issue identical sequences.
-struct Collective {
-  std::string what;  // "allreduce bucket 2 (3 params, 6144 bytes)", "allreduce local_used_map", ...
-  int64_t bytes = 0;
-  bool operator==(const Collective& other) const { return what == other.what && bytes == other.bytes; }
-};
 
-// Buckets as lists of DDP parameter indices, plus the size limit each bucket was built with.
-struct BucketAssignment {
-  std::vector<std::vector<int>> buckets;
-  std::vector<int64_t> limits;
-};
 
 // c10d::compute_bucket_assignment_by_size (reducer.cpp). `order` empty: parameters in index order
 // and the result sorted by smallest index; otherwise parameters in that (gradient-ready) order and

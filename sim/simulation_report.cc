@@ -56,7 +56,7 @@ std::string parent_dir(const std::string& path) { return std::filesystem::path(p
 // simulation of this plan, whose buckets and rank classes the expansion follows (null: the
 // Reducer's initial buckets, rank 0). `detail`: fix suggestions for races, their costs and the
 // critical path (the full report); without it only pass/fail and the cost (fix verification).
-Checks run_checks(const Plan& plan, const ModelStructure& structure, const DdpSimulation* ddp, const std::string& protocol,
+Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncSimulation* ddp, const std::string& protocol,
                   const std::string& plan_dir, const SimulateOptions& options, bool detail) {
   Checks checks;
   StreamSection& streams = checks.streams;
@@ -216,7 +216,7 @@ void search_check_fixes(SimulationReport& report, const PlanSource& source, cons
       return std::nullopt;
     }
     const ModelStructure structure = build_model_structure(plan);
-    const DdpSimulation ddp = simulate_ddp(plan, structure);
+    const SyncSimulation ddp = simulate_gradient_sync(plan, structure);
     if (report.ddp.ok() && !ddp.ok()) {
       const Finding& f = ddp.findings.front();
       failure = std::string(to_string(f.kind)) + (f.parameter.empty() ? "" : " at " + f.parameter);

@@ -9,7 +9,7 @@
 namespace hookstream {
 
 StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
-                            const Calibration* calibration, const DdpSimulation* ddp) {
+                            const Calibration* calibration, const SyncSimulation* ddp) {
   const std::string plan_dir = std::filesystem::path(plan.source).parent_path().string();
   // The protocol only matters for offloaded layers; without offloading the "none" protocol runs
   // every layer on the current stream.

@@ -26,7 +26,7 @@ struct StepPrediction {
 // when the caller has run it (its steady-state buckets are reused; otherwise they are simulated).
 // Throws InputError for a protocol or calibration file that cannot be read.
 StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
-                            const Calibration* calibration = nullptr, const DdpSimulation* ddp = nullptr);
+                            const Calibration* calibration = nullptr, const SyncSimulation* ddp = nullptr);
 
 // The same for a step already expanded (rank 0's ops, e.g. with a protocol given on the command
 // line): memory per op over it, and its schedule with every all-reduce over plan.world_size ranks.

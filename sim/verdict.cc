@@ -17,6 +17,11 @@ constexpr KindName kKindNames[] = {
     {VerdictKind::CollectiveMismatch, "collective_mismatch"},
     {VerdictKind::ReplicaSplit, "replica_split"},
     {VerdictKind::ReducerAssert, "reducer_internal_assert"},
+    {VerdictKind::GradientReducedTwice, "gradient_reduced_twice"},
+    {VerdictKind::WrongGradient, "wrong_gradient"},
+    {VerdictKind::ShardedParameterUse, "sharded_parameter_use"},
+    {VerdictKind::EngineError, "engine_error"},
+    {VerdictKind::ExtraCollectives, "extra_collectives"},
 };
 }  // namespace
 

@@ -17,6 +17,14 @@ enum class VerdictKind {
   CollectiveMismatch,   // ranks issue different collective sequences: a hang until the timeout
   ReplicaSplit,         // one DDP replica spread over several GPUs by device_map
   ReducerAssert,        // the Reducer hits one of its own internal assertions (a PyTorch bug path)
+  // FSDP and DeepSpeed ZeRO (sim/sync/): see ../shared/docs/fsdp-zero-moe.md for the texts.
+  GradientReducedTwice,  // ZeRO asserts: a parameter's gradient entered a reduction twice in one step
+  WrongGradient,         // no error, but the reduced gradient is not the sum of the step's contributions
+                         // (doubled, partial, overwritten, or left unreduced on every rank alike)
+  ShardedParameterUse,   // compute on a parameter while it is sharded/freed (FSDP2 "mixed torch.Tensor
+                         // and DTensor", FSDP1 freed storage)
+  EngineError,           // another error the engine raises (state asserts, AttributeError, ...)
+  ExtraCollectives,      // warning: more all-gathers/reduce-scatters than needed (memory and time cost)
 };
 
 const char* to_string(VerdictKind kind);            // snake_case as in the JSON schema: "marked_ready_twice"

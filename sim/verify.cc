@@ -49,7 +49,7 @@ std::string describe(const Finding& f) {
 
 }  // namespace
 
-std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure, const DdpSimulation* ddp) {
+std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure, const SyncSimulation* ddp) {
   try {
     const DeviceSpec device = find_device_spec(plan.gpu);
     const StepPrediction prediction = predict_step(plan, structure, device, nullptr, ddp);
@@ -112,10 +112,10 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
   result.plan = parse_plan(source.yaml_text, source.source, source.options);
   result.source_text = source.yaml_text;
   result.structure = build_model_structure(result.plan);
-  DdpSimulationOptions sim_options;
+  SyncSimulationOptions sim_options;
   sim_options.record_steps = options.record_steps;
   sim_options.deduplicate_ranks = options.deduplicate_ranks;
-  result.simulation = simulate_ddp(result.plan, result.structure, sim_options);
+  result.simulation = simulate_gradient_sync(result.plan, result.structure, sim_options);
   if (result.ok() || !options.search_fixes) return result;
 
   if (options.cost_fixes) result.cost = predict_cost(result.plan, result.structure, &result.simulation);
@@ -132,7 +132,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
       return false;
     }
     ModelStructure structure = build_model_structure(plan);
-    DdpSimulation sim = simulate_ddp(plan, structure);
+    SyncSimulation sim = simulate_gradient_sync(plan, structure);
     if (!sim.ok()) {
       if (failure) *failure = describe(sim.findings.front());
       return false;

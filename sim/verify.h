@@ -48,7 +48,7 @@ struct VerifyResult {
   Plan plan;
   std::string source_text;             // the plan file's text: fixes are shown as patches to it
   ModelStructure structure;
-  DdpSimulation simulation;
+  SyncSimulation simulation;
   std::vector<VerifiedFix> fixes;      // only when the plan fails
   std::vector<RejectedFix> rejected;   // tried, and the simulator showed they do not fix it
   std::optional<PlanCost> cost;        // predicted cost of the plan as given (when fixes are searched)
@@ -59,7 +59,7 @@ struct VerifyOptions {
   bool search_fixes = true;
   bool cost_fixes = true;  // predict step time and peak memory of the plan and of each fix
   bool record_steps = false;
-  bool deduplicate_ranks = true;  // see DdpSimulationOptions
+  bool deduplicate_ranks = true;  // see SyncSimulationOptions
   // More checks a candidate fix must pass once its DDP schedule is clean (simulate_plan passes the
   // stream and memory checks): "" when it passes, otherwise what still fails.
   std::function<std::string(const Plan&, const ModelStructure&)> also_check;
@@ -70,7 +70,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options 
 // The plan's predicted step time and peak device memory; nullopt when the models cannot run for it
 // (an unknown GPU name, a protocol file that cannot be read: verify itself does not need them).
 // `ddp`: the plan's DDP simulation when the caller has it (not simulated again).
-std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure, const DdpSimulation* ddp = nullptr);
+std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure, const SyncSimulation* ddp = nullptr);
 
 // The candidate changes for a plan, in the order users reach for them.
 std::vector<VerifiedFix> candidate_fixes(const Plan& plan);

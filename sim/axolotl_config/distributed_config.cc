@@ -1,4 +1,5 @@
 #include "sim/axolotl_config/distributed_config.h"
+#include "sim/sync/sync_simulation.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -199,5 +200,7 @@ std::string Engine::name() const {
   for (size_t i = 0; i < other_parallelism.size(); ++i) text += (i == 0 ? " with " : ", ") + other_parallelism[i];
   return text;
 }
+
+bool Engine::modelled() const { return gradient_sync_modelled(*this); }
 
 }  // namespace hookstream

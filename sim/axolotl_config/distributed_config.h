@@ -4,6 +4,7 @@
 // engine gets the `engine_not_modelled` result (docs/verify-json.md).
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -46,16 +47,33 @@ struct AccelerateConfig {
 
 AccelerateConfig read_accelerate_config(const std::string& path);
 
+// axolotl's fsdp_config (src/axolotl/utils/schemas/fsdp.py FSDPConfig, `fsdp_` prefixes dropped),
+// typed for the FSDP models; unset fields keep the engine's own default. `where` gives "FILE:LINE"
+// of each key the plan set (fixes are patches to those lines).
+struct FsdpSettings {
+  std::optional<bool> reshard_after_forward;  // FSDP2 fully_shard(reshard_after_forward=...)
+  bool offload_params = false;                // FSDP2 CPUOffloadPolicy / FSDP1 CPUOffload
+  bool activation_checkpointing = false;      // accelerate applies checkpoint_wrapper (non-reentrant)
+  std::string auto_wrap_policy;               // TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP
+  std::vector<std::string> transformer_layer_cls_to_wrap;  // module class names
+  std::optional<bool> use_orig_params;        // FSDP1
+  std::optional<bool> cpu_ram_efficient_loading;
+  std::string state_dict_type;
+  std::map<std::string, std::string> where;   // "reshard_after_forward" -> "plan.yaml:61"
+};
+
 // The engine a plan runs on, what decided it, and the settings the report names.
 struct Engine {
   EngineKind kind = EngineKind::Ddp;
   std::optional<DeepSpeedConfig> deepspeed;
+  FsdpSettings fsdp;  // FSDP1 / FSDP2 only
   std::vector<std::string> decided_by;   // "fsdp_version: 2 (plan.yaml:64)"
   std::vector<std::string> settings;     // engine settings worth naming ("offload_param: cpu")
   // Parallelism beside data parallelism that the DDP model does not cover
   // ("tensor_parallel_size: 2", "context_parallel_size: 4", "expert_parallel_size: 4").
   std::vector<std::string> other_parallelism;
-  bool modelled() const { return kind == EngineKind::Ddp && other_parallelism.empty(); }
+  // Whether hookstream models this engine's hook schedule (sim/sync/sync_simulation.h).
+  bool modelled() const;
   // "DDP", "FSDP1", "FSDP2", "DeepSpeed ZeRO-3" (+ " with tensor_parallel_size: 2" ...).
   std::string name() const;
 };
