@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "sim/forward_graph.h"
@@ -75,11 +76,9 @@ struct GradientLedger {
   }
 };
 
+// What DDP leaves behind on one rank beyond its findings, for the decisions taken across ranks.
 struct RankOutcome {
-  std::vector<Finding> findings;
-  std::vector<std::pair<StepKey, Collective>> collectives;
   bool stopped = false;  // raised an error: issues nothing after it
-  StepKey stopped_at;
   std::map<StepKey, BucketAssignment> rebuilds;
   std::optional<BucketAssignment> rebuilt;
   // Per iteration: parameters (DDP index) that received no gradient contribution at all.
@@ -91,65 +90,56 @@ struct RankOutcome {
   // (local_used_map_ at finalize), and those it holds a gradient for without marking them used.
   std::map<int, std::vector<bool>> locally_used;
   std::map<int, std::vector<int>> unmarked_with_gradient;
-  std::vector<StepTrace> steps;
 };
 
-class RankSimulator {
+// DDP on one rank as a SyncModel: DistributedDataParallel.forward (prepare_for_forward,
+// rebuild_buckets, prepare_for_backward, _DDPSink) around each micro-step, the Reducer's hook on
+// every parameter's AccumulateGrad node, and the gradient ledger that tells a reduced gradient
+// from one that arrived too late.
+class DdpModel : public SyncModel {
  public:
-  RankSimulator(const Plan& plan, const ModelStructure& structure, int rank,
-                const std::map<StepKey, BucketAssignment>* broadcast, bool record)
+  DdpModel(const Plan& plan, const ModelStructure& structure, int rank,
+           const std::map<StepKey, BucketAssignment>* broadcast)
       : plan_(plan),
         structure_(structure),
         rank_(rank),
         broadcast_(broadcast),
-        record_(record),
-        engine_(structure.parameters.size()),
-        reducer_(reducer_parameters(structure), reducer_options(plan)),
-        ledger_(structure.parameters.size()) {}
-
-  RankOutcome run() {
-    reducer_.set_queue_callback([this](std::function<void()> cb) { engine_.queue_callback(std::move(cb)); });
+        options_(reducer_options(plan)),
+        reducer_(reducer_parameters(structure), options_),
+        ledger_(structure.parameters.size()) {
     ReducerModel::Observer observer;
     observer.on_mark = [this](int ddp_index) {
-      auto& e = ledger_.entries[static_cast<size_t>(structure_.ddp_parameters[static_cast<size_t>(ddp_index)])];
-      e.marked = true;
+      ledger_.entries[static_cast<size_t>(structure_.ddp_parameters[static_cast<size_t>(ddp_index)])].marked = true;
     };
     observer.on_finalize = [this] { ledger_.finalized = true; };
     reducer_.set_observer(observer);
-    engine_.set_hook_listener([this](const AccumulateEvent& event) { on_accumulate(event); });
-
-    for (int it = 0; it < plan_.iterations && !outcome_.stopped; ++it) {
-      ledger_.reset();
-      fed_loss_.assign(structure_.ddp_parameters.size(), false);
-      engine_.clear_tasks();
-      for (int micro = 0; micro < plan_.gradient_accumulation_steps && !outcome_.stopped; ++micro) {
-        run_step(it, micro);
-      }
-      if (!outcome_.stopped) evaluate_iteration(it);
-    }
-    if (!outcome_.stopped && reducer_.require_finalize()) {
-      // The next synced forward's rebuild_buckets() would raise it.
-      raise_unfinished(StepKey{plan_.iterations, 0});
-    }
-    return std::move(outcome_);
+    // Engine::queue_callback: bound to the innermost running graph task (finalize_backward).
+    reducer_.set_queue_callback([this](std::function<void()> callback) {
+      engine_->queue_callback([this, callback = std::move(callback)] { reducer_call(callback); });
+    });
   }
 
- private:
-  void run_step(int iteration, int micro) {
-    step_ = StepKey{iteration, micro};
-    const bool synced = micro == plan_.gradient_accumulation_steps - 1;  // no_sync() for the others
-    engine_.clear_graph();
-    current_ = StepTrace{};
-    current_.rank = rank_;
-    current_.iteration = iteration;
-    current_.micro_step = micro;
-    current_.synced = synced;
+  std::string name() const override { return "DDP"; }
+  RankOutcome& outcome() { return outcome_; }
+  bool expects_hooks() const override { return reducer_.expect_autograd_hooks(); }
+
+  void begin_iteration(AutogradEngine& engine, int iteration) override {
+    (void)iteration;
+    engine_ = &engine;
+    ledger_.reset();
+    fed_loss_.assign(structure_.ddp_parameters.size(), false);
+  }
+
+  void begin_step(AutogradEngine& engine, const StepPosition& position) override {
+    engine_ = &engine;
+    step_ = position.step;
+    synced_ = position.synced;  // no_sync() for the other micro-steps
     reducer_.clear_collectives();
     fired_tasks_.clear();
-    try {
+    reducer_call([&] {
       // distributed.py forward: prepare_for_forward under sync; rebuild_buckets at every
       // grad-enabled forward (it is where the prior-iteration check lives).
-      if (synced) reducer_.prepare_for_forward();
+      if (synced_) reducer_.prepare_for_forward();
       std::optional<BucketAssignment> broadcast;
       if (broadcast_) {
         auto found = broadcast_->find(step_);
@@ -159,102 +149,172 @@ class RankSimulator {
         outcome_.rebuilds[step_] = *rebuilt;
         outcome_.rebuilt = *rebuilt;
       }
-      ForwardContext context;
-      context.plan = &plan_;
-      context.structure = &structure_;
-      context.rank = rank_;
-      context.iteration = iteration;
-      context.micro_step = micro;
-      context.on_manual_accumulate = [this](int parameter) { ledger_.contribute(parameter); };
-      ForwardOutputs outputs = record_forward(engine_, context);
-      SimTensor loss_input = outputs.logits;
-      {
-        const std::vector<bool> fed = engine_.dataflow_parameters({outputs.logits});
-        for (size_t i = 0; i < structure_.ddp_parameters.size(); ++i) {
-          if (fed[static_cast<size_t>(structure_.ddp_parameters[i])]) fed_loss_[i] = true;
-        }
-      }
-      const ReducerOptions options = reducer_options(plan_);
-      const bool dynamic_find_unused = options.find_unused_parameters && !options.static_graph;
-      if (synced) {
-        std::vector<bool> reachable;
-        if (dynamic_find_unused) {
-          std::vector<bool> by_parameter = engine_.reachable_parameters({outputs.logits}, structure_.parameters.size());
-          reachable.resize(structure_.ddp_parameters.size());
-          for (size_t i = 0; i < structure_.ddp_parameters.size(); ++i) {
-            reachable[i] = by_parameter[static_cast<size_t>(structure_.ddp_parameters[i])];
-          }
-        }
-        reducer_.prepare_for_backward(dynamic_find_unused ? &reachable : nullptr);
-      }
-      // _DDPSink wraps the outputs of every grad-enabled forward, no_sync() included (distributed.py
-      // tests only these two conditions), when find_unused (non-static) or, under static graph,
-      // while num_iterations == 1 (1.13, 2.0) / until delay_all_reduce was queued (2.1+,
-      // TorchVersion::static_graph_delay_flag); then its backward queues delay_all_reduce on the
-      // outer graph task.
-      const bool static_sink = options.static_graph && (plan_.torch_version.static_graph_delay_flag()
-                                                            ? !static_delay_enqueued_
-                                                            : reducer_.num_iterations() == 1);
-      if (dynamic_find_unused || static_sink) {
-        const bool delay = static_sink;
-        loss_input = engine_.function("_DDPSink", {loss_input}, [this, delay](AutogradEngine& engine) {
-          if (delay && !(plan_.torch_version.static_graph_delay_flag() && static_delay_enqueued_)) {
-            engine.queue_callback([this] { reducer_.delay_all_reduce(); });
-            static_delay_enqueued_ = true;
-          }
-          return std::vector<bool>{true};
-        });
-      }
-      SimTensor loss = engine_.op("loss", {loss_input});
-      if (!loss.requires_grad()) {
-        raise_no_graph();
-      } else {
-        engine_.backward({loss}, "outer backward");
-      }
-    } catch (const ReducerError& error) {
-      raise(error);
-    }
-    for (const auto& c : reducer_.collectives()) outcome_.collectives.emplace_back(step_, c);
-    if (record_) {
-      current_.collectives = reducer_.collectives();
-      current_.tasks = engine_.tasks();
-      outcome_.steps.push_back(current_);
-    }
+    });
   }
 
-  void on_accumulate(const AccumulateEvent& event) {
-    if (event.parameter < 0) return;  // a non-parameter leaf (checkpoint input, x_shard)
+  SimTensor before_backward(AutogradEngine& engine, const StepPosition& position, SimTensor output) override {
+    (void)position;
+    SimTensor loss_input = output;
+    {
+      const std::vector<bool> fed = engine.dataflow_parameters({output});
+      for (size_t i = 0; i < structure_.ddp_parameters.size(); ++i) {
+        if (fed[static_cast<size_t>(structure_.ddp_parameters[i])]) fed_loss_[i] = true;
+      }
+    }
+    const bool dynamic_find_unused = options_.find_unused_parameters && !options_.static_graph;
+    if (synced_) {
+      std::vector<bool> reachable;
+      if (dynamic_find_unused) {
+        std::vector<bool> by_parameter = engine.reachable_parameters({output}, structure_.parameters.size());
+        reachable.resize(structure_.ddp_parameters.size());
+        for (size_t i = 0; i < structure_.ddp_parameters.size(); ++i) {
+          reachable[i] = by_parameter[static_cast<size_t>(structure_.ddp_parameters[i])];
+        }
+      }
+      reducer_call([&] { reducer_.prepare_for_backward(dynamic_find_unused ? &reachable : nullptr); });
+    }
+    // _DDPSink wraps the outputs of every grad-enabled forward, no_sync() included (distributed.py
+    // tests only these two conditions), when find_unused (non-static) or, under static graph,
+    // while num_iterations == 1 (1.13, 2.0) / until delay_all_reduce was queued (2.1+,
+    // TorchVersion::static_graph_delay_flag); then its backward queues delay_all_reduce on the
+    // outer graph task.
+    const bool static_sink = options_.static_graph && (plan_.torch_version.static_graph_delay_flag()
+                                                           ? !static_delay_enqueued_
+                                                           : reducer_.num_iterations() == 1);
+    if (dynamic_find_unused || static_sink) {
+      const bool delay = static_sink;
+      loss_input = engine.function("_DDPSink", {loss_input}, [this, delay](AutogradEngine& e) {
+        if (delay && !(plan_.torch_version.static_graph_delay_flag() && static_delay_enqueued_)) {
+          e.queue_callback([this] { reducer_call([this] { reducer_.delay_all_reduce(); }); });
+          static_delay_enqueued_ = true;
+        }
+        return std::vector<bool>{true};
+      });
+    }
+    return loss_input;
+  }
+
+  void on_accumulate(AutogradEngine& engine, const AccumulateEvent& event, bool grad_defined_after) override {
+    (void)engine;
     if (event.gradient_defined) ledger_.contribute(event.parameter);
     const Parameter& p = structure_.parameters[static_cast<size_t>(event.parameter)];
-    if (p.ddp_index < 0) return;
-    const GraphTaskInfo& task = engine_.task(event.task);
     std::vector<int>& tasks = ledger_.entries[static_cast<size_t>(event.parameter)].tasks;
     if (tasks.empty() || tasks.back() != event.task) tasks.push_back(event.task);
     fired_tasks_[p.ddp_index].push_back(event.task);
-    if (record_) {
-      HookFiring firing;
-      firing.micro_step = step_.micro_step;
-      firing.ddp_index = p.ddp_index;
-      firing.parameter = event.parameter;
-      firing.task = event.task;
-      firing.depth = task.depth;
-      firing.graph_task = task.label;
-      firing.grad_defined = event.gradient_defined;
-      firing.expected = reducer_.expect_autograd_hooks();
-      current_.firings.push_back(std::move(firing));
-    }
     // DDP's hook is a post hook on the AccumulateGrad node: it runs after the accumulation, so
     // .grad is defined if any contribution of this iteration arrived (zero_grad(set_to_none)
     // between optimizer steps).
-    reducer_.autograd_hook(p.ddp_index, ledger_.total(event.parameter) > 0);
+    reducer_call([&] { reducer_.autograd_hook(p.ddp_index, grad_defined_after); });
   }
 
-  Finding base_finding(VerdictKind kind, int ddp_index) const {
+  void on_manual_accumulate(int parameter) override { ledger_.contribute(parameter); }
+
+  std::vector<Collective> take_collectives() override {
+    std::vector<Collective> out = reducer_.collectives();
+    reducer_.clear_collectives();
+    return out;
+  }
+
+  void end_iteration(int iteration, std::vector<Finding>& findings) override { evaluate_iteration(iteration, findings); }
+
+  void end_run(std::vector<Finding>& findings) override {
+    (void)findings;
+    // The next synced forward's rebuild_buckets() would raise it.
+    if (reducer_.require_finalize()) throw unfinished_error(plan_.iterations);
+  }
+
+ private:
+  // Runs Reducer code, turning its errors into the SyncError the driver reports.
+  template <typename F>
+  void reducer_call(F&& body) {
+    try {
+      body();
+    } catch (const ReducerError& error) {
+      throw to_sync_error(error);
+    }
+  }
+
+  int parameter_of(int ddp_index) const {
+    return ddp_index < 0 ? -1 : structure_.ddp_parameters[static_cast<size_t>(ddp_index)];
+  }
+
+  // Raised by the forward of iteration `raised_at_iteration` (plan.iterations: the one after the run).
+  SyncError unfinished_error(int raised_at_iteration) const {
+    const std::vector<int> unmarked = reducer_.unmarked_parameters();
+    SyncError error(VerdictKind::UnfinishedReduction, unmarked.empty() ? -1 : parameter_of(unmarked.front()),
+                    prior_reduction_error_text(rank_, unmarked, plan_.static_graph),
+                    fmt::format("{} parameter(s) never had their hook fire (or not as often as expected) in iteration {}, "
+                                "so their bucket never completed and finalize_backward never ran; the next forward "
+                                "raises, and the other ranks wait in the collective until the timeout.",
+                                unmarked.size(), raised_at_iteration - 1));
+    error.with_phase(Phase::Forward).with_graph_tasks({"none: no hook fired for this parameter"});
+    return error;
+  }
+
+  SyncError to_sync_error(const ReducerError& error) const {
+    if (error.kind() == VerdictKind::UnfinishedReduction) return unfinished_error(step_.iteration);
+    std::vector<std::string> tasks;
+    auto fired = fired_tasks_.find(error.ddp_index());
+    if (fired != fired_tasks_.end()) tasks = task_texts(fired->second);
+    std::string explanation;
+    if (error.kind() == VerdictKind::MarkedReadyTwice) {
+      const bool unused_first = std::find(reducer_.unused_parameters().begin(), reducer_.unused_parameters().end(),
+                                          error.ddp_index()) != reducer_.unused_parameters().end();
+      if (unused_first && tasks.size() == 1) {
+        tasks.insert(tasks.begin(), "find_unused_parameters: marked as unused at the first hook");
+        explanation =
+            "find_unused_parameters=True found no path from the outputs to this parameter (its reentrant "
+            "checkpoint ran the layer under no_grad), so the Reducer marked it ready as unused at the first "
+            "hook; then the nested backward fired its hook and marked it again.";
+      } else {
+        explanation = fmt::format(
+            "its AccumulateGrad hook fired in {} graph tasks of one iteration; each firing marks the "
+            "parameter ready and the Reducer allows one mark per iteration.",
+            tasks.size());
+      }
+    } else if (error.kind() == VerdictKind::ReducerAssert) {
+      tasks = {"outer backward (no_sync micro-step): _DDPSink's delay_all_reduce callback"};
+      if (plan_.torch_version.static_graph_delay_flag()) {
+        explanation = fmt::format(
+            "static_graph with gradient accumulation: PyTorch {}'s DDP applies _DDPSink until delay_all_reduce was "
+            "queued (a flag since 2.1, PR #103487), also inside no_sync(), so the first no_sync micro-step queues "
+            "delay_all_reduce for a backward the Reducer was not prepared for and finalize_backward asserts "
+            "(observed with 2.11.0 at reducer.cpp:1705).",
+            plan_.torch_version.text());
+      } else {
+        explanation = fmt::format(
+            "static_graph with gradient accumulation: PyTorch {}'s DDP applies _DDPSink while num_iterations == 1, "
+            "also inside no_sync(), so the next iteration's first micro-step queues delay_all_reduce again and "
+            "finalize_backward asserts (observed with 1.13.1 at reducer.cpp:1490). 2.1+ asserts too, earlier: in "
+            "the first micro-step of iteration 0.",
+            plan_.torch_version.text());
+      }
+    } else if (error.kind() == VerdictKind::StaticGraphChanged) {
+      explanation = "with static_graph=True the Reducer expects each parameter's hook to fire exactly as "
+                    "often as in the first iteration; here it fired more often.";
+    }
+    SyncError out(error.kind(), parameter_of(error.ddp_index()), error.what(), explanation);
+    // Every other Reducer error is raised in backward (a hook or finalize_backward).
+    out.with_phase(Phase::Backward);
+    out.with_graph_tasks(std::move(tasks));
+    return out;
+  }
+
+  std::vector<std::string> task_texts(const std::vector<int>& task_ids) const {
+    std::vector<std::string> out;
+    for (int id : task_ids) {
+      std::string text = task_text(engine_->task(id));
+      if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
+    }
+    return out;
+  }
+
+  Finding base_finding(VerdictKind kind, int ddp_index, const StepKey& at) const {
     Finding f;
     f.kind = kind;
     f.rank = rank_;
-    f.iteration = step_.iteration;
-    f.micro_step = step_.micro_step;
+    f.iteration = at.iteration;
+    f.micro_step = at.micro_step;
     f.ddp_index = ddp_index;
     if (ddp_index >= 0) {
       const Parameter& p = structure_.ddp_parameter(ddp_index);
@@ -264,103 +324,7 @@ class RankSimulator {
     return f;
   }
 
-  void raise(const ReducerError& error) {
-    if (error.kind() == VerdictKind::UnfinishedReduction) {
-      raise_unfinished(step_);
-      return;
-    }
-    Finding f = base_finding(error.kind(), error.ddp_index());
-    f.phase = Phase::Backward;
-    f.error_text = error.what();
-    auto fired = fired_tasks_.find(error.ddp_index());
-    if (fired != fired_tasks_.end()) f.graph_tasks = task_texts(fired->second);
-    if (error.kind() == VerdictKind::MarkedReadyTwice) {
-      const bool unused_first = std::find(reducer_.unused_parameters().begin(), reducer_.unused_parameters().end(),
-                                          error.ddp_index()) != reducer_.unused_parameters().end();
-      if (unused_first && f.graph_tasks.size() == 1) {
-        f.graph_tasks.insert(f.graph_tasks.begin(), "find_unused_parameters: marked as unused at the first hook");
-        f.explanation =
-            "find_unused_parameters=True found no path from the outputs to this parameter (its reentrant "
-            "checkpoint ran the layer under no_grad), so the Reducer marked it ready as unused at the first "
-            "hook; then the nested backward fired its hook and marked it again.";
-      } else {
-        f.explanation = fmt::format(
-            "its AccumulateGrad hook fired in {} graph tasks of one iteration; each firing marks the "
-            "parameter ready and the Reducer allows one mark per iteration.",
-            f.graph_tasks.size());
-      }
-    } else if (error.kind() == VerdictKind::ReducerAssert) {
-      f.graph_tasks = {"outer backward (no_sync micro-step): _DDPSink's delay_all_reduce callback"};
-      if (plan_.torch_version.static_graph_delay_flag()) {
-        f.explanation = fmt::format(
-            "static_graph with gradient accumulation: PyTorch {}'s DDP applies _DDPSink until delay_all_reduce was "
-            "queued (a flag since 2.1, PR #103487), also inside no_sync(), so the first no_sync micro-step queues "
-            "delay_all_reduce for a backward the Reducer was not prepared for and finalize_backward asserts "
-            "(observed with 2.11.0 at reducer.cpp:1705).",
-            plan_.torch_version.text());
-      } else {
-        f.explanation = fmt::format(
-            "static_graph with gradient accumulation: PyTorch {}'s DDP applies _DDPSink while num_iterations == 1, "
-            "also inside no_sync(), so the next iteration's first micro-step queues delay_all_reduce again and "
-            "finalize_backward asserts (observed with 1.13.1 at reducer.cpp:1490). 2.1+ asserts too, earlier: in "
-            "the first micro-step of iteration 0.",
-            plan_.torch_version.text());
-      }
-    } else if (error.kind() == VerdictKind::StaticGraphChanged) {
-      f.explanation = "with static_graph=True the Reducer expects each parameter's hook to fire exactly as "
-                      "often as in the first iteration; here it fired more often.";
-    }
-    outcome_.findings.push_back(std::move(f));
-    stop();
-  }
-
-  void raise_unfinished(const StepKey& at) {
-    const std::vector<int> unmarked = reducer_.unmarked_parameters();
-    Finding f = base_finding(VerdictKind::UnfinishedReduction, unmarked.empty() ? -1 : unmarked.front());
-    f.iteration = at.iteration;
-    f.micro_step = at.micro_step;
-    f.phase = Phase::Forward;
-    f.error_text = prior_reduction_error_text(rank_, unmarked, plan_.static_graph);
-    f.explanation = fmt::format(
-        "{} parameter(s) never had their hook fire (or not as often as expected) in iteration {}, so their "
-        "bucket never completed and finalize_backward never ran; the next forward raises, and the other "
-        "ranks wait in the collective until the timeout.",
-        unmarked.size(), at.iteration - 1);
-    f.graph_tasks = {"none: no hook fired for this parameter"};
-    outcome_.findings.push_back(std::move(f));
-    outcome_.stopped = true;
-    outcome_.stopped_at = at;
-  }
-
-  void raise_no_graph() {
-    // loss.backward() itself raises: no parameter in particular, all of them.
-    Finding f = base_finding(VerdictKind::NoGradient, -1);
-    f.phase = Phase::Backward;
-    f.error_text = "element 0 of tensors does not require grad and does not have a grad_fn";
-    f.explanation = fmt::format(
-        "none of the {} trainable parameters is connected to the loss: a reentrant checkpoint whose inputs "
-        "do not require grad (frozen embeddings without enable_input_require_grads) records no backward.",
-        structure_.ddp_parameters.size());
-    f.graph_tasks = {"none: loss.backward() raises before any graph task runs"};
-    outcome_.findings.push_back(std::move(f));
-    stop();
-  }
-
-  std::vector<std::string> task_texts(const std::vector<int>& task_ids) const {
-    std::vector<std::string> out;
-    for (int id : task_ids) {
-      std::string text = task_text(engine_.task(id));
-      if (std::find(out.begin(), out.end(), text) == out.end()) out.push_back(std::move(text));
-    }
-    return out;
-  }
-
-  void stop() {
-    outcome_.stopped = true;
-    outcome_.stopped_at = step_;
-  }
-
-  void evaluate_iteration(int iteration) {
+  void evaluate_iteration(int iteration, std::vector<Finding>& findings) {
     if (reducer_.require_finalize()) return;  // reported by the next forward
     std::vector<int> no_contribution;
     bool divergence_reported = false;
@@ -375,8 +339,8 @@ class RankSimulator {
       const bool wrong = !e.marked || e.lost > 0 || (e.after_finalize > 0 && plan_.world_size > 1);
       if (!wrong || divergence_reported) continue;
       divergence_reported = true;
-      step_ = StepKey{iteration, plan_.gradient_accumulation_steps - 1};
-      Finding f = base_finding(VerdictKind::SilentDivergence, static_cast<int>(ddp));
+      Finding f = base_finding(VerdictKind::SilentDivergence, static_cast<int>(ddp),
+                               StepKey{iteration, plan_.gradient_accumulation_steps - 1});
       f.phase = Phase::AfterBackward;
       f.graph_tasks = task_texts(e.tasks);
       if (!e.marked) {
@@ -391,11 +355,11 @@ class RankSimulator {
             "running then.",
             e.before_mark, total, e.lost, e.after_finalize);
       }
-      outcome_.findings.push_back(std::move(f));
+      findings.push_back(std::move(f));
     }
     outcome_.no_contribution[iteration] = std::move(no_contribution);
     outcome_.fed_loss[iteration] = fed_loss_;
-    if (reducer_options(plan_).find_unused_parameters && !plan_.static_graph) {
+    if (options_.find_unused_parameters && !plan_.static_graph) {
       // finalize_bucket_dense leaves .grad untouched for a parameter no rank marked used: if this
       // rank holds a gradient for it (accumulated where hooks were not expected, e.g. in no_sync
       // before 2.4), it stays local. Decided across ranks in simulate_ddp.
@@ -413,12 +377,12 @@ class RankSimulator {
   const ModelStructure& structure_;
   int rank_;
   const std::map<StepKey, BucketAssignment>* broadcast_;
-  bool record_;
-  AutogradEngine engine_;
+  ReducerOptions options_;
   ReducerModel reducer_;
   GradientLedger ledger_;
+  AutogradEngine* engine_ = nullptr;  // the driver's, for queue_callback and task labels
   StepKey step_;
-  StepTrace current_;
+  bool synced_ = true;
   std::map<int, std::vector<int>> fired_tasks_;  // this step: DDP index -> graph tasks that fired it
   std::vector<bool> fed_loss_;                   // this iteration, by DDP index
   bool static_delay_enqueued_ = false;           // DDP._static_graph_delay_allreduce_enqueued (2.1+)
@@ -520,12 +484,19 @@ SyncSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, c
 
   // Ranks whose plan is identical behave identically: simulate one per class.
   result.rank_classes = rank_classes(plan, options.deduplicate_ranks);
-  std::vector<RankOutcome> outcomes;
-  outcomes.reserve(result.rank_classes.size());
+  std::vector<std::unique_ptr<DdpModel>> models;
+  std::vector<RankRun> runs;
   for (size_t c = 0; c < result.rank_classes.size(); ++c) {
     const int rank = result.rank_classes[c].front();
-    const std::map<StepKey, BucketAssignment>* broadcast = c == 0 ? nullptr : &outcomes.front().rebuilds;
-    outcomes.push_back(RankSimulator(plan, structure, rank, broadcast, options.record_steps).run());
+    // Rank 0's rebuilt bucket order is broadcast to the others (sync_bucket_indices).
+    const std::map<StepKey, BucketAssignment>* broadcast = c == 0 ? nullptr : &models.front()->outcome().rebuilds;
+    models.push_back(std::make_unique<DdpModel>(plan, structure, rank, broadcast));
+    runs.push_back(run_rank(plan, structure, rank, *models.back(), options.record_steps));
+  }
+  std::vector<RankOutcome> outcomes;
+  for (size_t c = 0; c < models.size(); ++c) {
+    outcomes.push_back(std::move(models[c]->outcome()));
+    outcomes.back().stopped = runs[c].log.stopped;
   }
   result.rebuilt_buckets = outcomes.front().rebuilt;
 
@@ -533,9 +504,9 @@ SyncSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, c
   {
     std::vector<CollectiveLog> logs;
     std::vector<std::vector<Finding>> per_class;
-    for (RankOutcome& o : outcomes) {
-      logs.push_back(CollectiveLog{o.collectives, o.stopped});
-      per_class.push_back(std::move(o.findings));
+    for (RankRun& run : runs) {
+      logs.push_back(run.log);
+      per_class.push_back(std::move(run.findings));
     }
     merge_class_findings(result.rank_classes, std::move(per_class),
                          collective_mismatch_findings(result.rank_classes, logs), result.findings);
@@ -593,8 +564,8 @@ SyncSimulation simulate_ddp(const Plan& plan, const ModelStructure& structure, c
 
   sort_findings(result.findings);
   if (options.record_steps) {
-    for (auto& o : outcomes) {
-      for (auto& s : o.steps) result.steps.push_back(std::move(s));
+    for (RankRun& run : runs) {
+      for (StepTrace& step : run.steps) result.steps.push_back(std::move(step));
     }
   }
   return result;

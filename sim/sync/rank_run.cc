@@ -38,7 +38,7 @@ class RankDriver {
       }
       if (!stopped) model_.end_iteration(it, out_.findings);
     }
-    if (!stopped) model_.end_run(out_.findings);
+    if (!stopped) stopped = !guarded([&] { model_.end_run(out_.findings); }, StepKey{plan_.iterations, 0});
     out_.log.stopped = stopped;
     return std::move(out_);
   }
@@ -51,6 +51,10 @@ class RankDriver {
       return true;
     } catch (const SyncError& error) {
       raise(error, at);
+      in_backward_ = false;
+      return false;
+    } catch (const NoGraph&) {
+      raise_no_graph(at);
       return false;
     }
   }
@@ -82,14 +86,10 @@ class RankDriver {
           ForwardOutputs outputs = record_forward(engine_, context);
           SimTensor loss_input = model_.before_backward(engine_, position_, outputs.logits);
           SimTensor loss = engine_.op("loss", {loss_input});
-          if (!loss.requires_grad()) {
-            throw SyncError(VerdictKind::NoGradient, -1,
-                            "element 0 of tensors does not require grad and does not have a grad_fn",
-                            "none of the trainable parameters is connected to the loss: a reentrant checkpoint whose "
-                            "inputs do not require grad (frozen embeddings without enable_input_require_grads) "
-                            "records no backward.");
-          }
+          if (!loss.requires_grad()) throw NoGraph{};
+          in_backward_ = true;
           engine_.backward({loss}, "outer backward");
+          in_backward_ = false;
           model_.end_step(engine_, position_);
         },
         step);
@@ -107,11 +107,12 @@ class RankDriver {
   void on_accumulate(const AccumulateEvent& event) {
     if (event.parameter < 0) return;  // a non-parameter leaf (checkpoint input, x_shard)
     if (event.gradient_defined) ++contributions_[static_cast<size_t>(event.parameter)];
+    const Parameter& p = structure_.parameters[static_cast<size_t>(event.parameter)];
+    if (p.ddp_index < 0) return;  // not trainable: no hook is registered on it
     std::vector<int>& tasks = fired_tasks_[event.parameter];
     if (tasks.empty() || tasks.back() != event.task) tasks.push_back(event.task);
     const bool defined_after = contributions_[static_cast<size_t>(event.parameter)] > 0;
     if (record_) {
-      const Parameter& p = structure_.parameters[static_cast<size_t>(event.parameter)];
       const GraphTaskInfo& task = engine_.task(event.task);
       HookFiring firing;
       firing.micro_step = position_.step.micro_step;
@@ -121,6 +122,7 @@ class RankDriver {
       firing.depth = task.depth;
       firing.graph_task = task.label;
       firing.grad_defined = event.gradient_defined;
+      firing.expected = model_.expects_hooks();
       current_.firings.push_back(std::move(firing));
     }
     model_.on_accumulate(engine_, event, defined_after);
@@ -132,7 +134,7 @@ class RankDriver {
     f.rank = rank_;
     f.iteration = at.iteration;
     f.micro_step = at.micro_step;
-    f.phase = engine_.current_task() >= 0 ? Phase::Backward : Phase::Forward;
+    f.phase = error.has_phase() ? error.phase() : in_backward_ ? Phase::Backward : Phase::Forward;
     if (error.parameter() >= 0) {
       const Parameter& p = structure_.parameters[static_cast<size_t>(error.parameter())];
       f.ddp_index = p.ddp_index;
@@ -150,6 +152,7 @@ class RankDriver {
     } else if (!error.module().empty()) {
       f.parameter = error.module();
     }
+    if (!error.graph_tasks().empty()) f.graph_tasks = error.graph_tasks();
     if (f.graph_tasks.empty() && engine_.current_task() >= 0) f.graph_tasks.push_back(task_text(engine_.task(engine_.current_task())));
     if (f.graph_tasks.empty()) f.graph_tasks.push_back("none: the error is raised outside backward");
     f.error_text = error.what();
@@ -157,6 +160,26 @@ class RankDriver {
     out_.findings.push_back(std::move(f));
     out_.stopped_at = at;
   }
+
+  // loss.backward() itself raises (every engine alike): no parameter in particular, all of them.
+  void raise_no_graph(const StepKey& at) {
+    Finding f;
+    f.kind = VerdictKind::NoGradient;
+    f.rank = rank_;
+    f.iteration = at.iteration;
+    f.micro_step = at.micro_step;
+    f.phase = Phase::Backward;
+    f.error_text = "element 0 of tensors does not require grad and does not have a grad_fn";
+    f.explanation = fmt::format(
+        "none of the {} trainable parameters is connected to the loss: a reentrant checkpoint whose inputs "
+        "do not require grad (frozen embeddings without enable_input_require_grads) records no backward.",
+        structure_.ddp_parameters.size());
+    f.graph_tasks = {"none: loss.backward() raises before any graph task runs"};
+    out_.findings.push_back(std::move(f));
+    out_.stopped_at = at;
+  }
+
+  struct NoGraph {};
 
   const Plan& plan_;
   const ModelStructure& structure_;
@@ -167,6 +190,7 @@ class RankDriver {
   std::vector<int> contributions_;  // this iteration, per parameter: gradient contributions so far
   std::map<int, std::vector<int>> fired_tasks_;  // this step: parameter -> graph tasks that ran its accumulator
   StepPosition position_;
+  bool in_backward_ = false;
   StepTrace current_;
   RankRun out_;
 };

@@ -59,12 +59,30 @@ class SyncError : public std::runtime_error {
   int parameter() const { return parameter_; }
   const std::string& explanation() const { return explanation_; }
   const std::string& module() const { return module_; }
+  // Evidence the engine knows better than the driver: the graph tasks to name (default: those
+  // that ran the parameter's accumulator this step) and the phase (default: backward while
+  // loss.backward() runs, otherwise forward).
+  SyncError& with_graph_tasks(std::vector<std::string> tasks) {
+    graph_tasks_ = std::move(tasks);
+    return *this;
+  }
+  SyncError& with_phase(Phase phase) {
+    phase_ = phase;
+    has_phase_ = true;
+    return *this;
+  }
+  const std::vector<std::string>& graph_tasks() const { return graph_tasks_; }
+  bool has_phase() const { return has_phase_; }
+  Phase phase() const { return phase_; }
 
  private:
   VerdictKind kind_;
   int parameter_;
   std::string explanation_;
   std::string module_;
+  std::vector<std::string> graph_tasks_;
+  Phase phase_ = Phase::Backward;
+  bool has_phase_ = false;
 };
 
 // What one engine does on one rank. The driver owns the AutogradEngine and calls, per micro-step:
@@ -98,10 +116,14 @@ class SyncModel : public ModuleHooks {
     (void)iteration;
     (void)findings;
   }
-  // After the last iteration (DDP: the next synced forward would raise an unfinished reduction).
+  // After the last iteration (DDP: the next synced forward would raise an unfinished reduction,
+  // thrown as a SyncError at iteration `plan.iterations`, micro-step 0).
   virtual void end_run(std::vector<Finding>& findings) { (void)findings; }
+  // Whether the engine expects hook firings now (DDP's expect_autograd_hooks_): recorded with each
+  // firing as evidence.
+  virtual bool expects_hooks() const { return true; }
   // Collectives issued since the last take_collectives().
-  std::vector<Collective> take_collectives() {
+  virtual std::vector<Collective> take_collectives() {
     std::vector<Collective> out;
     out.swap(collectives_);
     return out;
