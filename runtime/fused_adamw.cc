@@ -2,6 +2,8 @@
 
 #include <torch/version.h>
 
+#include <sstream>
+
 namespace hookstream {
 
 FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, torch::optim::AdamWOptions options)
@@ -69,6 +71,22 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
 #else
   return torch::optim::AdamW::step(std::move(closure));
 #endif
+}
+
+ReloadedAdamW reload_as_adamw(FusedAdamW& optimizer, const std::vector<at::Tensor>& params,
+                              const torch::optim::AdamWOptions& options) {
+  torch::serialize::OutputArchive out;
+  optimizer.save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  ReloadedAdamW reloaded;
+  for (const at::Tensor& p : params) reloaded.params.push_back(p.detach().clone().requires_grad_(true));
+  reloaded.optimizer = std::make_unique<torch::optim::AdamW>(reloaded.params, options);
+  torch::serialize::InputArchive in;
+  std::istringstream read(bytes.str());
+  in.load_from(read);
+  reloaded.optimizer->load(in);
+  return reloaded;
 }
 
 }  // namespace hookstream

@@ -16,6 +16,7 @@
 // results the tests pin stay bit-identical.
 #pragma once
 
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -43,5 +44,15 @@ class FusedAdamW : public torch::optim::AdamW {
   };
   std::unordered_map<void*, DeviceStep> device_steps_;
 };
+
+// What a run resumed without the fused path gets: clones of `params` under a plain
+// torch::optim::AdamW loaded from `optimizer`'s checkpoint (save -> bytes -> load). Used to check
+// that FusedAdamW's state round-trips (tests/runtime/fused_adamw_test.cc on CPU, gpu_check on CUDA).
+struct ReloadedAdamW {
+  std::vector<at::Tensor> params;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+};
+ReloadedAdamW reload_as_adamw(FusedAdamW& optimizer, const std::vector<at::Tensor>& params,
+                              const torch::optim::AdamWOptions& options);
 
 }  // namespace hookstream
