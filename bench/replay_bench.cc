@@ -47,7 +47,7 @@
 #endif
 
 #include "bench/scaled_traces.h"
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/nsys/nsys_importer.h"
 #include "traces/replay_report.h"

@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 #include <string>
 
-#include "sim/device_spec.h"
-#include "sim/race_checker.h"
-#include "sim/stream_expansion.h"
-#include "sim/stream_protocol.h"
-#include "sim/time_model.h"
+#include "sim/cost/device_spec.h"
+#include "sim/streams/race_checker.h"
+#include "sim/streams/stream_expansion.h"
+#include "sim/streams/stream_protocol.h"
+#include "sim/cost/time_model.h"
 
 using namespace hookstream;
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/verify.h"
+#include "sim/verify/verify.h"
 
 using namespace hookstream;
 

@@ -7,7 +7,7 @@ Each seed starts with the target's knob byte (fuzz/fuzz_targets.h), then the fil
                        as LibTorch 1.13's profiler writes) of event-sync
   nsys_sql             each nsys export cut to a short window of its activity, as SQL (the tables
                        the importer reads, with the strings those rows name)
-  calibration          the example of sim/calibration.h
+  calibration          the example of sim/cost/calibration.h
 With --runtime-trace (rank 0's trace of `hookstream run plans/tiny-run.yaml --device cpu --trace
 T.json`, LibTorch 1.13 on CPU), also:
   replay               its last step's hookstream annotations, with the knob's plan bit set (the

@@ -56,7 +56,7 @@ def write_known_types(path):
     types = sorted(configuration_auto.CONFIG_MAPPING_NAMES)
     with open(path, "w") as f:
         f.write(f"# transformers {transformers.__version__}: the model types of CONFIG_MAPPING_NAMES, one a line.\n")
-        f.write("# Written by oracles/structure_oracle.py --write-known-types; read by sim/model_source/model_types.cc to tell\n")
+        f.write("# Written by oracles/structure_oracle.py --write-known-types; read by sim/inputs/model_source/model_types.cc to tell\n")
         f.write("# a type transformers knows (and hookstream cannot model yet) from a misspelled one.\n")
         for t in types:
             f.write(t + "\n")

@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "runtime/annotation.h"
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 

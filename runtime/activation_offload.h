@@ -1,6 +1,6 @@
 // Offloaded activation checkpointing, by interpreting the plan's stream protocol
-// (sim/stream_protocol.h, protocols/*.yaml): the very steps the simulator expanded and verified
-// (sim/stream_expansion.cc, StepExpander::run_steps), in the same host order, with the same slot
+// (sim/streams/stream_protocol.h, protocols/*.yaml): the very steps the simulator expanded and verified
+// (sim/streams/stream_expansion.cc, StepExpander::run_steps), in the same host order, with the same slot
 // and event selection, executed for real.
 //
 // Per checkpointed decoder layer i, forward runs protocol.forward (e.g. copy hidden[i] into a
@@ -20,7 +20,7 @@
 // what the protocol makes it wait for (double_buffer_events: the event of the buffer it overwrites,
 // recorded after layer i+1's backward). That is the earliest the verified protocol allows. Issuing
 // layer i-1's copy-stream steps before layer i's recompute would be a different host order from the
-// one sim/stream_expansion.cc expands (one layer's steps after the other), which the race checker has
+// one sim/streams/stream_expansion.cc expands (one layer's steps after the other), which the race checker has
 // not verified, so the interpreter does not do it.
 #pragma once
 
@@ -35,7 +35,7 @@
 #include <torch/torch.h>
 
 #include "runtime/train_model.h"
-#include "sim/stream_protocol.h"
+#include "sim/streams/stream_protocol.h"
 
 namespace hookstream {
 

@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

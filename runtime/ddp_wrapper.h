@@ -10,7 +10,7 @@
 #include <torch/csrc/distributed/c10d/logger.hpp>
 
 #include "runtime/reducer_factory.h"
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

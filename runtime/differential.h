@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "runtime/oracle.h"
-#include "sim/ddp_simulation.h"
-#include "sim/plan.h"
+#include "sim/sync/ddp/ddp_simulation.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

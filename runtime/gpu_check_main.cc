@@ -20,8 +20,8 @@
 
 #include "runtime/fused_adamw.h"
 #include "runtime/train_model.h"
-#include "sim/input_error.h"
-#include "sim/plan.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/plan.h"
 
 namespace {
 

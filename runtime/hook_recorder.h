@@ -17,7 +17,7 @@
 
 #include <torch/torch.h>
 
-#include "sim/hook_firing.h"
+#include "sim/engine/hook_firing.h"
 
 namespace hookstream {
 

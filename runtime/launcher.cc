@@ -17,7 +17,7 @@
 #include "runtime/rank_liveness.h"
 #include "runtime/reducer_factory.h"
 #include "runtime/stop_signal.h"
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runtime/trainer.h"
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

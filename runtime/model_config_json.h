@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "sim/model_config.h"
+#include "sim/inputs/model_config.h"
 
 namespace hookstream {
 

@@ -1,6 +1,6 @@
 #include "runtime/model_step.h"
 
-#include "sim/forward_graph.h"
+#include "sim/engine/forward_graph.h"
 
 namespace hookstream {
 

@@ -1,15 +1,15 @@
 // What the plan says one forward of the model does at (rank, iteration), shared by the trainer
 // (runtime/train_model.cc) and the DDP oracle (runtime/oracle_model.cc) so that both skip the same
 // modules and hand a tiled MLP the same weights: the modules the forward leaves out
-// (hookstream.unused_modules, matched by the simulator's rule, sim/forward_graph.h module_unused),
+// (hookstream.unused_modules, matched by the simulator's rule, sim/engine/forward_graph.h module_unused),
 // the tiled-MLP shards, and the trainable parameters a projection or an MLP reads.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

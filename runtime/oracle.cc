@@ -15,7 +15,7 @@
 #include "runtime/plan_fingerprint.h"
 #include "runtime/process_runner.h"
 #include "runtime/worker.h"
-#include "sim/model_structure.h"
+#include "sim/inputs/model_structure.h"
 
 namespace hookstream {
 

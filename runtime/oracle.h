@@ -1,7 +1,7 @@
 // The real-DDP oracle: runs a plan's model structure on CPU with one worker process per rank
 // (real c10d::Reducer over ProcessGroupGloo on 127.0.0.1) plus one reference worker (no DDP),
 // and reports what really happened: per-rank hook logs, errors, gradient agreement, and the
-// verdicts (sim/verdict.h) that follow from them, for comparison with the simulator's.
+// verdicts (sim/verify/verdict.h) that follow from them, for comparison with the simulator's.
 #pragma once
 
 #include <chrono>
@@ -11,8 +11,8 @@
 
 #include "runtime/process_runner.h"
 #include "runtime/worker_report.h"
-#include "sim/plan.h"
-#include "sim/verdict.h"
+#include "sim/inputs/plan.h"
+#include "sim/verify/verdict.h"
 
 namespace hookstream {
 

@@ -1,4 +1,4 @@
-// Turns the oracle's raw observations into verdicts (sim/verdict.h), the same vocabulary the
+// Turns the oracle's raw observations into verdicts (sim/verify/verdict.h), the same vocabulary the
 // simulator predicts in. Error texts are matched on the phrases c10d's reducer.cpp and autograd's
 // engine raise in 1.13 and 2.x.
 #pragma once
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "runtime/oracle.h"
-#include "sim/model_structure.h"
+#include "sim/inputs/model_structure.h"
 
 namespace hookstream {
 

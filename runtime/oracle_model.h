@@ -1,5 +1,5 @@
 // A tiny LibTorch model with exactly the parameters of a plan's model structure
-// (sim/model_structure.h), run the way the plan says: checkpointed layers, tiled MLP, unused
+// (sim/inputs/model_structure.h), run the way the plan says: checkpointed layers, tiled MLP, unused
 // modules, vision inputs. Its numbers are meaningless; its autograd graph (which parameters are
 // used, where, in which graph task) is the plan's.
 //
@@ -16,8 +16,8 @@
 #include "runtime/hook_recorder.h"
 #include "runtime/layer_function.h"
 #include "runtime/model_step.h"
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <sstream>
 
-#include "sim/model_structure.h"
+#include "sim/inputs/model_structure.h"
 
 namespace hookstream {
 

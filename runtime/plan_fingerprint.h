@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

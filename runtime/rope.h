@@ -1,5 +1,5 @@
 // Rotary position embedding frequencies as transformers computes them for the RoPE variants of
-// sim/model_config.h (modeling_rope_utils.py: _compute_default_rope_parameters,
+// sim/inputs/model_config.h (modeling_rope_utils.py: _compute_default_rope_parameters,
 // _compute_linear_scaling_rope_parameters, _compute_llama3_parameters). Llama 3.1's "llama3" rule
 // keeps the high frequencies, divides the low ones (wavelength > original context / low_freq_factor)
 // by `factor`, and blends in between; without it a Llama-3.1 checkpoint computes different logits.
@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "sim/model_config.h"
+#include "sim/inputs/model_config.h"
 
 namespace hookstream {
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 

@@ -1,4 +1,4 @@
-// The safetensors format (its header: sim/model_source/safetensors_header.h, shared with the
+// The safetensors format (its header: sim/inputs/model_source/safetensors_header.h, shared with the
 // simulator), with the tensors' raw little-endian bytes read through LibTorch. Hugging Face
 // checkpoints and PEFT adapters use it; `hookstream run` reads initial weights from it and
 // writes checkpoints with it.
@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "sim/model_source/safetensors_header.h"
+#include "sim/inputs/model_source/safetensors_header.h"
 
 namespace hookstream {
 

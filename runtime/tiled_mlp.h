@@ -1,7 +1,7 @@
 // A tiled MLP in the style of DeepSpeed/Arctic Long Sequence Training's TiledMLP
 // (an autograd.Function that runs the MLP shard by shard along the sequence, under no_grad, and
 // recomputes each shard in backward). How it produces the weights' gradients decides which graph
-// tasks fire DDP's hooks (sim/plan.h TiledBackward).
+// tasks fire DDP's hooks (sim/inputs/plan.h TiledBackward).
 #pragma once
 
 #include <string>
@@ -10,7 +10,7 @@
 #include "runtime/hook_recorder.h"
 #include "runtime/layer_function.h"
 #include "runtime/model_step.h"
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <vector>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 

@@ -20,7 +20,7 @@
 #include "runtime/rope.h"
 #include "runtime/safetensors.h"
 #include "runtime/tiled_mlp.h"
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 

@@ -2,7 +2,7 @@
 // through the fused scaled-dot-product-attention kernels, SwiGLU MLP, tied or untied head; Qwen3's
 // per-head q/k norms when the structure has them), optional LoRA adapters over a frozen base, built
 // with exactly the parameters, names and DDP order of the plan's ModelStructure
-// (sim/model_structure.h), so that what the verifier checked is what runs.
+// (sim/inputs/model_structure.h), so that what the verifier checked is what runs.
 //
 // The plan decides how each decoder layer runs: plain, checkpointed (reentrant or non-reentrant,
 // possibly twice), offloaded (the plan's stream protocol, interpreted by
@@ -17,9 +17,9 @@
 
 #include <torch/torch.h>
 
-#include "sim/model_structure.h"
-#include "sim/plan.h"
-#include "sim/stream_protocol.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
+#include "sim/streams/stream_protocol.h"
 
 namespace hookstream {
 
@@ -57,7 +57,7 @@ struct OffloadStats {
 
 class TrainModel {
  public:
-  // Throws InputError (sim/input_error.h) for what the runtime cannot run (a vision tower that the
+  // Throws InputError (sim/inputs/input_error.h) for what the runtime cannot run (a vision tower that the
   // plan uses, a config that is not decoder-only, a safetensors file with missing or mis-shaped
   // tensors), naming the file and the key/tensor.
   TrainModel(const Plan& plan, const TrainModelOptions& options);

@@ -21,8 +21,8 @@
 #include "runtime/token_data.h"
 #include "runtime/train_model.h"
 #include "runtime/training_checkpoint.h"
-#include "sim/input_error.h"
-#include "sim/stream_protocol.h"
+#include "sim/inputs/input_error.h"
+#include "sim/streams/stream_protocol.h"
 
 namespace hookstream {
 

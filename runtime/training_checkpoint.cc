@@ -12,7 +12,7 @@
 #include "runtime/cuda_device.h"
 #include "runtime/plan_fingerprint.h"
 #include "runtime/reducer_factory.h"
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 

@@ -18,7 +18,7 @@
 
 #include "runtime/token_data.h"
 #include "runtime/train_model.h"
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

@@ -15,7 +15,7 @@
 #include "runtime/plan_fingerprint.h"
 #include "runtime/reducer_factory.h"
 #include "runtime/worker_report.h"
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

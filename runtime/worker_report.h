@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/hook_firing.h"
-#include "sim/verdict.h"
+#include "sim/engine/hook_firing.h"
+#include "sim/verify/verdict.h"
 
 namespace hookstream {
 

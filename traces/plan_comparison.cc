@@ -7,10 +7,10 @@
 #include <optional>
 #include <sstream>
 
-#include "sim/calibration.h"
-#include "sim/device_spec.h"
-#include "sim/model_structure.h"
-#include "sim/step_prediction.h"
+#include "sim/cost/calibration.h"
+#include "sim/cost/device_spec.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/cost/step_prediction.h"
 
 namespace hookstream {
 

@@ -1,9 +1,9 @@
-// A recorded step against the plan's simulated step (sim/stream_expansion.h expand_step scheduled
-// by sim/time_model.h, i.e. sim/step_prediction.h predict_step): both sides' ops are put in the same
+// A recorded step against the plan's simulated step (sim/streams/stream_expansion.h expand_step scheduled
+// by sim/cost/time_model.h, i.e. sim/cost/step_prediction.h predict_step): both sides' ops are put in the same
 // op groups (traces/recorded_step.h OpGroup: forward / recompute / backward of layer L, D2H / H2D
 // copies of layer L, the k-th all-reduce, the optimizer, the ops outside the decoder layers before,
 // between and after them) and compared group by group. The measured durations make a calibration
-// file (sim/calibration.h) that the simulator loads with hookstream.calibration.
+// file (sim/cost/calibration.h) that the simulator loads with hookstream.calibration.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 #include "traces/recorded_step.h"
 
 namespace hookstream {
@@ -40,7 +40,7 @@ struct RankComparison {
 
 struct PlanComparison {
   std::string plan, protocol, device;
-  // Every recorded rank is compared with the plan's simulated rank 0 (sim/step_prediction.h
+  // Every recorded rank is compared with the plan's simulated rank 0 (sim/cost/step_prediction.h
   // simulates one rank; ranks with the same plan run the same ops). The group and class figures
   // below are the mean over the ranks that recorded the group; the step is the slowest rank's.
   std::vector<RankComparison> ranks;     // by rank

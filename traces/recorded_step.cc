@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <tuple>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 #include "traces/runtime_annotations.h"
 
 namespace hookstream {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 #include "traces/importers/trace_contents.h"
 #include "traces/analyses/collective_compute_overlap.h"
 #include "traces/analyses/copy_compute_overlap.h"

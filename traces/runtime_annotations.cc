@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 

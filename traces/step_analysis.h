@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 #include "traces/plan_comparison.h"
 #include "traces/recorded_step.h"
 #include "traces/replay_report.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 #include "traces/recorded_step.h"
 
 namespace hookstream {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <map>
 
-#include "sim/json_text.h"
-#include "sim/timeline.h"
+#include "sim/verify/json_text.h"
+#include "sim/events/timeline.h"
 #include "traces/analyses/device_utilisation.h"
 #include "traces/analyses/gpu_intervals.h"
 #include "traces/analyses/memory_bandwidth.h"

@@ -1,5 +1,5 @@
 // Findings on a recorded step: races between the buffer accesses the runtime annotations announce,
-// checked by the simulator's happens-before checker (sim/race_checker.h) over the recorded order
+// checked by the simulator's happens-before checker (sim/streams/race_checker.h) over the recorded order
 // (stream order, the event records and waits and host syncs the trace or the annotations show), and
 // a Perfetto-ready timeline of the step with the findings marked.
 #pragma once
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/race_checker.h"
+#include "sim/streams/race_checker.h"
 #include "traces/recorded_step.h"
 #include "traces/step_replay.h"
 
@@ -34,7 +34,7 @@ struct StepRaceReport {
 
 StepRaceReport check_step_races(const RecordedStep& step, size_t max_races = 50);
 
-// Chrome trace JSON of the recorded step (times from the step's start), via sim/timeline.h, plus:
+// Chrome trace JSON of the recorded step (times from the step's start), via sim/events/timeline.h, plus:
 // instant events at the largest GPU gaps, exposed copies (less than half hidden by compute), host
 // syncs inside the step, and flow arrows between the two ops of each race.
 std::string recorded_step_timeline(const RecordedStep& step, const StepRaceReport& races);

@@ -1,4 +1,4 @@
-// GCC 12 reports a false -Wmaybe-uninitialized inside Boost.Graph (see sim/dependency_graph.cc).
+// GCC 12 reports a false -Wmaybe-uninitialized inside Boost.Graph (see sim/streams/dependency_graph.cc).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -17,8 +17,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "sim/device_spec.h"
-#include "sim/input_error.h"
+#include "sim/cost/device_spec.h"
+#include "sim/inputs/input_error.h"
 #include "traces/cuda_api.h"
 
 namespace hookstream {
@@ -88,7 +88,7 @@ OpTimes replay_times(const EventModel& model) { return schedule_times(model, Dev
 // What a what-if compares between two schedules of a replay, computed from the scheduled times
 // without copying the replay's ops into a Schedule.
 struct ReplayFigures {
-  Schedule figures;  // model left empty (sim/time_model.h schedule_figures)
+  Schedule figures;  // model left empty (sim/cost/time_model.h schedule_figures)
   double host_blocked_ns = 0;
 };
 

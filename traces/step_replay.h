@@ -1,6 +1,6 @@
-// A recorded step replayed by the simulator's own scheduler (sim/time_model.h schedule_step) over
+// A recorded step replayed by the simulator's own scheduler (sim/cost/time_model.h schedule_step) over
 // the recorded durations, so that a change to its dependency graph (what-if) predicts a new step
-// time with the same rules the simulator uses for plans, and the critical path (sim/dependency_graph.h)
+// time with the same rules the simulator uses for plans, and the critical path (sim/streams/dependency_graph.h)
 // says which chain of recorded ops bounds the step.
 //
 // The replay keeps the host's own time: between two host-side ops the host is busy for the time the
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "sim/dependency_graph.h"
-#include "sim/event_model.h"
-#include "sim/time_model.h"
+#include "sim/streams/dependency_graph.h"
+#include "sim/events/event_model.h"
+#include "sim/cost/time_model.h"
 #include "traces/recorded_step.h"
 
 namespace hookstream {
@@ -38,7 +38,7 @@ Schedule schedule_replay(const StepReplay& replay);
 struct CriticalSegment {
   int rank = 0;
   int stream = -1;          // -1: the host
-  // Shared strings (sim/text.h): a long trace's path has ~10^5 segments naming few distinct things.
+  // Shared strings (sim/events/text.h): a long trace's path has ~10^5 segments naming few distinct things.
   Text where;               // "host" or the stream's name
   Text what;                // the op group's label, or "host work"
   int ops = 0;

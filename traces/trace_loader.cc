@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 #include "traces/importers/kineto/kineto_importer.h"
 #include "traces/importers/nsys/nsys_importer.h"
 

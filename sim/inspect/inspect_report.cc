@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <regex>
 
-#include "sim/ddp_simulation.h"
-#include "sim/model_source/hf_hub.h"
-#include "sim/reducer_model.h"
+#include "sim/sync/ddp/ddp_simulation.h"
+#include "sim/inputs/model_source/hf_hub.h"
+#include "sim/sync/ddp/reducer_model.h"
 
 namespace hookstream {
 
@@ -42,7 +42,7 @@ std::string matching_target(const Plan& plan, const std::string& module) {
 }
 
 // The keys that chose the LoRA targets: lora_target_modules, or axolotl's lora_target_linear
-// (every Linear but the head, expanded against the model: sim/model_structure.cc) when no listed
+// (every Linear but the head, expanded against the model: sim/inputs/model_structure.cc) when no listed
 // entry selects the module.
 std::string target_keys(const Plan& plan, const std::string& target) {
   if (target.empty() && plan.lora_target_linear) return " + lora_target_linear: true (every Linear but the head)";
@@ -61,7 +61,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 // Why a parameter exists as it does, in the user's keys. Mirrors the rules of
-// sim/model_structure.cc (which mirror PEFT and axolotl; cited there).
+// sim/inputs/model_structure.cc (which mirror PEFT and axolotl; cited there).
 std::vector<std::string> reasons(const Parameter& p, const Plan& plan, const std::vector<std::regex>& unfrozen,
                                  bool tied) {
   std::vector<std::string> out;
@@ -138,7 +138,7 @@ InspectReport inspect_plan(const Plan& plan) {
   for (const std::string& pattern : plan.unfrozen_parameters) unfrozen.emplace_back(pattern);  // checked by the builder
 
   // Buckets as DDP builds them in __init__ and as the Reducer rebuilds them after the first
-  // iteration (sim/ddp_simulation.h steady_state_buckets), by DDP index.
+  // iteration (sim/sync/ddp/ddp_simulation.h steady_state_buckets), by DDP index.
   std::vector<int> initial_bucket(structure.ddp_parameters.size(), -1), bucket(structure.ddp_parameters.size(), -1);
   if (!structure.ddp_parameters.empty()) {
     const BucketAssignment initial = ReducerModel(reducer_parameters(structure), reducer_options(plan)).buckets();

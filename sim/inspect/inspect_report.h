@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/model_source/checkpoint_layout.h"
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/inputs/model_source/checkpoint_layout.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 #include <map>
 
-#include "sim/autograd_engine.h"
-#include "sim/forward_graph.h"
+#include "sim/engine/autograd_engine.h"
+#include "sim/engine/forward_graph.h"
 
 namespace hookstream {
 

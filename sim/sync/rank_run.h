@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 #include "sim/sync/sync_model.h"
 #include "sim/sync/sync_simulation.h"
 

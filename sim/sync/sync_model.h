@@ -1,4 +1,4 @@
-// The seam between the autograd-engine model (sim/autograd_engine.h, sim/forward_graph.h) and the
+// The seam between the autograd-engine model (sim/engine/autograd_engine.h, sim/engine/forward_graph.h) and the
 // gradient-sync engines that consume its hook events as peers: DDP's Reducer (sim/sync/ddp/),
 // FSDP2, FSDP1 and DeepSpeed ZeRO 1-3. The shared per-rank driver (sim/sync/rank_run.h) records one
 // forward per micro-step with the engine's module hooks, runs loss.backward() on the engine model,
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "sim/autograd_engine.h"
-#include "sim/forward_graph.h"
-#include "sim/verdict.h"
+#include "sim/engine/autograd_engine.h"
+#include "sim/engine/forward_graph.h"
+#include "sim/verify/verdict.h"
 
 namespace hookstream {
 

@@ -5,7 +5,7 @@
 #include <fmt/ranges.h>
 #include <stdexcept>
 
-#include "sim/ddp_simulation.h"
+#include "sim/sync/ddp/ddp_simulation.h"
 
 namespace hookstream {
 

@@ -1,6 +1,6 @@
 // A plan simulated under the gradient-sync engine it runs on (plan.engine): the findings every
 // engine reports in the same shape, the rank classes, and per-step evidence. DDP's Reducer
-// (sim/ddp_simulation.h) and the engines on the shared driver (sim/sync/rank_run.h) all produce it.
+// (sim/sync/ddp/ddp_simulation.h) and the engines on the shared driver (sim/sync/rank_run.h) all produce it.
 #pragma once
 
 #include <functional>
@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "sim/autograd_engine.h"
-#include "sim/hook_firing.h"
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/engine/autograd_engine.h"
+#include "sim/engine/hook_firing.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 #include "sim/sync/sync_model.h"
-#include "sim/verdict.h"
+#include "sim/verify/verdict.h"
 
 namespace hookstream {
 

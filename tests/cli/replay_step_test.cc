@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include "sim/device_spec.h"
-#include "sim/model_structure.h"
-#include "sim/plan.h"
-#include "sim/step_prediction.h"
+#include "sim/cost/device_spec.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
+#include "sim/cost/step_prediction.h"
 #include "tests/cli/run_binary.h"
 #include "tests/temp_dir.h"
 #include "tests/traces/runtime_trace_fixture.h"

@@ -9,7 +9,7 @@
 #include "tests/runtime/plan_matrix.h"
 #include "runtime/oracle.h"
 #include "runtime/reducer_factory.h"
-#include "sim/verify.h"
+#include "sim/verify/verify.h"
 
 // Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
 #undef CHECK

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "runtime/oracle.h"
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 
 // Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
 #undef CHECK

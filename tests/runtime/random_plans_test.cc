@@ -11,8 +11,8 @@
 #include "tests/runtime/random_plans.h"
 #include "runtime/oracle.h"
 #include "runtime/reducer_factory.h"
-#include "sim/input_error.h"
-#include "sim/verify.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/verify.h"
 
 // Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
 #undef CHECK

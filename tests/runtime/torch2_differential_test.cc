@@ -15,8 +15,8 @@
 #include "runtime/differential.h"
 #include "tests/runtime/plan_matrix.h"
 #include "runtime/oracle.h"
-#include "sim/input_error.h"
-#include "sim/verify.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/verify.h"
 #include "tests/runtime/random_plans.h"
 
 // Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.

@@ -13,8 +13,8 @@
 #include "runtime/activation_offload.h"
 #include "runtime/safetensors.h"
 #include "runtime/train_model.h"
-#include "sim/input_error.h"
-#include "sim/plan.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/plan.h"
 
 // Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.
 #undef CHECK

@@ -14,8 +14,8 @@
 #include "runtime/token_data.h"
 #include "runtime/trainer.h"
 #include "runtime/training_checkpoint.h"
-#include "sim/input_error.h"
-#include "sim/plan.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/plan.h"
 #include "tests/temp_dir.h"
 
 // Last: glog (pulled in by LibTorch) defines its own CHECK, which Catch's must replace.

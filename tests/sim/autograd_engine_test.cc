@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "sim/autograd_engine.h"
+#include "sim/engine/autograd_engine.h"
 
 using namespace hookstream;
 

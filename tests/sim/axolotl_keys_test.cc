@@ -6,9 +6,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "sim/axolotl_config/axolotl_schema.h"
-#include "sim/input_error.h"
-#include "sim/plan.h"
+#include "sim/inputs/axolotl_config/axolotl_schema.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/plan.h"
 #include "tests/sim/plan_text.h"
 
 namespace hookstream {

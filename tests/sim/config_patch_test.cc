@@ -1,6 +1,6 @@
 // Fixes in the user's own words: a fix's keys set in the text of the user's config, every other
 // line kept as written, and the unified diff between the two.
-#include "sim/axolotl_config/config_patch.h"
+#include "sim/inputs/axolotl_config/config_patch.h"
 
 #include <catch2/catch.hpp>
 

@@ -4,8 +4,8 @@
 // Reducer as well.
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.h"
-#include "sim/verify.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/verify.h"
 
 using namespace hookstream;
 

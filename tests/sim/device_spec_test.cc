@@ -1,9 +1,9 @@
 // Device specs: the bundled files load, names and aliases resolve, bad files name their line.
-#include "sim/device_spec.h"
+#include "sim/cost/device_spec.h"
 
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 using namespace hookstream;
 

@@ -7,8 +7,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.h"
-#include "sim/plan.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/plan.h"
 #include "tests/sim/plan_text.h"
 #include "tests/temp_dir.h"
 

@@ -1,11 +1,11 @@
 // The memory model: allocator rounding, the offload saving of the streams doc, per-category rules.
-#include "sim/memory_model.h"
+#include "sim/cost/memory_model.h"
 
 #include <catch2/catch.hpp>
 
-#include "sim/device_spec.h"
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/cost/device_spec.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 
 using namespace hookstream;
 

@@ -1,6 +1,6 @@
 // Tests for sim/model_config: the bundled presets carry the real HF values, defaults follow
 // transformers, and every bad input is one line naming the file and key.
-#include "sim/model_config.h"
+#include "sim/inputs/model_config.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 namespace {

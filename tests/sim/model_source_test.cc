@@ -11,13 +11,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "sim/input_error.h"
-#include "sim/model_source/checkpoint_layout.h"
-#include "sim/model_source/hf_hub.h"
-#include "sim/model_source/model_types.h"
-#include "sim/model_source/safetensors_header.h"
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/model_source/checkpoint_layout.h"
+#include "sim/inputs/model_source/hf_hub.h"
+#include "sim/inputs/model_source/model_types.h"
+#include "sim/inputs/model_source/safetensors_header.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 #include "tests/temp_dir.h"
 
 namespace hookstream {

@@ -1,13 +1,13 @@
 // What each optimizer keeps per parameter, and what that does to the memory model's
 // optimizer_states on a real plan.
-#include "sim/optimizer_states.h"
+#include "sim/cost/optimizer_states.h"
 
 #include <catch2/catch.hpp>
 
-#include "sim/device_spec.h"
-#include "sim/memory_model.h"
-#include "sim/model_structure.h"
-#include "sim/plan.h"
+#include "sim/cost/device_spec.h"
+#include "sim/cost/memory_model.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream {
 

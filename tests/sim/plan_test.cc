@@ -1,6 +1,6 @@
 // Tests for sim/plan: axolotl keys and the hookstream: section are read into Plan, every mistake is
 // one line with file:line and a suggestion, --set edits the tree, and to_yaml round-trips.
-#include "sim/plan.h"
+#include "sim/inputs/plan.h"
 
 #include <filesystem>
 #include <fstream>
@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 #include "tests/temp_dir.h"
 
 namespace hookstream {

@@ -5,8 +5,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.h"
-#include "sim/plan.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/plan.h"
 
 namespace hookstream::test {
 

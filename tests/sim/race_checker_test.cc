@@ -4,10 +4,10 @@
 
 #include <cstdio>
 
-#include "sim/dependency_graph.h"
-#include "sim/race_checker.h"
-#include "sim/stream_expansion.h"
-#include "sim/sync_mutation.h"
+#include "sim/streams/dependency_graph.h"
+#include "sim/streams/race_checker.h"
+#include "sim/streams/stream_expansion.h"
+#include "sim/streams/sync_mutation.h"
 #include "tests/sim/stream_test_plans.h"
 
 using namespace hookstream;

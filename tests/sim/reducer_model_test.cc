@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "sim/reducer_model.h"
+#include "sim/sync/ddp/reducer_model.h"
 
 using namespace hookstream;
 

@@ -1,4 +1,4 @@
-// Every check of a plan in one report (sim/simulation_report.h): per-op memory against the phase
+// Every check of a plan in one report (sim/verify/simulation_report.h): per-op memory against the phase
 // points, chunked cross-entropy in the memory and time models, the critical path against the
 // schedule, and stream/memory fixes that hold when the plan is simulated again with them.
 #include <catch2/catch.hpp>
@@ -7,14 +7,14 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "sim/dependency_graph.h"
-#include "sim/device_spec.h"
-#include "sim/memory_model.h"
-#include "sim/plan_search.h"
-#include "sim/simulation_report.h"
-#include "sim/step_prediction.h"
-#include "sim/stream_expansion.h"
-#include "sim/stream_protocol.h"
+#include "sim/streams/dependency_graph.h"
+#include "sim/cost/device_spec.h"
+#include "sim/cost/memory_model.h"
+#include "sim/cost/plan_search.h"
+#include "sim/verify/simulation_report.h"
+#include "sim/cost/step_prediction.h"
+#include "sim/streams/stream_expansion.h"
+#include "sim/streams/stream_protocol.h"
 #include "tests/temp_dir.h"
 
 using namespace hookstream;

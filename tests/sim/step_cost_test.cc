@@ -1,9 +1,9 @@
 // Cost inputs of an expanded step (FLOPs and bytes per op) and what they do to predicted step time.
 #include <catch2/catch.hpp>
 
-#include "sim/device_spec.h"
-#include "sim/step_prediction.h"
-#include "sim/stream_expansion.h"
+#include "sim/cost/device_spec.h"
+#include "sim/cost/step_prediction.h"
+#include "sim/streams/stream_expansion.h"
 
 using namespace hookstream;
 

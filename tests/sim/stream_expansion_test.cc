@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "sim/stream_expansion.h"
+#include "sim/streams/stream_expansion.h"
 #include "tests/sim/stream_test_plans.h"
 
 using namespace hookstream;

@@ -7,8 +7,8 @@
 #include <string>
 #include <unistd.h>
 
-#include "sim/input_error.h"
-#include "sim/stream_protocol.h"
+#include "sim/inputs/input_error.h"
+#include "sim/streams/stream_protocol.h"
 #include "tests/temp_dir.h"
 
 using namespace hookstream;

@@ -1,13 +1,13 @@
-// Text (sim/text.h): the shared op strings behave like the std::string they replaced, copies share
+// Text (sim/events/text.h): the shared op strings behave like the std::string they replaced, copies share
 // one string, interned names are one string per distinct value, and PerText computes once per name.
-#include "sim/text.h"
+#include "sim/events/text.h"
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 
 using namespace hookstream;
 

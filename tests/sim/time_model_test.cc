@@ -1,13 +1,13 @@
 // The time model: op estimates against a device spec, and exact schedules of hand-built EventModels.
-#include "sim/time_model.h"
+#include "sim/cost/time_model.h"
 
 #include <catch2/catch.hpp>
 
-#include "sim/input_error.h"
-#include "sim/device_spec.h"
-#include "sim/model_structure.h"
-#include "sim/plan.h"
-#include "sim/step_prediction.h"
+#include "sim/inputs/input_error.h"
+#include "sim/cost/device_spec.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
+#include "sim/cost/step_prediction.h"
 
 #include <algorithm>
 #include <set>
@@ -310,7 +310,7 @@ TEST_CASE("calibration entries replace estimates, first match wins", "[time]") {
 }
 
 TEST_CASE("every phase of a simulated step's ops is one a calibration entry may name", "[time]") {
-  // calibration_phases() lists sim/stream_expansion.cc's phases; a new one must be added there,
+  // calibration_phases() lists sim/streams/stream_expansion.cc's phases; a new one must be added there,
   // or calibration files could not name it.
   std::set<std::string> seen;
   for (const char* extra : {"", "gradient_checkpointing: true\nactivation_offloading: true\ntiled_mlp: true\n",

@@ -1,10 +1,10 @@
 // The Chrome trace writer: parse the JSON back and check tracks, slices, flows and counters.
-#include "sim/timeline.h"
+#include "sim/events/timeline.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "sim/time_model.h"
+#include "sim/cost/time_model.h"
 
 using namespace hookstream;
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/scaled_traces.h"
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/kineto/kineto_importer.h"
 #include "traces/replay_report.h"

@@ -1,5 +1,5 @@
 // Test fixture generator: the Chrome trace `hookstream run --trace` records for a plan's step, built
-// from the simulator's expansion of that step (sim/stream_expansion.h) the way the runtime emits it:
+// from the simulator's expansion of that step (sim/streams/stream_expansion.h) the way the runtime emits it:
 // - GPU (LibTorch's Kineto profiler): {"baseTimeNanoseconds", "traceEvents"}; every protocol step in
 //   a user_annotation range named as in traces/runtime_annotations.h, each decoder layer in
 //   hookstream:{phase}:L{layer}:layer, the optimizer in hookstream:optimizer, each step in
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 
 namespace hookstream::test {
 

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "bench/scaled_traces.h"
-#include "sim/dependency_graph.h"
+#include "sim/streams/dependency_graph.h"
 #include "tests/traces/trace_test_files.h"
 #include "traces/step_analysis.h"
 #include "traces/trace_loader.h"

@@ -9,14 +9,14 @@
 #include <optional>
 #include <set>
 
-#include "sim/calibration.h"
-#include "sim/device_spec.h"
-#include "sim/input_error.h"
-#include "sim/model_structure.h"
-#include "sim/race_checker.h"
-#include "sim/step_prediction.h"
-#include "sim/stream_expansion.h"
-#include "sim/stream_protocol.h"
+#include "sim/cost/calibration.h"
+#include "sim/cost/device_spec.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/streams/race_checker.h"
+#include "sim/cost/step_prediction.h"
+#include "sim/streams/stream_expansion.h"
+#include "sim/streams/stream_protocol.h"
 #include "tests/traces/runtime_trace_fixture.h"
 #include "tests/traces/trace_test_files.h"
 #include "traces/analyses/memory_bandwidth.h"

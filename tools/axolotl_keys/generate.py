@@ -26,7 +26,7 @@ import pathlib
 import re
 import sys
 
-# Keys hookstream's plan loader reads (sim/plan.cc: schedule_keys() and engine_keys()).
+# Keys hookstream's plan loader reads (sim/inputs/plan.cc: schedule_keys() and engine_keys()).
 MODELLED = {
     "base_model", "base_model_config", "sequence_len", "micro_batch_size",
     "gradient_accumulation_steps", "adapter", "lora_r", "lora_alpha", "lora_dropout",

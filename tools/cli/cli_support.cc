@@ -5,10 +5,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "sim/axolotl_config/config_report.h"
-#include "sim/input_error.h"
-#include "sim/json_text.h"
-#include "sim/model_structure.h"
+#include "sim/inputs/axolotl_config/config_report.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/json_text.h"
+#include "sim/inputs/model_structure.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {

@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
-#include "sim/plan.h"
-#include "sim/verify.h"
+#include "sim/inputs/plan.h"
+#include "sim/verify/verify.h"
 
 namespace CLI {
 class App;

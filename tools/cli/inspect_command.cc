@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "sim/inspect/inspect_report.h"
-#include "sim/json_text.h"
-#include "sim/plan.h"
+#include "sim/verify/json_text.h"
+#include "sim/inputs/plan.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {

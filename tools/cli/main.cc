@@ -10,7 +10,7 @@
 #include <iostream>
 #include <vector>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 #include "tools/cli/commands.h"
 
 

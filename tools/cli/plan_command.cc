@@ -4,9 +4,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "sim/json_text.h"
-#include "sim/plan_search.h"
-#include "sim/timeline.h"
+#include "sim/verify/json_text.h"
+#include "sim/cost/plan_search.h"
+#include "sim/events/timeline.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {

@@ -9,9 +9,9 @@
 #include <memory>
 #include <optional>
 
-#include "sim/input_error.h"
-#include "sim/json_text.h"
-#include "sim/plan.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/json_text.h"
+#include "sim/inputs/plan.h"
 #include "tools/cli/commands.h"
 #include "traces/replay_report.h"
 #include "traces/step_analysis.h"

@@ -1,15 +1,15 @@
 // `hookstream simulate PLAN.yaml`: DDP verdicts plus the CUDA-stream schedule of one step checked for
-// races (sim/simulation_report.h). Exit codes: 0 clean, 1 a finding, 2 bad input.
+// races (sim/verify/simulation_report.h). Exit codes: 0 clean, 1 a finding, 2 bad input.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
 
-#include "sim/json_text.h"
-#include "sim/model_source/checkpoint_layout.h"
-#include "sim/model_source/hf_hub.h"
-#include "sim/memory_model.h"
-#include "sim/simulation_report.h"
-#include "sim/timeline.h"
+#include "sim/verify/json_text.h"
+#include "sim/inputs/model_source/checkpoint_layout.h"
+#include "sim/inputs/model_source/hf_hub.h"
+#include "sim/cost/memory_model.h"
+#include "sim/verify/simulation_report.h"
+#include "sim/events/timeline.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 

@@ -1,5 +1,5 @@
 // `hookstream verify PLAN.yaml`: every check of a plan: the DDP hook schedule, races in its offload
-// stream protocol, `oom` against its GPU (sim/simulation_report.h), with verified fixes.
+// stream protocol, `oom` against its GPU (sim/verify/simulation_report.h), with verified fixes.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
@@ -7,12 +7,12 @@
 
 #include <iostream>
 
-#include "sim/axolotl_config/config_patch.h"
-#include "sim/input_error.h"
-#include "sim/json_text.h"
-#include "sim/model_source/checkpoint_layout.h"
-#include "sim/model_source/hf_hub.h"
-#include "sim/simulation_report.h"
+#include "sim/inputs/axolotl_config/config_patch.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/json_text.h"
+#include "sim/inputs/model_source/checkpoint_layout.h"
+#include "sim/inputs/model_source/hf_hub.h"
+#include "sim/verify/simulation_report.h"
 #include "tools/cli/commands.h"
 
 namespace hookstream {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 #include "traces/analyses/gpu_intervals.h"
 
 namespace hookstream {

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 
 namespace hookstream {
 

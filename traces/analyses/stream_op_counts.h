@@ -5,7 +5,7 @@
 #include <map>
 #include <vector>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 
 namespace hookstream {
 

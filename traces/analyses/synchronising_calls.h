@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 
 namespace hookstream {
 

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 #ifdef HOOKSTREAM_WITH_ISAL
 #include <isa-l/igzip_lib.h>

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "json_cursor.cc reads eight string bytes as one little-endian word"

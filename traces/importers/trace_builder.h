@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 
 namespace hookstream {
 

@@ -17,10 +17,10 @@
 #include "runtime/differential.h"
 #include "runtime/oracle.h"
 #include "runtime/reducer_factory.h"
-#include "sim/input_error.h"
-#include "sim/json_text.h"
-#include "sim/report.h"
-#include "sim/verify.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/json_text.h"
+#include "sim/verify/report.h"
+#include "sim/verify/verify.h"
 
 namespace hookstream {
 

@@ -21,11 +21,11 @@
 #include "runtime/token_data.h"
 #include "runtime/trainer.h"
 #include "runtime/training_checkpoint.h"
-#include "sim/input_error.h"
-#include "sim/json_text.h"
-#include "sim/model_structure.h"
-#include "sim/report.h"
-#include "sim/verify.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/json_text.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/verify/report.h"
+#include "sim/verify/verify.h"
 
 namespace hookstream {
 

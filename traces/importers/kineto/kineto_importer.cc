@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 #include "traces/cuda_api.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/kineto/kineto_event_scanner.h"

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "sim/event_model.h"
+#include "sim/events/event_model.h"
 #include "traces/importers/trace_contents.h"
 
 namespace hookstream {

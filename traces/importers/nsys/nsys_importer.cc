@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sim/input_error.h"
+#include "sim/inputs/input_error.h"
 #include "traces/cuda_api.h"
 #include "traces/importers/nsys/sqlite_database.h"
 #include "traces/importers/trace_builder.h"

@@ -1,0 +1,509 @@
+#include "sim/cost/memory_model.h"
+
+#include "sim/cost/optimizer_states.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+namespace hookstream {
+
+namespace {
+
+constexpr int64_t kMiB = 1024 * 1024;
+// c10/cuda/CUDACachingAllocator.cpp constants.
+constexpr int64_t kMinBlockSize = 512;
+constexpr int64_t kSmallSize = kMiB;
+constexpr int64_t kRoundLarge = 2 * kMiB;
+constexpr int64_t kMinLargeAlloc = 10 * kMiB;
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+
+// The bytes a parameter (and its .grad) occupies. PEFT creates adapter weights in float32 even on a
+// bf16 base (LoraLayer.update_layer / `autocast_adapter_dtype=True`, the default since PEFT 0.12).
+int dtype_size(const Parameter& parameter) { return parameter.adapter ? 4 : dtype_bytes(parameter.dtype); }
+
+// Tensors of one moment, each rounded by the allocator separately.
+class Ledger {
+ public:
+  explicit Ledger(bool rounding) : rounding_(rounding) {}
+  void add(MemoryPoint& point, MemoryCategory category, int64_t tensor_bytes, int64_t count = 1) const {
+    if (tensor_bytes <= 0 || count <= 0) return;
+    point.bytes[category] += count * (rounding_ ? device_allocation_bytes(tensor_bytes) : tensor_bytes);
+  }
+  int64_t pinned(int64_t tensor_bytes) const {
+    return rounding_ ? pinned_allocation_bytes(tensor_bytes) : tensor_bytes;
+  }
+  int64_t device(int64_t tensor_bytes) const { return rounding_ ? device_allocation_bytes(tensor_bytes) : tensor_bytes; }
+
+ private:
+  bool rounding_;
+};
+
+// One decoder layer's activation tensors, in elements per token (bf16 unless noted). HF's Llama/Qwen
+// decoder with SDPA (flash / memory-efficient kernels: O(seq) saved state, no seq x seq matrix).
+struct LayerActivations {
+  std::vector<int64_t> saved_attention;  // elements per token, model dtype
+  int64_t saved_attention_fp32 = 0;      // SDPA's logsumexp: one fp32 per head and token
+  std::vector<int64_t> saved_mlp;        // untiled MLP
+  std::vector<int64_t> saved_tiled_mlp;  // tiled MLP: only its input is saved
+  std::vector<int64_t> lora;             // LoRA A outputs (r per targeted projection)
+  std::vector<int64_t> backward_temporaries;       // gradients alive while one layer runs backward
+  std::vector<int64_t> mlp_chunk_intermediates;    // gate, up, act(gate), act*up of one token
+};
+
+LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, const DecoderLayerUse* layer) {
+  const int64_t h = model.hidden_size;
+  const int64_t head_dim = model.head_dim > 0 ? model.head_dim : h / std::max(1, model.num_attention_heads);
+  const int64_t q = head_dim * model.num_attention_heads;
+  const int64_t kv = head_dim * model.num_key_value_heads;
+  // An MoE layer saves activations for the experts each token goes through (top_k + shared).
+  const int64_t inter = layer != nullptr && layer->mlp_width > 0 ? layer->mlp_width : model.intermediate_size;
+  LayerActivations a;
+  // input_layernorm input and output (the output feeds q/k/v), q/k/v after RoPE and the attention
+  // output (saved by SDPA; the same tensor is o_proj's input), post_attention_layernorm input.
+  a.saved_attention = {h, h, q, kv, kv, q, h};
+  a.saved_attention_fp32 = model.num_attention_heads;
+  // post_attention_layernorm output (gate/up input), gate, up, act(gate), act(gate)*up (down input).
+  a.saved_mlp = {h, inter, inter, inter, inter};
+  a.saved_tiled_mlp = {h};
+  if (layer != nullptr && plan.adapter != Adapter::None) {
+    std::vector<const LinearUse*> uses{&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down};
+    for (const LinearUse& use : layer->attention_other) uses.push_back(&use);
+    for (const LinearUse& use : layer->mlp_other) uses.push_back(&use);
+    for (const LinearUse* use : uses) {
+      if (use->lora_a >= 0) a.lora.push_back(plan.lora_r);
+    }
+  }
+  // dL/dhidden in and out, dq/dk/dv, and two intermediate-size gradients in the MLP.
+  a.backward_temporaries = {h, h, q, kv, kv};
+  a.mlp_chunk_intermediates = {inter, inter, inter, inter};
+  return a;
+}
+
+struct StepShape {
+  int64_t tokens = 0;       // per micro-step
+  int64_t dtype = 2;        // activation bytes
+  int shards = 1;           // tiled MLP shards
+};
+
+int reload_buffer_count(const Plan& plan) {
+  if (!plan.activation_offloading) return 0;
+  const std::string protocol = plan.offload_protocol_name();
+  if (protocol == "none") return 0;
+  if (protocol.find("single") != std::string::npos) return 1;
+  return 2;  // "double_buffer_*" and protocols that do not say: the default is double-buffered
+}
+
+// The Reducer's buckets (torch/nn/parallel/distributed.py: bucket_cap_mb, default 25 MiB, and the
+// 1 MiB first bucket, filled in reverse parameter order), each one flat tensor.
+std::vector<int64_t> ddp_bucket_sizes(const Plan& plan, const ModelStructure& structure) {
+  std::vector<int64_t> buckets;
+  const int64_t cap = static_cast<int64_t>(plan.ddp_bucket_cap_mb.value_or(25.0) * kMiB);
+  int64_t current = 0;
+  int64_t limit = std::min<int64_t>(kMiB, cap);
+  for (auto it = structure.ddp_parameters.rbegin(); it != structure.ddp_parameters.rend(); ++it) {
+    const Parameter& p = structure.parameters[*it];
+    current += p.numel() * dtype_size(p);
+    if (current >= limit) {
+      buckets.push_back(current);
+      current = 0;
+      limit = cap;
+    }
+  }
+  if (current > 0) buckets.push_back(current);
+  return buckets;
+}
+
+// bitsandbytes 4-bit with double quantization (axolotl's QLoRA default, bnb_4bit_use_double_quant):
+// one 8-bit absmax per 64 weights and one fp32 scale per 256 absmax blocks (QLoRA paper, section 3:
+// 0.127 bits per parameter). 8-bit (LLM.int8): one fp32 scale per output row.
+int64_t quantization_state_bytes(const Parameter& p, const Plan& plan) {
+  if (!p.quantized) return 0;
+  if (plan.load_in_8bit && !plan.load_in_4bit) return 4 * (p.shape.empty() ? 1 : p.shape[0]);
+  const int64_t blocks = (p.numel() + 63) / 64;
+  return blocks + 4 * ((blocks + 255) / 256);
+}
+
+int64_t stored_weight_bytes(const Parameter& p, const Plan& plan) {
+  if (!p.quantized) return p.numel() * dtype_size(p);
+  if (plan.load_in_8bit && !plan.load_in_4bit) return p.numel();
+  return (p.numel() + 1) / 2;
+}
+
+// What the loss holds at its peak (bytes, each tensor rounded).
+// Stock transformers (ForCausalLMLoss, transformers/loss/loss_utils.py): the bf16 logits, their fp32
+// upcast (`logits.float()`) and log_softmax's fp32 output saved by cross_entropy.
+// axolotl's chunked_cross_entropy (axolotl/monkeypatch/loss/chunked.py, from torchtune's
+// CEWithChunkedOutputLoss): the lm_head still writes the full bf16 logits, but the upcast and the
+// cross-entropy run on one `logits.chunk(num_chunks, dim=1)` slice at a time inside a
+// torch.compile'd function, whose backward recomputes the softmax from the bf16 chunk: one chunk's
+// fp32 upcast and log-softmax exist at a time, and the loss keeps one fp32 value per token (the
+// per-token loss / log-sum-exp the compiled graph saves).
+int64_t logits_and_loss_bytes(const Plan& plan, int64_t tokens, int64_t dtype, const Ledger& ledger) {
+  const int64_t vocab = plan.model.vocab_size;
+  const int64_t bf16_logits = ledger.device(vocab * tokens * dtype);
+  if (!plan.chunked_cross_entropy) return bf16_logits + 2 * ledger.device(vocab * tokens * 4);
+  const int64_t chunks = std::max(1, plan.chunked_cross_entropy_num_chunks);
+  // torch.chunk: ceil(tokens / chunks) per chunk (sequence dim; micro_batch rows share it).
+  const int64_t chunk_tokens = (tokens + chunks - 1) / chunks;
+  return bf16_logits + 2 * ledger.device(vocab * chunk_tokens * 4) + ledger.device(tokens * 4);
+}
+
+// "layer 12 mlp backward chunk 3 of 8" -> "mlp backward"; the names come from
+// sim/streams/stream_expansion.cc, which issues every op of a simulated step.
+std::string op_what(const std::string& name) {
+  std::string what = name;
+  if (what.rfind("layer ", 0) == 0) {
+    const size_t space = what.find(' ', 6);
+    if (space != std::string::npos) what = what.substr(space + 1);
+  }
+  const size_t chunk = what.find(" chunk ");
+  if (chunk != std::string::npos) what = what.substr(0, chunk);
+  return what;
+}
+
+}  // namespace
+
+const char* to_string(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::Weights: return "weights";
+    case MemoryCategory::QuantizationState: return "quantization_state";
+    case MemoryCategory::Adapters: return "adapters";
+    case MemoryCategory::Gradients: return "gradients";
+    case MemoryCategory::OptimizerStates: return "optimizer_states";
+    case MemoryCategory::OptimizerTemporaries: return "optimizer_temporaries";
+    case MemoryCategory::DdpBuckets: return "ddp_buckets";
+    case MemoryCategory::Activations: return "activations";
+    case MemoryCategory::RecomputeWorkspace: return "recompute_workspace";
+    case MemoryCategory::TiledMlpChunks: return "tiled_mlp_chunks";
+    case MemoryCategory::LogitsAndLoss: return "logits_and_loss";
+    case MemoryCategory::ReloadBuffers: return "reload_buffers";
+    case MemoryCategory::PinnedSlots: return "pinned_slots";
+  }
+  return "?";
+}
+
+int64_t MemoryPoint::total() const {
+  int64_t sum = 0;
+  for (const auto& [category, value] : bytes) sum += value;
+  return sum;
+}
+
+int64_t device_allocation_bytes(int64_t request) {
+  if (request <= 0) return 0;
+  // round_size(): every block is a multiple of kMinBlockSize.
+  const int64_t block = request < kMinBlockSize ? kMinBlockSize : round_up(request, kMinBlockSize);
+  // get_allocation_size(): requests of kMinLargeAlloc or more get their own segment rounded up to
+  // kRoundLarge. should_split(): a large block is split only when more than kSmallSize would remain,
+  // so a smaller tail stays part of the tensor's block. Smaller requests share 2/20 MiB segments.
+  if (block < kMinLargeAlloc) return block;
+  const int64_t segment = round_up(block, kRoundLarge);
+  return segment - block > kSmallSize ? block : segment;
+}
+
+int64_t pinned_allocation_bytes(int64_t request) {
+  if (request <= 0) return 0;
+  int64_t size = 1;
+  while (size < request) size <<= 1;
+  return size;
+}
+
+std::string format_gib(int64_t bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double value = static_cast<double>(bytes);
+  char text[64];
+  if (std::abs(value) >= 1024.0 * 1024 * 1024) return format_gib(bytes);
+  if (std::abs(value) >= 1024.0 * 1024) std::snprintf(text, sizeof text, "%.2f MiB", value / (1024.0 * 1024));
+  else if (std::abs(value) >= 1024.0) std::snprintf(text, sizeof text, "%.2f KiB", value / 1024.0);
+  else std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
+  return text;
+}
+
+MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                               const MemoryModelOptions& options) {
+  const Ledger ledger(options.allocator_rounding);
+  MemoryEstimate estimate;
+  estimate.device_name = device.name;
+  estimate.capacity_bytes = device.memory_bytes;
+
+  StepShape shape;
+  int longest = 0;
+  for (int rank = 0; rank < std::max(1, plan.world_size); ++rank) {
+    for (int iteration = 0; iteration < std::max(1, plan.iterations); ++iteration) {
+      if (plan.sequence_len_for(rank, iteration) > longest) {
+        longest = plan.sequence_len_for(rank, iteration);
+        shape.shards = plan.tiled_shards_for(rank, iteration);
+      }
+    }
+  }
+  shape.tokens = static_cast<int64_t>(longest) * plan.micro_batch_size;
+  shape.dtype = dtype_bytes(plan.model.torch_dtype);
+  estimate.tokens_per_micro_step = shape.tokens;
+  const int64_t per_token = shape.tokens * shape.dtype;
+  const int64_t h = plan.model.hidden_size;
+  const int layers = static_cast<int>(structure.layers.size());
+
+  // --- persistent: everything alive at every moment of a steady-state step ---------------------
+  const OptimizerStates optimizer = optimizer_states(plan.optimizer);
+  MemoryPoint persistent;
+  int64_t trainable_bytes = 0;
+  std::vector<int64_t> grads_by_layer(layers + 1, 0);  // [layers]: outside the decoder stack
+  std::vector<int64_t> grad_tensors;
+  for (const Parameter& p : structure.parameters) {
+    if (p.adapter) {
+      ledger.add(persistent, MemoryCategory::Adapters, stored_weight_bytes(p, plan));
+    } else {
+      ledger.add(persistent, MemoryCategory::Weights, stored_weight_bytes(p, plan));
+      ledger.add(persistent, MemoryCategory::QuantizationState, quantization_state_bytes(p, plan));
+    }
+    if (!p.trainable) continue;
+    const int64_t bytes = p.numel() * dtype_size(p);
+    trainable_bytes += bytes;
+    // The optimizer's states (sim/cost/optimizer_states.h): torch.optim.AdamW's exp_avg and exp_avg_sq
+    // are zeros_like(param), the parameter's dtype; 8-bit and 4-bit optimizers keep a quantized
+    // copy plus fp32 block scales; bitsandbytes' 32-bit ones float32.
+    for (int state = 0; state < optimizer.states; ++state) {
+      for (int64_t allocation : optimizer.state_allocations(p.numel(), dtype_size(p))) {
+        ledger.add(persistent, MemoryCategory::OptimizerStates, allocation);
+      }
+    }
+    const int64_t rounded = ledger.device(bytes);
+    grads_by_layer[p.layer >= 0 && p.layer < layers ? p.layer : layers] += rounded;
+  }
+  const bool ddp = plan.world_size > 1;
+  const bool grads_in_buckets = ddp && plan.gradient_as_bucket_view;
+  if (ddp) {
+    for (int64_t bucket : ddp_bucket_sizes(plan, structure)) ledger.add(persistent, MemoryCategory::DdpBuckets, bucket);
+  }
+  const int buffers = reload_buffer_count(plan);
+  ledger.add(persistent, MemoryCategory::ReloadBuffers, h * per_token, buffers);
+
+  // --- per layer --------------------------------------------------------------------------------
+  auto sum_tensors = [&](const std::vector<int64_t>& elements, int64_t bytes_per_element) {
+    int64_t sum = 0;
+    for (int64_t e : elements) sum += ledger.device(e * shape.tokens * bytes_per_element);
+    return sum;
+  };
+  const bool tiled = plan.tiled_mlp && shape.shards > 1;
+  const int64_t chunk_tokens = (shape.tokens + shape.shards - 1) / shape.shards;
+  std::vector<int64_t> saved(layers, 0), full(layers, 0), transient(layers, 0), chunk(layers, 0);
+  int64_t offloaded_host = 0;
+  for (int i = 0; i < layers; ++i) {
+    const LayerActivations a = layer_activations(plan.model, plan, &structure.layers[i]);
+    full[i] = sum_tensors(a.saved_attention, shape.dtype) + sum_tensors({a.saved_attention_fp32}, 4) +
+              sum_tensors(tiled ? a.saved_tiled_mlp : a.saved_mlp, shape.dtype) + sum_tensors(a.lora, shape.dtype);
+    transient[i] = sum_tensors(a.backward_temporaries, shape.dtype);
+    if (tiled) {
+      for (int64_t e : a.mlp_chunk_intermediates) chunk[i] += ledger.device(e * chunk_tokens * shape.dtype);
+    }
+    const bool checkpointed = plan.gradient_checkpointing && plan.layer_checkpointed(i);
+    const int64_t hidden_state = ledger.device(h * per_token);
+    if (!checkpointed) {
+      saved[i] = full[i];
+    } else if (plan.activation_offloading) {
+      saved[i] = 0;  // moved to a pinned CPU slot once the D2H copy completes
+      offloaded_host += ledger.pinned(h * per_token);
+    } else {
+      saved[i] = hidden_state;  // the checkpoint keeps only the layer's input
+    }
+  }
+  // Inputs of the final norm and lm_head, kept for backward.
+  const int64_t head_inputs = 2 * ledger.device(h * per_token);
+  const int64_t logits = logits_and_loss_bytes(plan, shape.tokens, shape.dtype, ledger);
+
+  auto base = [&]() { return persistent; };
+  int64_t saved_total = 0;
+  for (int i = 0; i < layers; ++i) saved_total += saved[i];
+
+  // Forward, last layer: everything saved so far plus the running layer's own tensors.
+  if (layers > 0) {
+    MemoryPoint point = base();
+    point.phase = "forward";
+    point.at = "layer " + std::to_string(layers - 1);
+    point.bytes[MemoryCategory::Activations] += saved_total - saved[layers - 1];
+    point.bytes[MemoryCategory::RecomputeWorkspace] += full[layers - 1];
+    if (tiled) point.bytes[MemoryCategory::TiledMlpChunks] += chunk[layers - 1];
+    estimate.device_points.push_back(point);
+  }
+  {
+    MemoryPoint point = base();
+    point.phase = "loss";
+    point.at = "cross-entropy";
+    point.bytes[MemoryCategory::Activations] += saved_total + head_inputs;
+    point.bytes[MemoryCategory::LogitsAndLoss] += logits;
+    if (!grads_in_buckets) point.bytes[MemoryCategory::Gradients] += grads_by_layer[layers];
+    estimate.device_points.push_back(point);
+  }
+  // Backward, layer by layer: activations of earlier layers, the gradients produced so far, and the
+  // running layer's recomputed (or saved) tensors plus its backward temporaries.
+  int64_t grads_so_far = grads_by_layer[layers];
+  int64_t saved_before = saved_total;
+  for (int i = layers - 1; i >= 0; --i) {
+    saved_before -= saved[i];
+    grads_so_far += grads_by_layer[i];
+    MemoryPoint point = base();
+    point.phase = "backward";
+    point.at = "layer " + std::to_string(i);
+    point.bytes[MemoryCategory::Activations] += saved_before;
+    point.bytes[MemoryCategory::RecomputeWorkspace] += full[i] + transient[i];
+    if (tiled) point.bytes[MemoryCategory::TiledMlpChunks] += chunk[i];
+    if (!grads_in_buckets) point.bytes[MemoryCategory::Gradients] += grads_so_far;
+    estimate.device_points.push_back(point);
+  }
+  {
+    MemoryPoint point = base();
+    point.phase = "optimizer";
+    point.at = "AdamW step";
+    if (!grads_in_buckets) point.bytes[MemoryCategory::Gradients] += grads_so_far;
+    // The foreach implementation (torch/optim/adam.py _multi_tensor_adam) materializes
+    // exp_avg_sq.sqrt() for every parameter: one more state-sized list during step(). The
+    // bitsandbytes and torchao optimizers update in one kernel per tensor: no such list.
+    if (optimizer.format == StateFormat::ParamDtype && optimizer.states > 0) {
+      ledger.add(point, MemoryCategory::OptimizerTemporaries, trainable_bytes);
+    }
+    estimate.device_points.push_back(point);
+  }
+  // Per-op points: the same tensors, followed op by op through rank 0's step (device 0), so the
+  // peak names its op and gradient accumulation is seen (later micro-steps run forward with the
+  // earlier micro-steps' gradients alive). Buffers the step allocates itself (Alloc/Free ops, as
+  // in traces) are added on top. The phase points above become the op points.
+  if (options.step != nullptr) {
+    const EventModel& step = *options.step;
+    std::map<int, int64_t> allocated;  // op -> live Alloc/Free bytes after it
+    for (const MemorySample& sample : memory_over_ops(step)) {
+      if (sample.rank == 0 && sample.device == 0) allocated[sample.op] = sample.bytes;
+    }
+    std::vector<MemoryPoint> op_points;
+    std::vector<char> layer_released(layers, 0), layer_grads(layers, 0);
+    int64_t held = 0, grads = 0, live_allocated = 0;
+    bool head_held = false, logits_held = false, outside_grads = false;
+    int micro = -1;
+    for (int i = 0; i < static_cast<int>(step.ops.size()); ++i) {
+      const Op& op = step.ops[i];
+      if (op.rank != 0 || (op.stream >= 0 && step.streams[op.stream].device != 0)) continue;
+      if (op.micro_step != micro) {  // a new micro-step: its own activations, the grads so far
+        micro = op.micro_step;
+        held = 0;
+        std::fill(layer_released.begin(), layer_released.end(), 0);
+      }
+      if (auto it = allocated.find(i); it != allocated.end()) live_allocated = it->second;
+      const bool in_layer = op.layer >= 0 && op.layer < layers;
+      const std::string what = op.kind == OpKind::Kernel ? op_what(op.name) : "";
+      int64_t workspace = 0, chunk_bytes = 0, temporaries = 0;
+      if (in_layer && (what == "forward" || what == "recompute")) {
+        workspace = full[op.layer];
+        if (tiled) chunk_bytes = chunk[op.layer];
+      } else if (in_layer && (what == "attention backward" || what == "mlp backward")) {
+        if (!layer_released[op.layer]) {  // the layer's saved tensors become its backward's workspace
+          layer_released[op.layer] = 1;
+          held -= saved[op.layer];
+        }
+        if (!layer_grads[op.layer]) {
+          layer_grads[op.layer] = 1;
+          grads += grads_by_layer[op.layer];
+        }
+        workspace = full[op.layer] + transient[op.layer];
+        if (tiled && what == "mlp backward") chunk_bytes = chunk[op.layer];
+      } else if (what == "final norm forward") {
+        head_held = true;
+      } else if (what == "lm_head forward") {
+        logits_held = true;
+      } else if (what == "lm_head backward" && !outside_grads) {
+        outside_grads = true;  // the head's grads (and, conservatively, the embedding's) as in the phase points
+        grads += grads_by_layer[layers];
+      } else if (what == "optimizer step") {
+        temporaries = ledger.device(trainable_bytes);
+      }
+      MemoryPoint point = base();
+      point.phase = op.phase.empty() ? "step" : op.phase;
+      point.at = op.name;
+      point.op = i;
+      point.bytes[MemoryCategory::Activations] += held + (head_held ? head_inputs : 0) + live_allocated;
+      point.bytes[MemoryCategory::RecomputeWorkspace] += workspace;
+      if (chunk_bytes > 0) point.bytes[MemoryCategory::TiledMlpChunks] += chunk_bytes;
+      if (logits_held) point.bytes[MemoryCategory::LogitsAndLoss] += logits;
+      if (!grads_in_buckets && grads > 0) point.bytes[MemoryCategory::Gradients] += grads;
+      if (temporaries > 0) point.bytes[MemoryCategory::OptimizerTemporaries] += temporaries;
+      op_points.push_back(std::move(point));
+      // After the op: what it leaves behind.
+      if (in_layer && what == "forward") held += saved[op.layer];
+      if (what == "lm_head backward") logits_held = false;
+      if (what == "final norm backward") head_held = false;
+    }
+    if (!op_points.empty()) estimate.device_points = std::move(op_points);
+  }
+  // The first point wins ties: the earliest moment in the step.
+  estimate.device_peak = estimate.device_points.front();
+  for (const MemoryPoint& point : estimate.device_points) {
+    if (point.total() > estimate.device_peak.total()) estimate.device_peak = point;
+  }
+  for (auto it = estimate.device_peak.bytes.begin(); it != estimate.device_peak.bytes.end();) {
+    it = it->second == 0 ? estimate.device_peak.bytes.erase(it) : std::next(it);
+  }
+  estimate.host_peak.phase = "forward";
+  estimate.host_peak.at = "after the last offloaded layer";
+  if (offloaded_host > 0) estimate.host_peak.bytes[MemoryCategory::PinnedSlots] = offloaded_host;
+  // With a step: the op that fills the last slot, rank 0's last device-to-host copy into pinned
+  // memory in its first micro-step (CachingHostAllocator keeps the blocks for later micro-steps).
+  if (options.step != nullptr && offloaded_host > 0) {
+    for (int i = 0; i < static_cast<int>(options.step->ops.size()); ++i) {
+      const Op& op = options.step->ops[i];
+      if (op.rank != 0 || op.micro_step != 0 || op.kind != OpKind::Copy || op.copy != CopyKind::DeviceToHost) continue;
+      if (op.destination != MemoryKind::PinnedHost) continue;
+      estimate.host_peak.op = i;
+      estimate.host_peak.at = op.name;
+      estimate.host_peak.phase = op.phase;
+    }
+  }
+
+  if (estimate.device_peak.total() > device.memory_bytes) {
+    MemoryFinding finding;
+    finding.at = estimate.device_peak;
+    finding.required_bytes = estimate.device_peak.total();
+    finding.capacity_bytes = device.memory_bytes;
+    finding.message = "out of memory: " + format_gib(finding.required_bytes) + " needed at " +
+                      finding.at.phase + " " + finding.at.at + ", " + device.name + " has " +
+                      format_gib(finding.capacity_bytes);
+    estimate.oom = finding;
+  }
+  return estimate;
+}
+
+std::vector<MemorySample> memory_over_ops(const EventModel& model) {
+  std::vector<MemorySample> samples;
+  std::map<std::pair<int, int>, int64_t> live;  // (rank, device) -> bytes
+  std::set<int> allocated;                       // buffers currently held
+  for (int i = 0; i < static_cast<int>(model.ops.size()); ++i) {
+    const Op& op = model.ops[i];
+    if (op.kind != OpKind::Alloc && op.kind != OpKind::Free) continue;
+    for (const BufferAccess& access : op.accesses) {
+      if (access.buffer < 0 || access.buffer >= static_cast<int>(model.buffers.size())) continue;
+      const Buffer& buffer = model.buffers[access.buffer];
+      if (buffer.memory != MemoryKind::Device) continue;
+      const int64_t bytes = device_allocation_bytes(access.bytes >= 0 ? access.bytes : buffer.bytes);
+      const auto key = std::make_pair(buffer.rank, buffer.device);
+      if (op.kind == OpKind::Alloc && allocated.insert(access.buffer).second) live[key] += bytes;
+      if (op.kind == OpKind::Free && allocated.erase(access.buffer) > 0) live[key] -= bytes;
+      samples.push_back(MemorySample{buffer.rank, buffer.device, i, live[key]});
+    }
+  }
+  return samples;
+}
+
+std::vector<MemorySample> memory_samples(const MemoryEstimate& estimate) {
+  std::vector<MemorySample> samples;
+  for (const MemoryPoint& point : estimate.device_points) {
+    if (point.op >= 0) samples.push_back(MemorySample{0, 0, point.op, point.total()});
+  }
+  return samples;
+}
+
+}  // namespace hookstream

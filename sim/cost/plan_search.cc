@@ -1,0 +1,195 @@
+#include "sim/cost/plan_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace hookstream {
+
+namespace {
+
+std::string tiled_backward_name(TiledBackward backward) {
+  switch (backward) {
+    case TiledBackward::BackwardPerChunk: return "per_chunk_backward";
+    case TiledBackward::GradThenBackward: return "grad_then_backward";
+    case TiledBackward::FunctionReturnsGrads: return "function_returns_grads";
+  }
+  return "per_chunk_backward";
+}
+
+std::string number(double value) {
+  if (value == std::floor(value)) return std::to_string(static_cast<long long>(value));
+  std::string text = std::to_string(value);
+  while (!text.empty() && text.back() == '0') text.pop_back();
+  return text;
+}
+
+// The value a search key has in a loaded plan, as the YAML value --set would take. Keys that do
+// not apply (use_reentrant without checkpointing, ...) read as "" so they never count as changes.
+std::string effective_value(const Plan& plan, const std::string& key) {
+  if (key == "gradient_checkpointing") return plan.gradient_checkpointing ? "true" : "false";
+  if (key == "gradient_checkpointing_kwargs.use_reentrant") {
+    return plan.gradient_checkpointing ? (plan.use_reentrant ? "true" : "false") : "";
+  }
+  if (key == "activation_offloading") return plan.activation_offloading ? "true" : "false";
+  if (key == "hookstream.offload_protocol") return plan.activation_offloading ? plan.offload_protocol_name() : "";
+  if (key == "tiled_mlp") return plan.tiled_mlp ? "true" : "false";
+  if (key == "tiled_mlp_num_shards") return plan.tiled_mlp ? std::to_string(plan.tiled_shards_for(0, 0)) : "";
+  if (key == "hookstream.tiled_mlp_backward") return plan.tiled_mlp ? tiled_backward_name(plan.tiled_mlp_backward) : "";
+  if (key == "ddp_bucket_cap_mb") return number(plan.ddp_bucket_cap_mb.value_or(25.0));
+  if (key == "micro_batch_size") return std::to_string(plan.micro_batch_size);
+  if (key == "chunked_cross_entropy") return plan.chunked_cross_entropy ? "true" : "false";
+  return "";
+}
+
+// Every combination of the explored settings, each as a full list of --set changes.
+// `chunking`: also try axolotl's chunked cross-entropy (when the logits dominate the peak).
+std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool chunking) {
+  struct Mode {
+    std::vector<FixChange> changes;
+  };
+  std::vector<Mode> memory_modes;
+  memory_modes.push_back({{{"gradient_checkpointing", "false"}, {"activation_offloading", "false"}}});
+  for (const char* reentrant : {"true", "false"}) {
+    const FixChange on{"gradient_checkpointing", "true"}, kind{"gradient_checkpointing_kwargs.use_reentrant", reentrant};
+    memory_modes.push_back({{on, kind, {"activation_offloading", "false"}}});
+    for (const char* protocol : {"double_buffer_events", "single_buffer"}) {
+      memory_modes.push_back({{on, kind, {"activation_offloading", "true"}, {"hookstream.offload_protocol", protocol}}});
+    }
+  }
+  // Tiled MLP: off, or ALST's default shard count ceil(seq / hidden) and twice that; with the plan's
+  // backward and with grad_then_backward (the variant that keeps DDP's hooks correct).
+  const int hidden = std::max(1, plan.model.hidden_size);
+  const int automatic = std::max(1, (plan.sequence_len + hidden - 1) / hidden);
+  std::vector<std::vector<FixChange>> tiled_modes = {{{"tiled_mlp", "false"}}};
+  std::set<std::string> backwards = {tiled_backward_name(plan.tiled_mlp_backward), "grad_then_backward"};
+  for (int shards : std::set<int>{std::max(2, automatic), std::max(2, 2 * automatic)}) {
+    for (const std::string& backward : backwards) {
+      tiled_modes.push_back({{"tiled_mlp", "true"}, {"tiled_mlp_num_shards", std::to_string(shards)},
+                             {"hookstream.tiled_mlp_backward", backward}});
+    }
+  }
+  const std::set<double> bucket_caps = {plan.ddp_bucket_cap_mb.value_or(25.0), 100.0};
+  const std::set<int> micro_batches = {plan.micro_batch_size, 2 * plan.micro_batch_size};
+  std::vector<std::string> losses = {plan.chunked_cross_entropy ? "true" : "false"};
+  if (chunking && !plan.chunked_cross_entropy) losses.push_back("true");
+  std::vector<std::vector<FixChange>> settings;
+  for (const Mode& memory : memory_modes) {
+    for (const auto& tiled : tiled_modes) {
+      for (double cap : bucket_caps) {
+        for (int micro : micro_batches) {
+          for (const std::string& chunked : losses) {
+            std::vector<FixChange> changes = memory.changes;
+            changes.insert(changes.end(), tiled.begin(), tiled.end());
+            if (plan.world_size > 1) changes.push_back({"ddp_bucket_cap_mb", number(cap)});
+            changes.push_back({"micro_batch_size", std::to_string(micro)});
+            changes.push_back({"chunked_cross_entropy", chunked});
+            settings.push_back(std::move(changes));
+          }
+        }
+      }
+    }
+  }
+  return settings;
+}
+
+PlanSource with_changes(const PlanSource& source, const std::vector<FixChange>& changes) {
+  PlanSource changed = source;
+  for (const FixChange& change : changes) changed.options.set.push_back(change.key + "=" + change.value);
+  return changed;
+}
+
+PlanCandidate measure(const Plan& plan, const DeviceSpec& device, const Calibration* calibration) {
+  const ModelStructure structure = build_model_structure(plan);
+  const StepPrediction prediction = predict_step(plan, structure, device, calibration);
+  PlanCandidate candidate;
+  candidate.step_ns = prediction.schedule.step_ns;
+  candidate.tokens_per_second = prediction.tokens_per_second;
+  candidate.peak_bytes = prediction.memory.device_peak.total();
+  candidate.peak_at = prediction.memory.device_peak.phase + " " + prediction.memory.device_peak.at;
+  candidate.peak_breakdown = prediction.memory.device_peak.bytes;
+  candidate.host_bytes = prediction.memory.host_peak.total();
+  candidate.copy_hidden_fraction = prediction.schedule.copy_hidden_fraction;
+  return candidate;
+}
+
+std::string verdict_of(const PlanSource& source) {
+  VerifyOptions options;
+  options.search_fixes = false;
+  const VerifyResult result = verify_plan(source, options);
+  if (result.ok()) return "ok";
+  const Finding& finding = result.simulation.findings.front();
+  return std::string(to_string(finding.kind)) + (finding.parameter.empty() ? "" : " at " + finding.parameter);
+}
+
+}  // namespace
+
+PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions& options) {
+  const Plan base = parse_plan(source.yaml_text, source.source, source.options);
+  PlanSearchResult result;
+  result.device = find_device_spec(options.gpu.value_or(base.gpu));
+  result.budget_bytes = options.budget_gib ? static_cast<int64_t>(*options.budget_gib * 1024 * 1024 * 1024)
+                                           : result.device.memory_bytes;
+  std::optional<Calibration> calibration;
+  if (base.calibration) calibration = load_calibration(*base.calibration);
+  const Calibration* measured = calibration ? &*calibration : nullptr;
+
+  result.input = measure(base, result.device, measured);
+  result.input.verdict = verdict_of(source);
+
+  // Predict every candidate (cheap), then verify the fitting ones fastest first until `top` pass.
+  // Candidates that only differ in settings the verifier ignores share one verification.
+  std::vector<PlanCandidate> fitting;
+  std::set<std::string> seen;
+  // The logits dominate when they are a quarter of the input's peak or its largest category:
+  // then chunking the loss is worth exploring.
+  int64_t logits = 0, largest = 0;
+  for (const auto& [category, bytes] : result.input.peak_breakdown) {
+    if (category == MemoryCategory::LogitsAndLoss) logits = bytes;
+    largest = std::max(largest, bytes);
+  }
+  result.explored_chunked_loss = logits > 0 && (4 * logits >= result.input.peak_bytes || logits == largest);
+  for (const std::vector<FixChange>& settings : candidate_settings(base, result.explored_chunked_loss)) {
+    const Plan plan = parse_plan(source.yaml_text, source.source, with_changes(source, settings).options);
+    PlanCandidate candidate = measure(plan, result.device, measured);
+    for (const FixChange& change : settings) {
+      if (effective_value(plan, change.key) != effective_value(base, change.key)) candidate.changes.push_back(change);
+    }
+    std::string key;
+    for (const FixChange& change : candidate.changes) key += change.key + "=" + change.value + ";";
+    if (!seen.insert(key).second) continue;  // settings that do not apply collapse to one plan
+    ++result.explored;
+    if (!result.smallest || candidate.peak_bytes < result.smallest->peak_bytes) result.smallest = candidate;
+    if (candidate.peak_bytes > result.budget_bytes) {
+      ++result.over_budget;
+      continue;
+    }
+    fitting.push_back(std::move(candidate));
+  }
+  std::stable_sort(fitting.begin(), fitting.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+    if (a.tokens_per_second != b.tokens_per_second) return a.tokens_per_second > b.tokens_per_second;
+    if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+    return a.changes.size() < b.changes.size();  // the smallest edit of equal candidates
+  });
+  std::map<std::string, std::string> verdicts;  // DDP-relevant changes -> verdict
+  for (PlanCandidate& candidate : fitting) {
+    if (static_cast<int>(result.best.size()) >= options.top) break;
+    std::string ddp_key;
+    for (const FixChange& change : candidate.changes) {
+      // The loss's chunking does not touch DDP's hooks either.
+      if (change.key != "micro_batch_size" && change.key != "hookstream.offload_protocol" && change.key != "chunked_cross_entropy") {
+        ddp_key += change.key + "=" + change.value + ";";
+      }
+    }
+    auto it = verdicts.find(ddp_key);
+    if (it == verdicts.end()) it = verdicts.emplace(ddp_key, verdict_of(with_changes(source, candidate.changes))).first;
+    candidate.verdict = it->second;
+    if (candidate.verdict == "ok") result.best.push_back(candidate);
+    else ++result.failed_verification;
+  }
+  if (!result.best.empty()) result.smallest.reset();
+  return result;
+}
+
+}  // namespace hookstream

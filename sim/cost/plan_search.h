@@ -1,0 +1,51 @@
+// `hookstream plan`: explore the settings that trade memory for time (checkpoint mode, activation
+// offloading with one or two reload buffers, tiled-MLP shards, DDP bucket cap, micro-batch size,
+// and chunked cross-entropy when the logits dominate),
+// keep the candidates that fit a memory budget and pass the DDP verifier, fastest first.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/cost/device_spec.h"
+#include "sim/cost/step_prediction.h"
+#include "sim/verify/verify.h"
+
+namespace hookstream {
+
+struct PlanSearchOptions {
+  std::optional<std::string> gpu;      // overrides the plan's `gpu`
+  std::optional<double> budget_gib;    // unset: the device's capacity
+  int top = 5;                         // how many passing candidates to return
+};
+
+struct PlanCandidate {
+  std::vector<FixChange> changes;      // --set keys that differ from the input plan
+  double step_ns = 0;
+  double tokens_per_second = 0;
+  int64_t peak_bytes = 0;
+  std::string peak_at;                 // "backward layer 35"
+  std::map<MemoryCategory, int64_t> peak_breakdown;
+  int64_t host_bytes = 0;              // pinned host memory
+  double copy_hidden_fraction = 1;
+  std::string verdict = "not verified";  // "ok", or the first DDP finding
+};
+
+struct PlanSearchResult {
+  DeviceSpec device;
+  int64_t budget_bytes = 0;
+  PlanCandidate input;                 // the plan as given (verified too)
+  std::vector<PlanCandidate> best;     // fit the budget and verified ok, fastest (tokens/s) first
+  int explored = 0;
+  int over_budget = 0;
+  int failed_verification = 0;
+  bool explored_chunked_loss = false;  // the logits dominated the input's peak: chunked CE was tried
+  std::optional<PlanCandidate> smallest;  // the lowest peak, when nothing fits the budget
+};
+
+PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions& options = {});
+
+}  // namespace hookstream

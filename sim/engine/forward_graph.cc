@@ -1,0 +1,335 @@
+#include "sim/engine/forward_graph.h"
+
+#include <fmt/format.h>
+#include <memory>
+
+namespace hookstream {
+
+namespace {
+
+std::string strip_peft_prefix(const std::string& path) {
+  static const std::string prefix = "base_model.model.";
+  return path.compare(0, prefix.size(), prefix) == 0 ? path.substr(prefix.size()) : path;
+}
+
+// Shared-owned: the backward programs of the Functions it records run later, during backward.
+class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
+ public:
+  ForwardRecorder(AutogradEngine& engine, ForwardContext context)
+      : engine_(engine), ctx_(std::move(context)), plan_(*ctx_.plan), model_(*ctx_.structure) {
+    unused_ = plan_.unused_modules_for(ctx_.rank, ctx_.iteration, ctx_.micro_step);
+  }
+
+  ForwardOutputs run() {
+    // The root module's call: its input (input_ids) never requires grad.
+    call_pre(ModuleKind::Root, "", -1, SimTensor{});
+    SimTensor hidden = param_op("embed_tokens", model_.embed, {});
+    if (plan_.input_require_grads() && !hidden.requires_grad()) {
+      // enable_input_require_grads(): a forward hook on the input embeddings calls
+      // output.requires_grad_(True), making the (frozen) embedding output a leaf that requires grad.
+      const int data = hidden.data;
+      hidden = engine_.fresh_leaf("inputs_embeds (requires_grad_)");
+      hidden.data = data;
+    }
+    std::vector<SimTensor> deepstack;
+    if (!model_.vision_blocks.empty() && plan_.vision_inputs) {
+      SimTensor image = vision_tower(deepstack);
+      // Qwen3-VL: inputs_embeds.masked_scatter(image_mask, image_embeds).
+      hidden = engine_.op("masked_scatter(image_embeds)", {hidden, image});
+    }
+    for (const DecoderLayerUse& layer : model_.layers) {
+      if (unused(layer.path)) continue;
+      const int count = plan_.checkpoint_count(layer.index, ctx_.rank, ctx_.iteration, ctx_.micro_step);
+      if (count == 0) {
+        hidden = decoder_layer(layer, hidden);
+        after_layer(layer.index, deepstack, hidden);
+        continue;
+      }
+      for (int pass = 0; pass < count; ++pass) hidden = checkpointed_layer(layer, hidden, pass, count);
+      after_layer(layer.index, deepstack, hidden);
+    }
+    hidden = norm(model_.final_norm, hidden, "model.norm", model_.final_norm_bias);
+    SimTensor logits = unused("lm_head") ? SimTensor{} : engine_.op("lm_head", {leaf(model_.lm_head_bias), hidden, leaf(model_.lm_head)});
+    logits = call_post(ModuleKind::Root, "", -1, logits);
+    return ForwardOutputs{logits, nullptr};
+  }
+
+ private:
+  bool unused(const std::string& path) const { return module_unused(unused_, path); }
+
+  // Module.__call__'s forward pre/post hooks of the sync engine (none without one).
+  ModuleCall module_call(ModuleKind kind, const std::string& path, int layer) const {
+    return ModuleCall{kind, path, layer, engine_.current_task() >= 0};
+  }
+  SimTensor call_pre(ModuleKind kind, const std::string& path, int layer, SimTensor input) {
+    return ctx_.hooks ? ctx_.hooks->pre_forward(engine_, module_call(kind, path, layer), input) : input;
+  }
+  SimTensor call_post(ModuleKind kind, const std::string& path, int layer, SimTensor output) {
+    return ctx_.hooks ? ctx_.hooks->post_forward(engine_, module_call(kind, path, layer), output) : output;
+  }
+
+  // Qwen3VLTextModel.forward: after decoder layer k, DeepStack visual features k are added to the
+  // hidden state at the image positions (_deepstack_process), outside any checkpoint.
+  void after_layer(int layer, const std::vector<SimTensor>& deepstack, SimTensor& hidden) {
+    if (layer < static_cast<int>(deepstack.size())) {
+      hidden = engine_.op(fmt::format("deepstack add {}", layer), {hidden, deepstack[static_cast<size_t>(layer)]});
+    }
+  }
+
+  SimTensor merger(const VisionMergerUse& m, SimTensor h) {
+    SimTensor n = engine_.op(m.path + ".norm", {leaf(m.norm_weight), leaf(m.norm_bias), h});
+    SimTensor f1 = linear(m.fc1, n, m.path + ".linear_fc1");
+    SimTensor act = engine_.op(m.path + ".act", {f1});
+    return linear(m.fc2, act, m.path + ".linear_fc2");
+  }
+
+  SimTensor leaf(int parameter) const {
+    if (parameter < 0 || !model_.parameters[static_cast<size_t>(parameter)].trainable) return SimTensor{};
+    return SimTensor{parameter};
+  }
+
+  // An op whose backward sends the parameter's gradient first (the weight is `self` of the last
+  // mul/addmm), then the input's.
+  SimTensor param_op(const std::string& label, int parameter, const std::vector<SimTensor>& inputs) {
+    std::vector<SimTensor> all{leaf(parameter)};
+    all.insert(all.end(), inputs.begin(), inputs.end());
+    return engine_.op(label, all);
+  }
+
+  SimTensor norm(int weight, SimTensor x, const std::string& label, int bias = -1) {
+    if (bias < 0) return param_op(label, weight, {x});
+    return engine_.op(label, {leaf(weight), leaf(bias), x});
+  }
+
+  // Parameters of a layer with no slot of their own (MLA projections and norms, attention sinks,
+  // shared experts, Gemma's feed-forward norms): each is applied to the running tensor, so its
+  // gradient is produced in that part of the layer's backward.
+  SimTensor others(const std::vector<LinearUse>& uses, SimTensor x, const std::string& path) {
+    for (const LinearUse& use : uses) x = linear(use, x, path + "." + use.name);
+    return x;
+  }
+
+  // nn.Linear, or PEFT's lora.Linear: result = base_layer(x); result += lora_B(lora_A(dropout(x))) * scaling.
+  SimTensor linear(const LinearUse& use, SimTensor x, const std::string& path) {
+    // A skipped projection contributes zeros: nothing behind it gets a gradient through it.
+    if (unused(path)) return SimTensor{};
+    x = call_pre(ModuleKind::Linear, path, -1, x);
+    // F.linear with bias is addmm(bias, x, weight.t()): the bias gradient is sent first.
+    std::vector<SimTensor> inputs{leaf(use.bias), x, leaf(use.weight)};
+    SimTensor result = engine_.op(path, inputs);
+    if (use.lora_a >= 0) {
+      SimTensor a = engine_.op(path + ".lora_A", {x, leaf(use.lora_a)});
+      SimTensor b = engine_.op(path + ".lora_B", {a, leaf(use.lora_b)});
+      SimTensor scaled = engine_.op(path + ".scaling", {b});
+      result = engine_.op(path + " + lora", {result, scaled});
+    }
+    return call_post(ModuleKind::Linear, path, -1, result);
+  }
+
+  SimTensor attention(const DecoderLayerUse& layer, SimTensor x) {
+    const std::string p = layer.path + ".self_attn";
+    SimTensor h = norm(layer.input_norm, x, layer.path + ".input_layernorm", layer.input_norm_bias);
+    SimTensor q = linear(layer.q, h, p + ".q_proj");
+    SimTensor k = linear(layer.k, h, p + ".k_proj");
+    SimTensor v = linear(layer.v, h, p + ".v_proj");
+    if (layer.q_norm >= 0) {
+      q = norm(layer.q_norm, q, p + ".q_norm");
+      k = norm(layer.k_norm, k, p + ".k_norm");
+    }
+    if (!layer.attention_other.empty()) q = others(layer.attention_other, q, p);
+    SimTensor a = engine_.op(p + ".sdpa", {q, k, v});
+    SimTensor o = linear(layer.o, a, p + ".o_proj");
+    return engine_.op(layer.path + " residual(attn)", {x, o});
+  }
+
+  SimTensor mlp_body(const DecoderLayerUse& layer, SimTensor h) {
+    const std::string p = layer.path + ".mlp";
+    h = call_pre(ModuleKind::Mlp, p, layer.index, h);
+    // LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)).
+    SimTensor gate = linear(layer.gate, h, p + ".gate_proj");
+    SimTensor act = engine_.op(p + ".act", {gate});
+    SimTensor up = linear(layer.up, h, p + ".up_proj");
+    SimTensor prod = engine_.op(p + ".mul", {act, up});
+    SimTensor out = linear(layer.down, prod, p + ".down_proj");
+    if (!layer.mlp_other.empty()) out = others(layer.mlp_other, out, p);
+    return call_post(ModuleKind::Mlp, p, layer.index, out);
+  }
+
+  std::vector<int> trainable_mlp_parameters(const DecoderLayerUse& layer) const {
+    std::vector<int> out;
+    std::vector<const LinearUse*> uses{&layer.gate, &layer.up, &layer.down};
+    for (const LinearUse& use : layer.mlp_other) uses.push_back(&use);
+    for (const LinearUse* use : uses) {
+      for (int p : {use->weight, use->bias, use->lora_a, use->lora_b}) {
+        if (p >= 0 && model_.parameters[static_cast<size_t>(p)].trainable) out.push_back(p);
+      }
+    }
+    return out;
+  }
+
+  SimTensor mlp(const DecoderLayerUse& layer, SimTensor h) {
+    if (unused(layer.path + ".mlp")) return SimTensor{};
+    const int shards = plan_.tiled_shards_for(ctx_.rank, ctx_.iteration, ctx_.micro_step);
+    if (!plan_.layer_tiled(layer.index)) return mlp_body(layer, h);
+    // TiledMLP.forward runs the MLP over the shards under no_grad: the output is computed from the
+    // weights without them being autograd inputs (recorded as data flow only).
+    const bool grad_mode = engine_.grad_enabled();
+    engine_.set_grad_enabled(false);
+    const SimTensor forward_value = mlp_body(layer, h);
+    engine_.set_grad_enabled(grad_mode);
+    // TiledMLP.apply(fn, self, x, shards, compute_params): x is a tensor input; the weights are
+    // inputs only when the Function is written to receive them.
+    std::vector<SimTensor> inputs{h};
+    const std::vector<int> weights = trainable_mlp_parameters(layer);
+    if (plan_.tiled_mlp_weights_as_inputs) {
+      for (int p : weights) inputs.push_back(SimTensor{p});
+    }
+    const bool input_requires_grad = h.requires_grad();
+    const TiledBackward strategy = plan_.tiled_mlp_backward;
+    const bool weights_as_inputs = plan_.tiled_mlp_weights_as_inputs;
+    const DecoderLayerUse* layer_ptr = &layer;
+    SimTensor result = engine_.function(
+        fmt::format("TiledMLP(layer {})", layer.index), inputs,
+        [self = shared_from_this(), layer_ptr, shards, weights, strategy, weights_as_inputs,
+         input_requires_grad](AutogradEngine& engine) {
+          for (int shard = 0; shard < shards; ++shard) {
+            if (self->ctx_.hooks) {
+              self->ctx_.hooks->tiled_chunk(self->module_call(ModuleKind::Mlp, layer_ptr->path + ".mlp", layer_ptr->index),
+                                            shard, shards);
+            }
+            const std::string label = fmt::format("tiled_mlp chunk {} of {} (layer {})", shard + 1, shards, layer_ptr->index);
+            SimTensor x = input_requires_grad ? engine.fresh_leaf("x_shard") : SimTensor{};
+            const bool saved = engine.grad_enabled();
+            engine.set_grad_enabled(true);
+            SimTensor out = self->mlp_body(*layer_ptr, x);
+            engine.set_grad_enabled(saved);
+            const bool last = shard == shards - 1;
+            if (strategy == TiledBackward::BackwardPerChunk ||
+                (strategy == TiledBackward::GradThenBackward && last)) {
+              engine.backward({out}, label);
+            } else {
+              std::vector<SimTensor> grad_inputs{x};
+              for (int p : weights) grad_inputs.push_back(SimTensor{p});
+              engine.grad({out}, grad_inputs, label + " [autograd.grad]");
+              if (strategy == TiledBackward::GradThenBackward && self->ctx_.on_manual_accumulate) {
+                for (int p : weights) self->ctx_.on_manual_accumulate(p);  // param.grad += chunk grad
+              }
+            }
+          }
+          // Gradient for x; for weight inputs only FunctionReturnsGrads returns something.
+          std::vector<bool> defined{true};
+          if (weights_as_inputs) {
+            for (size_t i = 0; i < weights.size(); ++i) defined.push_back(strategy == TiledBackward::FunctionReturnsGrads);
+          }
+          return defined;
+        });
+    return engine_.with_data_inputs(result, {forward_value}, {});
+  }
+
+  SimTensor decoder_layer(const DecoderLayerUse& layer, SimTensor x) {
+    x = call_pre(ModuleKind::DecoderLayer, layer.path, layer.index, x);
+    SimTensor h = attention(layer, x);
+    SimTensor n = norm(layer.post_attention_norm, h, layer.path + ".post_attention_layernorm", layer.post_attention_norm_bias);
+    SimTensor m = mlp(layer, n);
+    // Records no node when neither input requires grad (engine op), but keeps the data flow.
+    return call_post(ModuleKind::DecoderLayer, layer.path, layer.index, engine_.op(layer.path + " residual(mlp)", {h, m}));
+  }
+
+  SimTensor checkpointed_layer(const DecoderLayerUse& layer, SimTensor x, int pass, int count) {
+    const std::string which = count > 1 ? fmt::format(" pass {}", pass + 1) : "";
+    if (!plan_.use_reentrant) {
+      // torch.utils.checkpoint(use_reentrant=False) records the ordinary graph (saved tensors are
+      // recomputed on unpack by a graph that is never backwarded): hooks fire as without it.
+      return decoder_layer(layer, x);
+    }
+    // CheckpointFunction.forward runs the layer under no_grad; its only tensor input is the
+    // hidden state. Without an input that requires grad the Function records no node at all.
+    const bool saved = engine_.grad_enabled();
+    engine_.set_grad_enabled(false);
+    const SimTensor forward_value = decoder_layer(layer, x);
+    engine_.set_grad_enabled(saved);
+    const DecoderLayerUse* layer_ptr = &layer;
+    const std::string label = fmt::format("checkpoint(layer {}{})", layer.index, which);
+    SimTensor result = engine_.function(label, {x}, [self = shared_from_this(), layer_ptr, label](AutogradEngine& engine) {
+      // CheckpointFunction.backward: detach inputs, recompute under enable_grad, then
+      // torch.autograd.backward(outputs, grads): a nested graph task.
+      SimTensor input = engine.fresh_leaf("checkpoint input");
+      const bool saved_mode = engine.grad_enabled();
+      engine.set_grad_enabled(true);
+      SimTensor out = self->decoder_layer(*layer_ptr, input);
+      engine.set_grad_enabled(saved_mode);
+      engine.backward({out}, label);
+      return std::vector<bool>{true};
+    });
+    // The layer's parameters fed the output under no_grad: used as data, without a grad_fn.
+    return engine_.with_data_inputs(result, {forward_value}, {});
+  }
+
+  // Qwen3VLVisionModel.forward: patch embedding + position embedding, the blocks (a DeepStack
+  // merger right after each listed block), then the final merger.
+  SimTensor vision_tower(std::vector<SimTensor>& deepstack) {
+    SimTensor pixels{};
+    SimTensor h = linear(model_.vision_patch_embed, pixels, "model.visual.patch_embed.proj");
+    if (model_.vision_pos_embed >= 0) {
+      SimTensor pos = param_op("model.visual.pos_embed", model_.vision_pos_embed, {});
+      h = engine_.op("patch + pos_embed", {h, pos});
+    }
+    for (const VisionBlockUse& block : model_.vision_blocks) {
+      if (unused(block.path)) continue;
+      h = call_pre(ModuleKind::VisionBlock, block.path, block.index, h);
+      SimTensor n1 = engine_.op(block.path + ".norm1", {leaf(block.norm1_weight), leaf(block.norm1_bias), h});
+      SimTensor qkv = linear(block.qkv, n1, block.path + ".attn.qkv");
+      SimTensor a = engine_.op(block.path + ".attn", {qkv});
+      SimTensor proj = linear(block.proj, a, block.path + ".attn.proj");
+      h = engine_.op(block.path + " residual(attn)", {h, proj});
+      SimTensor n2 = engine_.op(block.path + ".norm2", {leaf(block.norm2_weight), leaf(block.norm2_bias), h});
+      SimTensor f1 = linear(block.fc1, n2, block.path + ".mlp.linear_fc1");
+      SimTensor act = engine_.op(block.path + ".mlp.act", {f1});
+      SimTensor f2 = linear(block.fc2, act, block.path + ".mlp.linear_fc2");
+      h = call_post(ModuleKind::VisionBlock, block.path, block.index, engine_.op(block.path + " residual(mlp)", {h, f2}));
+      for (const VisionMergerUse& ds : model_.vision_deepstack_mergers) {
+        if (ds.block == block.index) deepstack.push_back(merger(ds, h));
+      }
+    }
+    VisionMergerUse final_merger;
+    final_merger.path = "model.visual.merger";
+    final_merger.norm_weight = model_.vision_merger_norm_weight;
+    final_merger.norm_bias = model_.vision_merger_norm_bias;
+    final_merger.fc1 = model_.vision_merger_fc1;
+    final_merger.fc2 = model_.vision_merger_fc2;
+    return merger(final_merger, h);
+  }
+
+  AutogradEngine& engine_;
+  const ForwardContext ctx_;
+  const Plan& plan_;
+  const ModelStructure& model_;
+  std::vector<std::string> unused_;
+};
+
+}  // namespace
+
+bool module_unused(const std::vector<std::string>& unused, const std::string& module_path) {
+  const std::string path = strip_peft_prefix(module_path);
+  for (const std::string& entry_raw : unused) {
+    const std::string entry = strip_peft_prefix(entry_raw);
+    if (path == entry) return true;
+    // A module path covers everything below it.
+    if (path.size() > entry.size() && path.compare(0, entry.size(), entry) == 0 && path[entry.size()] == '.') return true;
+    // A leaf name ("lm_head", "down_proj") matches every module of that name.
+    if (path.size() > entry.size() && path.compare(path.size() - entry.size(), entry.size(), entry) == 0 &&
+        path[path.size() - entry.size() - 1] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+ForwardOutputs record_forward(AutogradEngine& engine, const ForwardContext& context) {
+  auto recorder = std::make_shared<ForwardRecorder>(engine, context);
+  ForwardOutputs outputs = recorder->run();
+  outputs.keep_alive = recorder;
+  return outputs;
+}
+
+}  // namespace hookstream

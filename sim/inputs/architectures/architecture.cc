@@ -1,0 +1,445 @@
+// The decoder architectures hookstream models, each checked against named_parameters() of the
+// model transformers 5.17.0 builds on the meta device (fixtures in tests/sim/inputs/architectures/, made by
+// oracles/architectures/dump_structures.py). Registration order inside a module: its own
+// nn.Parameters first, then its children in __init__ order (torch/nn/modules/module.py
+// named_parameters -> _named_members(recurse)).
+#include "sim/inputs/architectures/architecture.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string_view>
+
+#include "sim/inputs/input_error.h"
+
+namespace hookstream {
+namespace {
+
+using K = ModuleKind;
+using R = ModuleRole;
+
+ModuleSpec linear(std::string path, R role, std::string in, std::string out, std::string bias = "",
+                  std::string when = "") {
+  return ModuleSpec{std::move(path), K::Linear, role, std::move(in), std::move(out), std::move(bias), std::move(when)};
+}
+ModuleSpec norm(std::string path, R role, std::string shape = "hidden_size", std::string bias = "",
+                std::string when = "") {
+  return ModuleSpec{std::move(path), K::Norm, role, "", std::move(shape), std::move(bias), std::move(when)};
+}
+ModuleSpec tensor(std::string path, R role, std::string shape, std::string when = "") {
+  return ModuleSpec{std::move(path), K::Tensor, role, "", std::move(shape), "", std::move(when)};
+}
+
+const std::string kQ = "num_attention_heads*head_dim";
+const std::string kKV = "num_key_value_heads*head_dim";
+
+// q/k/v/o as LlamaAttention registers them (modeling_llama.py): bias flags per projection group.
+std::vector<ModuleSpec> attention(const std::string& qkv_bias, const std::string& o_bias) {
+  return {linear("self_attn.q_proj", R::Q, "hidden_size", kQ, qkv_bias),
+          linear("self_attn.k_proj", R::K, "hidden_size", kKV, qkv_bias),
+          linear("self_attn.v_proj", R::V, "hidden_size", kKV, qkv_bias),
+          linear("self_attn.o_proj", R::O, kQ, "hidden_size", o_bias)};
+}
+
+// LlamaMLP: gate_proj, up_proj, down_proj (`size` is the config key of the intermediate width).
+std::vector<ModuleSpec> swiglu(const std::string& prefix, const std::string& size, const std::string& bias = "",
+                               const std::string& when = "") {
+  return {linear(prefix + ".gate_proj", R::Gate, "hidden_size", size, bias, when),
+          linear(prefix + ".up_proj", R::Up, "hidden_size", size, bias, when),
+          linear(prefix + ".down_proj", R::Down, size, "hidden_size", bias, when)};
+}
+
+std::vector<ModuleSpec> concat(std::initializer_list<std::vector<ModuleSpec>> parts) {
+  std::vector<ModuleSpec> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+const std::vector<ModuleSpec> kLlamaNorms = {norm("input_layernorm", R::InputNorm),
+                                             norm("post_attention_layernorm", R::PostAttentionNorm)};
+
+// Per-head q/k RMSNorm over head_dim, registered after o_proj (Qwen3Attention, Gemma3Attention).
+const std::vector<ModuleSpec> kQkNorm = {norm("self_attn.q_norm", R::QNorm, "head_dim"),
+                                         norm("self_attn.k_norm", R::KNorm, "head_dim")};
+
+std::vector<ArchitectureSpec> build_table() {
+  std::vector<ArchitectureSpec> t;
+  auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
+
+  {  // modeling_llama.py: attention_bias on all four projections, mlp_bias on the MLP.
+    ArchitectureSpec a;
+    a.model_type = "llama";
+    // `qk_norm` is not a LlamaConfig key: hookstream's runtime writes it for its tiny test models
+    // (runtime/model_config_json.cc), with Qwen3's q/k norms.
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {norm("self_attn.q_norm", R::QNorm, "head_dim", "", "qk_norm"),
+                       norm("self_attn.k_norm", R::KNorm, "head_dim", "", "qk_norm")},
+                      swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/llama/modeling_llama.py";
+    add(a);
+    a.model_type = "granite";  // GraniteDecoderLayer: Llama's modules (multipliers change no shape)
+    a.source = "transformers/models/granite/modeling_granite.py";
+    add(a);
+  }
+  {  // MistralAttention: no biases (mistral/modeling_mistral.py).
+    ArchitectureSpec a;
+    a.model_type = "mistral";
+    a.layer = concat({attention("", ""), swiglu("mlp", "intermediate_size"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/mistral/modeling_mistral.py";
+    add(a);
+  }
+  {  // Qwen2Attention: bias=True on q/k/v whatever the config says, none on o_proj.
+    ArchitectureSpec a;
+    a.model_type = "qwen2";
+    // Only the text decoders: Qwen2-VL's and Qwen2.5-VL's vision towers (fc1/fc2 MLP, a gated MLP
+    // with RMSNorm, no patch-embedding bias) are not Qwen3-VL's, the one hookstream builds, so a
+    // whole-model config (qwen2_vl, qwen2_5_vl) is refused; the structure oracle caught them built
+    // with Qwen3-VL's tower.
+    a.aliases = {"qwen2_vl_text", "qwen2_5_vl_text"};
+    a.layer = concat({attention("1", ""), swiglu("mlp", "intermediate_size"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/qwen2/modeling_qwen2.py";
+    add(a);
+  }
+  {  // Qwen3Attention: attention_bias on all four, then q_norm/k_norm over head_dim.
+    ArchitectureSpec a;
+    a.model_type = "qwen3";
+    a.aliases = {"qwen3_vl", "qwen3_vl_text"};
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/qwen3/modeling_qwen3.py";
+    add(a);
+  }
+  {  // GemmaDecoderLayer: Llama's modules; embeddings tied by default.
+    ArchitectureSpec a;
+    a.model_type = "gemma";
+    a.layer = concat({attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/gemma/modeling_gemma.py";
+    add(a);
+  }
+  // Gemma 2/3: pre_feedforward_layernorm and post_feedforward_layernorm after the two Llama norms
+  // (Gemma2DecoderLayer.__init__); Gemma 3 adds q_norm/k_norm. Sliding-window layers change no shape.
+  const std::vector<ModuleSpec> gemma_ff_norms = {norm("pre_feedforward_layernorm", R::PreFeedforwardNorm),
+                                                  norm("post_feedforward_layernorm", R::PostFeedforwardNorm)};
+  {
+    ArchitectureSpec a;
+    a.model_type = "gemma2";
+    a.layer = concat({attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size"), kLlamaNorms, gemma_ff_norms});
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/gemma2/modeling_gemma2.py";
+    add(a);
+    a.model_type = "gemma3_text";
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size"), kLlamaNorms, gemma_ff_norms});
+    a.source = "transformers/models/gemma3/modeling_gemma3.py";
+    add(a);
+  }
+  {  // Phi3Attention registers o_proj before the fused qkv_proj; Phi3MLP a fused gate_up_proj.
+    ArchitectureSpec a;
+    a.model_type = "phi3";
+    a.layer = {linear("self_attn.o_proj", R::O, kQ, "hidden_size"),
+               linear("self_attn.qkv_proj", R::QKV, "hidden_size", kQ + "+2*" + kKV),
+               linear("mlp.gate_up_proj", R::GateUp, "hidden_size", "2*intermediate_size"),
+               linear("mlp.down_proj", R::Down, "intermediate_size", "hidden_size"),
+               kLlamaNorms[0], kLlamaNorms[1]};
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/phi3/modeling_phi3.py";
+    add(a);
+  }
+  {  // OLMo: LayerNorm without parameters (OlmoLayerNorm), so only projections have weights.
+    ArchitectureSpec a;
+    a.model_type = "olmo";
+    a.layer = concat({attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size")});
+    a.final_norm = "";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/olmo/modeling_olmo.py";
+    add(a);
+  }
+  {  // OLMo-2: q_norm/k_norm over the whole projection, post-norms only (no input_layernorm).
+    ArchitectureSpec a;
+    a.model_type = "olmo2";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {norm("self_attn.q_norm", R::QNorm, kQ), norm("self_attn.k_norm", R::KNorm, kKV)},
+                      swiglu("mlp", "intermediate_size"),
+                      {norm("post_attention_layernorm", R::PostAttentionNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm)}});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/olmo2/modeling_olmo2.py";
+    add(a);
+  }
+  {  // Starcoder2: use_bias everywhere, a 2-layer MLP (c_fc, c_proj), LayerNorms with bias.
+    ArchitectureSpec a;
+    a.model_type = "starcoder2";
+    a.layer = concat({attention("use_bias", "use_bias"),
+                      {linear("mlp.c_fc", R::Up, "hidden_size", "intermediate_size", "use_bias"),
+                       linear("mlp.c_proj", R::Down, "intermediate_size", "hidden_size", "use_bias"),
+                       norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+                       norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1")}});
+    a.final_norm_bias = "1";
+    a.defaults = {{"tie_word_embeddings", 1}, {"use_bias", 1}};
+    a.source = "transformers/models/starcoder2/modeling_starcoder2.py";
+    add(a);
+  }
+  {  // Cohere: parallel attention + MLP after one input_layernorm (CohereLayerNorm: weight only);
+     // use_qk_norm adds per-head norms of shape [heads, head_dim].
+    ArchitectureSpec a;
+    a.model_type = "cohere";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {norm("self_attn.q_norm", R::QNorm, "num_attention_heads,head_dim", "", "use_qk_norm"),
+                       norm("self_attn.k_norm", R::KNorm, "num_key_value_heads,head_dim", "", "use_qk_norm")},
+                      swiglu("mlp", "intermediate_size"), {norm("input_layernorm", R::InputNorm)}});
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/cohere/modeling_cohere.py";
+    add(a);
+  }
+  {  // StableLM: use_qkv_bias on q/k/v, nn.LayerNorm (with bias); use_parallel_residual drops the
+     // post_attention_layernorm. qk_layernorm (a ModuleList of per-head LayerNorms) is refused below.
+    ArchitectureSpec a;
+    a.model_type = "stablelm";
+    a.unmodelled_flags = {"qk_layernorm"};
+    a.layer = concat({attention("use_qkv_bias", ""), swiglu("mlp", "intermediate_size"),
+                      {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+                       norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1", "!use_parallel_residual")}});
+    a.final_norm_bias = "1";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/stablelm/modeling_stablelm.py";
+    add(a);
+  }
+  {  // Phi (phi-1/1.5/2): biased q/k/v/dense, fc1/fc2 MLP, parallel block with one LayerNorm,
+     // final_layernorm, and a biased lm_head.
+    ArchitectureSpec a;
+    a.model_type = "phi";
+    a.unmodelled_flags = {"qk_layernorm"};
+    a.layer = {linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "1"),
+               linear("self_attn.k_proj", R::K, "hidden_size", kKV, "1"),
+               linear("self_attn.v_proj", R::V, "hidden_size", kKV, "1"),
+               linear("self_attn.dense", R::O, kQ, "hidden_size", "1"),
+               linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "1"),
+               norm("input_layernorm", R::InputNorm, "hidden_size", "1")};
+    a.final_norm = "model.final_layernorm";
+    a.final_norm_bias = "1";
+    a.head_bias = "1";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/phi/modeling_phi.py";
+    add(a);
+  }
+
+  // ---- Mixture of experts: transformers 5 stores each layer's experts as fused [E, ...] tensors
+  // (one nn.Parameter per projection, e.g. MixtralExperts.gate_up_proj [E, 2I, H]); the router is a
+  // *TopKRouter module holding a bare weight [E, H].
+  {
+    ArchitectureSpec a;
+    a.model_type = "mixtral";
+    a.layer = concat({attention("", ""),
+                      {tensor("mlp.gate.weight", R::Router, "num_local_experts,hidden_size"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*intermediate_size,hidden_size"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,intermediate_size")},
+                      kLlamaNorms});
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_local_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.peft_moe_conversion = "mixtral";
+    a.expert_width = "intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/mixtral/modeling_mixtral.py";
+    add(a);
+  }
+  {  // Qwen2MoeSparseMoeBlock: gate, experts, shared_expert (an MLP), shared_expert_gate (Linear(H, 1)).
+    ArchitectureSpec a;
+    a.model_type = "qwen2_moe";
+    a.layer = concat({attention("qkv_bias", ""), swiglu("mlp", "intermediate_size", "", "dense"),
+                      {tensor("mlp.gate.weight", R::Router, "num_experts,hidden_size", "moe"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_experts,hidden_size,moe_intermediate_size", "moe")},
+                      swiglu("mlp.shared_expert", "shared_expert_intermediate_size", "", "moe"),
+                      {linear("mlp.shared_expert_gate", R::MlpOther, "hidden_size", "1", "", "moe")},
+                      kLlamaNorms});
+    for (ModuleSpec& m : a.layer) {
+      if (m.path.rfind("mlp.shared_expert.", 0) == 0) m.role = R::MlpOther;
+    }
+    a.moe = MoeLayers::SparseStep;
+    a.experts_key = "num_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "shared_expert_intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"qkv_bias", 1}, {"decoder_sparse_step", 1}};
+    a.source = "transformers/models/qwen2_moe/modeling_qwen2_moe.py";
+    add(a);
+  }
+  {  // Qwen3MoeSparseMoeBlock registers experts before gate; Qwen3 attention with q/k norms.
+    ArchitectureSpec a;
+    a.model_type = "qwen3_moe";
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size", "", "dense"),
+                      {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,moe_intermediate_size", "moe"),
+                       tensor("mlp.gate.weight", R::Router, "num_local_experts,hidden_size", "moe")},
+                      kLlamaNorms});
+    a.moe = MoeLayers::SparseStep;
+    a.experts_key = "num_local_experts";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    // transformers maps qwen3_moe to the qwen2_moe checkpoint conversion (qwen2_moe itself has none).
+    a.peft_moe_conversion = "qwen2_moe";
+    a.expert_width = "moe_intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"decoder_sparse_step", 1}};
+    a.source = "transformers/models/qwen3_moe/modeling_qwen3_moe.py";
+    add(a);
+  }
+  {  // gpt-oss: attention sinks (a bare parameter of self_attn, so listed before its children),
+     // biased router and experts; expert tensors are [E, H, 2I] and [E, I, H] (GptOssExperts).
+    ArchitectureSpec a;
+    a.model_type = "gpt_oss";
+    a.layer = concat({{tensor("self_attn.sinks", R::AttentionOther, "num_attention_heads")},
+                      attention("attention_bias", "attention_bias"),
+                      {tensor("mlp.router.weight", R::Router, "num_local_experts,hidden_size"),
+                       tensor("mlp.router.bias", R::Router, "num_local_experts"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,hidden_size,2*intermediate_size"),
+                       tensor("mlp.experts.gate_up_proj_bias", R::ExpertsGateUp, "num_local_experts,2*intermediate_size"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,intermediate_size,hidden_size"),
+                       tensor("mlp.experts.down_proj_bias", R::ExpertsDown, "num_local_experts,hidden_size")},
+                      kLlamaNorms});
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_local_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.experts_transposed = true;
+    a.expert_width = "intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"attention_bias", 1}};
+    a.source = "transformers/models/gpt_oss/modeling_gpt_oss.py";
+    add(a);
+  }
+  {  // DeepSeek-V3: multi-head latent attention (q_lora_rank null -> a plain q_proj), dense MLP in
+     // the first first_k_dense_replace layers, then experts, router and shared experts
+     // (DeepseekV3MoE: experts, gate, shared_experts of width moe_intermediate_size * n_shared_experts).
+    ArchitectureSpec a;
+    a.model_type = "deepseek_v3";
+    const std::string qk = "num_attention_heads*qk_nope_head_dim+num_attention_heads*qk_rope_head_dim";
+    a.layer = {
+        linear("self_attn.q_proj", R::Q, "hidden_size", qk, "", "!q_lora_rank"),
+        linear("self_attn.q_a_proj", R::Q, "hidden_size", "q_lora_rank", "attention_bias", "q_lora_rank"),
+        norm("self_attn.q_a_layernorm", R::AttentionOther, "q_lora_rank", "", "q_lora_rank"),
+        linear("self_attn.q_b_proj", R::AttentionOther, "q_lora_rank", qk, "", "q_lora_rank"),
+        linear("self_attn.kv_a_proj_with_mqa", R::K, "hidden_size", "kv_lora_rank+qk_rope_head_dim", "attention_bias"),
+        norm("self_attn.kv_a_layernorm", R::AttentionOther, "kv_lora_rank"),
+        linear("self_attn.kv_b_proj", R::V, "kv_lora_rank",
+               "num_attention_heads*qk_nope_head_dim+num_attention_heads*v_head_dim"),
+        linear("self_attn.o_proj", R::O, "num_attention_heads*v_head_dim", "hidden_size", "attention_bias")};
+    a.layer = concat({a.layer, swiglu("mlp", "intermediate_size", "", "dense"),
+                      {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "n_routed_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "n_routed_experts,hidden_size,moe_intermediate_size", "moe"),
+                       tensor("mlp.gate.weight", R::Router, "n_routed_experts,hidden_size", "moe")},
+                      swiglu("mlp.shared_experts", "moe_intermediate_size*n_shared_experts", "", "moe"),
+                      kLlamaNorms});
+    for (ModuleSpec& m : a.layer) {
+      if (m.path.rfind("mlp.shared_experts.", 0) == 0) m.role = R::MlpOther;
+    }
+    a.moe = MoeLayers::FirstKDense;
+    a.experts_key = "n_routed_experts";
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}};
+    a.peft_moe_conversion = "qwen2_moe";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_intermediate_size*n_shared_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}};
+    a.source = "transformers/models/deepseek_v3/modeling_deepseek_v3.py";
+    add(a);
+  }
+  return t;
+}
+
+const std::vector<ArchitectureSpec>& table() {
+  static const std::vector<ArchitectureSpec> specs = build_table();
+  return specs;
+}
+
+[[noreturn]] void bad_expression(const std::string& expression, const std::string& source, const std::string& why) {
+  throw InputError(source, "shape expression \"" + expression + "\": " + why);
+}
+
+}  // namespace
+
+const ArchitectureSpec* find_architecture(const std::string& model_type) {
+  for (const ArchitectureSpec& spec : table()) {
+    if (spec.model_type == model_type) return &spec;
+    if (std::find(spec.aliases.begin(), spec.aliases.end(), model_type) != spec.aliases.end()) return &spec;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> modelled_model_types() {
+  std::vector<std::string> types;
+  for (const ArchitectureSpec& spec : table()) {
+    types.push_back(spec.model_type);
+    types.insert(types.end(), spec.aliases.begin(), spec.aliases.end());
+  }
+  std::sort(types.begin(), types.end());
+  return types;
+}
+
+namespace {
+
+// The pieces of `text` between `delim`s as std::getline yields them: none for an empty text, and no
+// empty piece after a trailing delimiter. Shapes are evaluated for every parameter of every
+// structure the fix search builds, so this avoids a stringstream (and its locale) per piece.
+std::vector<std::string_view> split_pieces(std::string_view text, char delim) {
+  std::vector<std::string_view> pieces;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find(delim, start);
+    if (end == std::string_view::npos) {
+      pieces.push_back(text.substr(start));
+      break;
+    }
+    pieces.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return pieces;
+}
+
+}  // namespace
+
+std::vector<long long> evaluate_shape(const std::string& expressions, const std::map<std::string, double>& values,
+                                      const std::string& source) {
+  std::vector<long long> dims;
+  for (std::string_view dim : split_pieces(expressions, ',')) {
+    long long sum = 0;
+    for (std::string_view term : split_pieces(dim, '+')) {
+      long long product = 1;
+      for (std::string_view piece : split_pieces(term, '*')) {
+        const std::string factor(piece);
+        if (factor.empty()) bad_expression(expressions, source, "empty factor");
+        if (std::isdigit(static_cast<unsigned char>(factor[0]))) {
+          product *= std::stoll(factor);
+          continue;
+        }
+        auto it = values.find(factor);
+        if (it == values.end()) {
+          throw InputError(source, "key \"" + factor + "\": missing; expected a positive integer");
+        }
+        if (!(it->second > 0) || it->second != std::floor(it->second)) {
+          throw InputError(source, "key \"" + factor + "\": expected a positive integer");
+        }
+        product *= static_cast<long long>(it->second);
+      }
+      sum += product;
+    }
+    dims.push_back(sum);
+  }
+  return dims;
+}
+
+bool evaluate_flag(const std::string& flag, const std::map<std::string, double>& values) {
+  if (flag.empty()) return false;
+  if (flag == "1") return true;
+  const bool negate = flag[0] == '!';
+  const std::string key = negate ? flag.substr(1) : flag;
+  auto it = values.find(key);
+  const bool value = it != values.end() && it->second != 0;
+  return negate ? !value : value;
+}
+
+}  // namespace hookstream

@@ -1,0 +1,109 @@
+// Decoder architectures as data: for each transformers model_type hookstream models, the modules
+// of a decoder layer in registration order (so named_parameters() order), with their shapes written
+// as expressions over config.json keys, which ones carry biases, which config flags add or remove
+// them, and where the embedding, final norm and head live. A new architecture is a new table entry
+// in architecture.cc; the structure builder (sim/inputs/model_structure.cc) walks the entry.
+//
+// The table is also THE list of model types hookstream models: a config.json of any other
+// model_type is refused (exit 2), never modelled as a dense Llama.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hookstream {
+
+// What the forward graph (sim/engine/forward_graph.cc) does with a module of a decoder layer.
+enum class ModuleRole {
+  Q, K, V, O,          // attention projections
+  QKV,                 // fused q/k/v (Phi-3 qkv_proj, Falcon query_key_value)
+  QNorm, KNorm,        // per-head norms on q and k
+  AttentionOther,      // other attention parameters (MLA down/up projections and norms, sinks)
+  Gate, Up, Down,      // dense MLP (or an MoE block's experts, see ExpertsGateUp/ExpertsDown)
+  GateUp,              // fused gate/up (Phi-3 gate_up_proj)
+  Router,              // MoE router (mlp.gate / mlp.router)
+  ExpertsGateUp, ExpertsDown,  // fused [E, ...] expert tensors (transformers 5)
+  MlpOther,            // shared experts, shared-expert gate
+  InputNorm, PostAttentionNorm,
+  PreFeedforwardNorm, PostFeedforwardNorm,  // Gemma 2/3, OLMo-2
+};
+
+enum class ModuleKind {
+  Linear,  // nn.Linear(in, out): weight [out, in] (+ bias [out])
+  Norm,    // RMSNorm/LayerNorm: weight [shape] (+ bias [shape] for LayerNorm with bias)
+  Tensor,  // a bare nn.Parameter registered on its module (expert tensors, attention sinks)
+};
+
+struct ModuleSpec {
+  std::string path;  // relative to the layer: "self_attn.q_proj"; Tensor: "mlp.experts.gate_up_proj"
+  ModuleKind kind = ModuleKind::Linear;
+  ModuleRole role = ModuleRole::Q;
+  std::string in;     // Linear: in_features expression
+  std::string shape;  // Linear: out_features; Norm/Tensor: comma-separated dimension expressions
+  // Bias: "" none, "1" always, else the name of a boolean config key (default false unless the
+  // architecture's defaults say otherwise). Tensor: the bias is a sibling tensor `<leaf>_bias`
+  // whose shape drops the weight's middle dimension (gpt_oss gate_up_proj_bias [E, 2I]).
+  std::string bias;
+  // When the module exists: "" always; "moe"/"dense" by the architecture's MoE layer rule; else a
+  // boolean config key that must be true ("!key": must be false).
+  std::string when;
+};
+
+// Which decoder layers have a sparse MoE block instead of the dense MLP.
+enum class MoeLayers {
+  None,           // dense model
+  All,            // Mixtral, gpt-oss
+  FirstKDense,    // DeepSeek-V2/V3: layers >= first_k_dense_replace (modeling_deepseek_v3.py)
+  SparseStep,     // Qwen2-MoE/Qwen3-MoE: not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+};
+
+struct ArchitectureSpec {
+  std::string model_type;
+  std::vector<std::string> aliases;  // other model_types with the same text decoder (VL text parts)
+  std::string embed = "model.embed_tokens";
+  std::string layers = "model.layers";
+  std::vector<ModuleSpec> layer;
+  std::string final_norm = "model.norm";  // "" when the final norm has no parameters (OLMo)
+  std::string final_norm_bias;            // as ModuleSpec::bias
+  std::string head = "lm_head";
+  std::string head_bias;                  // as ModuleSpec::bias (Phi: lm_head has a bias)
+  MoeLayers moe = MoeLayers::None;
+  std::string experts_key;                // config key with the number of routed experts
+  // GptOssExperts stores [E, in, out] (@use_experts_implementation(is_transposed=True)); the others
+  // [E, out, in]. PEFT's ParamWrapper reads in/out features from it (lora/layer.py).
+  bool experts_transposed = false;
+  // PEFT 0.21's v4 -> v5 MoE target conversion that applies ("mixtral", "qwen2_moe" or ""):
+  // transformers' _MODEL_TO_CONVERSION_PATTERN as peft/utils/transformers_weight_conversion.py reads it.
+  std::string peft_moe_conversion;
+  std::string top_k_key;                  // config key with the experts each token goes to
+  // Width of one routed expert's MLP and of the shared experts together ("" none), as expressions:
+  // a token's MoE MLP is top_k experts plus the shared ones (what the time and memory models cost).
+  std::string expert_width;
+  std::string shared_expert_width;
+  // Boolean config keys whose `true` adds modules the table does not describe yet: refused (exit 2)
+  // rather than modelled without them.
+  std::vector<std::string> unmodelled_flags;
+  // transformers' attribute_map of the config class: alias -> the key the table's expressions use
+  // (Qwen3MoeConfig reads a config.json "num_experts" as num_local_experts).
+  std::map<std::string, std::string> attribute_map;
+  // Config-class defaults (transformers' *Config.__init__) for keys a config.json may omit.
+  std::map<std::string, double> defaults;
+  // What the description was checked against (see tests/sim/inputs/architectures/).
+  std::string source;
+};
+
+// The architecture for a model_type (or one of its aliases); nullptr if hookstream does not model it.
+const ArchitectureSpec* find_architecture(const std::string& model_type);
+// Every modelled model_type, sorted (for messages and docs).
+std::vector<std::string> modelled_model_types();
+
+// Evaluates a comma-separated list of dimension expressions. Each dimension is a sum of products
+// of integers and config keys ("num_attention_heads*head_dim", "kv_lora_rank+qk_rope_head_dim").
+// `values` holds the config's numeric keys; a key it lacks throws InputError naming `source`.
+std::vector<long long> evaluate_shape(const std::string& expressions, const std::map<std::string, double>& values,
+                                      const std::string& source);
+// A boolean config flag ("" false, "1" true, "key" or "!key").
+bool evaluate_flag(const std::string& flag, const std::map<std::string, double>& values);
+
+}  // namespace hookstream

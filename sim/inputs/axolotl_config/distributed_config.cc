@@ -1,0 +1,206 @@
+#include "sim/inputs/axolotl_config/distributed_config.h"
+#include "sim/sync/sync_simulation.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "sim/inputs/closest_name.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/json_input.h"
+#include "sim/inputs/yaml_input.h"
+
+namespace hookstream {
+namespace {
+
+std::string read_text(const std::string& path, const std::string& where, const std::string& what) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) throw InputError(where, "cannot read " + what + " " + path + ": Is a directory");
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError(where, "cannot read " + what + " " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// An integer, or unset for "auto" (transformers' HfTrainerDeepSpeedConfig fills "auto" from the
+// TrainingArguments, integrations/deepspeed.py trainer_config_process).
+std::optional<long long> auto_or_integer(const nlohmann::json& config, const char* key, const std::string& where) {
+  if (!config.contains(key)) return std::nullopt;
+  const nlohmann::json& value = config.at(key);
+  if (value.is_string() && value.get<std::string>() == "auto") return std::nullopt;
+  if (!value.is_number_integer() || value.get<long long>() < 1) {
+    throw InputError(where, std::string("key \"") + key + "\": expected a positive integer or \"auto\", got " + value.dump());
+  }
+  return value.get<long long>();
+}
+
+std::string offload_device(const nlohmann::json& zero, const char* key, const std::string& where) {
+  if (!zero.contains(key) || zero.at(key).is_null()) return "";
+  const nlohmann::json& offload = zero.at(key);
+  if (!offload.is_object()) throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected an object with \"device\", got " + offload.dump());
+  if (!offload.contains("device")) return "";
+  if (!offload.at("device").is_string()) throw InputError(where, std::string("key \"zero_optimization.") + key + ".device\": expected \"none\", \"cpu\" or \"nvme\"");
+  const std::string device = offload.at("device").get<std::string>();
+  if (device != "none" && device != "cpu" && device != "nvme") {
+    throw InputError(where, std::string("key \"zero_optimization.") + key + ".device\": expected \"none\", \"cpu\" or \"nvme\", got \"" + device + "\"");
+  }
+  return device == "none" ? "" : device;
+}
+
+// accelerate 1.15.0's ClusterConfig fields (accelerate/commands/config/config_args.py, BaseConfig +
+// ClusterConfig), plus the legacy keys its process_config converts (fp16, dynamo_backend).
+const std::vector<std::string>& accelerate_keys() {
+  static const std::vector<std::string> keys = {
+      "compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
+      "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend",
+      "same_network", "main_training_function", "enable_cpu_affinity", "fp8_config", "deepspeed_config",
+      "fsdp_config", "parallelism_config", "megatron_lm_config", "mpirun_config", "downcast_bf16", "tpu_name",
+      "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands", "tpu_vm", "tpu_env",
+      "dynamo_config", "fp16", "dynamo_backend"};
+  return keys;
+}
+
+// accelerate's DistributedType values (accelerate/utils/dataclasses.py).
+const std::vector<std::string>& distributed_types() {
+  static const std::vector<std::string> types = {"NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
+                                                 "MULTI_MUSA", "MULTI_XPU", "MULTI_HPU", "DEEPSPEED", "FSDP", "XLA",
+                                                 "MEGATRON_LM"};
+  return types;
+}
+
+std::string at_line(const std::string& file, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null() || mark.line < 0) return file;
+  return file + ":" + std::to_string(mark.line + 1);
+}
+
+int yaml_int(const std::string& file, const YAML::Node& node, const std::string& key, int min) {
+  long long value = 0;
+  if (!node.IsScalar() || !YAML::convert<long long>::decode(node, value) || value < min || value > 1 << 20) {
+    throw InputError(at_line(file, node), "key \"" + key + "\": expected an integer >= " + std::to_string(min) + ", got " +
+                                              (node.IsScalar() ? "\"" + node.Scalar() + "\"" : std::string("a mapping or list")));
+  }
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::string& where) {
+  if (!config.is_object()) throw InputError(where, "expected a DeepSpeed config object, got " + std::string(config.type_name()));
+  DeepSpeedConfig result;
+  result.gradient_accumulation_steps = auto_or_integer(config, "gradient_accumulation_steps", where);
+  result.train_micro_batch_size_per_gpu = auto_or_integer(config, "train_micro_batch_size_per_gpu", where);
+  result.train_batch_size = auto_or_integer(config, "train_batch_size", where);
+  if (config.contains("zero_optimization") && !config.at("zero_optimization").is_null()) {
+    const nlohmann::json& zero = config.at("zero_optimization");
+    if (!zero.is_object()) throw InputError(where, "key \"zero_optimization\": expected an object, got " + zero.dump());
+    if (zero.contains("stage")) {
+      const nlohmann::json& stage = zero.at("stage");
+      // deepspeed/runtime/zero/config.py: ZeroStageEnum 0..3.
+      if (!stage.is_number_integer() || stage.get<long long>() < 0 || stage.get<long long>() > 3) {
+        throw InputError(where, "key \"zero_optimization.stage\": expected 0, 1, 2 or 3, got " + stage.dump());
+      }
+      result.zero_stage = stage.get<int>();
+    }
+    result.offload_optimizer = offload_device(zero, "offload_optimizer", where);
+    result.offload_param = offload_device(zero, "offload_param", where);
+  }
+  return result;
+}
+
+DeepSpeedConfig read_deepspeed_config(const std::string& path, const std::string& key_where) {
+  const std::string text = read_text(path, key_where, "the DeepSpeed config");
+  DeepSpeedConfig result = parse_deepspeed_config(parse_input_json(text, path), path);
+  result.file = path;
+  return result;
+}
+
+AccelerateConfig read_accelerate_config(const std::string& path) {
+  const std::string text = read_text(path, "--accelerate-config", "the accelerate config");
+  YAML::Node root;
+  try {
+    // accelerate reads .json with json.load and anything else with yaml.safe_load; YAML is a
+    // superset of JSON for these files, so one parser reads both.
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& error) {
+    throw InputError(path + ":" + std::to_string(error.mark.line + 1), "malformed YAML: " + yaml_parse_message(error));
+  }
+  if (!root.IsMap()) throw InputError(path, "expected a mapping of accelerate config keys");
+  AccelerateConfig result;
+  result.file = path;
+  std::set<std::string> seen;
+  for (const auto& entry : root) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    if (std::find(accelerate_keys().begin(), accelerate_keys().end(), key) == accelerate_keys().end()) {
+      std::string message = "unknown key \"" + key + "\": not a key of accelerate 1.15's config (ClusterConfig), so another accelerate version wrote this file";
+      const std::string close = closest_name(key, accelerate_keys());
+      if (!close.empty()) message += "; did you mean `" + close + "`?";
+      throw InputError(at_line(path, entry.first), message);
+    }
+    if (!seen.insert(key).second) throw InputError(at_line(path, entry.first), "duplicate key \"" + key + "\"");
+  }
+  const YAML::Node environment = root["compute_environment"];
+  if (environment && environment.IsScalar() && environment.Scalar() != "LOCAL_MACHINE") {
+    throw InputError(at_line(path, environment), "key \"compute_environment\": only LOCAL_MACHINE configs are read (got \"" + environment.Scalar() + "\")");
+  }
+  const YAML::Node type = root["distributed_type"];
+  // accelerate's process_config: "A `distributed_type` must be specified in the config file."
+  if (!type || !type.IsScalar()) throw InputError(path, "key \"distributed_type\": missing; accelerate requires it (" + std::string("NO, MULTI_GPU, FSDP, DEEPSPEED, ...)"));
+  result.distributed_type = type.Scalar();
+  if (std::find(distributed_types().begin(), distributed_types().end(), result.distributed_type) == distributed_types().end()) {
+    throw InputError(at_line(path, type), "key \"distributed_type\": expected one of NO, MULTI_GPU, FSDP, DEEPSPEED, MULTI_CPU, ..., got \"" + result.distributed_type + "\"");
+  }
+  if (const YAML::Node processes = root["num_processes"]) {
+    // accelerate writes -1 for "take it from the launcher" (SLURM); that is no world size.
+    const int value = yaml_int(path, processes, "num_processes", -1);
+    if (value == 0) throw InputError(at_line(path, processes), "key \"num_processes\": expected an integer >= 1 (or -1), got 0");
+    if (value > 0) result.num_processes = value;
+  } else if (result.distributed_type == "NO") {
+    result.num_processes = 1;
+  }
+  if (const YAML::Node machines = root["num_machines"]) result.num_machines = yaml_int(path, machines, "num_machines", 1);
+  if (const YAML::Node fsdp = root["fsdp_config"]; fsdp && fsdp.IsMap()) {
+    for (const auto& entry : fsdp) {
+      const std::string key = entry.first.Scalar();
+      if (key == "fsdp_version") {
+        result.fsdp_version = yaml_int(path, entry.second, "fsdp_config.fsdp_version", 1);
+        if (*result.fsdp_version > 2) throw InputError(at_line(path, entry.second), "key \"fsdp_config.fsdp_version\": expected 1 or 2");
+      } else if (entry.second.IsScalar()) {
+        result.fsdp_settings.push_back(key + ": " + entry.second.Scalar());
+      }
+    }
+  }
+  if (const YAML::Node deepspeed = root["deepspeed_config"]; deepspeed && deepspeed.IsMap()) {
+    if (const YAML::Node file = deepspeed["deepspeed_config_file"]; file && file.IsScalar()) result.deepspeed_config_file = file.Scalar();
+    if (const YAML::Node stage = deepspeed["zero_stage"]) result.zero_stage = yaml_int(path, stage, "deepspeed_config.zero_stage", 0);
+  }
+  return result;
+}
+
+std::string engine_kind_name(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::Ddp: return "DDP";
+    case EngineKind::Fsdp1: return "FSDP1";
+    case EngineKind::Fsdp2: return "FSDP2";
+    case EngineKind::DeepSpeed: return "DeepSpeed";
+  }
+  return "";
+}
+
+std::string Engine::name() const {
+  std::string text = engine_kind_name(kind);
+  if (kind == EngineKind::DeepSpeed && deepspeed) text += " ZeRO-" + std::to_string(deepspeed->zero_stage);
+  for (size_t i = 0; i < other_parallelism.size(); ++i) text += (i == 0 ? " with " : ", ") + other_parallelism[i];
+  return text;
+}
+
+bool Engine::modelled() const { return gradient_sync_modelled(*this); }
+
+}  // namespace hookstream

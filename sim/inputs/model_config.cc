@@ -1,0 +1,461 @@
+// Reads a Hugging Face config.json into ModelConfig. Only the fields that decide which parameters
+// exist (and therefore which gradient hooks DDP registers) are read; everything else in the file is
+// ignored, as transformers' PretrainedConfig keeps unknown keys without using them.
+#include "sim/inputs/model_config.h"
+
+#include "sim/inputs/architectures/architecture.h"
+#include "sim/inputs/data_files.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/json_input.h"
+
+namespace hookstream {
+namespace {
+
+using nlohmann::json;
+
+
+bool starts_with(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+// A value as the user wrote it, for "got ..." in messages. Strings keep their quotes.
+std::string shown(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+// Where decoder fields are looked up: `text_config` first (multimodal configs nest the decoder
+// there), then the top level. transformers' composite configs do the same via get_text_config().
+class ConfigReader {
+ public:
+  ConfigReader(const json& root, std::string source) : root_(root), source_(std::move(source)) {
+    auto it = root_.find("text_config");
+    if (it != root_.end() && !it->is_null()) {
+      if (!it->is_object()) fail("text_config", "expected an object", shown(*it));
+      text_ = &*it;
+    }
+  }
+
+  bool has_text_config() const { return text_ != nullptr; }
+  const std::string& source() const { return source_; }
+
+  // Finds `key` in text_config, then at the top level; null values count as absent (HF writes
+  // `"head_dim": null` to mean "derive it"). Returns the dotted name used in messages.
+  const json* find(const std::string& key, std::string* dotted) const {
+    if (text_ != nullptr) {
+      if (const json* value = find_in(*text_, key)) {
+        *dotted = "text_config." + key;
+        return value;
+      }
+    }
+    *dotted = key;
+    return find_in(root_, key);
+  }
+
+  int positive_int(const std::string& key) const {
+    std::string dotted;
+    const json* value = find(key, &dotted);
+    if (value == nullptr) fail(key, "missing; expected a positive integer");
+    return to_positive_int(*value, dotted);
+  }
+
+  std::optional<int> optional_positive_int(const std::string& key) const {
+    std::string dotted;
+    const json* value = find(key, &dotted);
+    if (value == nullptr) return std::nullopt;
+    return to_positive_int(*value, dotted);
+  }
+
+  // A positive number (integer or float); absent: nullopt.
+  std::optional<double> optional_positive_number(const std::string& key) const {
+    std::string dotted;
+    const json* value = find(key, &dotted);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_number() || !(value->get<double>() > 0)) fail(dotted, "expected a positive number", shown(*value));
+    return value->get<double>();
+  }
+
+  std::optional<bool> optional_bool(const std::string& key) const {
+    std::string dotted;
+    const json* value = find(key, &dotted);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_boolean()) fail(dotted, "expected true or false", shown(*value));
+    return value->get<bool>();
+  }
+
+  std::string optional_string(const json& object, const std::string& key,
+                              const std::string& dotted) const {
+    const json* value = find_in(object, key);
+    if (value == nullptr) return "";
+    if (!value->is_string()) fail(dotted, "expected a string", shown(*value));
+    return value->get<std::string>();
+  }
+
+  int to_positive_int(const json& value, const std::string& dotted) const {
+    if (!value.is_number_integer()) fail(dotted, "expected a positive integer", shown(value));
+    const auto number = value.get<std::int64_t>();
+    if (number <= 0 || number > std::numeric_limits<int>::max()) {
+      fail(dotted, "expected a positive integer", shown(value));
+    }
+    return static_cast<int>(number);
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& expected,
+                         const std::string& got = "") const {
+    std::string what = "key \"" + key + "\": " + expected;
+    if (!got.empty()) what += ", got " + got;
+    throw InputError(source_, what);
+  }
+
+  static const json* find_in(const json& object, const std::string& key) {
+    auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  const json& root() const { return root_; }
+
+ private:
+  const json& root_;
+  const json* text_ = nullptr;
+  std::string source_;
+};
+
+DType parse_dtype(const ConfigReader& reader) {
+  // transformers >= 4.56 writes `dtype`; older files write `torch_dtype`. Prefer the newer key.
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    std::string dotted;
+    const json* value = reader.find(key, &dotted);
+    if (value == nullptr) continue;
+    if (value->is_string()) {
+      const std::string name = lowercase(value->get<std::string>());
+      if (name == "bfloat16" || name == "torch.bfloat16") return DType::BFloat16;
+      if (name == "float16" || name == "torch.float16") return DType::Float16;
+      if (name == "float32" || name == "torch.float32") return DType::Float32;
+    }
+    reader.fail(dotted, "expected \"bfloat16\", \"float16\" or \"float32\"", shown(*value));
+  }
+  return DType::BFloat16;  // the dtype every bundled model ships in; HF loads float32 if absent
+}
+
+// Qwen2-family decoders hard-code bias=True on q/k/v (transformers' Qwen2Attention ignores
+// `attention_bias`); Qwen3-family decoders add a per-head RMSNorm on q and k (Qwen3Attention).
+bool has_qkv_bias_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen2"); }
+bool has_qk_norm_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen3"); }
+
+bool is_vision_language_type(const std::string& model_type) {
+  return model_type == "qwen3_vl" || model_type == "qwen3_vl_moe";
+}
+
+VisionTowerConfig parse_vision(const ConfigReader& reader, const json& vision, int text_hidden) {
+  auto fail = [&](const std::string& key, const std::string& expected, const json* got) {
+    reader.fail("vision_config." + key, expected, got ? shown(*got) : "");
+  };
+  auto get_int = [&](std::initializer_list<const char*> keys, std::optional<int> fallback) -> int {
+    for (const char* key : keys) {
+      if (const json* value = ConfigReader::find_in(vision, key)) {
+        return reader.to_positive_int(*value, std::string("vision_config.") + key);
+      }
+    }
+    if (!fallback) fail(*keys.begin(), "missing; expected a positive integer", nullptr);
+    return *fallback;
+  };
+
+  VisionTowerConfig tower;
+  tower.depth = get_int({"depth", "num_hidden_layers"}, std::nullopt);
+  // Qwen2-VL spells the ViT width `embed_dim` and uses `hidden_size` for the merger's output
+  // (the text width); Qwen2.5-VL / Qwen3-VL spell the width `hidden_size` and the output
+  // `out_hidden_size`.
+  const bool has_embed_dim = ConfigReader::find_in(vision, "embed_dim") != nullptr;
+  if (has_embed_dim) {
+    tower.hidden_size = get_int({"embed_dim"}, std::nullopt);
+    tower.out_hidden_size = get_int({"out_hidden_size", "hidden_size"}, text_hidden);
+  } else {
+    tower.hidden_size = get_int({"hidden_size"}, std::nullopt);
+    tower.out_hidden_size = get_int({"out_hidden_size"}, text_hidden);
+  }
+  if (ConfigReader::find_in(vision, "intermediate_size") == nullptr &&
+      ConfigReader::find_in(vision, "mlp_ratio") != nullptr) {
+    const json& ratio = vision["mlp_ratio"];
+    if (!ratio.is_number() || ratio.get<double>() <= 0) fail("mlp_ratio", "expected a positive number", &ratio);
+    tower.intermediate_size = static_cast<int>(tower.hidden_size * ratio.get<double>());
+  } else {
+    tower.intermediate_size = get_int({"intermediate_size"}, std::nullopt);
+  }
+  tower.num_heads = get_int({"num_heads", "num_attention_heads"}, std::nullopt);
+  tower.in_channels = get_int({"in_channels", "in_chans"}, 3);
+  tower.patch_size = get_int({"patch_size"}, 14);
+  tower.temporal_patch_size = get_int({"temporal_patch_size"}, 1);
+  tower.spatial_merge_size = get_int({"spatial_merge_size"}, 1);
+  if (ConfigReader::find_in(vision, "num_position_embeddings") != nullptr) {
+    tower.num_position_embeddings = get_int({"num_position_embeddings"}, std::nullopt);
+  }
+  if (const json* indexes = ConfigReader::find_in(vision, "deepstack_visual_indexes")) {
+    const std::string expected = "expected a list of block indices in [0, " + std::to_string(tower.depth) + ")";
+    if (!indexes->is_array()) fail("deepstack_visual_indexes", expected, indexes);
+    for (const json& index : *indexes) {
+      if (!index.is_number_integer() || index.get<std::int64_t>() < 0 || index.get<std::int64_t>() >= tower.depth) {
+        fail("deepstack_visual_indexes", expected, &index);
+      }
+      tower.deepstack_visual_indexes.push_back(index.get<int>());
+    }
+  }
+  if (tower.hidden_size % tower.num_heads != 0) {
+    reader.fail("vision_config.num_heads",
+                "expected a divisor of vision_config hidden size " + std::to_string(tower.hidden_size),
+                std::to_string(tower.num_heads));
+  }
+  return tower;
+}
+
+
+// Hugging Face ids and spellings that name a bundled preset under a different file name.
+// Keys are lower case, after the organisation prefix and ".json" were removed.
+const std::vector<std::pair<std::string, std::string>>& preset_aliases() {
+  static const std::vector<std::pair<std::string, std::string>> aliases = {
+      {"llama3.1-8b", "Llama-3.1-8B"},
+      {"llama-3-1-8b", "Llama-3.1-8B"},
+      {"llama3.1-70b", "Llama-3.1-70B"},
+      {"llama-3-1-70b", "Llama-3.1-70B"},
+      {"qwen2.5-7b", "Qwen2.5-7B"},
+      {"qwen2-5-7b", "Qwen2.5-7B"},
+      {"qwen3-vl-4b", "Qwen3-VL-4B"},
+      {"qwen3vl-4b", "Qwen3-VL-4B"},
+  };
+  return aliases;
+}
+
+// The spellings to try for `name`, most literal first: as given, without the HF organisation,
+// without "Meta-" (Meta-Llama-3.1-8B is the old repo name of Llama-3.1-8B) and without
+// "-Instruct" (instruction-tuned checkpoints share the base model's architecture).
+std::vector<std::string> preset_candidates(std::string name) {
+  if (ends_with(lowercase(name), ".json")) name.resize(name.size() - 5);
+  std::vector<std::string> candidates = {name};
+  const auto slash = name.rfind('/');
+  if (slash != std::string::npos && name.find('/') == slash) name = name.substr(slash + 1);
+  candidates.push_back(name);
+  if (starts_with(lowercase(name), "meta-")) name = name.substr(5);
+  candidates.push_back(name);
+  if (ends_with(lowercase(name), "-instruct")) name.resize(name.size() - 9);
+  candidates.push_back(name);
+  for (const auto& [alias, preset] : preset_aliases()) {
+    if (alias == lowercase(name)) candidates.push_back(preset);
+  }
+  return candidates;
+}
+
+// transformers' rope_config_validation (modeling_rope_utils.py): "rope_type", or the older "type";
+// the keys each type it computes needs (hookstream run computes default, linear and llama3).
+void read_rope_scaling(const ConfigReader& reader, ModelConfig& config) {
+  std::string dotted;
+  const json* scaling = reader.find("rope_scaling", &dotted);
+  if (scaling == nullptr) return;
+  if (!scaling->is_object()) reader.fail(dotted, "expected an object or null", shown(*scaling));
+  std::string type = reader.optional_string(*scaling, "rope_type", dotted + ".rope_type");
+  if (type.empty()) type = reader.optional_string(*scaling, "type", dotted + ".type");
+  if (type.empty() || type == "mrope") type = "default";  // Qwen2-VL wrote "type": "mrope"
+  auto number = [&](const char* key, bool required, double fallback) {
+    const json* value = ConfigReader::find_in(*scaling, key);
+    const std::string name = dotted + "." + key;
+    if (value == nullptr) {
+      if (required) reader.fail(name, "missing; rope_type " + type + " needs it");
+      return fallback;
+    }
+    if (!value->is_number() || !(value->get<double>() > 0)) reader.fail(name, "expected a positive number", shown(*value));
+    return value->get<double>();
+  };
+  if (type == "default") {
+  } else if (type == "linear") {
+    config.rope_factor = number("factor", true, 1.0);
+  } else if (type == "llama3") {
+    config.rope_factor = number("factor", true, 1.0);
+    config.rope_low_freq_factor = number("low_freq_factor", true, 1.0);
+    config.rope_high_freq_factor = number("high_freq_factor", true, 4.0);
+    config.rope_original_max_position_embeddings = number("original_max_position_embeddings", true, 8192);
+    if (!(config.rope_high_freq_factor > config.rope_low_freq_factor)) {
+      reader.fail(dotted + ".high_freq_factor", "expected more than low_freq_factor " + shown(json(config.rope_low_freq_factor)));
+    }
+  }
+  // Other types (yarn, dynamic, longrope, ...) change no shape: the verifier takes them, and
+  // hookstream run refuses them (runtime/train_model.cc check_runnable).
+  config.rope_type = type;
+}
+
+}  // namespace
+
+std::string to_string(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "float32";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float16: return "float16";
+  }
+  return "unknown";
+}
+
+int dtype_bytes(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  const json root = parse_input_json(json_text, source);
+  if (!root.is_object()) throw InputError(source, "expected a JSON object (a Hugging Face config.json), got " + shown(root));
+
+  const ConfigReader reader(root, source);
+  ModelConfig config;
+  config.source = source;
+  config.model_type = reader.optional_string(root, "model_type", "model_type");
+  if (const json* architectures = ConfigReader::find_in(root, "architectures")) {
+    if (!architectures->is_array() || (!architectures->empty() && !(*architectures)[0].is_string())) {
+      reader.fail("architectures", "expected a list of class names", shown(*architectures));
+    }
+    if (!architectures->empty()) config.architecture = (*architectures)[0].get<std::string>();
+  }
+
+  config.hidden_size = reader.positive_int("hidden_size");
+  config.intermediate_size = reader.positive_int("intermediate_size");
+  config.num_hidden_layers = reader.positive_int("num_hidden_layers");
+  config.num_attention_heads = reader.positive_int("num_attention_heads");
+  config.num_key_value_heads =
+      reader.optional_positive_int("num_key_value_heads").value_or(config.num_attention_heads);
+  config.vocab_size = reader.positive_int("vocab_size");
+  if (auto head_dim = reader.optional_positive_int("head_dim")) {
+    config.head_dim = *head_dim;
+  } else if (config.hidden_size % config.num_attention_heads != 0) {
+    reader.fail("num_attention_heads",
+                "expected a divisor of hidden_size " + std::to_string(config.hidden_size) +
+                    " (or an explicit head_dim)",
+                std::to_string(config.num_attention_heads));
+  } else {
+    config.head_dim = config.hidden_size / config.num_attention_heads;
+  }
+  if (config.num_attention_heads % config.num_key_value_heads != 0) {
+    reader.fail("num_key_value_heads",
+                "expected a divisor of num_attention_heads " + std::to_string(config.num_attention_heads),
+                std::to_string(config.num_key_value_heads));
+  }
+  std::string decoder_type = config.model_type;
+  if (reader.has_text_config()) {
+    std::string nested = reader.optional_string(root["text_config"], "model_type", "text_config.model_type");
+    if (!nested.empty()) decoder_type = nested;
+  }
+  // The architecture table is the list of model types hookstream models; anything else is refused
+  // rather than modelled as a dense Llama. A config without model_type (hand-written) is a Llama.
+  const ArchitectureSpec* spec = find_architecture(decoder_type.empty() ? "llama" : decoder_type);
+  if (spec == nullptr) spec = find_architecture(config.model_type);
+  if (spec == nullptr) {
+    std::string known;
+    for (const std::string& type : modelled_model_types()) known += (known.empty() ? "" : ", ") + type;
+    reader.fail(decoder_type == config.model_type ? "model_type" : "text_config.model_type",
+                "hookstream cannot model this architecture yet (it models " + known + ")", shown(json(decoder_type)));
+  }
+  config.decoder_type = spec->model_type;
+  // Numeric and boolean keys: top level first, text_config over it (get_text_config()).
+  auto collect = [&](const json& object) {
+    for (auto it = object.begin(); it != object.end(); ++it) {
+      if (it->is_boolean()) config.values[it.key()] = it->get<bool>() ? 1 : 0;
+      else if (it->is_number()) config.values[it.key()] = it->get<double>();
+      else if (it->is_null()) config.values.erase(it.key());
+    }
+  };
+  collect(root);
+  if (reader.has_text_config()) collect(root["text_config"]);
+  for (const auto& [alias, key] : spec->attribute_map) {
+    auto it = config.values.find(alias);
+    if (it != config.values.end()) config.values.emplace(key, it->second);
+  }
+  for (const auto& [key, value] : spec->defaults) config.values.emplace(key, value);
+  {
+    std::string dotted;
+    if (const json* only = reader.find("mlp_only_layers", &dotted)) {
+      if (!only->is_array()) reader.fail(dotted, "expected a list of layer indices", shown(*only));
+      for (const json& index : *only) {
+        if (!index.is_number_integer()) reader.fail(dotted, "expected a list of layer indices", shown(index));
+        config.mlp_only_layers.push_back(index.get<int>());
+      }
+    }
+  }
+  config.values["head_dim"] = config.head_dim;
+  config.values["num_key_value_heads"] = config.num_key_value_heads;
+  for (const std::string& flag : spec->unmodelled_flags) {
+    if (evaluate_flag(flag, config.values)) {
+      reader.fail(flag, "true adds modules hookstream does not model yet for " + spec->model_type + "; expected false");
+    }
+  }
+  config.tie_word_embeddings =
+      reader.optional_bool("tie_word_embeddings").value_or(evaluate_flag("tie_word_embeddings", config.values));
+  config.torch_dtype = parse_dtype(reader);
+  config.rms_norm_eps = reader.optional_positive_number("rms_norm_eps").value_or(config.rms_norm_eps);
+  config.rope_theta = reader.optional_positive_number("rope_theta").value_or(config.rope_theta);
+  read_rope_scaling(reader, config);
+  config.initializer_range = reader.optional_positive_number("initializer_range").value_or(config.initializer_range);
+
+  config.attention_bias =
+      has_qkv_bias_by_type(decoder_type) || reader.optional_bool("attention_bias").value_or(false);
+  config.qk_norm = has_qk_norm_by_type(decoder_type) || has_qk_norm_by_type(config.model_type);
+
+  // transformers >= 4.52 nests the decoder of *ForConditionalGeneration models under
+  // `model.language_model` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llava...).
+  if (reader.has_text_config() &&
+      (ends_with(config.architecture, "ForConditionalGeneration") || is_vision_language_type(config.model_type))) {
+    config.text_prefix = "model.language_model";
+  }
+  if (const json* vision = ConfigReader::find_in(root, "vision_config")) {
+    if (!vision->is_object()) reader.fail("vision_config", "expected an object", shown(*vision));
+    // The vision tower modelled is Qwen-VL's (patch embedding, fused-qkv blocks, patch merger). A
+    // composite type with another tower (Gemma 3's SigLIP, Llava's CLIP, ...) is refused rather than
+    // given Qwen's tower.
+    if (!config.model_type.empty() && !is_vision_language_type(config.model_type) &&
+        find_architecture(config.model_type) == nullptr) {
+      reader.fail("vision_config", "the vision tower of model_type \"" + config.model_type +
+                                       "\" is not modelled yet (hookstream models the Qwen3-VL tower)");
+    }
+    config.vision = parse_vision(reader, *vision, config.hidden_size);
+  }
+  return config;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw InputError("", "cannot read " + path + ": " + std::strerror(EISDIR));
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError("", "cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse_model_config(text.str(), path);
+}
+
+std::string preset_dir() { return data_dir() + "/presets"; }
+
+std::vector<std::string> list_presets() { return list_data_files("presets", ".json"); }
+
+std::optional<std::string> find_preset(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  const std::vector<std::string> presets = list_presets();
+  for (const std::string& candidate : preset_candidates(name)) {
+    for (const std::string& preset : presets) {
+      if (lowercase(preset) == lowercase(candidate)) return preset_dir() + "/" + preset + ".json";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace hookstream

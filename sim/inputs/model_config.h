@@ -1,0 +1,93 @@
+// A model as the user already describes it: the fields of a Hugging Face `config.json` that decide
+// which parameters exist, their shapes and dtypes. Nested `text_config` / `vision_config` (Qwen-VL,
+// Llava style) are understood: the text decoder is the trained stack, the vision tower is its own
+// parameter group.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hookstream {
+
+enum class DType { Float32, BFloat16, Float16 };
+
+std::string to_string(DType dtype);
+int dtype_bytes(DType dtype);
+
+struct VisionTowerConfig {
+  int depth = 0;               // number of ViT blocks (HF: depth / num_hidden_layers)
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_heads = 0;
+  int in_channels = 3;
+  int patch_size = 14;
+  int temporal_patch_size = 1;
+  int spatial_merge_size = 1;  // patch merger (Qwen-VL); output projects to the text hidden size
+  int out_hidden_size = 0;
+  // Qwen3-VL: learned position embedding table (`pos_embed`, an nn.Embedding); 0 when absent.
+  int num_position_embeddings = 0;
+  // Qwen3-VL: blocks whose output also goes through its own patch merger (`deepstack_merger_list`)
+  // and is added to the first decoder layers' hidden states. Empty when absent.
+  std::vector<int> deepstack_visual_indexes;
+};
+
+struct ModelConfig {
+  std::string source;          // file path or "preset:NAME"; used in error messages and reports
+  std::string model_type;      // e.g. llama, qwen2, qwen3, qwen3_vl
+  std::string architecture;    // first entry of `architectures`, if any
+  // The decoder layout hookstream builds (sim/inputs/architectures/architecture.h): the model_type of the
+  // table entry that models this config ("llama" for a hand-written config without model_type).
+  std::string decoder_type = "llama";
+  // Every numeric and boolean key of the decoder's config (text_config over the top level; booleans
+  // as 0/1), completed with the architecture's config-class defaults and the derived head_dim and
+  // num_key_value_heads: what the table's shape expressions are evaluated against.
+  std::map<std::string, double> values;
+  // Qwen2-MoE/Qwen3-MoE `mlp_only_layers`: layers that keep a dense MLP.
+  std::vector<int> mlp_only_layers;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;            // defaults to hidden_size / num_attention_heads
+  int vocab_size = 0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases (Qwen2 always has them)
+  bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
+  DType torch_dtype = DType::BFloat16;
+  // Numerics the runtime's model uses (runtime/train_model.h); the simulator ignores them.
+  // transformers' LlamaConfig defaults.
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  // config.json "rope_scaling" (transformers' ROPE_INIT_FUNCTIONS, modeling_rope_utils.py): the
+  // frequency rules the runtime implements. "default" (also Qwen-VL's M-RoPE, which equals plain
+  // RoPE on text tokens), "linear" (inv_freq / factor) and "llama3" (Llama 3.1/3.2/3.3); other types
+  // (yarn, dynamic, longrope) are kept by name: they change no shape, and hookstream run refuses them.
+  std::string rope_type = "default";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
+  double rope_original_max_position_embeddings = 8192;
+  double initializer_range = 0.02;
+  // Prefix of the text decoder's modules as named_parameters() spells them:
+  // "model" for *ForCausalLM, "model.language_model" for Qwen3-VL.
+  std::string text_prefix = "model";
+  std::optional<VisionTowerConfig> vision;
+};
+
+// Reads a config.json. Throws InputError naming the file and the missing/invalid key.
+ModelConfig load_model_config(const std::string& path);
+// Parses config.json text (`source` is used in error messages).
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+// Bundled presets live in <data dir>/presets/NAME.json (data dir: $HOOKSTREAM_DATA_DIR if set, else
+// the compile-time HOOKSTREAM_DATA_DIR). `name` may be a preset name (any case) or a Hugging Face id
+// such as meta-llama/Meta-Llama-3.1-8B-Instruct. Returns the preset file's path if found.
+std::optional<std::string> find_preset(const std::string& name);
+// The presets directory find_preset() searches.
+std::string preset_dir();
+// Names of the bundled presets (file names without .json), sorted case-insensitively.
+std::vector<std::string> list_presets();
+
+}  // namespace hookstream

@@ -1,0 +1,721 @@
+#include "sim/inputs/model_structure.h"
+
+#include <algorithm>
+#include <optional>
+#include <regex>
+#include <map>
+#include <set>
+
+#include "sim/inputs/architectures/architecture.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/data_files.h"
+
+namespace hookstream {
+
+int64_t Parameter::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t Parameter::bytes() const {
+  // bitsandbytes' Linear4bit packs two 4-bit values per byte; Linear8bitLt stores int8.
+  if (quantized) return dtype_bytes(dtype) == 1 ? numel() : (numel() + 1) / 2;
+  return numel() * dtype_bytes(dtype);
+}
+
+namespace {
+
+// A module of the base model as PEFT sees it while matching target_modules: its name in
+// model.named_modules() (no PEFT prefix) and whether LoRA can wrap it.
+enum class ModuleType { Linear, Conv, Embedding, Other };
+struct ModuleEntry {
+  std::string name;
+  ModuleType type = ModuleType::Other;
+};
+
+// The table entry a config is built with. A ModelConfig built in code (not parsed: no `values`)
+// names its type in model_type only.
+const ArchitectureSpec* architecture_of(const ModelConfig& m) {
+  const ArchitectureSpec* spec = nullptr;
+  if (m.values.empty() && !m.model_type.empty()) spec = find_architecture(m.model_type);
+  return spec != nullptr ? spec : find_architecture(m.decoder_type);
+}
+
+// What the table's expressions are evaluated against: the config's keys, with the ModelConfig
+// fields (authoritative, and all a config built in code has) over them.
+std::map<std::string, double> structure_values(const ModelConfig& m) {
+  std::map<std::string, double> values = m.values;
+  if (const ArchitectureSpec* spec = architecture_of(m)) {
+    for (const auto& [key, value] : spec->defaults) values.emplace(key, value);
+  }
+  values["hidden_size"] = m.hidden_size;
+  values["intermediate_size"] = m.intermediate_size;
+  values["num_hidden_layers"] = m.num_hidden_layers;
+  values["num_attention_heads"] = m.num_attention_heads;
+  values["num_key_value_heads"] = m.num_key_value_heads;
+  values["head_dim"] = m.head_dim;
+  values["vocab_size"] = m.vocab_size;
+  if (m.attention_bias) values["attention_bias"] = 1;
+  if (m.qk_norm) values["qk_norm"] = 1;
+  return values;
+}
+
+// PEFT 0.21 rewrites target_modules written for transformers v4 MoE layers (per-expert nn.Linear
+// w1/w2/w3 or gate_proj/up_proj/down_proj, and an nn.Linear router `gate`) into target_parameters
+// on the fused v5 tensors, for the model types transformers converts checkpoints of
+// (peft/utils/transformers_weight_conversion.py _MOE_TARGET_MODULE_MAPPING, _MOE_FUSED_TARGETS,
+// _convert_peft_config_moe). Each mapping is in PEFT's order: the first old name that matches wins.
+struct MoeConversion {
+  std::vector<std::pair<std::string, std::string>> mapping;  // v4 leaf -> v5 parameter
+  std::string fused;                                         // v5 parameter several v4 leaves fuse into
+  std::vector<std::string> fused_from;
+};
+
+const MoeConversion* moe_conversion(const std::string& name) {
+  static const MoeConversion mixtral{
+      {{"gate", "gate.weight"}, {"w1", "gate_up_proj"}, {"w3", "gate_up_proj"}, {"w2", "down_proj"}},
+      "gate_up_proj",
+      {"w1", "w3"}};
+  static const MoeConversion qwen2_moe{
+      {{"gate", "gate.weight"}, {"gate_proj", "gate_up_proj"}, {"up_proj", "gate_up_proj"}, {"down_proj", "down_proj"}},
+      "gate_up_proj",
+      {"gate_proj", "up_proj"}};
+  if (name == "mixtral") return &mixtral;
+  if (name == "qwen2_moe") return &qwen2_moe;
+  return nullptr;
+}
+
+bool suffix_match(const std::string& name, const std::string& target) {
+  return name == target || (name.size() > target.size() &&
+                            name.compare(name.size() - target.size(), target.size(), target) == 0 &&
+                            name[name.size() - target.size() - 1] == '.');
+}
+
+std::string leaf_of(const std::string& name) { return name.substr(name.rfind('.') + 1); }
+
+// Which modules and parameters get a LoRA adapter, by PEFT 0.21's rules (peft/tuners/tuners_utils.py):
+// check_target_module_exists - a string target_modules is re.fullmatch'ed against the module name,
+// a list matches a name equal to an entry or ending in "." + entry; "all-linear"
+// (_maybe_include_all_linear_layers) is every nn.Linear but the output embedding. axolotl's
+// lora_target_linear adds the leaf names of every Linear but the head (axolotl
+// src/axolotl/loaders/adapter.py find_all_linear_names) to the list. target_parameters
+// (BaseTuner._inject_parameters) match "<module>.<parameter>" the list way and wrap the parameter in
+// a lora.ParamWrapper. A match on a module LoRA cannot wrap is PEFT's ValueError
+// (peft/tuners/lora/model.py _create_new_module); no match at all is its "Target modules ... not
+// found in the base model" (BaseTuner.inject_adapter).
+class TargetMatcher {
+ public:
+  TargetMatcher(const Plan& plan, const std::vector<ModuleEntry>& modules, const std::vector<std::string>& params,
+                const ArchitectureSpec* spec) {
+    if (plan.adapter == Adapter::None) return;
+    const std::string head = spec != nullptr ? spec->head : "lm_head";
+    where_ = plan.source + ": key lora_target_modules";
+    std::vector<std::string> names = plan.lora_target_modules;
+    bool regex = plan.lora_target_modules_regex && !names.empty();
+    std::vector<std::string> parameters = plan.lora_target_parameters;
+    std::map<std::string, int> rank_factor;  // PEFT's rank_pattern from the MoE conversion
+    auto all_linear = [&]() {
+      std::vector<std::string> out;
+      for (const ModuleEntry& m : modules) {
+        if (m.type == ModuleType::Linear && m.name != head) out.push_back(m.name);
+      }
+      return out;
+    };
+    if (plan.lora_target_linear) {
+      // axolotl's load_lora: a string lora_target_modules becomes one entry of the list, so it is
+      // then matched as a name, not as a regular expression.
+      regex = false;
+      for (const std::string& name : all_linear()) {
+        const std::string leaf = leaf_of(name);
+        if (std::find(names.begin(), names.end(), leaf) == names.end()) names.push_back(leaf);
+      }
+    }
+    std::optional<std::regex> pattern;
+    if (regex) {
+      try {
+        pattern.emplace(names[0], std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        throw InputError(where_, "expected a regular expression, got \"" + names[0] + "\" (" + e.what() + ")");
+      }
+    }
+    const MoeConversion* conversion = spec != nullptr ? moe_conversion(spec->peft_moe_conversion) : nullptr;
+    if (conversion != nullptr && (regex || !names.empty())) {
+      // _resolve_string_target_modules: a string becomes the leaf names it reaches.
+      if (regex) {
+        std::vector<std::string> resolved;
+        auto add_leaf = [&](const std::string& leaf) {
+          if (std::find(resolved.begin(), resolved.end(), leaf) == resolved.end()) resolved.push_back(leaf);
+        };
+        if (lowercase(names[0]) == "all-linear") {
+          for (const std::string& name : all_linear()) add_leaf(leaf_of(name));
+          for (const auto& entry : conversion->mapping) add_leaf(entry.first);
+        } else {
+          for (const ModuleEntry& m : modules) {
+            if (std::regex_match(m.name, *pattern)) add_leaf(leaf_of(m.name));
+          }
+          for (const std::string& name : params) {
+            if (std::regex_match(name, *pattern)) add_leaf(leaf_of(name));
+          }
+          // A v4 name fused away (gate_proj inside gate_up_proj) is probed as "<container>.<old name>".
+          for (const auto& [old_name, new_name] : conversion->mapping) {
+            for (const std::string& name : params) {
+              if (leaf_of(name) != new_name) continue;
+              const std::string container = name.substr(0, name.rfind('.'));
+              if (std::regex_match(container + "." + old_name, *pattern)) {
+                add_leaf(old_name);
+                break;
+              }
+            }
+          }
+        }
+        if (!resolved.empty()) {
+          names = resolved;
+          regex = false;
+          pattern.reset();
+        }
+      }
+      if (!regex) {
+        std::vector<std::string> remaining, fused_present;
+        for (const std::string& target : names) {
+          bool mapped = false;
+          for (const auto& [old_name, new_name] : conversion->mapping) {
+            if (!suffix_match(target, old_name)) continue;
+            if (std::find(parameters.begin(), parameters.end(), new_name) == parameters.end()) parameters.push_back(new_name);
+            if (new_name == conversion->fused) fused_present.push_back(old_name);
+            mapped = true;
+            break;
+          }
+          if (!mapped) remaining.push_back(target);
+        }
+        std::sort(fused_present.begin(), fused_present.end());
+        fused_present.erase(std::unique(fused_present.begin(), fused_present.end()), fused_present.end());
+        if (!fused_present.empty() && fused_present.size() < conversion->fused_from.size()) {
+          std::vector<std::string> missing;
+          for (const std::string& old_name : conversion->fused_from) {
+            if (!std::binary_search(fused_present.begin(), fused_present.end(), old_name)) missing.push_back(old_name);
+          }
+          throw InputError(where_, "Cannot convert PEFT target(s) " + join(fused_present) + " without also targeting " +
+                                       join(missing) + " because they are fused into " + conversion->fused +
+                                       ". (PEFT 0.21 maps transformers v4 expert names onto v5's fused tensors)");
+        }
+        if (fused_present.size() > 1) rank_factor[conversion->fused] = static_cast<int>(fused_present.size());
+        names = remaining;
+      }
+    }
+    if (regex && lowercase(names[0]) == "all-linear") {
+      regex = false;
+      pattern.reset();
+      names = all_linear();
+    }
+    for (const ModuleEntry& m : modules) {
+      bool match = false;
+      if (pattern) {
+        match = std::regex_match(m.name, *pattern);
+      } else {
+        for (const std::string& t : names) match = match || suffix_match(m.name, t);
+      }
+      if (!match) continue;
+      if (m.type == ModuleType::Other) {
+        throw InputError(where_, "Target module " + m.name +
+                                     " is not supported. Currently, only the following modules are supported: "
+                                     "`torch.nn.Linear`, `torch.nn.Embedding`, `torch.nn.Conv1d`, `torch.nn.Conv2d`, "
+                                     "`torch.nn.Conv3d`, `transformers.pytorch_utils.Conv1D`, `torch.nn.MultiheadAttention.`. "
+                                     "(PEFT 0.21)");
+      }
+      if (m.type == ModuleType::Embedding) {
+        throw InputError(where_, "LoRA on the embedding " + m.name + " (PEFT's lora.Embedding) is not modelled by hookstream yet");
+      }
+      targets_.insert(m.name);
+    }
+    for (const std::string& name : params) {
+      for (const std::string& t : parameters) {
+        if (!suffix_match(name, t)) continue;
+        auto factor = rank_factor.find(leaf_of(name));
+        parameter_ranks_[name] = plan.lora_r * (factor == rank_factor.end() ? 1 : factor->second);
+      }
+    }
+    if (targets_.empty() && parameter_ranks_.empty()) {
+      if (!parameters.empty() && names.empty() && !regex) {
+        throw StartupError(plan.source + ": key lora_target_parameters",
+                           "Target parameters " + python_set(parameters) + " not found in the base model.",
+                           "lora_targets_not_found", "PEFT 0.21");
+      }
+      const std::string shown = regex ? names[0] : python_set(names);
+      throw StartupError(where_, "Target modules " + shown +
+                                     " not found in the base model. Please check the target modules and try again.",
+                         "lora_targets_not_found", "PEFT 0.21");
+    }
+  }
+
+  bool targeted(const std::string& module) const { return targets_.count(module) > 0; }
+  // The LoRA rank of a targeted parameter ("<module>.<name>"), 0 when it is not targeted.
+  int parameter_rank(const std::string& parameter) const {
+    auto it = parameter_ranks_.find(parameter);
+    return it == parameter_ranks_.end() ? 0 : it->second;
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  static std::string join(const std::vector<std::string>& items) {
+    std::string out;
+    for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+    return out;
+  }
+  // Python's repr of a set of strings (PEFT's message prints the set it was given).
+  static std::string python_set(const std::vector<std::string>& items) {
+    if (items.empty()) return "set()";
+    std::string out;
+    for (const std::string& item : items) out += (out.empty() ? "{'" : ", '") + item + "'";
+    return out + "}";
+  }
+
+  std::string where_;
+  std::set<std::string> targets_;
+  std::map<std::string, int> parameter_ranks_;
+};
+
+// Accumulates parameters in named_parameters() order. The decoder follows the architecture table
+// (sim/inputs/architectures/architecture.cc), which lists each layer's modules in registration order; the
+// vision tower mirrors Qwen3VLVisionModel (Qwen3VLVisionBlock registers norm1, norm2, attn, mlp).
+// With `catalog` set, the builder also lists every module for the LoRA target matcher.
+class StructureBuilder {
+ public:
+  StructureBuilder(const Plan& plan, ModelStructure& out, const TargetMatcher* matcher,
+                   std::vector<ModuleEntry>* catalog, std::vector<std::string>* param_catalog)
+      : plan_(plan), out_(out), matcher_(matcher), catalog_(catalog), param_catalog_(param_catalog),
+        values_(structure_values(plan.model)) {
+    prefix_ = plan.adapter == Adapter::None ? "" : "base_model.model.";
+    for (const auto& pattern : plan.unfrozen_parameters) {
+      try {
+        unfrozen_.emplace_back(pattern);
+      } catch (const std::regex_error& e) {
+        throw InputError(plan.source + ": key unfrozen_parameters",
+                         "expected a regular expression, got \"" + pattern + "\" (" + e.what() + ")");
+      }
+    }
+  }
+
+  int add(const std::string& module, const std::string& leaf, std::vector<int64_t> shape,
+          bool trainable, int layer, const std::string& group, bool quantized = false) {
+    note(module, ModuleType::Other);
+    if (param_catalog_ != nullptr) param_catalog_->push_back(module + "." + leaf);
+    Parameter p;
+    p.module = prefix_ + module;
+    p.name = p.module + "." + leaf;
+    p.shape = std::move(shape);
+    p.dtype = plan_.model.torch_dtype;
+    p.quantized = quantized;
+    p.layer = layer;
+    p.group = group;
+    // axolotl's unfrozen_parameters freezes everything else and unfreezes the matching names.
+    if (!unfrozen_.empty() && !quantized) {
+      trainable = trainable && plan_.adapter != Adapter::None;  // adapters stay trainable
+      for (const auto& re : unfrozen_) {
+        if (std::regex_search(p.name, re)) trainable = true;
+      }
+    }
+    p.trainable = trainable && !quantized;
+    out_.parameters.push_back(std::move(p));
+    return static_cast<int>(out_.parameters.size()) - 1;
+  }
+
+  // Records a module (and its parent modules, which PEFT also tries to match) for the catalog.
+  void note(const std::string& module, ModuleType type) {
+    if (catalog_ == nullptr) return;
+    for (size_t dot = module.find('.'); dot != std::string::npos; dot = module.find('.', dot + 1)) {
+      const std::string parent = module.substr(0, dot);
+      if (seen_.insert(parent).second) catalog_->push_back({parent, ModuleType::Other});
+    }
+    if (seen_.insert(module).second) {
+      catalog_->push_back({module, type});
+    } else if (type != ModuleType::Other) {
+      for (ModuleEntry& entry : *catalog_) {
+        if (entry.name == module) entry.type = type;
+      }
+    }
+  }
+
+  bool is_lora_target(const std::string& module) const {
+    return plan_.adapter != Adapter::None && matcher_ != nullptr && matcher_->targeted(module);
+  }
+
+  // A Linear(in, out) at `module`, wrapped by PEFT's LoraLayer when targeted: base_layer.weight,
+  // base_layer.bias, lora_A.default.weight [r, in], lora_B.default.weight [out, r]
+  // (peft/tuners/lora/layer.py registers base_layer first, then lora_A, lora_B). A Conv3d (Qwen-VL's
+  // patch embedding) gets lora_A with the conv's kernel and lora_B with a 1x1x1 kernel
+  // (peft/tuners/lora/layer.py _ConvNd.update_layer).
+  LinearUse linear(const std::string& module, const std::string& leaf, int64_t in, int64_t out,
+                   bool bias, int layer, const std::string& group, bool full_trainable,
+                   bool quantizable, const std::vector<int64_t>& conv_kernel = {}) {
+    LinearUse use;
+    use.name = leaf;
+    const std::string path = module.empty() ? leaf : module + "." + leaf;
+    note(path, conv_kernel.empty() ? ModuleType::Linear : ModuleType::Conv);
+    const bool quantized = quantizable && (plan_.load_in_4bit || plan_.load_in_8bit);
+    const bool adapter_on = plan_.adapter != Adapter::None;
+    std::vector<int64_t> weight_shape{out, in};
+    weight_shape.insert(weight_shape.end(), conv_kernel.begin(), conv_kernel.end());
+    if (is_lora_target(path)) {
+      std::vector<int64_t> a_shape{plan_.lora_r, in}, b_shape{out, plan_.lora_r};
+      a_shape.insert(a_shape.end(), conv_kernel.begin(), conv_kernel.end());
+      for (size_t i = 0; i < conv_kernel.size(); ++i) b_shape.push_back(1);
+      use.weight = add(path + ".base_layer", "weight", weight_shape, false, layer, group, quantized);
+      if (bias) use.bias = add(path + ".base_layer", "bias", {out}, false, layer, group);
+      use.lora_a = add(path + ".lora_A.default", "weight", a_shape, true, layer, group);
+      use.lora_b = add(path + ".lora_B.default", "weight", b_shape, true, layer, group);
+      // PEFT creates adapter weights in float32 even on a bf16/fp16 base (LoraLayer.update_layer,
+      // `autocast_adapter_dtype=True`, the default since PEFT 0.12): their gradients, and so DDP's
+      // buckets (a bucket holds one dtype, reducer.cpp compute_bucket_assignment_by_size), are fp32.
+      for (int index : {use.lora_a, use.lora_b}) {
+        Parameter& adapter = out_.parameters[static_cast<size_t>(index)];
+        adapter.adapter = true;
+        if (!adapter.quantized) adapter.dtype = DType::Float32;
+      }
+    } else {
+      const bool trainable = full_trainable && !adapter_on;
+      use.weight = add(path, "weight", weight_shape, trainable, layer, group, quantized);
+      if (bias) use.bias = add(path, "bias", {out}, trainable, layer, group);
+    }
+    return use;
+  }
+
+  // The decoder's module paths are written for *ForCausalLM ("model.layers"); a VLM nests the
+  // same decoder under text_prefix ("model.language_model.layers").
+  std::string text_path(const std::string& path) const {
+    const std::string& text = plan_.model.text_prefix;
+    if (text != "model" && path.compare(0, 6, "model.") == 0) return text + path.substr(5);
+    return path;
+  }
+
+  int64_t dim(const std::string& expression) const {
+    const std::vector<long long> dims = evaluate_shape(expression, values_, plan_.model.source);
+    return dims.at(0);
+  }
+
+  std::vector<int64_t> dims(const std::string& expressions) const {
+    const std::vector<long long> d = evaluate_shape(expressions, values_, plan_.model.source);
+    return std::vector<int64_t>(d.begin(), d.end());
+  }
+
+  bool is_moe_layer(const ArchitectureSpec& spec, int i) const {
+    const auto& values = values_;
+    auto value = [&](const std::string& key, double fallback) {
+      auto it = values.find(key);
+      return it == values.end() ? fallback : it->second;
+    };
+    switch (spec.moe) {
+      case MoeLayers::None: return false;
+      case MoeLayers::All: return true;
+      case MoeLayers::FirstKDense: return i >= value("first_k_dense_replace", 0);
+      case MoeLayers::SparseStep: {
+        // Qwen2MoeDecoderLayer: (layer_idx not in mlp_only_layers) and num_experts > 0 and
+        // (layer_idx + 1) % decoder_sparse_step == 0.
+        const auto& only = plan_.model.mlp_only_layers;
+        if (std::find(only.begin(), only.end(), i) != only.end()) return false;
+        const int step = static_cast<int>(value("decoder_sparse_step", 1));
+        return value(spec.experts_key, 0) > 0 && step > 0 && (i + 1) % step == 0;
+      }
+    }
+    return false;
+  }
+
+  // Puts a module's parameters in the slot its role gives it (see DecoderLayerUse).
+  static void place(DecoderLayerUse& layer, ModuleRole role, const LinearUse& use) {
+    auto fill = [&](LinearUse& slot) {
+      if (slot.weight < 0 && slot.lora_a < 0) {
+        slot = use;
+      } else if (slot.bias < 0) {
+        slot.bias = use.weight;  // a bare bias tensor of the same module (gpt-oss router, experts)
+      }
+    };
+    switch (role) {
+      case ModuleRole::Q: case ModuleRole::QKV: fill(layer.q); break;
+      case ModuleRole::K: fill(layer.k); break;
+      case ModuleRole::V: fill(layer.v); break;
+      case ModuleRole::O: fill(layer.o); break;
+      case ModuleRole::QNorm: layer.q_norm = use.weight; break;
+      case ModuleRole::KNorm: layer.k_norm = use.weight; break;
+      case ModuleRole::Gate: case ModuleRole::Router: fill(layer.gate); break;
+      case ModuleRole::Up: case ModuleRole::GateUp: case ModuleRole::ExpertsGateUp: fill(layer.up); break;
+      case ModuleRole::Down: case ModuleRole::ExpertsDown: fill(layer.down); break;
+      case ModuleRole::InputNorm:
+        layer.input_norm = use.weight;
+        layer.input_norm_bias = use.bias;
+        break;
+      case ModuleRole::PostAttentionNorm:
+        layer.post_attention_norm = use.weight;
+        layer.post_attention_norm_bias = use.bias;
+        break;
+      case ModuleRole::AttentionOther: layer.attention_other.push_back(use); break;
+      case ModuleRole::MlpOther: case ModuleRole::PreFeedforwardNorm: case ModuleRole::PostFeedforwardNorm:
+        layer.mlp_other.push_back(use);
+        break;
+    }
+  }
+
+  // Bare nn.Parameters registered on `module` (in order). bitsandbytes replaces only nn.Linear, so
+  // they are never quantized. Those PEFT's target_parameters reach are wrapped one ParamWrapper
+  // each, the first registered innermost (BaseTuner._inject_parameters walks
+  // named_parameters(recurse=False)): the tensors move under ".base_layer" once per wrapper, then each
+  // wrapper's lora_A [r * E, in] and lora_B [out, r * E] follow, innermost first. A 3-D tensor
+  // [E, out, in] has E experts (transposed [E, in, out] for gpt-oss); a 2-D one [out, in] one
+  // (peft/tuners/lora/layer.py ParamWrapper.__init__ / update_layer).
+  void tensors(DecoderLayerUse& layer, const ArchitectureSpec& spec, const std::string& module,
+               const std::vector<const ModuleSpec*>& specs, int index) {
+    const bool full_ft = plan_.adapter == Adapter::None;
+    std::vector<int> ranks;
+    int wrappers = 0;
+    for (const ModuleSpec* t : specs) {
+      const std::string leaf = t->path.substr(t->path.rfind('.') + 1);
+      ranks.push_back(matcher_ != nullptr ? matcher_->parameter_rank(module + "." + leaf) : 0);
+      if (ranks.back() > 0) ++wrappers;
+    }
+    std::string base = module;
+    for (int w = 0; w < wrappers; ++w) base += ".base_layer";
+    std::vector<LinearUse> uses;
+    for (const ModuleSpec* t : specs) {
+      LinearUse use;
+      use.name = t->path.substr(t->path.rfind('.') + 1);
+      use.weight = add(base, use.name, dims(t->shape), full_ft, index, "decoder");
+      uses.push_back(use);
+    }
+    int wrapper = 0;
+    for (size_t j = 0; j < specs.size(); ++j) {
+      if (ranks[j] == 0) continue;
+      ++wrapper;
+      std::string at = module;
+      for (int w = wrapper; w < wrappers; ++w) at += ".base_layer";
+      const std::vector<int64_t> shape = out_.parameters[static_cast<size_t>(uses[j].weight)].shape;
+      int64_t experts = 1, in = 0, out = 0;
+      if (shape.size() == 3) {
+        experts = shape[0];
+        in = spec.experts_transposed ? shape[1] : shape[2];
+        out = spec.experts_transposed ? shape[2] : shape[1];
+      } else if (shape.size() == 2) {
+        in = shape[1];
+        out = shape[0];
+      } else {
+        throw InputError(matcher_->where(), "lora_target_parameters reaches " + module + "." + uses[j].name +
+                                                ", a 1-D tensor; PEFT's ParamWrapper needs a 2-D or 3-D parameter");
+      }
+      const int64_t rank = int64_t(ranks[j]) * experts;
+      uses[j].lora_a = add(at + ".lora_A.default", "weight", {rank, in}, true, index, "decoder");
+      uses[j].lora_b = add(at + ".lora_B.default", "weight", {out, rank}, true, index, "decoder");
+      for (int p : {uses[j].lora_a, uses[j].lora_b}) {
+        out_.parameters[static_cast<size_t>(p)].adapter = true;
+        out_.parameters[static_cast<size_t>(p)].dtype = DType::Float32;  // as lora.Linear (autocast_adapter_dtype)
+      }
+    }
+    for (size_t j = 0; j < specs.size(); ++j) place(layer, specs[j]->role, uses[j]);
+  }
+
+  void build() {
+    const ModelConfig& m = plan_.model;
+    const ArchitectureSpec* spec = architecture_of(m);
+    if (spec == nullptr) throw InputError(m.source, "model_type \"" + m.decoder_type + "\": not modelled");
+    const bool full_ft = plan_.adapter == Adapter::None;
+    if (m.vision) build_vision(*m.vision);
+
+    const std::string embed = text_path(spec->embed);
+    note(embed, ModuleType::Embedding);
+    out_.embed = add(embed, "weight", {m.vocab_size, m.hidden_size}, full_ft, -1, "embed");
+    for (int i = 0; i < m.num_hidden_layers; ++i) {
+      DecoderLayerUse layer;
+      layer.index = i;
+      const std::string path = text_path(spec->layers) + "." + std::to_string(i);
+      layer.path = prefix_ + path;
+      layer.moe = is_moe_layer(*spec, i);
+      layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) +
+                                        (spec->shared_expert_width.empty() ? 0 : dim(spec->shared_expert_width))
+                                  : dim("intermediate_size");
+      std::vector<const ModuleSpec*> present;
+      for (const ModuleSpec& module : spec->layer) {
+        if (module.when == "moe" ? !layer.moe
+            : module.when == "dense" ? layer.moe
+            : !module.when.empty() && !evaluate_flag(module.when, values_)) {
+          continue;
+        }
+        present.push_back(&module);
+      }
+      for (size_t k = 0; k < present.size(); ++k) {
+        const ModuleSpec& module = *present[k];
+        const std::string full = path + "." + module.path;
+        const size_t dot = full.rfind('.');
+        const std::string parent = full.substr(0, dot), leaf = full.substr(dot + 1);
+        const bool bias = evaluate_flag(module.bias, values_);
+        if (module.kind == ModuleKind::Tensor) {
+          // Bare nn.Parameters of one module (the experts' tensors, a router's weight and bias) are
+          // listed together: a ParamWrapper around any of them renames all of them.
+          size_t end = k + 1;
+          while (end < present.size() && present[end]->kind == ModuleKind::Tensor &&
+                 present[end]->path.substr(0, present[end]->path.rfind('.')) == module.path.substr(0, module.path.rfind('.'))) {
+            ++end;
+          }
+          tensors(layer, *spec, parent, std::vector<const ModuleSpec*>(present.begin() + k, present.begin() + end), i);
+          k = end - 1;
+          continue;
+        }
+        LinearUse use;
+        use.name = leaf;
+        if (module.kind == ModuleKind::Linear) {
+          use = linear(parent, leaf, dim(module.in), dim(module.shape), bias, i, "decoder", true, true);
+        } else {
+          use.weight = add(full, "weight", dims(module.shape), full_ft, i, "decoder");
+          if (bias) use.bias = add(full, "bias", dims(module.shape), full_ft, i, "decoder");
+        }
+        place(layer, module.role, use);
+      }
+      out_.layers.push_back(std::move(layer));
+    }
+    if (!spec->final_norm.empty()) {
+      const std::string norm = text_path(spec->final_norm);
+      out_.final_norm = add(norm, "weight", {m.hidden_size}, full_ft, -1, "final_norm");
+      if (evaluate_flag(spec->final_norm_bias, values_)) {
+        out_.final_norm_bias = add(norm, "bias", {m.hidden_size}, full_ft, -1, "final_norm");
+      }
+    }
+    const bool head_bias = evaluate_flag(spec->head_bias, values_);
+    if (m.tie_word_embeddings) {
+      // The same tensor: named_parameters() and DDP list it once, under the embedding's name. A
+      // head bias (Phi) is the head's own parameter.
+      note(spec->head, ModuleType::Linear);
+      out_.lm_head = out_.embed;
+      if (head_bias) out_.lm_head_bias = add(spec->head, "bias", {m.vocab_size}, full_ft, -1, "head");
+    } else {
+      // bitsandbytes keeps the output embedding in 16 bit (llm_int8_skip_modules), so never quantized.
+      const LinearUse head = linear("", spec->head, m.hidden_size, m.vocab_size, head_bias, -1, "head", true, false);
+      out_.lm_head = head.weight;
+      out_.lm_head_bias = head.bias;
+    }
+    if (spec->moe != MoeLayers::None) {
+      out_.num_experts = static_cast<int>(dim(spec->experts_key));
+      out_.experts_per_token = static_cast<int>(dim(spec->top_k_key));
+    }
+  }
+
+  void build_vision(const VisionTowerConfig& v) {
+    const bool trainable = plan_.vision_tower_trainable();
+    const std::string root = "model.visual";
+    // Qwen3-VL's patch embedding is a Conv3d(in_channels, hidden, kernel [T, P, P]) with a bias;
+    // a target list ending in "proj" reaches it too (PEFT then wraps it as a LoRA Conv3d).
+    const std::vector<int64_t> kernel{v.temporal_patch_size, v.patch_size, v.patch_size};
+    const std::string patch = root + ".patch_embed.proj";
+    if (is_lora_target(patch)) {
+      out_.vision_patch_embed = linear(root + ".patch_embed", "proj", v.in_channels, v.hidden_size, true, -1, "vision",
+                                       trainable, false, kernel);
+    } else {
+      note(patch, ModuleType::Conv);
+      out_.vision_patch_embed.weight = add(patch, "weight", {v.hidden_size, v.in_channels, kernel[0], kernel[1], kernel[2]},
+                                           trainable, -1, "vision");
+      out_.vision_patch_embed.bias = add(patch, "bias", {v.hidden_size}, trainable, -1, "vision");
+    }
+    out_.vision_patch_embed.name = "patch_embed";
+    if (v.num_position_embeddings > 0) {
+      note(root + ".pos_embed", ModuleType::Embedding);
+      // Qwen3VLVisionModel registers pos_embed (nn.Embedding) right after patch_embed.
+      out_.vision_pos_embed =
+          add(root + ".pos_embed", "weight", {v.num_position_embeddings, v.hidden_size}, trainable, -1, "vision");
+    }
+    for (int i = 0; i < v.depth; ++i) {
+      VisionBlockUse block;
+      block.index = i;
+      const std::string path = root + ".blocks." + std::to_string(i);
+      block.path = prefix_ + path;
+      block.norm1_weight = add(path + ".norm1", "weight", {v.hidden_size}, trainable, -1, "vision");
+      block.norm1_bias = add(path + ".norm1", "bias", {v.hidden_size}, trainable, -1, "vision");
+      block.norm2_weight = add(path + ".norm2", "weight", {v.hidden_size}, trainable, -1, "vision");
+      block.norm2_bias = add(path + ".norm2", "bias", {v.hidden_size}, trainable, -1, "vision");
+      block.qkv = vision_linear(path + ".attn", "qkv", v.hidden_size, 3 * int64_t(v.hidden_size), trainable);
+      block.proj = vision_linear(path + ".attn", "proj", v.hidden_size, v.hidden_size, trainable);
+      block.fc1 = vision_linear(path + ".mlp", "linear_fc1", v.hidden_size, v.intermediate_size, trainable);
+      block.fc2 = vision_linear(path + ".mlp", "linear_fc2", v.intermediate_size, v.hidden_size, trainable);
+      out_.vision_blocks.push_back(std::move(block));
+    }
+    const int64_t merged = int64_t(v.hidden_size) * v.spatial_merge_size * v.spatial_merge_size;
+    const std::string merger = root + ".merger";
+    out_.vision_merger_norm_weight = add(merger + ".norm", "weight", {v.hidden_size}, trainable, -1, "vision");
+    out_.vision_merger_norm_bias = add(merger + ".norm", "bias", {v.hidden_size}, trainable, -1, "vision");
+    const int64_t out_hidden = v.out_hidden_size > 0 ? v.out_hidden_size : plan_.model.hidden_size;
+    out_.vision_merger_fc1 = vision_linear(merger, "linear_fc1", merged, merged, trainable);
+    out_.vision_merger_fc2 = vision_linear(merger, "linear_fc2", merged, out_hidden, trainable);
+    // deepstack_merger_list is registered last; its mergers use the post-shuffle norm, over
+    // hidden_size * spatial_merge_size^2 (Qwen3VLVisionPatchMerger(use_postshuffle_norm=True)).
+    for (size_t k = 0; k < v.deepstack_visual_indexes.size(); ++k) {
+      VisionMergerUse ds;
+      ds.path = root + ".deepstack_merger_list." + std::to_string(k);
+      ds.block = v.deepstack_visual_indexes[k];
+      ds.norm_weight = add(ds.path + ".norm", "weight", {merged}, trainable, -1, "vision");
+      ds.norm_bias = add(ds.path + ".norm", "bias", {merged}, trainable, -1, "vision");
+      ds.fc1 = vision_linear(ds.path, "linear_fc1", merged, merged, trainable);
+      ds.fc2 = vision_linear(ds.path, "linear_fc2", merged, out_hidden, trainable);
+      ds.path = prefix_ + ds.path;
+      out_.vision_deepstack_mergers.push_back(std::move(ds));
+    }
+  }
+
+  LinearUse vision_linear(const std::string& module, const std::string& leaf, int64_t in, int64_t out,
+                          bool trainable) {
+    // A LoRA target list naming vision leaves (qkv, proj, linear_fc1, ...) wraps them too, as PEFT
+    // matches target_modules by module-name suffix.
+    if (is_lora_target(module + "." + leaf)) return linear(module, leaf, in, out, true, -1, "vision", trainable, false);
+    note(module + "." + leaf, ModuleType::Linear);
+    LinearUse use;
+    use.name = leaf;
+    use.weight = add(module + "." + leaf, "weight", {out, in}, trainable, -1, "vision");
+    use.bias = add(module + "." + leaf, "bias", {out}, trainable, -1, "vision");
+    return use;
+  }
+
+ private:
+  const Plan& plan_;
+  ModelStructure& out_;
+  const TargetMatcher* matcher_;
+  std::vector<ModuleEntry>* catalog_;
+  std::vector<std::string>* param_catalog_;
+  const std::map<std::string, double> values_;
+  std::set<std::string> seen_;
+  std::string prefix_;
+  std::vector<std::regex> unfrozen_;
+};
+
+}  // namespace
+
+ModelStructure build_model_structure(const Plan& plan) {
+  // PEFT matches target_modules against every module of the base model before wrapping any, so
+  // the modules are listed first (a build without adapters), then the structure is built for real.
+  std::optional<TargetMatcher> matcher;
+  if (plan.adapter != Adapter::None) {
+    ModelStructure scratch;
+    std::vector<ModuleEntry> catalog;
+    std::vector<std::string> params;
+    StructureBuilder(plan, scratch, nullptr, &catalog, &params).build();
+    matcher.emplace(plan, catalog, params, architecture_of(plan.model));
+  }
+  ModelStructure structure;
+  StructureBuilder(plan, structure, matcher ? &*matcher : nullptr, nullptr, nullptr).build();
+  // DDP's parameter list (distributed.py _build_params_for_reducer): trainable parameters in
+  // named_modules() order; shared tensors appear once because ModelStructure holds them once.
+  for (size_t i = 0; i < structure.parameters.size(); ++i) {
+    Parameter& p = structure.parameters[i];
+    if (!p.trainable) continue;
+    p.ddp_index = static_cast<int>(structure.ddp_parameters.size());
+    structure.ddp_parameters.push_back(static_cast<int>(i));
+  }
+  return structure;
+}
+
+std::vector<int> parameters_under(const ModelStructure& structure, const std::string& module_path) {
+  std::vector<int> result;
+  for (size_t i = 0; i < structure.parameters.size(); ++i) {
+    const std::string& module = structure.parameters[i].module;
+    if (module == module_path ||
+        (module.size() > module_path.size() && module.compare(0, module_path.size(), module_path) == 0 &&
+         module[module_path.size()] == '.')) {
+      result.push_back(static_cast<int>(i));
+    }
+  }
+  return result;
+}
+
+}  // namespace hookstream

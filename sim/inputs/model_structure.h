@@ -1,0 +1,112 @@
+// The parameters of a model as PyTorch would enumerate them, and the modules that use them.
+// Names and order follow `named_parameters()` of the Hugging Face model (wrapped by PEFT when an
+// adapter is on: `base_model.model.` prefix, `base_layer.weight`, `lora_A.default.weight`), which is
+// also the order DDP's `_build_params_for_reducer` walks (torch/nn/parallel/distributed.py):
+// named_modules() order, parameters registered on each module in registration order, trainable ones
+// only, tied/shared tensors de-duplicated (first occurrence wins).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/inputs/model_config.h"
+#include "sim/inputs/plan.h"
+
+namespace hookstream {
+
+struct Parameter {
+  std::string name;             // e.g. base_model.model.model.layers.3.mlp.up_proj.lora_A.default.weight
+  std::string module;           // owning module path, e.g. base_model.model.model.layers.3.mlp.up_proj
+  std::vector<int64_t> shape;
+  DType dtype = DType::BFloat16;
+  bool quantized = false;       // 4/8-bit base weight (bitsandbytes); never trainable
+  bool trainable = false;
+  bool adapter = false;         // a LoRA lora_A/lora_B weight (PEFT keeps these in fp32)
+  int layer = -1;               // decoder layer index, -1 outside the decoder stack
+  std::string group;            // "vision", "embed", "decoder", "final_norm", "head"
+  int ddp_index = -1;           // index in DDP's parameter list; -1 if frozen or a duplicate
+  int64_t numel() const;
+  int64_t bytes() const;        // as stored (quantized weights: packed size)
+};
+
+// A linear projection and its optional LoRA pair. Indices into ModelStructure::parameters, -1 absent.
+struct LinearUse {
+  std::string name;  // leaf name: q_proj, up_proj, qkv, linear_fc1, ...
+  int weight = -1;
+  int bias = -1;
+  int lora_a = -1;
+  int lora_b = -1;
+};
+
+// The parameters of one decoder layer, by what the forward graph does with them. The slots are
+// filled from the architecture table (sim/inputs/architectures/architecture.h): a fused qkv_proj sits in
+// `q` (k, v empty), a fused gate_up_proj in `up`; in an MoE layer `gate` is the router, `up` and
+// `down` the fused [E, ...] expert tensors (their biases in .bias). Parameters with no slot of their
+// own (MLA projections, attention sinks, shared experts, Gemma's feed-forward norms) are in the
+// *_other lists, so that every parameter takes part in the step.
+struct DecoderLayerUse {
+  int index = 0;
+  std::string path;  // e.g. base_model.model.model.layers.3
+  int input_norm = -1, input_norm_bias = -1;
+  LinearUse q, k, v, o;
+  int q_norm = -1, k_norm = -1;
+  std::vector<LinearUse> attention_other;
+  int post_attention_norm = -1, post_attention_norm_bias = -1;
+  LinearUse gate, up, down;
+  std::vector<LinearUse> mlp_other;
+  bool moe = false;  // a sparse MoE block instead of the dense MLP
+  // The MLP width one token goes through: intermediate_size for a dense MLP; top_k routed experts
+  // plus the shared experts in an MoE layer. The time and memory models cost the MLP with it.
+  int64_t mlp_width = 0;
+};
+
+struct VisionBlockUse {
+  int index = 0;
+  std::string path;
+  int norm1_weight = -1, norm1_bias = -1;
+  LinearUse qkv, proj;
+  int norm2_weight = -1, norm2_bias = -1;
+  LinearUse fc1, fc2;
+};
+
+// A Qwen-VL patch merger: LayerNorm, then a 2-layer MLP into the text hidden size. DeepStack mergers
+// (Qwen3-VL) take the output of one vision block and feed it to an early decoder layer.
+struct VisionMergerUse {
+  std::string path;
+  int block = -1;  // DeepStack: the vision block whose output it merges; -1 for the final merger
+  int norm_weight = -1, norm_bias = -1;
+  LinearUse fc1, fc2;
+};
+
+struct ModelStructure {
+  std::vector<Parameter> parameters;  // every parameter, named_parameters() order, tied ones once
+  // Vision tower (empty without vision_config): patch embedding, blocks, merger.
+  LinearUse vision_patch_embed;
+  int vision_pos_embed = -1;  // Qwen3-VL: learned position embedding added to the patch embeddings
+  std::vector<VisionBlockUse> vision_blocks;
+  int vision_merger_norm_weight = -1, vision_merger_norm_bias = -1;
+  LinearUse vision_merger_fc1, vision_merger_fc2;
+  // Qwen3-VL DeepStack: merger k's output is added to the hidden state after decoder layer k.
+  std::vector<VisionMergerUse> vision_deepstack_mergers;
+  int embed = -1;
+  std::vector<DecoderLayerUse> layers;
+  int final_norm = -1, final_norm_bias = -1;  // -1: a final norm without parameters (OLMo)
+  int lm_head = -1;  // == embed when tie_word_embeddings (the same tensor)
+  int lm_head_bias = -1;
+  // Routed experts per MoE layer and experts per token (0 for a dense model).
+  int num_experts = 0, experts_per_token = 0;
+  // DDP's parameter list: ddp_parameters[i] is the index into `parameters` of DDP index i.
+  std::vector<int> ddp_parameters;
+
+  const Parameter& ddp_parameter(int ddp_index) const { return parameters[ddp_parameters[ddp_index]]; }
+};
+
+// Builds the structure a plan implies: the model config, the adapter (LoRA/QLoRA: PEFT names, frozen
+// base, 4-bit base weights), tied embeddings, which parameters are trainable.
+ModelStructure build_model_structure(const Plan& plan);
+
+// Every parameter index (into `parameters`) owned by the module at `module_path` or below it.
+std::vector<int> parameters_under(const ModelStructure& structure, const std::string& module_path);
+
+}  // namespace hookstream

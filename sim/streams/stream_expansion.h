@@ -1,0 +1,73 @@
+// Expands a plan and a stream protocol into the ops of one optimizer step (sim/events/event_model.h), in
+// host issue order per rank: forward kernels per layer (with the protocol's offload steps for
+// checkpointed layers), backward (reload, recompute, backward kernels per tiled-MLP chunk), DDP's
+// bucket all-reduces on a "nccl" stream where the Reducer launches them, the optimizer step.
+// Every op carries layer/phase/iteration, buffer accesses and cost inputs (flops, bytes). The work
+// is linear in layers x ranks x devices.
+#pragma once
+
+#include <vector>
+
+#include "sim/events/event_model.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
+#include "sim/sync/ddp/reducer_model.h"
+#include "sim/streams/stream_protocol.h"
+
+namespace hookstream {
+
+struct ExpansionOptions {
+  // Ranks expanded: false: rank 0 only (ranks with the same per-rank plan issue the same ops);
+  // true: every rank of plan.world_size.
+  bool all_ranks = false;
+  // Explicit ranks to expand (e.g. one representative per rank class of simulate_ddp); overrides
+  // all_ranks when not empty.
+  std::vector<int> ranks;
+  // Devices one process drives (each a replica issued in turn by the same host thread). Counters
+  // with `counter: per_process` run across them.
+  int devices_per_process = 1;
+  int iteration = 0;  // which iteration's per-rank overrides apply
+  // Apply the protocol to every layer, not only to checkpointed ones (used by tests and when a
+  // plan offloads without gradient checkpointing).
+  bool all_layers = false;
+  // DDP's buckets as lists of DDP parameter indices, in the Reducer's order (simulate_ddp's
+  // initial_buckets, or rebuilt_buckets for iterations after the first). Null: computed from the
+  // plan with the Reducer's initial assignment (compute_bucket_assignment_by_size, reversed).
+  const BucketAssignment* buckets = nullptr;
+};
+
+// Cost inputs of one decoder layer for `tokens` = micro_batch * sequence tokens. FLOPs count the
+// GEMMs (2*m*n*k each); norms, RoPE, activations and residual adds are elementwise bytes.
+struct LayerCost {
+  double projection_flops = 0;  // forward base GEMMs q, k, v, o, gate, up, down
+  double attention_flops = 0;   // forward QK^T and PV: 4 * seq^2 * heads * head_dim * batch, halved for causal masks
+  double mlp_flops = 0;         // forward base gate, up, down only (tiled MLP chunks split it)
+  double lora_flops = 0;        // forward LoRA A and B GEMMs of every adapted projection
+  double lora_mlp_flops = 0;    // the part of lora_flops in gate, up, down
+  // Backward: every projection's input-gradient GEMM (1x its forward), its weight-gradient GEMM
+  // only when the weight is trainable (1x more), LoRA's A and B input and weight gradients (2x),
+  // the attention core's dQ, dK, dV, dP (2x).
+  double attention_backward_flops = 0;  // q, k, v, o (+ LoRA) and the attention core
+  double mlp_backward_flops = 0;        // gate, up, down (+ LoRA)
+  int64_t hidden_state_bytes = 0;  // hidden_size * sequence_len * micro_batch * dtype bytes
+  // Elementwise kernels of one layer (memory-bound: bytes read + written), forward / backward.
+  // RMSNorm: input and post-attention norms (+ Qwen3's per-head q/k norms); RoPE on q and k;
+  // act(gate) * up; the two residual adds.
+  int64_t rmsnorm_bytes = 0, rmsnorm_backward_bytes = 0;
+  int64_t rope_bytes = 0, rope_backward_bytes = 0;
+  int64_t silu_mul_bytes = 0, silu_mul_backward_bytes = 0;
+  int64_t residual_bytes = 0, residual_backward_bytes = 0;
+
+  double forward_flops() const { return projection_flops + lora_flops + attention_flops; }
+  double mlp_forward_flops() const { return mlp_flops + lora_mlp_flops; }
+  double backward_flops() const { return attention_backward_flops + mlp_backward_flops; }
+};
+// Without `structure`: every weight trainable, no adapter (a full fine-tune). With it: decoder
+// layer `layer`'s trainable flags and LoRA pairs.
+LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch,
+                     const ModelStructure* structure = nullptr, int layer = -1);
+
+EventModel expand_step(const Plan& plan, const ModelStructure& structure, const StreamProtocol& protocol,
+                       const ExpansionOptions& options = {});
+
+}  // namespace hookstream

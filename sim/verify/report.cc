@@ -1,0 +1,297 @@
+#include "sim/verify/report.h"
+
+#include <fmt/format.h>
+
+#include "sim/inputs/axolotl_config/config_patch.h"
+#include <map>
+#include <optional>
+
+#include "sim/inputs/architectures/moe_routing.h"
+
+namespace hookstream {
+
+namespace {
+
+struct Style {
+  bool on;
+  std::string red() const { return on ? "\033[1;31m" : ""; }
+  std::string green() const { return on ? "\033[1;32m" : ""; }
+  std::string bold() const { return on ? "\033[1m" : ""; }
+  std::string dim() const { return on ? "\033[2m" : ""; }
+  std::string reset() const { return on ? "\033[0m" : ""; }
+};
+
+const char* adapter_text(Adapter a) {
+  switch (a) {
+    case Adapter::None: return "full fine-tune";
+    case Adapter::Lora: return "LoRA";
+    case Adapter::Qlora: return "QLoRA";
+  }
+  return "";
+}
+
+const char* tiled_text(TiledBackward t) {
+  switch (t) {
+    case TiledBackward::BackwardPerChunk: return "per_chunk_backward";
+    case TiledBackward::GradThenBackward: return "grad_then_backward";
+    case TiledBackward::FunctionReturnsGrads: return "function_returns_grads";
+  }
+  return "";
+}
+
+std::string first_line(const std::string& text, size_t limit = 160) {
+  std::string line = text.substr(0, text.find('\n'));
+  if (line.size() > limit) line = line.substr(0, limit - 3) + "...";
+  return line;
+}
+
+std::string cost_delta(const std::optional<PlanCost>& before, const std::optional<PlanCost>& after) {
+  if (!before || !after || before->step_seconds <= 0) return "";
+  const double time_change = (after->step_seconds / before->step_seconds - 1) * 100;
+  const double gib = 1024.0 * 1024 * 1024;
+  return fmt::format("cost on {}: step {:.3f} s -> {:.3f} s ({:+.1f}%), peak memory {:.2f} -> {:.2f} GiB",
+                     after->device, before->step_seconds, after->step_seconds, time_change,
+                     before->peak_device_bytes / gib, after->peak_device_bytes / gib);
+}
+
+std::string fix_inline(const std::vector<FixChange>& changes) {
+  std::string out;
+  for (size_t i = 0; i < changes.size(); ++i) out += (i ? ", " : "") + changes[i].key + ": " + changes[i].value;
+  return out;
+}
+
+}  // namespace
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "";
+  std::string out;
+  size_t i = 0;
+  while (i < ranks.size()) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string fix_yaml(const std::vector<FixChange>& changes) {
+  // Group dotted keys under their parents, keeping first-seen order.
+  std::vector<std::string> parents;
+  std::map<std::string, std::vector<std::string>> children;
+  std::string top;
+  for (const auto& c : changes) {
+    const auto dot = c.key.find('.');
+    if (dot == std::string::npos) {
+      top += c.key + ": " + c.value + "\n";
+      continue;
+    }
+    const std::string parent = c.key.substr(0, dot);
+    if (!children.count(parent)) parents.push_back(parent);
+    children[parent].push_back("  " + c.key.substr(dot + 1) + ": " + c.value);
+  }
+  std::string out = top;
+  for (const auto& p : parents) {
+    out += p + ":\n";
+    for (const auto& line : children[p]) out += line + "\n";
+  }
+  return out;
+}
+
+std::string fix_patch(const VerifiedFix& fix, const std::string& source_text, const std::string& source_path) {
+  return unified_diff(source_text, apply_changes_to_config(source_text, fix.changes), source_path);
+}
+
+std::vector<std::string> fix_code_changes(const VerifiedFix& fix) {
+  std::vector<std::string> notes;
+  for (const FixChange& change : fix.changes) {
+    if (auto note = hookstream_code_change(change)) notes.push_back(*note);
+  }
+  return notes;
+}
+
+std::string fix_list_text(const std::vector<VerifiedFix>& fixes, const std::optional<PlanCost>& before, bool colour,
+                          const std::string& source_text, const std::string& source_path) {
+  const Style s{colour};
+  std::string out;
+  for (size_t i = 0; i < fixes.size(); ++i) {
+    out += fmt::format("  {}. {}\n", i + 1, fixes[i].rationale);
+    const std::string cost = cost_delta(before, fixes[i].cost);
+    if (!cost.empty()) out += fmt::format("     {}{}{}\n", s.dim(), cost, s.reset());
+    if (source_text.empty()) {
+      std::string yaml = fix_yaml(fixes[i].changes);
+      size_t start = 0;
+      while (start < yaml.size()) {
+        const size_t end = yaml.find('\n', start);
+        out += fmt::format("       {}{}{}\n", s.green(), yaml.substr(start, end - start), s.reset());
+        start = end == std::string::npos ? yaml.size() : end + 1;
+      }
+      continue;
+    }
+    // A hookstream: key is a change to training code; the key in the patch only tells hookstream.
+    for (const std::string& note : fix_code_changes(fixes[i])) out += fmt::format("     {}\n", note);
+    const std::string patch = fix_patch(fixes[i], source_text, source_path);
+    size_t start = 0;
+    while (start < patch.size()) {
+      const size_t end = patch.find('\n', start);
+      const std::string line = patch.substr(start, end - start);
+      const bool header = line.rfind("---", 0) == 0 || line.rfind("+++", 0) == 0 || line.rfind("@@", 0) == 0;
+      const std::string colour_on = header ? s.dim() : line.rfind('+', 0) == 0 ? s.green() : line.rfind('-', 0) == 0 ? s.red() : "";
+      out += fmt::format("       {}{}{}\n", colour_on, line, colour_on.empty() ? "" : s.reset());
+      start = end == std::string::npos ? patch.size() : end + 1;
+    }
+  }
+  return out;
+}
+
+// MoE models: how likely a micro-step leaves an expert without tokens on a rank (tokens per rank
+// and micro-step: micro_batch_size x sequence_len, every token through every MoE layer).
+static std::optional<ExpertIdleEstimate> moe_estimate(const VerifyResult& r) {
+  if (r.structure.num_experts <= 0 || r.structure.experts_per_token <= 0 ||
+      r.structure.experts_per_token > r.structure.num_experts) {
+    return std::nullopt;
+  }
+  return estimate_idle_experts(r.structure.num_experts, r.structure.experts_per_token,
+                               int64_t(r.plan.micro_batch_size) * r.plan.sequence_len);
+}
+
+std::string render_text(const VerifyResult& r, bool colour) {
+  const Style s{colour};
+  const Plan& plan = r.plan;
+  std::string out;
+  const std::string model = plan.base_model.empty() ? plan.model.source : plan.base_model;
+  std::string adapter = adapter_text(plan.adapter);
+  if (plan.adapter != Adapter::None) {
+    std::vector<std::string> targets = plan.lora_target_modules;
+    if (plan.lora_target_linear) targets.push_back("every Linear (lora_target_linear)");
+    for (const std::string& p : plan.lora_target_parameters) targets.push_back("parameter " + p);
+    adapter += fmt::format(" r={} on {}", plan.lora_r, fmt::join(targets, ","));
+  }
+  out += fmt::format("{}plan{}     {}: {}, {}, {} layers, {} trainable tensors, {} rank(s), {} iteration(s) x {} micro-step(s)\n",
+                     s.bold(), s.reset(), plan.source, model, adapter, plan.model.num_hidden_layers,
+                     r.structure.ddp_parameters.size(), plan.world_size, plan.iterations, plan.gradient_accumulation_steps);
+  std::string ckpt = "off";
+  if (plan.gradient_checkpointing) {
+    ckpt = plan.use_reentrant ? "reentrant" : "non-reentrant";
+    if (plan.activation_offloading) ckpt += " + CPU offload";
+  }
+  std::string tiled = plan.tiled_mlp ? fmt::format("{} ({} shards at rank 0)", tiled_text(plan.tiled_mlp_backward), plan.tiled_shards_for(0, 0)) : "off";
+  if (plan.tiled_mlp && plan.tiled_mlp_layers) tiled += fmt::format(" on layers {}", fmt::join(*plan.tiled_mlp_layers, ","));
+  // The rules that differ between PyTorch versions follow this one (docs/ddp-versions.md).
+  out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s); "
+                     "DDP of PyTorch {}\n",
+                     s.bold(), s.reset(), ckpt, tiled, plan.find_unused_parameters() ? "true" : "false",
+                     plan.static_graph ? "true" : "false", r.simulation.initial_buckets.buckets.size(),
+                     plan.torch_version.text());
+  if (const auto moe = moe_estimate(r)) {
+    out += fmt::format("{}moe{}      {}; the experts are fused [E, ...] tensors (transformers 5), one parameter used every "
+                       "step, so no expert is an unused parameter for DDP\n",
+                       s.bold(), s.reset(), describe_idle_experts(*moe));
+  }
+  if (r.ok()) {
+    out += fmt::format("{}OK{}       every rank marks every trainable parameter ready exactly once per iteration; replicas stay in sync\n",
+                       s.green(), s.reset());
+    return out;
+  }
+  for (const Finding& f : r.simulation.findings) {
+    out += fmt::format("{}FAIL{}     {}{}{}  rank {}, iteration {}{}, {}\n", s.red(), s.reset(), s.bold(), to_string(f.kind), s.reset(),
+                       ranks_text(f.ranks.empty() ? std::vector<int>{f.rank} : f.ranks), f.iteration,
+                       plan.gradient_accumulation_steps > 1 ? fmt::format(" micro-step {}", f.micro_step) : "",
+                       to_string(f.phase));
+    if (!f.parameter.empty()) {
+      out += fmt::format("  parameter  #{} {}{}\n", f.ddp_index, f.parameter, f.layer >= 0 ? fmt::format(" (layer {})", f.layer) : "");
+    }
+    if (!f.graph_tasks.empty()) out += fmt::format("  hooks from {}\n", fmt::join(f.graph_tasks, "; "));
+    if (!f.explanation.empty()) out += fmt::format("  why        {}\n", f.explanation);
+    out += fmt::format("  PyTorch    {}{}{}\n", s.dim(), first_line(f.error_text), s.reset());
+  }
+  if (!r.fixes.empty()) {
+    out += fmt::format("{}fixes{}    (each re-verified by simulating every rank and iteration)\n", s.bold(), s.reset());
+    out += fix_list_text(r.fixes, r.cost, colour, r.source_text, r.plan.source);
+  } else {
+    out += "fixes    none of the usual changes makes this plan pass\n";
+  }
+  for (const auto& rej : r.rejected) {
+    out += fmt::format("  {}not a fix: {} -> still {}{}\n", s.dim(), fix_inline(rej.changes), rej.outcome, s.reset());
+  }
+  return out;
+}
+
+nlohmann::json cost_json(const PlanCost& cost) {
+  return {{"device", cost.device}, {"step_seconds", cost.step_seconds}, {"peak_device_bytes", cost.peak_device_bytes}};
+}
+
+nlohmann::json finding_json(const Finding& f) {
+  nlohmann::json j;
+  j["verdict"] = to_string(f.kind);
+  j["rank"] = f.rank;
+  j["ranks"] = f.ranks.empty() ? std::vector<int>{f.rank} : f.ranks;
+  j["iteration"] = f.iteration;
+  j["micro_step"] = f.micro_step;
+  j["phase"] = to_string(f.phase);
+  if (f.ddp_index >= 0) {
+    j["parameter"] = {{"index", f.ddp_index}, {"name", f.parameter}, {"layer", f.layer}};
+  } else {
+    j["parameter"] = nullptr;
+  }
+  j["graph_tasks"] = f.graph_tasks;
+  j["error_text"] = f.error_text;
+  j["explanation"] = f.explanation;
+  return j;
+}
+
+nlohmann::json render_json(const VerifyResult& r) {
+  nlohmann::json j;
+  if (const auto moe = moe_estimate(r)) {
+    j["moe"] = {{"experts", moe->experts},
+                {"top_k", moe->top_k},
+                {"tokens_per_rank_micro_step", moe->tokens},
+                {"p_expert_idle", moe->p_expert_idle},
+                {"expected_idle_experts", moe->expected_idle},
+                {"p_any_expert_idle", moe->p_any_idle},
+                {"expert_layout", "fused"},
+                {"idle_expert_is_unused_parameter", false}};
+  } else {
+    j["moe"] = nullptr;
+  }
+  j["schema"] = "hookstream.verify/1";
+  j["plan"] = r.plan.source;
+  j["model"] = r.plan.base_model.empty() ? r.plan.model.source : r.plan.base_model;
+  j["world_size"] = r.plan.world_size;
+  j["iterations"] = r.plan.iterations;
+  j["trainable_parameters"] = r.structure.ddp_parameters.size();
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const auto& b : r.simulation.initial_buckets.buckets) buckets.push_back(b);
+  j["initial_buckets"] = buckets;
+  if (r.simulation.rebuilt_buckets) {
+    nlohmann::json rebuilt = nlohmann::json::array();
+    for (const auto& b : r.simulation.rebuilt_buckets->buckets) rebuilt.push_back(b);
+    j["rebuilt_buckets"] = rebuilt;
+  } else {
+    j["rebuilt_buckets"] = nullptr;
+  }
+  j["ok"] = r.ok();
+  j["predicted"] = r.cost ? cost_json(*r.cost) : nlohmann::json(nullptr);
+  j["findings"] = nlohmann::json::array();
+  for (const auto& f : r.simulation.findings) j["findings"].push_back(finding_json(f));
+  j["fixes"] = nlohmann::json::array();
+  for (const auto& fix : r.fixes) {
+    nlohmann::json changes = nlohmann::json::array();
+    for (const auto& c : fix.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
+    nlohmann::json entry = {{"changes", changes}, {"yaml", fix_yaml(fix.changes)}, {"rationale", fix.rationale}, {"verified", true}};
+    entry["patch"] = fix_patch(fix, r.source_text, r.plan.source);
+    entry["code_changes"] = fix_code_changes(fix);
+    entry["predicted"] = fix.cost ? cost_json(*fix.cost) : nlohmann::json(nullptr);
+    j["fixes"].push_back(entry);
+  }
+  j["rejected_fixes"] = nlohmann::json::array();
+  for (const auto& rej : r.rejected) {
+    nlohmann::json changes = nlohmann::json::array();
+    for (const auto& c : rej.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
+    j["rejected_fixes"].push_back({{"changes", changes}, {"still", rej.outcome}});
+  }
+  return j;
+}
+
+}  // namespace hookstream

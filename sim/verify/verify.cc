@@ -1,0 +1,175 @@
+#include "sim/verify/verify.h"
+
+#include <fmt/format.h>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "sim/cost/device_spec.h"
+#include "sim/inputs/input_error.h"
+#include "sim/cost/step_prediction.h"
+
+namespace hookstream {
+
+PlanSource read_plan_source(const std::string& path, const LoadOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "cannot read the plan file (missing or unreadable)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return PlanSource{text.str(), path, options};
+}
+
+namespace {
+
+void add(std::vector<VerifiedFix>& out, std::vector<FixChange> changes, std::string rationale) {
+  out.push_back(VerifiedFix{std::move(changes), std::move(rationale), std::nullopt});
+}
+
+bool shard_count_varies(const Plan& plan) {
+  if (!plan.tiled_mlp) return false;
+  std::set<int> counts;
+  for (int r = 0; r < plan.world_size; ++r) {
+    for (int it = 0; it < plan.iterations; ++it) counts.insert(plan.tiled_shards_for(r, it));
+  }
+  return counts.size() > 1;
+}
+
+int smallest_sequence(const Plan& plan) {
+  int smallest = plan.sequence_len;
+  for (int r = 0; r < plan.world_size; ++r) {
+    for (int it = 0; it < plan.iterations; ++it) smallest = std::min(smallest, plan.sequence_len_for(r, it));
+  }
+  return smallest;
+}
+
+std::string describe(const Finding& f) {
+  std::string where = f.parameter.empty() ? "" : " at " + f.parameter;
+  return fmt::format("{}{} (rank {}, iteration {})", to_string(f.kind), where, f.rank, f.iteration);
+}
+
+}  // namespace
+
+std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& structure, const SyncSimulation* ddp) {
+  try {
+    const DeviceSpec device = find_device_spec(plan.gpu);
+    const StepPrediction prediction = predict_step(plan, structure, device, nullptr, ddp);
+    return PlanCost{plan.gpu, prediction.schedule.step_ns * 1e-9, prediction.memory.device_peak.total()};
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
+  std::vector<VerifiedFix> out;
+  const bool checkpointing = plan.gradient_checkpointing;
+  if (plan.device_map != DeviceMap::PerRank) {
+    add(out, {{"device_map", "ddp"}}, "one full replica per rank, as DDP requires (axolotl: drop device_map under torchrun)");
+  }
+  if (checkpointing && plan.use_reentrant) {
+    add(out, {{"gradient_checkpointing_kwargs.use_reentrant", "false"}},
+        "non-reentrant checkpointing keeps the layer in the outer graph: each accumulator runs once, in the outer task");
+  }
+  if (plan.tiled_mlp && plan.tiled_mlp_backward == TiledBackward::BackwardPerChunk) {
+    add(out, {{"hookstream.tiled_mlp_backward", "grad_then_backward"}},
+        "autograd.grad for all chunks but the last fires no hook; one backward on the last chunk fires each hook once");
+  }
+  if (plan.tiled_mlp && plan.tiled_mlp_weights_as_inputs && plan.tiled_mlp_backward != TiledBackward::FunctionReturnsGrads) {
+    add(out, {{"hookstream.tiled_mlp_weights_as_inputs", "false"}},
+        "weights passed as Function inputs get an extra (undefined-gradient) hook firing in the outer task");
+  }
+  if (plan.tiled_mlp && plan.tiled_mlp_backward != TiledBackward::FunctionReturnsGrads) {
+    add(out, {{"hookstream.tiled_mlp_backward", "function_returns_grads"}, {"hookstream.tiled_mlp_weights_as_inputs", "true"}},
+        "the Function returns the summed weight gradients: accumulators run once, in the outer task");
+  }
+  if (plan.find_unused_parameters()) {
+    add(out, {{"ddp_find_unused_parameters", "false"}},
+        "without the unused-parameter search, parameters behind a reentrant checkpoint are not pre-marked");
+  }
+  if (!plan.static_graph) {
+    add(out, {{"hookstream.static_graph", "true"}},
+        "static_graph counts hook firings in the first iteration and marks each parameter on its last firing");
+  }
+  if (shard_count_varies(plan)) {
+    const int shards = std::min(plan.tiled_shards_for(0, 0), smallest_sequence(plan));
+    add(out, {{"tiled_mlp_num_shards", std::to_string(shards)}},
+        "a fixed shard count makes every rank and iteration fire each hook the same number of times");
+  }
+  if (!plan.input_require_grads() && checkpointing && plan.use_reentrant) {
+    add(out, {{"hookstream.enable_input_require_grads", "true"}},
+        "the embedding output requires grad, so the first reentrant checkpoint has a backward");
+  }
+  if (!plan.unused_modules.empty() || !plan.rank_overrides.empty() || !plan.iteration_overrides.empty()) {
+    if (!plan.find_unused_parameters()) {
+      add(out, {{"ddp_find_unused_parameters", "true"}},
+          "parameters unused in an iteration are marked ready at the first hook instead of leaving their bucket pending");
+    }
+  }
+  return out;
+}
+
+VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options) {
+  VerifyResult result;
+  result.plan = parse_plan(source.yaml_text, source.source, source.options);
+  result.source_text = source.yaml_text;
+  result.structure = build_model_structure(result.plan);
+  SyncSimulationOptions sim_options;
+  sim_options.record_steps = options.record_steps;
+  sim_options.deduplicate_ranks = options.deduplicate_ranks;
+  result.simulation = simulate_gradient_sync(result.plan, result.structure, sim_options);
+  if (result.ok() || !options.search_fixes) return result;
+
+  if (options.cost_fixes) result.cost = predict_cost(result.plan, result.structure, &result.simulation);
+  auto try_changes = [&](const std::vector<FixChange>& changes, std::string* failure,
+                         std::optional<PlanCost>* cost) {
+    LoadOptions fixed = source.options;
+    for (const auto& c : changes) fixed.set.push_back(c.key + "=" + c.value);
+    Plan plan;
+    try {
+      plan = parse_plan(source.yaml_text, source.source, fixed);
+    } catch (const InputError& e) {
+      // The change conflicts with another key of this plan: not a usable fix.
+      if (failure) *failure = std::string("invalid with this plan: ") + e.what();
+      return false;
+    }
+    ModelStructure structure = build_model_structure(plan);
+    SyncSimulation sim = simulate_gradient_sync(plan, structure);
+    if (!sim.ok()) {
+      if (failure) *failure = describe(sim.findings.front());
+      return false;
+    }
+    if (options.also_check) {
+      const std::string other = options.also_check(plan, structure);
+      if (!other.empty()) {
+        if (failure) *failure = other;
+        return false;
+      }
+    }
+    if (cost && options.cost_fixes) *cost = predict_cost(plan, structure, &sim);
+    return true;
+  };
+
+  const std::vector<VerifiedFix> singles = candidate_fixes(result.plan);
+  for (const auto& fix : singles) {
+    std::string failure;
+    VerifiedFix verified = fix;
+    if (try_changes(fix.changes, &failure, &verified.cost)) {
+      result.fixes.push_back(std::move(verified));
+    } else {
+      result.rejected.push_back(RejectedFix{fix.changes, failure});
+    }
+  }
+  if (result.fixes.empty()) {
+    // No single change is enough: try pairs, the smallest combined change first.
+    for (size_t i = 0; i < singles.size(); ++i) {
+      for (size_t j = i + 1; j < singles.size(); ++j) {
+        std::vector<FixChange> changes = singles[i].changes;
+        changes.insert(changes.end(), singles[j].changes.begin(), singles[j].changes.end());
+        VerifiedFix pair{changes, singles[i].rationale + "; and " + singles[j].rationale, std::nullopt};
+        if (try_changes(changes, nullptr, &pair.cost)) result.fixes.push_back(std::move(pair));
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace hookstream
