@@ -202,6 +202,9 @@ class TinyModel(nn.Module):
         strategy = self.s["tiled_mlp_backward"]
         as_inputs = self.s["tiled_mlp_weights_as_inputs"]
         shards = step["shards"]
+        # DeepSpeed's TiledMLP (the one axolotl uses under ZeRO) marks its compute params
+        # ds_grad_is_ready; DDP and FSDP ignore the attribute (oracles/zero_worker.py sets the key).
+        ds_grad_is_ready = self.s.get("tiled_mlp_ds_grad_is_ready", False)
 
         class TiledMLP(torch.autograd.Function):
             @staticmethod
@@ -219,6 +222,11 @@ class TinyModel(nn.Module):
                 hidden_shards = hidden.chunk(shards, 1)
                 grad_shards = grad_output.chunk(shards, 1)
                 for i, (h, g) in enumerate(zip(hidden_shards, grad_shards)):
+                    if ds_grad_is_ready:
+                        # deepspeed/runtime/sequence_parallel/ulysses_sp.py TiledMLP.backward: "Tell
+                        # deepspeed not to add a new grad to its ipg bucket until the last shard is run"
+                        for q in params:
+                            q.ds_grad_is_ready = i + 1 >= len(hidden_shards)
                     shard = h.detach().requires_grad_(ctx.input_requires_grad)
                     with torch.enable_grad():
                         out = model.mlp(shard, layer, model.table, step)

@@ -77,6 +77,19 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
   j["tiled_mlp_backward"] = tiled_name(plan.tiled_mlp_backward);
   j["tiled_mlp_weights_as_inputs"] = plan.tiled_mlp_weights_as_inputs ||
                                      plan.tiled_mlp_backward == TiledBackward::FunctionReturnsGrads;
+  j["tiled_mlp_ds_grad_is_ready"] = plan.tiled_mlp_ds_grad_is_ready.value_or(plan.engine.kind == EngineKind::DeepSpeed);
+  // The DeepSpeed engine's settings (oracles/zero_worker.py passes them to deepspeed.initialize);
+  // null when the plan does not run on DeepSpeed. null values: DeepSpeed's defaults.
+  if (plan.engine.kind == EngineKind::DeepSpeed && plan.engine.deepspeed) {
+    const DeepSpeedConfig& ds = *plan.engine.deepspeed;
+    auto optional_json = [](const auto& v) { return v ? Json(*v) : Json(nullptr); };
+    j["deepspeed"] = Json{{"stage", ds.zero_stage},
+                          {"overlap_comm", optional_json(ds.overlap_comm)},
+                          {"contiguous_gradients", optional_json(ds.contiguous_gradients)},
+                          {"reduce_bucket_size", optional_json(ds.reduce_bucket_size)}};
+  } else {
+    j["deepspeed"] = nullptr;
+  }
   j["lora_scale"] = plan.lora_alpha / static_cast<double>(std::max(1, plan.lora_r));
   j["model"] = Json{{"hidden_size", m.hidden_size},
                     {"num_attention_heads", m.num_attention_heads},

@@ -115,6 +115,11 @@ struct Plan {
   std::vector<int> checkpoint_twice_layers;
   TiledBackward tiled_mlp_backward = TiledBackward::BackwardPerChunk;
   bool tiled_mlp_weights_as_inputs = false;  // the custom Function receives the MLP weights as inputs
+  // DeepSpeed's TiledMLP (deepspeed/runtime/sequence_parallel/ulysses_sp.py) sets
+  // param.ds_grad_is_ready = False on its compute params for every shard but the last, so ZeRO
+  // buckets each parameter once. Unset: true under DeepSpeed (axolotl keeps DeepSpeed's TiledMLP when
+  // the params carry ds_id / param_idx_in_group), false otherwise; DDP and FSDP ignore it.
+  std::optional<bool> tiled_mlp_ds_grad_is_ready;
   // PEFT/HF `model.enable_input_require_grads()`: the embedding output requires grad even when the
   // embedding is frozen, so the first reentrant checkpoint has a backward.
   // Unset: true with an adapter (PEFT's PeftModel calls it when gradient checkpointing is on),

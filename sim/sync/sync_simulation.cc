@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "sim/sync/ddp/ddp_simulation.h"
+#include "sim/sync/zero/zero_model.h"
 
 namespace hookstream {
 
@@ -124,9 +125,9 @@ bool gradient_sync_modelled(const Engine& engine) {
   if (!engine.other_parallelism.empty()) return false;
   switch (engine.kind) {
     case EngineKind::Ddp: return true;
+    case EngineKind::DeepSpeed: return zero_stage_modelled(engine);
     case EngineKind::Fsdp1:
-    case EngineKind::Fsdp2:
-    case EngineKind::DeepSpeed: return false;
+    case EngineKind::Fsdp2: return false;
   }
   return false;
 }
@@ -135,9 +136,11 @@ SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& st
                                       const SyncSimulationOptions& options) {
   switch (plan.engine.kind) {
     case EngineKind::Ddp: return simulate_ddp(plan, structure, options);
+    case EngineKind::DeepSpeed:
+      if (zero_stage_modelled(plan.engine)) return simulate_zero(plan, structure, options);
+      break;
     case EngineKind::Fsdp1:
-    case EngineKind::Fsdp2:
-    case EngineKind::DeepSpeed: break;
+    case EngineKind::Fsdp2: break;
   }
   throw std::logic_error("simulate_gradient_sync: " + plan.engine.name() + " is not modelled (check gradient_sync_modelled first)");
 }

@@ -179,11 +179,21 @@ std::string render_text(const VerifyResult& r, bool colour) {
   std::string tiled = plan.tiled_mlp ? fmt::format("{} ({} shards at rank 0)", tiled_text(plan.tiled_mlp_backward), plan.tiled_shards_for(0, 0)) : "off";
   if (plan.tiled_mlp && plan.tiled_mlp_layers) tiled += fmt::format(" on layers {}", fmt::join(*plan.tiled_mlp_layers, ","));
   // The rules that differ between PyTorch versions follow this one (docs/ddp-versions.md).
-  out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s); "
-                     "DDP of PyTorch {}\n",
-                     s.bold(), s.reset(), ckpt, tiled, plan.find_unused_parameters() ? "true" : "false",
-                     plan.static_graph ? "true" : "false", r.simulation.initial_buckets.buckets.size(),
-                     plan.torch_version.text());
+  if (plan.engine.kind == EngineKind::DeepSpeed && plan.engine.deepspeed) {
+    // docs/engines/deepspeed-zero.md: the ZeRO settings that decide the hook schedule.
+    const DeepSpeedConfig& ds = *plan.engine.deepspeed;
+    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}{}; {} (overlap_comm={}, reduce_bucket_size={})\n",
+                       s.bold(), s.reset(), ckpt, tiled,
+                       plan.tiled_mlp ? fmt::format(" with ds_grad_is_ready={}", plan.tiled_mlp_ds_grad_is_ready.value_or(true)) : "",
+                       r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false",
+                       ds.reduce_bucket_size ? std::to_string(*ds.reduce_bucket_size) : std::string("500000000 (default)"));
+  } else {
+    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s); "
+                       "DDP of PyTorch {}\n",
+                       s.bold(), s.reset(), ckpt, tiled, plan.find_unused_parameters() ? "true" : "false",
+                       plan.static_graph ? "true" : "false", r.simulation.initial_buckets.buckets.size(),
+                       plan.torch_version.text());
+  }
   if (const auto moe = moe_estimate(r)) {
     out += fmt::format("{}moe{}      {}; the experts are fused [E, ...] tensors (transformers 5), one parameter used every "
                        "step, so no expert is an unused parameter for DDP\n",

@@ -73,6 +73,11 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
     add(out, {{"hookstream.tiled_mlp_backward", "grad_then_backward"}},
         "autograd.grad for all chunks but the last fires no hook; one backward on the last chunk fires each hook once");
   }
+  if (plan.engine.kind == EngineKind::DeepSpeed && plan.tiled_mlp && !plan.tiled_mlp_ds_grad_is_ready.value_or(true)) {
+    add(out, {{"hookstream.tiled_mlp_ds_grad_is_ready", "true"}},
+        "DeepSpeed's own TiledMLP (deepspeed.runtime.sequence_parallel.ulysses_sp.TiledMLP, what axolotl uses under "
+        "ZeRO) sets ds_grad_is_ready=False for all shards but the last, so ZeRO buckets each weight once");
+  }
   if (plan.tiled_mlp && plan.tiled_mlp_weights_as_inputs && plan.tiled_mlp_backward != TiledBackward::FunctionReturnsGrads) {
     add(out, {{"hookstream.tiled_mlp_weights_as_inputs", "false"}},
         "weights passed as Function inputs get an extra (undefined-gradient) hook firing in the outer task");

@@ -111,6 +111,22 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
     }
     result.offload_optimizer = offload_device(zero, "offload_optimizer", where);
     result.offload_param = offload_device(zero, "offload_param", where);
+    for (const char* key : {"overlap_comm", "contiguous_gradients"}) {
+      if (!zero.contains(key) || zero.at(key).is_null()) continue;
+      if (!zero.at(key).is_boolean()) {
+        throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected true or false, got " + zero.at(key).dump());
+      }
+      (std::string(key) == "overlap_comm" ? result.overlap_comm : result.contiguous_gradients) = zero.at(key).get<bool>();
+    }
+    if (zero.contains("reduce_bucket_size")) {
+      const nlohmann::json& size = zero.at("reduce_bucket_size");
+      // DeepSpeedZeroConfig: reduce_bucket_size: int = Field(pp_int(5e8), gt=0); HF writes 5e8 as a float.
+      if (size.is_number() && size.get<double>() >= 1) {
+        result.reduce_bucket_size = static_cast<long long>(size.get<double>());
+      } else if (!(size.is_string() && size.get<std::string>() == "auto")) {
+        throw InputError(where, "key \"zero_optimization.reduce_bucket_size\": expected a number > 0 or \"auto\", got " + size.dump());
+      }
+    }
   }
   return result;
 }

@@ -20,6 +20,13 @@ struct DeepSpeedConfig {
   int zero_stage = 0;               // zero_optimization.stage (DeepSpeed's default: 0)
   std::string offload_optimizer;    // zero_optimization.offload_optimizer.device ("" or "none": none)
   std::string offload_param;        // zero_optimization.offload_param.device
+  // zero_optimization.overlap_comm / contiguous_gradients / reduce_bucket_size; unset: absent or
+  // "auto", DeepSpeed's defaults apply (deepspeed/runtime/zero/config.py: overlap_comm true only for
+  // stage 3, contiguous_gradients true, reduce_bucket_size 5e8 elements).
+  std::optional<bool> overlap_comm;
+  std::optional<bool> contiguous_gradients;
+  std::optional<long long> reduce_bucket_size;
+  bool overlap_comm_or_default() const { return overlap_comm.value_or(zero_stage == 3); }
   // Numeric values; unset when absent or "auto" (HF's Trainer fills "auto" from its arguments).
   std::optional<long long> gradient_accumulation_steps;
   std::optional<long long> train_micro_batch_size_per_gpu;

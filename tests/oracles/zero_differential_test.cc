@@ -1,0 +1,174 @@
+// The differential test against real DeepSpeed ZeRO-1/2 (0.19.8, CPU accelerator, Gloo, one
+// process per rank; oracles/zero_worker.py): the named plans of tests/plans/zero and random plans
+// from a fixed seed run through the simulator (sim/sync/zero/) and through deepspeed.initialize on
+// the same tiny model. Per rank: the same first verdict (none, gradient_reduced_twice with
+// DeepSpeed's exact assert text and parameter, or collective_mismatch where the real ranks abort
+// or time out in Gloo), at the same iteration and micro-step.
+//
+// All plans go to one worker process that forks the ranks of each plan, so DeepSpeed is imported
+// once (~30-50 s on 2 cores) and each plan costs a few seconds.
+
+#include <cstdlib>
+#include <unistd.h>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "runtime/ddp_structure_json.h"
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/model_structure.h"
+#include "sim/sync/sync_simulation.h"
+#include "tests/runtime/random_plans.h"  // the shared Random (fixed seeds)
+#include "tests/temp_dir.h"
+
+#undef CHECK
+#include <catch2/catch.hpp>
+
+using namespace hookstream;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  std::string name;
+  std::string yaml;
+  Plan plan;
+  ModelStructure structure;
+  SyncSimulation simulation;
+};
+
+std::string random_zero_plan(random_plans::Random& rng) {
+  std::string y = fmt::format("base_model: tiny-llama\nsequence_len: {}\nmicro_batch_size: 1\n", rng.pick(std::vector<int>{8, 16}));
+  std::string hs = fmt::format("  world_size: {}\n  iterations: 2\n", rng.pick(std::vector<int>{2, 2, 3}));
+  const std::string adapter = rng.pick(std::vector<std::string>{"", "", "lora"});
+  if (!adapter.empty()) y += "adapter: lora\nlora_r: 2\nlora_target_modules: [q_proj, up_proj, down_proj]\n";
+  const std::string checkpoint = rng.pick(std::vector<std::string>{"off", "reentrant", "non_reentrant"});
+  if (checkpoint != "off") {
+    y += fmt::format("gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: {}\n",
+                     checkpoint == "reentrant" ? "true" : "false");
+    if (rng.chance(0.25)) hs += fmt::format("  checkpoint_twice_layers: [{}]\n", rng.below(4));
+  }
+  if (rng.chance(0.5)) {
+    y += fmt::format("tiled_mlp: true\ntiled_mlp_num_shards: {}\n", 1 + rng.below(3));
+    hs += fmt::format("  tiled_mlp_ds_grad_is_ready: {}\n", rng.chance(0.5) ? "true" : "false");
+  }
+  if (rng.chance(0.3)) y += "gradient_accumulation_steps: 2\n";
+  y += fmt::format("deepspeed:\n  zero_optimization:\n    stage: {}\n", 1 + rng.below(2));
+  if (rng.chance(0.4)) y += fmt::format("    overlap_comm: {}\n", rng.chance(0.5) ? "true" : "false");
+  if (rng.chance(0.3)) y += "    contiguous_gradients: false\n";
+  if (rng.chance(0.4)) y += fmt::format("    reduce_bucket_size: {}\n", rng.pick(std::vector<int>{1000, 3000, 20000}));
+  if (rng.chance(0.2)) hs += "  rank_overrides:\n    1:\n      unused_modules: [model.layers.1.mlp]\n";
+  return y + "hookstream:\n" + hs;
+}
+
+Case make_case(const std::string& name, const std::string& yaml) {
+  Case c;
+  c.name = name;
+  c.yaml = yaml;
+  // Relative paths (base_model presets) resolve as for the other plan tests.
+  c.plan = parse_plan(yaml, name, LoadOptions{});
+  c.structure = build_model_structure(c.plan);
+  c.simulation = simulate_gradient_sync(c.plan, c.structure);
+  return c;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The first finding the simulator predicts for `rank` (kind Ok: none).
+Finding first_for_rank(const SyncSimulation& sim, int rank) {
+  for (const Finding& f : sim.findings) {
+    if (std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end() || f.rank == rank) return f;
+  }
+  return Finding{};
+}
+
+// What real DeepSpeed did, as the verdict kind it amounts to.
+VerdictKind observed_kind(const nlohmann::json& error) {
+  if (error.is_null()) return VerdictKind::Ok;
+  const std::string type = error.value("type", "");
+  const std::string text = error.value("text", "");
+  if (type == "AssertionError" && text.find("has already been reduced") != std::string::npos) {
+    return VerdictKind::GradientReducedTwice;
+  }
+  // Gloo: the rank whose peer sent another size aborts ("Received data size doesn't match expected
+  // size. Is there a distributed collective mismatch in your code?"), its peer reads a reset
+  // connection; a rank left waiting times out.
+  if (type == "terminated" || text.find("gloo") != std::string::npos || text.find("Timed out") != std::string::npos) {
+    return VerdictKind::CollectiveMismatch;
+  }
+  return VerdictKind::EngineError;
+}
+
+}  // namespace
+
+TEST_CASE("DeepSpeed ZeRO-1/2: the simulator agrees with real DeepSpeed 0.19.8 per rank", "[differential][zero]") {
+  std::vector<Case> cases;
+  for (const auto& entry : fs::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/zero")) {
+    if (entry.path().extension() == ".yaml") cases.push_back(make_case(entry.path().filename().string(), read_file(entry.path())));
+  }
+  std::sort(cases.begin(), cases.end(), [](const Case& a, const Case& b) { return a.name < b.name; });
+  const size_t named = cases.size();
+  random_plans::Random rng(20261125);
+  for (int i = 0; cases.size() < named + 20 && i < 200; ++i) {
+    const std::string yaml = random_zero_plan(rng);
+    try {
+      cases.push_back(make_case(fmt::format("random-{}.yaml", i), yaml));
+    } catch (const InputError&) {
+      continue;  // a combination the plan validator rejects (and names)
+    }
+  }
+  REQUIRE(named >= 20);
+  REQUIRE(cases.size() >= 40);
+
+  hookstream::test::TempDir dir(fmt::format("zero-differential-{}", ::getpid()));
+  std::string command = fmt::format("{}/oracles/run.sh {} {}/oracles/zero_worker.py --collective-timeout-ms 3000",
+                                    HOOKSTREAM_SOURCE_DIR, HOOKSTREAM_ORACLE_PYTHON, HOOKSTREAM_SOURCE_DIR);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const fs::path out = dir.path() / fmt::format("{:02}", i);
+    fs::create_directories(out);
+    std::ofstream(out / "structure.json") << ddp_structure_json(cases[i].plan, cases[i].structure);
+    command += " " + out.string();
+  }
+  command += " > " + (dir.path() / "worker.log").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  INFO(read_file(dir.path() / "worker.log").substr(0, 4000));
+  REQUIRE(status == 0);
+
+  int agree = 0, failing = 0, ranks = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    bool any_finding = false;
+    for (int rank = 0; rank < c.plan.world_size; ++rank) {
+      const fs::path report_path = dir.path() / fmt::format("{:02}", i) / fmt::format("zero-rank-{}.json", rank);
+      const nlohmann::json report = nlohmann::json::parse(read_file(report_path));
+      const nlohmann::json error = report.contains("error") ? report["error"] : nlohmann::json();
+      const Finding predicted = first_for_rank(c.simulation, rank);
+      ++ranks;
+      const VerdictKind observed = observed_kind(error);
+      // No DYNAMIC_SECTION: Catch2 re-runs the whole test case (and so the oracle) per section.
+      INFO(c.name << " rank " << rank << "\n" << c.yaml << "\nobserved: " << error.dump() << "\npredicted: "
+                  << to_string(predicted.kind) << " " << predicted.parameter << " it " << predicted.iteration << " micro "
+                  << predicted.micro_step << "\n" << predicted.error_text);
+      CHECK(to_string(predicted.kind) == std::string(to_string(observed)));
+      if (observed == VerdictKind::GradientReducedTwice && predicted.kind == observed) {
+        CHECK(predicted.error_text == error.value("text", ""));  // names the parameter, exact wording
+        CHECK(predicted.iteration == error.value("iteration", -1));
+        CHECK(predicted.micro_step == error.value("micro_step", -1));
+      }
+      if (predicted.kind == observed) ++agree;
+      any_finding = any_finding || observed != VerdictKind::Ok;
+    }
+    if (any_finding) ++failing;
+  }
+  WARN("ZeRO differential: " << cases.size() << " plans (" << named << " named), " << failing
+                            << " where real DeepSpeed failed; rank verdicts agreeing: " << agree << " of " << ranks);
+  CHECK(failing >= 8);
+}
