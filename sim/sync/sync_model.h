@@ -100,6 +100,8 @@ class SyncModel : public ModuleHooks {
   }
   // After the last iteration (DDP: the next synced forward would raise an unfinished reduction).
   virtual void end_run(std::vector<Finding>& findings) { (void)findings; }
+  // After end_run: findings that cost time or memory but do not fail the run (extra all-gathers).
+  virtual void take_warnings(std::vector<Finding>& warnings) { (void)warnings; }
   // Collectives issued since the last take_collectives().
   std::vector<Collective> take_collectives() {
     std::vector<Collective> out;

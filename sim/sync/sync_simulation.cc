@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "sim/ddp_simulation.h"
+#include "sim/sync/fsdp2/fsdp2_model.h"
 
 namespace hookstream {
 
@@ -124,8 +125,8 @@ bool gradient_sync_modelled(const Engine& engine) {
   if (!engine.other_parallelism.empty()) return false;
   switch (engine.kind) {
     case EngineKind::Ddp: return true;
+    case EngineKind::Fsdp2: return true;
     case EngineKind::Fsdp1:
-    case EngineKind::Fsdp2:
     case EngineKind::DeepSpeed: return false;
   }
   return false;
@@ -135,8 +136,8 @@ SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& st
                                       const SyncSimulationOptions& options) {
   switch (plan.engine.kind) {
     case EngineKind::Ddp: return simulate_ddp(plan, structure, options);
+    case EngineKind::Fsdp2: return simulate_fsdp2(plan, structure, options);
     case EngineKind::Fsdp1:
-    case EngineKind::Fsdp2:
     case EngineKind::DeepSpeed: break;
   }
   throw std::logic_error("simulate_gradient_sync: " + plan.engine.name() + " is not modelled (check gradient_sync_modelled first)");
