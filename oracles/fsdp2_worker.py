@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 
+sys.dont_write_bytecode = True  # importing ddp_worker must not write into the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402

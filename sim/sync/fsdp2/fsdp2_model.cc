@@ -29,8 +29,10 @@ struct UnitState {
   // This step: all-gathers issued, and the forward calls that ran with grad enabled (each needs
   // one all-gather in forward and, when resharded after forward, one in pre_backward).
   int all_gathers = 0;
+  // All-gathers beyond the one per forward call and the one per backward: a re-unshard inside
+  // backward (PR #171779's path) and prefetches dropped unused at the end of backward.
+  int extra_gathers = 0;
   int forwards = 0;
-  int grad_forwards = 0;
 };
 
 class Fsdp2 final : public SyncModel {
@@ -54,8 +56,8 @@ class Fsdp2 final : public SyncModel {
     position_ = position;
     for (UnitState& s : state_) {
       s.all_gathers = 0;
+      s.extra_gathers = 0;
       s.forwards = 0;
-      s.grad_forwards = 0;
     }
     for (auto& t : late_tasks_) t.clear();
   }
@@ -73,6 +75,7 @@ class Fsdp2 final : public SyncModel {
       // PyTorch 2.11 (PR #171779): "the params might have been resharded by a previous
       // post_backward. We need to ensure params are unsharded for AC recomputation."
       if (!s.unsharded) {
+        if (!s.gather_pending) ++s.extra_gathers;
         unshard(u);
         wait_for_unshard(u);
       }
@@ -85,7 +88,6 @@ class Fsdp2 final : public SyncModel {
     wait_for_unshard(u);
     // _register_post_backward_hook: only with grad enabled and an input that requires grad.
     if (!engine.grad_enabled() || !input.requires_grad()) return input;
-    ++s.grad_forwards;
     return engine.function(fmt::format("RegisterPostBackwardFunction({})", unit_name(u)), {input},
                            [this, u](AutogradEngine&) {
                              post_backward(u);
@@ -144,8 +146,8 @@ class Fsdp2 final : public SyncModel {
   void end_step(AutogradEngine& engine, const StepPosition& position) override {
     for (size_t u = 0; u < state_.size(); ++u) {
       const UnitState& s = state_[u];
-      const int expected = s.forwards + (s.reshard_after_forward ? s.grad_forwards : 0);
-      if (s.all_gathers > expected) {
+      if (s.extra_gathers > 0) {
+        const int expected = s.all_gathers - s.extra_gathers;
         Finding w;
         w.kind = VerdictKind::ExtraCollectives;
         w.rank = rank_;
@@ -154,8 +156,9 @@ class Fsdp2 final : public SyncModel {
         w.parameter = unit_name(static_cast<int>(u));
         w.error_text = fmt::format("no error: {} all-gathers of {} in this step where {} suffice", s.all_gathers,
                                    unit_name(static_cast<int>(u)), expected);
-        w.explanation = "the unit is all-gathered again for a recompute in backward (reentrant checkpoint or a tiled "
-                        "function calling it again): time on the link and an unsharded copy of its parameters";
+        w.explanation = "the unit is all-gathered again inside backward after its post_backward resharded it (a tiled "
+                        "function calling it once per tile: _pre_forward's re-unshard), or a backward prefetch went to "
+                        "a unit that did not run backward next: time on the link and an unsharded copy of its parameters";
         warnings_.push_back(std::move(w));
       }
     }
@@ -241,6 +244,11 @@ class Fsdp2 final : public SyncModel {
   void unshard(int u) {
     UnitState& s = state_[static_cast<size_t>(u)];
     if (s.gather_pending || s.unsharded) return;
+    if (plan_.world_size <= 1) {
+      // FSDPParamGroup.unshard: "if world_size == 1" no collective is issued.
+      s.unsharded = true;
+      return;
+    }
     s.gather_pending = true;
     ++s.all_gathers;
     issue(Collective{fmt::format("all_gather {}", unit_name(u)), s.bytes});
@@ -308,6 +316,7 @@ class Fsdp2 final : public SyncModel {
     // foreach_reduce's reduce-scatter input: every gradient padded on dim 0 to a multiple of the
     // world size, flattened and concatenated (_fsdp_collectives.py foreach_reduce_scatter_copy_in):
     // what TORCH_DISTRIBUTED_DEBUG=DETAIL prints as the fingerprint's TensorShape.
+    if (plan_.world_size <= 1) return;
     issue(Collective{fmt::format("reduce_scatter {} ({} of {} params, {} elements)", unit_name(u), with_grad,
                                  unit.parameters.size(), elements),
                      bytes});
@@ -320,6 +329,7 @@ class Fsdp2 final : public SyncModel {
       state_[u].state = Training::Idle;
       state_[u].group = Training::Idle;
       // _finalize_backward (is_last_backward): a mistargeted prefetch is waited for and dropped.
+      if (state_[u].gather_pending) ++state_[u].extra_gathers;  // a mistargeted prefetch
       state_[u].gather_pending = false;
       state_[u].post_forward_indices.clear();
     }
