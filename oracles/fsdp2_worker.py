@@ -43,7 +43,7 @@ def parse_args(argv):
     p.add_argument("--out", required=True, action="append",
                    help="directory with structure.json (repeat: the ranks run the plans one after another)")
     p.add_argument("--rank", type=int, default=-1)
-    p.add_argument("--store-ports", default="", help="one store port per --out (rank processes)")
+    p.add_argument("--store-port", type=int, default=0, help="the launcher's TCPStore (rank processes)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--collective-timeout-ms", type=int, default=3000)
     return p.parse_args(argv)
@@ -173,12 +173,14 @@ def local_grad(p):
     return g.detach().to(torch.float32).clone()
 
 
-def run_rank(args, s, out_dir, port, log):
+def run_rank(args, s, out_dir, store, index, log):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard, FSDPModule
     rank, world = args.rank, s["world_size"]
     timeout = datetime.timedelta(milliseconds=args.collective_timeout_ms)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    # One store for the whole batch, held by the launcher (no port can be taken by another job
+    # between plans); each plan's process group gets its own prefix.
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"plan-{index}/", store), rank=rank,
                             world_size=world, timeout=timeout)
     mesh = init_device_mesh("cpu", (world,))
     f = s["fsdp2"]
@@ -245,12 +247,24 @@ def rank_main(args):
     torch.set_num_threads(1)
     log = EventLog()
     log.install()
-    ports = [int(p) for p in args.store_ports.split(",")]
-    for out_dir, port in zip(args.out, ports):
+    store = dist.TCPStore("127.0.0.1", args.store_port, is_master=False,
+                          timeout=datetime.timedelta(seconds=60))
+    for index, out_dir in enumerate(args.out):
         s = load_structure(out_dir)
         if args.rank >= s["world_size"]:
             continue
-        run_rank(args, s, out_dir, port, log)
+        try:
+            run_rank(args, s, out_dir, store, index, log)
+        except Exception as e:  # noqa: BLE001 - setting up this plan failed: say so, go on with the next
+            with open(os.path.join(out_dir, f"fsdp2-rank-{args.rank}.json"), "w") as fp:
+                json.dump({"rank": args.rank, "torch_version": torch.__version__, "error":
+                           {"text": "worker error: " + error_text(e), "type": type(e).__name__, "phase": "setup",
+                            "iteration": 0, "micro_step": 0},
+                           "has_set_reduce_scatter_unused_params": False, "iterations": [], "events": []}, fp)
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                pass
     os._exit(0)
 
 
@@ -296,7 +310,8 @@ def launch(args):
     once per rank, not once per plan."""
     structures = [load_structure(d) for d in args.out]
     world = max(s["world_size"] for s in structures)
-    ports = [free_port() for _ in args.out]
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=60))
     env = dict(os.environ, TORCH_DISTRIBUTED_DEBUG="DETAIL", OMP_NUM_THREADS="1")
     procs = []
     for d in args.out:
@@ -306,7 +321,7 @@ def launch(args):
                 os.remove(path)
     for rank in range(world):
         cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(rank),
-               "--store-ports", ",".join(map(str, ports)), "--seed", str(args.seed),
+               "--store-port", str(store.port), "--seed", str(args.seed),
                "--collective-timeout-ms", str(args.collective_timeout_ms)]
         for d in args.out:
             cmd += ["--out", d]

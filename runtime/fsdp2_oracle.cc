@@ -53,6 +53,7 @@ Fsdp2OracleResult parse_result(const fs::path& result_file) {
     if (!e.is_null()) {
       rank.errored = true;
       rank.error_text = e.at("text").get<std::string>();
+      if (e.contains("log")) rank.error_text += ": " + e.at("log").get<std::string>();  // a worker that died
       rank.error_type = e.value("type", "");
       rank.phase = e.value("phase", "");
       rank.iteration = e.value("iteration", 0);

@@ -53,7 +53,7 @@ TEST_CASE("FSDP2: rank-divergent unused parameters are a reduce-scatter mismatch
   CHECK(f.error_text.find("Collectives differ in the following aspects:   Tensor Tensor shapes: 2336vs 784") != std::string::npos);
 }
 
-TEST_CASE("FSDP2: an FSDP unit inside the tiled MLP loses tiles 2..N silently; wrapping the layer only is the fix", "[fsdp2]") {
+TEST_CASE("FSDP2: an FSDP unit inside the tiled MLP loses tiles 2..N silently, wrapping the layer only is the fix", "[fsdp2]") {
   const std::string text = plan("LlamaDecoderLayer, LlamaMLP", "tiled_mlp: true\ntiled_mlp_num_shards: 2\n",
                                 "  tiled_mlp_backward: per_chunk_backward\n");
   const VerifyResult r = run(text, true);
