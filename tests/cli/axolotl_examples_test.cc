@@ -71,7 +71,7 @@ TEST_CASE("all of axolotl's example configs get a verdict", "[cli][axolotl]") {
   CHECK(other_model_class == 6);
 }
 
-TEST_CASE("an FSDP2 example gets an FSDP2 verdict, one with expert parallelism engine_not_modelled", "[cli][axolotl]") {
+TEST_CASE("an FSDP2 example gets an FSDP2 verdict and one with expert parallelism engine_not_modelled", "[cli][axolotl]") {
   const fs::path file = corpus("axolotl-examples/llama-3_3b-fp8-fsdp2.yaml");
   const auto r = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --format json --world-size 2");
   INFO(r.out);

@@ -31,7 +31,7 @@ VerifyResult run(const std::string& text, bool fixes = false) {
 
 }  // namespace
 
-TEST_CASE("FSDP2: a wrap class the model lacks is one line naming the key's line, exit 2", "[fsdp2]") {
+TEST_CASE("FSDP2: a wrap class the model lacks is one line naming the key's line with exit 2", "[fsdp2]") {
   try {
     run(plan("Qwen3MoeDecoderLayer", ""));
     FAIL("no error");
@@ -53,7 +53,7 @@ TEST_CASE("FSDP2: rank-divergent unused parameters are a reduce-scatter mismatch
   CHECK(f.error_text.find("Collectives differ in the following aspects:   Tensor Tensor shapes: 2336vs 784") != std::string::npos);
 }
 
-TEST_CASE("FSDP2: an FSDP unit inside the tiled MLP loses tiles 2..N silently, wrapping the layer only is the fix", "[fsdp2]") {
+TEST_CASE("FSDP2: an FSDP unit inside the tiled MLP loses tiles 2..N silently and wrapping the layer only is the fix", "[fsdp2]") {
   const std::string text = plan("LlamaDecoderLayer, LlamaMLP", "tiled_mlp: true\ntiled_mlp_num_shards: 2\n",
                                 "  tiled_mlp_backward: per_chunk_backward\n");
   const VerifyResult r = run(text, true);
