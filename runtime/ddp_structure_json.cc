@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/model_step.h"
+#include "sim/sync/fsdp2/fsdp2_units.h"
 
 namespace hookstream {
 
@@ -147,6 +148,13 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
     }
   }
   j["positions"] = std::move(positions);
+  if (plan.engine.kind == EngineKind::Fsdp2) {
+    // oracles/fsdp2_worker.py: which modules fully_shard wraps (besides the root) and how.
+    const Fsdp2Units units = fsdp2_units(plan, structure);
+    Json paths = Json::array();
+    for (size_t u = 1; u < units.units.size(); ++u) paths.push_back(units.units[u].path);
+    j["fsdp2"] = Json{{"units", std::move(paths)}, {"reshard_after_forward", units.reshard_after_forward}};
+  }
   return j.dump(1) + "\n";
 }
 

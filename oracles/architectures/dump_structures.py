@@ -14,7 +14,7 @@ model is wrapped by peft.get_peft_model(model, LoraConfig(**lora)). Writes OUT_D
 {"transformers", "peft", "case", "class", "config" (config.json as save_pretrained writes it),
 "parameters": [[name, [shape], dtype, requires_grad], ...], "full": {"num_hidden_layers", "numel",
 "bytes"} of the model at its default depth (cases without LoRA)}, or {"error": "..."} when transformers
-or PEFT refuses the case. The fixtures in tests/sim/inputs/architectures/ were produced by this script with
+or PEFT refuses the case. The fixtures in tests/sim/architectures/ were produced by this script with
 transformers 5.17.0 and peft 0.21.2 (oracles/requirements.txt).
 """
 import json

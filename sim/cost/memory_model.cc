@@ -182,6 +182,7 @@ const char* to_string(MemoryCategory category) {
     case MemoryCategory::LogitsAndLoss: return "logits_and_loss";
     case MemoryCategory::ReloadBuffers: return "reload_buffers";
     case MemoryCategory::PinnedSlots: return "pinned_slots";
+    case MemoryCategory::FsdpUnsharded: return "fsdp_unsharded";
   }
   return "?";
 }
@@ -257,28 +258,52 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   int64_t trainable_bytes = 0;
   std::vector<int64_t> grads_by_layer(layers + 1, 0);  // [layers]: outside the decoder stack
   std::vector<int64_t> grad_tensors;
+  // FSDP2 (fully_shard, docs/engines/fsdp2.md): parameters, gradients and optimizer states are
+  // sharded on dim 0 over the ranks (each rank holds 1/world); what is unsharded at a time is
+  // counted below as fsdp_unsharded.
+  const bool fsdp2 = plan.engine.kind == EngineKind::Fsdp2 && plan.world_size > 1;
+  const int64_t shard = fsdp2 ? plan.world_size : 1;
+  auto sharded = [&](int64_t bytes) { return (bytes + shard - 1) / shard; };
+  std::vector<int64_t> unit_weights(layers + 1, 0), unit_grads(layers + 1, 0);  // [layers]: the root unit
   for (const Parameter& p : structure.parameters) {
+    const size_t unit = p.layer >= 0 && p.layer < layers ? static_cast<size_t>(p.layer) : static_cast<size_t>(layers);
+    unit_weights[unit] += stored_weight_bytes(p, plan);
     if (p.adapter) {
-      ledger.add(persistent, MemoryCategory::Adapters, stored_weight_bytes(p, plan));
+      ledger.add(persistent, MemoryCategory::Adapters, sharded(stored_weight_bytes(p, plan)));
     } else {
-      ledger.add(persistent, MemoryCategory::Weights, stored_weight_bytes(p, plan));
-      ledger.add(persistent, MemoryCategory::QuantizationState, quantization_state_bytes(p, plan));
+      ledger.add(persistent, MemoryCategory::Weights, sharded(stored_weight_bytes(p, plan)));
+      ledger.add(persistent, MemoryCategory::QuantizationState, sharded(quantization_state_bytes(p, plan)));
     }
     if (!p.trainable) continue;
     const int64_t bytes = p.numel() * dtype_size(p);
     trainable_bytes += bytes;
+    unit_grads[unit] += bytes;
     // The optimizer's states (sim/cost/optimizer_states.h): torch.optim.AdamW's exp_avg and exp_avg_sq
     // are zeros_like(param), the parameter's dtype; 8-bit and 4-bit optimizers keep a quantized
     // copy plus fp32 block scales; bitsandbytes' 32-bit ones float32.
     for (int state = 0; state < optimizer.states; ++state) {
       for (int64_t allocation : optimizer.state_allocations(p.numel(), dtype_size(p))) {
-        ledger.add(persistent, MemoryCategory::OptimizerStates, allocation);
+        ledger.add(persistent, MemoryCategory::OptimizerStates, sharded(allocation));
       }
     }
-    const int64_t rounded = ledger.device(bytes);
-    grads_by_layer[p.layer >= 0 && p.layer < layers ? p.layer : layers] += rounded;
+    const int64_t rounded = ledger.device(sharded(bytes));
+    grads_by_layer[unit] += rounded;
   }
-  const bool ddp = plan.world_size > 1;
+  if (fsdp2) {
+    // Unsharded at the backward peak: the root unit (all-gathered in its pre_backward, resharded
+    // only in the root's final callback) with its unsharded grads, the layer computing and the one
+    // prefetched (_backward_prefetch), and the computing layer's unsharded grads before its
+    // reduce-scatter.
+    int64_t layer_w = 0, layer_g = 0;
+    for (int i = 0; i < layers; ++i) {
+      layer_w = std::max(layer_w, unit_weights[static_cast<size_t>(i)]);
+      layer_g = std::max(layer_g, unit_grads[static_cast<size_t>(i)]);
+    }
+    const size_t root = static_cast<size_t>(layers);
+    ledger.add(persistent, MemoryCategory::FsdpUnsharded,
+               unit_weights[root] + unit_grads[root] + 2 * layer_w + layer_g);
+  }
+  const bool ddp = plan.world_size > 1 && !fsdp2;
   const bool grads_in_buckets = ddp && plan.gradient_as_bucket_view;
   if (ddp) {
     for (int64_t bucket : ddp_bucket_sizes(plan, structure)) ledger.add(persistent, MemoryCategory::DdpBuckets, bucket);

@@ -32,6 +32,7 @@ enum class MemoryCategory {
   LogitsAndLoss,        // logits, their fp32 upcast and log-softmax output (unchunked cross-entropy)
   ReloadBuffers,        // GPU buffers offloaded activations are copied back into
   PinnedSlots,          // pinned host memory, one slot per offloaded layer
+  FsdpUnsharded,        // FSDP2: all-gathered (unsharded) parameters and their unsharded grads
 };
 const char* to_string(MemoryCategory category);
 

@@ -172,10 +172,13 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     const int shards = plan_.tiled_shards_for(ctx_.rank, ctx_.iteration, ctx_.micro_step);
     if (!plan_.layer_tiled(layer.index)) return mlp_body(layer, h);
     // TiledMLP.forward runs the MLP over the shards under no_grad: the output is computed from the
-    // weights without them being autograd inputs (recorded as data flow only).
+    // weights without them being autograd inputs (recorded as data flow only). The MLP module is
+    // called once per shard, so its forward hooks fire once per shard (FSDP2 all-gathers an MLP
+    // unit per shard call: oracles/fsdp2_worker.py, docs/engines/fsdp2.md).
     const bool grad_mode = engine_.grad_enabled();
     engine_.set_grad_enabled(false);
-    const SimTensor forward_value = mlp_body(layer, h);
+    SimTensor forward_value = mlp_body(layer, h);
+    for (int shard = 1; shard < shards; ++shard) forward_value = engine_.op("cat", {forward_value, mlp_body(layer, h)});
     engine_.set_grad_enabled(grad_mode);
     // TiledMLP.apply(fn, self, x, shards, compute_params): x is a tensor input; the weights are
     // inputs only when the Function is written to receive them.

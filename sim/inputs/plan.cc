@@ -990,6 +990,21 @@ void fsdp_engine(Draft& draft, int version, const std::string& decided_by) {
       if (entry.second.IsScalar()) engine.settings.push_back("fsdp_config." + entry.first.Scalar() + ": " + entry.second.Scalar());
     }
   }
+  if (engine.kind == EngineKind::Fsdp2) {
+    // sim/sync/fsdp2 models the wrapping and resharding keys (docs/engines/fsdp2.md).
+    auto& keys = draft.plan.not_modelled_keys;
+    keys.erase(std::remove_if(keys.begin(), keys.end(),
+                              [](const auto& k) {
+                                for (const char* name : {"transformer_layer_cls_to_wrap", "reshard_after_forward",
+                                                         "auto_wrap_policy", "fsdp_version", "version"}) {
+                                  const std::string key = k.key;
+                                  const std::string leaf = key.substr(key.rfind('.') + 1);
+                                  if (leaf == name || leaf == std::string("fsdp_") + name) return true;
+                                }
+                                return false;
+                              }),
+               keys.end());
+  }
 }
 
 // The engine: DeepSpeed when `deepspeed:` is set, FSDP when fsdp_config (or the old `fsdp:` list)

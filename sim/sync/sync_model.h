@@ -122,6 +122,8 @@ class SyncModel : public ModuleHooks {
   // Whether the engine expects hook firings now (DDP's expect_autograd_hooks_): recorded with each
   // firing as evidence.
   virtual bool expects_hooks() const { return true; }
+  // After end_run: findings that cost time or memory but do not fail the run (extra all-gathers).
+  virtual void take_warnings(std::vector<Finding>& warnings) { (void)warnings; }
   // Collectives issued since the last take_collectives().
   virtual std::vector<Collective> take_collectives() {
     std::vector<Collective> out;

@@ -7,6 +7,7 @@
 
 #include "sim/sync/ddp/ddp_simulation.h"
 #include "sim/sync/zero/zero_model.h"
+#include "sim/sync/fsdp2/fsdp2_model.h"
 
 namespace hookstream {
 
@@ -126,8 +127,8 @@ bool gradient_sync_modelled(const Engine& engine) {
   switch (engine.kind) {
     case EngineKind::Ddp: return true;
     case EngineKind::DeepSpeed: return zero_stage_modelled(engine);
-    case EngineKind::Fsdp1:
-    case EngineKind::Fsdp2: return false;
+    case EngineKind::Fsdp2: return true;
+    case EngineKind::Fsdp1: return false;
   }
   return false;
 }
@@ -139,8 +140,8 @@ SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& st
     case EngineKind::DeepSpeed:
       if (zero_stage_modelled(plan.engine)) return simulate_zero(plan, structure, options);
       break;
-    case EngineKind::Fsdp1:
-    case EngineKind::Fsdp2: break;
+    case EngineKind::Fsdp2: return simulate_fsdp2(plan, structure, options);
+    case EngineKind::Fsdp1: break;
   }
   throw std::logic_error("simulate_gradient_sync: " + plan.engine.name() + " is not modelled (check gradient_sync_modelled first)");
 }

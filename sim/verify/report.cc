@@ -187,6 +187,15 @@ std::string render_text(const VerifyResult& r, bool colour) {
                        plan.tiled_mlp ? fmt::format(" with ds_grad_is_ready={}", plan.tiled_mlp_ds_grad_is_ready.value_or(true)) : "",
                        r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false",
                        ds.reduce_bucket_size ? std::to_string(*ds.reduce_bucket_size) : std::string("500000000 (default)"));
+  } else if (r.simulation.engine == "FSDP2") {
+    // sim/sync/fsdp2: no buckets, no find_unused_parameters; the units and resharding decide.
+    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP2 units {}; reshard_after_forward={}; "
+                       "FSDP2 of PyTorch {}\n",
+                       s.bold(), s.reset(), ckpt, tiled,
+                       plan.engine.fsdp.transformer_layer_cls_to_wrap.empty()
+                           ? std::string("decoder layers")
+                           : fmt::format("{}", fmt::join(plan.engine.fsdp.transformer_layer_cls_to_wrap, ",")),
+                       plan.engine.fsdp.reshard_after_forward.value_or(true) ? "true" : "false", plan.torch_version.text());
   } else {
     out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s); "
                        "DDP of PyTorch {}\n",
@@ -198,6 +207,16 @@ std::string render_text(const VerifyResult& r, bool colour) {
     out += fmt::format("{}moe{}      {}; the experts are fused [E, ...] tensors (transformers 5), one parameter used every "
                        "step, so no expert is an unused parameter for DDP\n",
                        s.bold(), s.reset(), describe_idle_experts(*moe));
+  }
+  if (r.ok() && r.simulation.engine == "FSDP2") {
+    out += fmt::format("{}OK{}       every rank reduce-scatters the same units with the same gradients, each after all of its "
+                       "step's contributions\n",
+                       s.green(), s.reset());
+    for (const Finding& w : r.simulation.warnings) {
+      out += fmt::format("{}WARN{}     {}  rank {}, iteration {}: {}\n", s.bold(), s.reset(), to_string(w.kind), w.rank,
+                         w.iteration, w.error_text);
+    }
+    return out;
   }
   if (r.ok()) {
     out += fmt::format("{}OK{}       every rank marks every trainable parameter ready exactly once per iteration; replicas stay in sync\n",

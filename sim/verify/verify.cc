@@ -8,6 +8,7 @@
 #include "sim/cost/device_spec.h"
 #include "sim/inputs/input_error.h"
 #include "sim/cost/step_prediction.h"
+#include "sim/sync/fsdp2/fsdp2_fixes.h"
 
 namespace hookstream {
 
@@ -60,6 +61,7 @@ std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& str
 }
 
 std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
+  if (plan.engine.kind == EngineKind::Fsdp2) return fsdp2_candidate_fixes(plan);  // fsdp_config.* keys
   std::vector<VerifiedFix> out;
   const bool checkpointing = plan.gradient_checkpointing;
   if (plan.device_map != DeviceMap::PerRank) {

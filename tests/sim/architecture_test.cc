@@ -1,4 +1,4 @@
-// Every architecture fixture in tests/sim/inputs/architectures/ (named_parameters() of the model that
+// Every architecture fixture in tests/sim/architectures/ (named_parameters() of the model that
 // transformers 5.17.0 + PEFT 0.21.2 build on the meta device, written by
 // oracles/architectures/dump_structures.py from oracles/architectures/cases.json) against
 // hookstream's structure for the same config.json: names in order, shapes, dtypes, trainable flags;
@@ -21,7 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kFixtures = std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/sim/inputs/architectures";
+const std::string kFixtures = std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/sim/architectures";
 
 json read_fixture(const std::string& path) {
   std::ifstream in(path);

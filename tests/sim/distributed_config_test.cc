@@ -38,7 +38,7 @@ TEST_CASE("a plan with no distributed keys runs on DDP, which is modelled", "[pl
 TEST_CASE("fsdp_config and fsdp_version decide FSDP1 or FSDP2 as axolotl does", "[plan][engine]") {
   const Plan v2 = parse(kPlan + "fsdp_version: 2\nfsdp_config:\n  offload_params: true\n");
   CHECK(v2.engine.kind == EngineKind::Fsdp2);
-  CHECK_FALSE(v2.engine.modelled());
+  CHECK(v2.engine.modelled());  // sim/sync/fsdp2/ (offload changes memory, not the hook schedule)
   CHECK(v2.engine.name() == "FSDP2");
   CHECK(v2.engine.decided_by.at(0) == "fsdp_version: 2 (plan.yaml:4)");
   CHECK(v2.engine.settings.at(0) == "fsdp_config.offload_params: true");
@@ -48,6 +48,7 @@ TEST_CASE("fsdp_config and fsdp_version decide FSDP1 or FSDP2 as axolotl does", 
   // Otherwise FSDP1 (axolotl's _resolve_fsdp_version default), also for the old `fsdp:` list.
   const Plan v1 = parse(kPlan + "fsdp_config:\n  fsdp_offload_params: true\n");
   CHECK(v1.engine.kind == EngineKind::Fsdp1);
+  CHECK_FALSE(v1.engine.modelled());
   CHECK(v1.engine.decided_by.at(0) == "fsdp_config (plan.yaml:4), FSDP version 1 by axolotl's default");
   CHECK(parse(kPlan + "fsdp:\n  - full_shard\n  - auto_wrap\n").engine.kind == EngineKind::Fsdp1);
   CHECK(parse(kPlan + "fsdp:\nfsdp_config:\n").engine.modelled());  // both unset

@@ -1,5 +1,5 @@
 // The decoder architectures hookstream models, each checked against named_parameters() of the
-// model transformers 5.17.0 builds on the meta device (fixtures in tests/sim/inputs/architectures/, made by
+// model transformers 5.17.0 builds on the meta device (fixtures in tests/sim/architectures/, made by
 // oracles/architectures/dump_structures.py). Registration order inside a module: its own
 // nn.Parameters first, then its children in __init__ order (torch/nn/modules/module.py
 // named_parameters -> _named_members(recurse)).

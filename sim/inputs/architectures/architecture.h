@@ -89,7 +89,7 @@ struct ArchitectureSpec {
   std::map<std::string, std::string> attribute_map;
   // Config-class defaults (transformers' *Config.__init__) for keys a config.json may omit.
   std::map<std::string, double> defaults;
-  // What the description was checked against (see tests/sim/inputs/architectures/).
+  // What the description was checked against (see tests/sim/architectures/).
   std::string source;
 };
 

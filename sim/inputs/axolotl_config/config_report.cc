@@ -28,7 +28,7 @@ const char* kWorldSizeMissing =
     "num_processes (hookstream.world_size in the plan also sets it)";
 
 std::string message(const Plan& plan) {
-  return "this plan would run on " + plan.engine.name() + "; hookstream verifies DDP's hook schedule only, so the hook schedule of " +
+  return "this plan would run on " + plan.engine.name() + "; hookstream verifies the hook schedules of DDP and FSDP2 (data parallel only), so the hook schedule of " +
          plan.engine.name() + " is not verified yet (no DDP verdict applies to it)";
 }
 

@@ -1,0 +1,134 @@
+#include "sim/sync/fsdp2/fsdp2_units.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fmt/format.h>
+
+#include "sim/inputs/input_error.h"
+
+namespace hookstream {
+
+namespace {
+
+std::string normalized(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c != '_' && c != '-') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// transformers names a model's classes after its modeling file: LlamaDecoderLayer, Qwen3MoeMLP,
+// Llama4TextDecoderLayer, Qwen3_5DecoderLayer. Compared without case and underscores against the
+// model_type (with or without a "_text" part) and the architecture's prefix (LlamaForCausalLM).
+std::vector<std::string> class_prefixes(const Plan& plan) {
+  std::vector<std::string> out;
+  const std::string type = normalized(plan.model.model_type.empty() ? "llama" : plan.model.model_type);
+  out.push_back(type);
+  if (ends_with(type, "text")) out.push_back(type.substr(0, type.size() - 4));
+  else out.push_back(type + "text");
+  const std::string arch = plan.model.architecture;
+  for (const char* suffix : {"ForCausalLM", "ForConditionalGeneration"}) {
+    if (ends_with(arch, suffix)) out.push_back(normalized(arch.substr(0, arch.size() - std::string(suffix).size())));
+  }
+  return out;
+}
+
+bool is_class(const std::vector<std::string>& prefixes, const std::string& name, const std::string& suffix) {
+  if (!ends_with(name, suffix)) return false;
+  const std::string prefix = normalized(name.substr(0, name.size() - suffix.size()));
+  return std::find(prefixes.begin(), prefixes.end(), prefix) != prefixes.end();
+}
+
+std::string camel(const std::string& model_type) {
+  std::string out;
+  bool upper = true;
+  for (char c : model_type) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return out;
+}
+
+bool under(const std::string& path, const std::string& unit) {
+  if (unit.empty()) return true;
+  return path == unit || (path.size() > unit.size() && path.compare(0, unit.size(), unit) == 0 && path[unit.size()] == '.');
+}
+
+}  // namespace
+
+std::string fsdp2_decoder_layer_class(const Plan& plan) {
+  const std::string arch = plan.model.architecture;
+  for (const char* suffix : {"ForCausalLM", "ForConditionalGeneration"}) {
+    if (ends_with(arch, suffix)) return arch.substr(0, arch.size() - std::string(suffix).size()) + "DecoderLayer";
+  }
+  return camel(plan.model.model_type.empty() ? "llama" : plan.model.model_type) + "DecoderLayer";
+}
+
+int Fsdp2Units::find(const std::string& path) const {
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (units[i].path == path) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
+  const FsdpSettings& fsdp = plan.engine.fsdp;
+  Fsdp2Units out;
+  if (fsdp.reshard_after_forward) out.reshard_after_forward = *fsdp.reshard_after_forward;
+  bool wrap_layers = false, wrap_mlps = false;
+  const std::string policy = fsdp.auto_wrap_policy;
+  if (policy == "NO_WRAP") {
+    // root only
+  } else if (fsdp.transformer_layer_cls_to_wrap.empty()) {
+    // accelerate: TRANSFORMER_BASED_WRAP without a class list uses model._no_split_modules.
+    wrap_layers = true;
+    if (policy == "SIZE_BASED_WRAP") {
+      out.notes.push_back("fsdp_config.auto_wrap_policy: SIZE_BASED_WRAP is modelled as one unit per decoder layer");
+    }
+  } else {
+    const std::vector<std::string> prefixes = class_prefixes(plan);
+    const auto at = fsdp.where.find("transformer_layer_cls_to_wrap");
+    const std::string where = at != fsdp.where.end() ? at->second : plan.source + ": fsdp_config.transformer_layer_cls_to_wrap";
+    for (const std::string& name : fsdp.transformer_layer_cls_to_wrap) {
+      if (is_class(prefixes, name, "DecoderLayer")) {
+        wrap_layers = true;
+      } else if (is_class(prefixes, name, "MLP")) {
+        wrap_mlps = true;
+      } else if (!structure.vision_blocks.empty() && (ends_with(name, "VisionBlock") || ends_with(name, "Block"))) {
+        out.notes.push_back(fmt::format("fsdp_config.transformer_layer_cls_to_wrap: {} (vision) is not modelled as its own unit", name));
+      } else {
+        throw InputError(where, fmt::format("transformer_layer_cls_to_wrap names '{}', a class {} does not have "
+                                            "(expected its decoder layer {} or its MLP class)",
+                                            name, plan.model.model_type.empty() ? "the model" : plan.model.model_type,
+                                            fsdp2_decoder_layer_class(plan)));
+      }
+    }
+  }
+  out.units.push_back(Fsdp2Unit{});
+  for (const DecoderLayerUse& layer : structure.layers) {
+    if (wrap_layers) out.units.push_back(Fsdp2Unit{layer.path, layer.index, false, {}});
+    if (wrap_mlps) out.units.push_back(Fsdp2Unit{layer.path + ".mlp", layer.index, true, {}});
+  }
+  out.unit_of.assign(structure.parameters.size(), 0);
+  for (size_t p = 0; p < structure.parameters.size(); ++p) {
+    const std::string& module = structure.parameters[p].module;
+    size_t best = 0;
+    for (size_t u = 1; u < out.units.size(); ++u) {
+      if (under(module, out.units[u].path) && out.units[u].path.size() > out.units[best].path.size()) best = u;
+    }
+    out.unit_of[p] = static_cast<int>(best);
+    out.units[best].parameters.push_back(static_cast<int>(p));
+  }
+  return out;
+}
+
+}  // namespace hookstream
