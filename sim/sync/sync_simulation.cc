@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "sim/ddp_simulation.h"
+#include "sim/sync/fsdp1/fsdp1_model.h"
 
 namespace hookstream {
 
@@ -124,7 +125,7 @@ bool gradient_sync_modelled(const Engine& engine) {
   if (!engine.other_parallelism.empty()) return false;
   switch (engine.kind) {
     case EngineKind::Ddp: return true;
-    case EngineKind::Fsdp1:
+    case EngineKind::Fsdp1: return fsdp1_not_modelled_reason(engine.fsdp).empty();
     case EngineKind::Fsdp2:
     case EngineKind::DeepSpeed: return false;
   }
@@ -135,7 +136,7 @@ SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& st
                                       const SyncSimulationOptions& options) {
   switch (plan.engine.kind) {
     case EngineKind::Ddp: return simulate_ddp(plan, structure, options);
-    case EngineKind::Fsdp1:
+    case EngineKind::Fsdp1: return simulate_fsdp1(plan, structure, options);
     case EngineKind::Fsdp2:
     case EngineKind::DeepSpeed: break;
   }
