@@ -147,7 +147,7 @@ TEST_CASE("axolotl's FSDP1 full fine-tune example gets an FSDP1 gradient-sync ve
   CHECK(j["engine"]["kind"] == "fsdp1");
   CHECK(j["engine"]["modelled"] == true);
   // Non-reentrant checkpointing inside each decoder-layer unit: one post-backward per unit.
-  CHECK(j["checks"]["ddp"]["ok"] == true);
+  CHECK(j["checks"]["ddp"] == true);
 
   // PEFT's per-LoRA-Linear wrap policy is not modelled: the explicit result, never a DDP verdict.
   const fs::path qlora = corpus("axolotl-examples/qwen3_qlora-fsdp.yaml");
