@@ -73,6 +73,8 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
                   {"static_graph", plan.static_graph},
                   {"gradient_as_bucket_view", plan.gradient_as_bucket_view},
                   {"bucket_cap_mb", plan.ddp_bucket_cap_mb ? Json(*plan.ddp_bucket_cap_mb) : Json(nullptr)}};
+  // FSDP1 oracle (oracles/fsdp1_worker.py): accelerate 1.15 defaults use_orig_params to false.
+  j["fsdp1"] = Json{{"use_orig_params", plan.engine.fsdp.use_orig_params.value_or(false)}};
   j["use_reentrant"] = plan.use_reentrant;
   j["input_require_grads"] = plan.input_require_grads();
   j["tiled_mlp_backward"] = tiled_name(plan.tiled_mlp_backward);

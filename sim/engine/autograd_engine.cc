@@ -40,6 +40,12 @@ int AutogradEngine::add_node(GradNode node) {
 
 SimTensor AutogradEngine::parameter_leaf(int parameter) { return SimTensor{parameter}; }
 
+void AutogradEngine::share_accumulators(const std::vector<int>& accumulator_of) {
+  accumulator_of_.clear();
+  if (accumulator_of.size() != parameter_count_) return;
+  accumulator_of_ = accumulator_of;
+}
+
 SimTensor AutogradEngine::fresh_leaf(const std::string& label) {
   GradNode acc;
   acc.kind = NodeKind::Accumulate;
@@ -105,7 +111,7 @@ SimTensor AutogradEngine::function(const std::string& label, const std::vector<S
   node.sequence_nr = next_sequence_nr_++;
   if (backward) node.label = label;  // plain ops keep no label: they are many and never shown
   node.next.reserve(inputs.size());
-  for (const auto& t : inputs) node.next.push_back(t.grad_fn);
+  for (const auto& t : inputs) node.next.push_back(edge_to(t.grad_fn));
   node.backward = std::move(backward);
   return SimTensor{add_node(std::move(node)), data};
 }
@@ -159,7 +165,7 @@ void AutogradEngine::grad(const std::vector<SimTensor>& roots, const std::vector
   if (root < 0) return;
   std::vector<int> captures;
   for (const auto& t : inputs) {
-    if (t.grad_fn >= 0) captures.push_back(t.grad_fn);
+    if (t.grad_fn >= 0) captures.push_back(edge_to(t.grad_fn));
   }
   run_task(root, captures, label, false);
 }

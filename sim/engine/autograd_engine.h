@@ -78,6 +78,13 @@ class AutogradEngine {
   // A leaf that requires grad: a parameter (index >= 0) or another leaf (-1). Parameters keep one
   // AccumulateGrad node for the whole run, as DDP holds it (reducer.cpp grad_accumulators_).
   SimTensor parameter_leaf(int parameter);
+  // FSDP1: the original parameters of a unit are views of one FlatParameter, so their gradients
+  // meet in the flat parameter's single AccumulateGrad node (torch/distributed/fsdp/_flat_param.py
+  // FlatParamHandle; _runtime_utils.py _register_post_backward_hook hooks that node). After this,
+  // an op reading parameter p sends its gradient to the node of accumulator_of[p], which runs once
+  // per graph task when all its inputs there are done, and reports parameter accumulator_of[p].
+  // Off (the default, and what DDP uses): one node per parameter.
+  void share_accumulators(const std::vector<int>& accumulator_of);
   SimTensor fresh_leaf(const std::string& label);
   // An op over inputs; the output requires grad iff grad mode is on and some input requires it.
   // Only Functions keep their label (it names the graph tasks they start); plain ops drop it.
@@ -126,7 +133,12 @@ class AutogradEngine {
   };
   int add_data(const std::vector<SimTensor>& inputs, const std::vector<int>& parameters);
 
+  int edge_to(int grad_fn) const {
+    return grad_fn >= 0 && static_cast<size_t>(grad_fn) < accumulator_of_.size() ? accumulator_of_[static_cast<size_t>(grad_fn)] : grad_fn;
+  }
+
   std::vector<GradNode> nodes_;
+  std::vector<int> accumulator_of_;  // share_accumulators(); empty: every parameter its own node
   std::vector<DataNode> data_nodes_;  // the forward data flow of the current step
   size_t parameter_count_ = 0;  // nodes [0, parameter_count_) are the parameters' accumulators
   uint64_t next_sequence_nr_ = 0;

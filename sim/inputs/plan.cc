@@ -1485,6 +1485,7 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
   if (options.accelerate_config) accelerate = read_accelerate_config(*options.accelerate_config);
   resolve_world_size(draft, options, accelerate);
   engine_rules(draft, accelerate);
+  if (draft.plan.engine.kind == EngineKind::Fsdp1) draft.plan.engine.fsdp.peft_wrap_policy = draft.plan.adapter != Adapter::None;
   if (options.torch_version) draft.plan.torch_version = parse_torch_version(*options.torch_version, "--torch-version");
   resolve_model(draft, options);
   Validator(draft).run();

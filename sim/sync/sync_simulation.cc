@@ -8,6 +8,7 @@
 #include "sim/sync/ddp/ddp_simulation.h"
 #include "sim/sync/zero/zero_model.h"
 #include "sim/sync/fsdp2/fsdp2_model.h"
+#include "sim/sync/fsdp1/fsdp1_model.h"
 
 namespace hookstream {
 
@@ -128,7 +129,7 @@ bool gradient_sync_modelled(const Engine& engine) {
     case EngineKind::Ddp: return true;
     case EngineKind::DeepSpeed: return zero_stage_modelled(engine);
     case EngineKind::Fsdp2: return true;
-    case EngineKind::Fsdp1: return false;
+    case EngineKind::Fsdp1: return fsdp1_not_modelled_reason(engine.fsdp).empty();
   }
   return false;
 }
@@ -141,7 +142,7 @@ SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& st
       if (zero_stage_modelled(plan.engine)) return simulate_zero(plan, structure, options);
       break;
     case EngineKind::Fsdp2: return simulate_fsdp2(plan, structure, options);
-    case EngineKind::Fsdp1: break;
+    case EngineKind::Fsdp1: return simulate_fsdp1(plan, structure, options);
   }
   throw std::logic_error("simulate_gradient_sync: " + plan.engine.name() + " is not modelled (check gradient_sync_modelled first)");
 }

@@ -1,6 +1,6 @@
 // axolotl's own example configs (../shared/corpora/axolotl-examples, 70 files at axolotl commit
 // 067b021c8) as a user runs them: every one gets a verdict (exit 0 or 1, with the report), FSDP and
-// DeepSpeed ones the explicit engine_not_modelled result, DDP ones a real DDP verdict.
+// DeepSpeed ones the explicit engine_not_modelled result (FSDP1 full fine-tunes: an FSDP1 verdict), DDP ones a real DDP verdict.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -152,4 +152,26 @@ TEST_CASE("a DDP example gets a real DDP verdict and lists its keys hookstream d
   for (const auto& note : j["config_keys"]["no_effect"]) no_effect.push_back(note["key"]);
   CHECK(std::find(no_effect.begin(), no_effect.end(), "datasets") != no_effect.end());
   CHECK(j["config_keys"]["axolotl_version"] == "0.18.0");
+}
+
+TEST_CASE("axolotl's FSDP1 full fine-tune example gets an FSDP1 gradient-sync verdict; its QLoRA ones say what is not modelled",
+          "[cli][axolotl][fsdp1]") {
+  const fs::path file = corpus("axolotl-examples/llama-3_fft-8b-liger-fsdp.yaml");
+  const auto r = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --world-size 2 --format json");
+  INFO(r.out);
+  REQUIRE((r.exit_code == 0 || r.exit_code == 1));
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(!j.contains("verdict"));
+  CHECK(j["engine"]["kind"] == "fsdp1");
+  CHECK(j["engine"]["modelled"] == true);
+  // Non-reentrant checkpointing inside each decoder-layer unit: one post-backward per unit.
+  CHECK(j["checks"]["ddp"] == true);
+
+  // PEFT's per-LoRA-Linear wrap policy is not modelled: the explicit result, never a DDP verdict.
+  const fs::path qlora = corpus("axolotl-examples/qwen3_qlora-fsdp.yaml");
+  const auto q = verify_in(qlora.parent_path(), "'" + qlora.string() + "' --model '" + kModel + "' --world-size 2 --format json");
+  INFO(q.out);
+  const auto k = nlohmann::json::parse(q.out);
+  CHECK(k["verdict"] == "engine_not_modelled");
+  CHECK(k["engine"]["kind"] == "fsdp1");
 }

@@ -92,3 +92,45 @@ TEST_CASE("under no_grad nothing is recorded, an op without grad inputs records 
   CHECK_FALSE(engine.op("y", {SimTensor{}}).requires_grad());
   CHECK(engine.op("y", {engine.parameter_leaf(0)}).requires_grad());
 }
+
+TEST_CASE("shared accumulators (FSDP1 FlatParameter): one node per unit, once per graph task that reaches it", "[autograd][fsdp1]") {
+  // Parameters 0 and 1 form one unit (accumulator 0), parameter 2 another (itself).
+  AutogradEngine engine(3);
+  engine.share_accumulators({0, 0, 2});
+  Recorder rec;
+  rec.attach(engine);
+  SimTensor x = engine.fresh_leaf("x");
+  SimTensor h = engine.op("l0", {engine.parameter_leaf(0), x});
+  h = engine.op("l1", {engine.parameter_leaf(1), h});
+  h = engine.op("l2", {engine.parameter_leaf(2), h});
+  engine.backward({h}, "outer");
+  // The unit's node runs once, after both of its parameters' gradients arrived (after l0).
+  REQUIRE(rec.fired.size() == 2);
+  CHECK(rec.fired[0].first == 2);
+  CHECK(rec.fired[1].first == 0);
+
+  // A nested task that reaches only parameter 1 runs the unit's node there too (the tiled MLP chunk).
+  AutogradEngine nested(2);
+  nested.share_accumulators({0, 0});
+  Recorder rec2;
+  rec2.attach(nested);
+  SimTensor y = nested.fresh_leaf("y");
+  SimTensor use0 = nested.op("use 0", {nested.parameter_leaf(0), y});
+  SimTensor f = nested.function("Tiled", {use0}, [](AutogradEngine& e) {
+    SimTensor chunk = e.op("chunk", {e.parameter_leaf(1)});
+    e.backward({chunk}, "chunk 1");
+    return std::vector<bool>{true};
+  });
+  nested.backward({f}, "outer");
+  REQUIRE(rec2.fired.size() == 2);
+  CHECK(rec2.fired[0] == std::make_pair(0, 1));  // in the chunk's nested task, named by the unit's node
+  CHECK(rec2.fired[1] == std::make_pair(0, 0));
+
+  // Without share_accumulators (DDP) each parameter keeps its own node.
+  AutogradEngine plain(2);
+  Recorder rec3;
+  rec3.attach(plain);
+  SimTensor z = plain.op("l1", {plain.parameter_leaf(1), plain.op("l0", {plain.parameter_leaf(0), plain.fresh_leaf("z")})});
+  plain.backward({z}, "outer");
+  CHECK(rec3.fired.size() == 2);
+}

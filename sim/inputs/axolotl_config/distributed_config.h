@@ -66,6 +66,11 @@ struct FsdpSettings {
   std::optional<bool> use_orig_params;        // FSDP1
   std::optional<bool> cpu_ram_efficient_loading;
   std::string state_dict_type;
+  // FSDP1 with a PEFT adapter: transformers' Trainer replaces the wrap policy with PEFT's
+  // fsdp_auto_wrap_policy (trainer.py _fsdp_qlora_plugin_updates; peft/utils/other.py), one unit
+  // per LoRA Linear inside each decoder layer. Set by the plan loader; the FSDP1 model does not
+  // cover those units yet (sim/sync/fsdp1/fsdp1_model.h).
+  bool peft_wrap_policy = false;
   std::map<std::string, std::string> where;   // "reshard_after_forward" -> "plan.yaml:61"
 };
 

@@ -1,0 +1,488 @@
+#include "sim/sync/fsdp1/fsdp1_model.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <map>
+#include <memory>
+
+#include "sim/inputs/model_config.h"
+#include "sim/sync/rank_run.h"
+
+namespace hookstream {
+
+int64_t Fsdp1Unit::local_numel(size_t i, int rank, int64_t param_numel) const {
+  const int64_t begin = offset[i], end = offset[i] + param_numel;
+  const int64_t lo = std::max<int64_t>(begin, static_cast<int64_t>(rank) * shard_numel);
+  const int64_t hi = std::min<int64_t>(end, static_cast<int64_t>(rank + 1) * shard_numel);
+  return std::max<int64_t>(0, hi - lo);
+}
+
+std::string fsdp1_not_modelled_reason(const FsdpSettings& settings) {
+  if (settings.peft_wrap_policy) {
+    return "adapter with FSDP1: PEFT's fsdp_auto_wrap_policy (one unit per LoRA Linear) is not modelled yet";
+  }
+  const std::string& policy = settings.auto_wrap_policy;
+  if (!policy.empty() && policy != "TRANSFORMER_BASED_WRAP") {
+    return "fsdp_config.auto_wrap_policy: " + policy + " (only TRANSFORMER_BASED_WRAP units are modelled)";
+  }
+  return "";
+}
+
+namespace {
+
+bool under(const std::string& name, const std::string& prefix) {
+  return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 && name[prefix.size()] == '.';
+}
+
+// The compute dtype's size: the unsharded FlatParameter's dtype (the trainable parameters').
+int compute_itemsize(const ModelStructure& structure) {
+  for (const Parameter& p : structure.parameters) {
+    if (p.trainable) return dtype_bytes(p.dtype);
+  }
+  return structure.parameters.empty() ? 4 : dtype_bytes(structure.parameters.front().dtype);
+}
+
+}  // namespace
+
+std::vector<Fsdp1Unit> fsdp1_units(const Plan& plan, const ModelStructure& structure) {
+  // accelerate 1.15 (utils/dataclasses.py FullyShardedDataParallelPlugin.set_auto_wrap_policy):
+  // TRANSFORMER_BASED_WRAP wraps every module of the named classes (default: the model's
+  // _no_split_modules, the decoder layer); what no unit claims stays in the root unit.
+  std::vector<Fsdp1Unit> units(1);
+  units[0].name = "";
+  for (const DecoderLayerUse& layer : structure.layers) {
+    Fsdp1Unit u;
+    u.name = layer.path;
+    u.layer = layer.index;
+    units.push_back(std::move(u));
+  }
+  for (size_t i = 0; i < structure.parameters.size(); ++i) {
+    const Parameter& p = structure.parameters[i];
+    size_t owner = 0;
+    for (size_t u = 1; u < units.size(); ++u) {
+      if (under(p.name, units[u].name)) owner = u;
+    }
+    units[owner].params.push_back(static_cast<int>(i));
+  }
+  // FlatParamHandle._init_flat_param_and_metadata: with use_orig_params each parameter starts at a
+  // multiple of 16 bytes (_get_aligned_numel), and the total is padded to the world size.
+  const bool align = plan.engine.fsdp.use_orig_params.value_or(false);
+  const int itemsize = compute_itemsize(structure);
+  const int64_t alignment = align ? 16 / std::max(1, itemsize) : 0;
+  const int64_t world = std::max(1, plan.world_size);
+  for (Fsdp1Unit& u : units) {
+    int64_t total = 0;
+    for (int p : u.params) {
+      if (alignment > 0 && total % alignment != 0) total += alignment - total % alignment;
+      u.offset.push_back(total);
+      total += structure.parameters[static_cast<size_t>(p)].numel();
+    }
+    u.numel = total;
+    u.shard_numel = (total + world - 1) / world;
+    for (int p : u.params) {
+      if (structure.parameters[static_cast<size_t>(p)].trainable) {
+        u.accumulator = p;
+        break;
+      }
+    }
+  }
+  units.erase(std::remove_if(units.begin(), units.end(), [](const Fsdp1Unit& u) { return u.params.empty(); }),
+              units.end());
+  return units;
+}
+
+namespace {
+
+// _common_utils.py HandleTrainingState.
+enum class HandleState { Idle, Forward, BackwardPre, BackwardPost };
+
+const char* state_name(HandleState s) {
+  switch (s) {
+    case HandleState::Idle: return "HandleTrainingState.IDLE";
+    case HandleState::Forward: return "HandleTrainingState.FORWARD";
+    case HandleState::BackwardPre: return "HandleTrainingState.BACKWARD_PRE";
+    case HandleState::BackwardPost: return "HandleTrainingState.BACKWARD_POST";
+  }
+  return "";
+}
+
+class Fsdp1Model : public SyncModel {
+ public:
+  Fsdp1Model(const Plan& plan, const ModelStructure& structure, int rank)
+      : plan_(plan), structure_(structure), rank_(rank), units_(fsdp1_units(plan, structure)) {
+    // accelerate 1.15 FullyShardedDataParallelPlugin: FSDP_USE_ORIG_PARAMS defaults to false for FSDP1.
+    use_orig_params_ = plan.engine.fsdp.use_orig_params.value_or(false);
+    itemsize_ = compute_itemsize(structure);
+    unit_of_param_.assign(structure.parameters.size(), -1);
+    accumulator_of_.resize(structure.parameters.size());
+    for (size_t u = 0; u < units_.size(); ++u) {
+      for (int p : units_[u].params) {
+        unit_of_param_[static_cast<size_t>(p)] = static_cast<int>(u);
+        accumulator_of_[static_cast<size_t>(p)] = units_[u].accumulator >= 0 ? units_[u].accumulator : p;
+      }
+    }
+    state_.resize(units_.size());
+  }
+
+  std::string name() const override { return "FSDP1"; }
+
+  void begin_iteration(AutogradEngine& engine, int iteration) override {
+    engine.share_accumulators(accumulator_of_);
+    if (iteration == 0 && !use_orig_params_) check_uniform_requires_grad();
+  }
+
+  void begin_step(AutogradEngine& engine, const StepPosition& position) override {
+    (void)engine;
+    position_ = position;
+    unused_ = plan_.unused_modules_for(position.rank, position.step.iteration, position.step.micro_step);
+    callback_queued_ = false;
+    for (UnitState& s : state_) {
+      s.handle = HandleState::Idle;
+      s.ran_pre_backward = false;
+      s.post_backward_tasks.clear();
+      s.registered = false;
+    }
+  }
+
+  SimTensor pre_forward(AutogradEngine& engine, const ModuleCall& call, SimTensor input) override {
+    (void)engine;
+    const int u = unit_of_call(call);
+    if (u < 0) return input;
+    if (call.in_backward) {
+      // A reentrant checkpoint's recompute runs the layer's inner forward, not
+      // FullyShardedDataParallel.forward (HF's checkpoint and accelerate's checkpoint_wrapper sit
+      // inside the unit): no unshard. FSDP's pre-backward hook on the unit's output ran just
+      // before (_runtime_utils.py _pre_backward_hook); it does nothing if it already ran.
+      pre_backward(engine, u);
+      check_unsharded(engine, u, first_reads_of_layer(units_[static_cast<size_t>(u)].layer), call);
+      return input;
+    }
+    // _pre_forward -> _unshard: all-gather the FlatParameter unless it is unsharded already.
+    unshard(u, "forward");
+    state_[static_cast<size_t>(u)].handle = HandleState::Forward;
+    return input;
+  }
+
+  SimTensor post_forward(AutogradEngine& engine, const ModuleCall& call, SimTensor output) override {
+    const int u = unit_of_call(call);
+    if (u < 0 || call.in_backward) return output;
+    UnitState& s = state_[static_cast<size_t>(u)];
+    s.handle = HandleState::Idle;
+    // _post_forward -> _reshard: FULL_SHARD frees the unsharded FlatParameter after forward,
+    // except the root's ("the intention that they are immediately used for backward").
+    if (!units_[static_cast<size_t>(u)].name.empty()) s.unsharded = false;
+    // _register_pre_backward_hooks: a hook on the output tensors that runs _pre_backward_hook.
+    if (!engine.grad_enabled() || !output.requires_grad()) return output;
+    auto self = this;
+    return engine.function(fmt::format("FSDP pre-backward ({})", units_[static_cast<size_t>(u)].display()), {output},
+                           [self, u](AutogradEngine& e) {
+                             self->pre_backward(e, u);
+                             return std::vector<bool>{true};
+                           });
+  }
+
+  void tiled_chunk(const ModuleCall& mlp, int chunk, int chunks) override {
+    (void)chunks;
+    if (mlp.layer < 0) return;
+    const int u = unit_of_layer(mlp.layer);
+    if (u < 0) return;
+    std::vector<Read> reads;
+    const DecoderLayerUse& layer = structure_.layers[static_cast<size_t>(mlp.layer)];
+    const int64_t seq = plan_.sequence_len_for(position_.rank, position_.step.iteration, position_.step.micro_step);
+    const int64_t size = (seq + chunks - 1) / chunks;  // torch.chunk
+    const int64_t rows = plan_.micro_batch_size * std::min<int64_t>(size, seq - chunk * size);
+    for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) add_linear(reads, *use, rows);
+    check_unsharded_reads(u, reads, fmt::format("tiled_mlp chunk {} of {} (layer {})", chunk + 1, chunks, mlp.layer));
+  }
+
+  SimTensor before_backward(AutogradEngine& engine, const StepPosition& position, SimTensor output) override {
+    (void)engine;
+    (void)position;
+    return output;
+  }
+
+  void on_accumulate(AutogradEngine& engine, const AccumulateEvent& event, bool grad_defined_after) override {
+    const int u = unit_of_param_[static_cast<size_t>(event.parameter)];
+    if (u < 0) return;
+    post_backward(engine, u, event.task, grad_defined_after);
+  }
+
+  void on_manual_accumulate(int parameter) override {
+    const int u = unit_of_param_[static_cast<size_t>(parameter)];
+    if (u < 0) return;
+    // Observed on real FSDP1 2.11 (docs/engines/fsdp1.md): a tiled MLP that writes param.grad
+    // itself (grad-then-backward) writes it on a view of the unsharded FlatParameter ("The .grad
+    // attribute of a Tensor that is not a leaf Tensor is being accessed") and the process dies in
+    // loss.backward() with SIGSEGV.
+    throw SyncError(VerdictKind::EngineError, -1, "Fatal Python error: Segmentation fault",
+                    fmt::format("the tiled MLP writes {}.grad by hand; under FSDP1 that parameter is a view of {}'s "
+                                "FlatParameter, not a leaf: the real process crashed (SIGSEGV) in loss.backward(). "
+                                "Fix: tiled_mlp backward that returns the weights' gradients from the Function "
+                                "(one AccumulateGrad), or FSDP2 (fsdp_version: 2)",
+                                structure_.parameters[static_cast<size_t>(parameter)].name,
+                                units_[static_cast<size_t>(u)].display()),
+                    flat_name(u));
+  }
+
+  void end_step(AutogradEngine& engine, const StepPosition& position) override {
+    (void)engine;
+    (void)position;
+  }
+
+ private:
+  struct UnitState {
+    bool unsharded = false;
+    HandleState handle = HandleState::Idle;
+    bool ran_pre_backward = false;
+    bool registered = false;
+    std::vector<int> post_backward_tasks;
+  };
+  struct Read {
+    int parameter = -1;
+    int64_t rows = 0;     // rows of the activation the op multiplies (linear), or -1 for a norm
+    int norm_dim = 2;     // norm weights: the activation's last dimension index
+    int64_t in = 0;       // linear in_features
+  };
+
+  std::string flat_name(int u) const {
+    const Fsdp1Unit& unit = units_[static_cast<size_t>(u)];
+    return unit.name.empty() ? std::string("_flat_param (root unit)") : unit.name + "._flat_param";
+  }
+
+  int unit_of_layer(int layer) const {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (units_[u].layer == layer) return static_cast<int>(u);
+    }
+    return -1;
+  }
+
+  int unit_of_call(const ModuleCall& call) const {
+    if (call.kind == ModuleKind::Root) {
+      for (size_t u = 0; u < units_.size(); ++u) {
+        if (units_[u].name.empty()) return static_cast<int>(u);
+      }
+      return -1;
+    }
+    if (call.kind == ModuleKind::DecoderLayer) return unit_of_layer(call.layer);
+    return -1;
+  }
+
+  void unshard(int u, const char* where) {
+    UnitState& s = state_[static_cast<size_t>(u)];
+    if (s.unsharded) return;
+    s.unsharded = true;
+    const Fsdp1Unit& unit = units_[static_cast<size_t>(u)];
+    issue(Collective{fmt::format("all_gather {} ({})", unit.display(), where), unit.shard_numel * plan_.world_size * itemsize_});
+  }
+
+  void pre_backward(AutogradEngine& engine, int u) {
+    UnitState& s = state_[static_cast<size_t>(u)];
+    if (s.ran_pre_backward) return;  // "Only run the pre-backward hook once per group of handles"
+    if (!callback_queued_) {
+      // The root's first pre-backward queues _post_backward_final_callback on the running task
+      // (the outer backward: the root's output is where the loss's gradient arrives).
+      callback_queued_ = true;
+      engine.queue_callback([this] { final_callback(); });
+    }
+    s.handle = HandleState::BackwardPre;
+    unshard(u, "backward");
+    s.ran_pre_backward = true;
+  }
+
+  // _post_backward_hook, on the FlatParameter's AccumulateGrad.
+  void post_backward(AutogradEngine& engine, int u, int task, bool grad_defined) {
+    UnitState& s = state_[static_cast<size_t>(u)];
+    if (s.handle != HandleState::BackwardPre && s.handle != HandleState::BackwardPost) {
+      throw SyncError(VerdictKind::EngineError, -1,
+                      fmt::format("Expects `BACKWARD_PRE` or `BACKWARD_POST` state but got {}", state_name(s.handle)),
+                      "the post-backward hook of " + units_[static_cast<size_t>(u)].display() +
+                          " ran before its pre-backward hook (_runtime_utils.py _post_backward_hook)",
+                      flat_name(u));
+    }
+    s.handle = HandleState::BackwardPost;
+    const bool again = !s.post_backward_tasks.empty() && !s.unsharded;
+    s.post_backward_tasks.push_back(task);
+    (void)engine;
+    if (!grad_defined) return;  // "if flat_param.grad is None: return"
+    if (again) {
+      // Observed on real FSDP1 2.11 (tests/plans/fsdp1/tiled_one_shard.yaml): the FlatParameter's
+      // AccumulateGrad runs again after its post-backward hook resharded it (a per-chunk tiled MLP
+      // backward, then the unit's attention in the outer task): the process dies with SIGSEGV.
+      throw SyncError(VerdictKind::EngineError, -1, "Fatal Python error: Segmentation fault",
+                      fmt::format("the FlatParameter of {} accumulates a gradient again in {} after its post-backward "
+                                  "hook already resharded it in another graph task (a nested backward inside the "
+                                  "unit); the real process crashed (SIGSEGV). Fix: a tiled MLP whose Function returns "
+                                  "the weights' gradients, or FSDP2 (fsdp_version: 2)",
+                                  units_[static_cast<size_t>(u)].display(), task_text(engine.task(task))),
+                      flat_name(u));
+    }
+    // _post_backward_reshard: FULL_SHARD frees the unsharded FlatParameter in backward.
+    s.unsharded = false;
+    if (!position_.synced) return;  // no_sync(): keep the unsharded gradient
+    const Fsdp1Unit& unit = units_[static_cast<size_t>(u)];
+    issue(Collective{fmt::format("reduce_scatter {}", unit.display()), unit.shard_numel * plan_.world_size * itemsize_});
+  }
+
+  void final_callback() {
+    // _post_backward_final_callback: _catch_all_reshard frees units whose post-backward hook
+    // did not run (their output did not reach the loss); _finalize_params resets the states.
+    for (UnitState& s : state_) {
+      if (!units_.empty()) s.unsharded = false;
+      s.handle = HandleState::Idle;
+    }
+    // The root keeps nothing unsharded after the backward either.
+  }
+
+  void check_uniform_requires_grad() const {
+    for (const Fsdp1Unit& unit : units_) {
+      bool any = false, all = true;
+      for (int p : unit.params) {
+        const bool t = structure_.parameters[static_cast<size_t>(p)].trainable;
+        any = any || t;
+        all = all && t;
+      }
+      if (any && !all) {
+        const std::string where = plan_.engine.fsdp.where.count("use_orig_params")
+                                      ? plan_.engine.fsdp.where.at("use_orig_params")
+                                      : std::string("fsdp_config");
+        throw SyncError(VerdictKind::EngineError, -1,
+                        "Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`",
+                        fmt::format("{} mixes frozen and trainable parameters (LoRA): FSDP1 flattens them into one "
+                                    "FlatParameter only with use_orig_params (_flat_param.py "
+                                    "_init_flat_param_and_metadata). Fix: fsdp_config.use_orig_params: true ({})",
+                                    unit.display(), where),
+                        unit.name.empty() ? "_flat_param (root unit)" : unit.name + "._flat_param");
+      }
+    }
+  }
+
+  void add_linear(std::vector<Read>& reads, const LinearUse& use, int64_t rows) const {
+    if (use.weight < 0) return;
+    const Parameter& w = structure_.parameters[static_cast<size_t>(use.weight)];
+    if (module_unused(unused_, w.module)) return;
+    const int64_t in = w.shape.size() == 2 ? w.shape[1] : 0;
+    reads.push_back(Read{use.weight, rows, 0, in});
+    if (use.lora_a >= 0 && use.lora_b >= 0 && !module_unused(unused_, structure_.parameters[static_cast<size_t>(use.lora_a)].module) &&
+        !module_unused(unused_, structure_.parameters[static_cast<size_t>(use.lora_b)].module)) {
+      reads.push_back(Read{use.lora_a, rows, 0, in});
+      const Parameter& a = structure_.parameters[static_cast<size_t>(use.lora_a)];
+      reads.push_back(Read{use.lora_b, rows, 0, a.shape.empty() ? 0 : a.shape[0]});
+    }
+  }
+
+  void add_norm(std::vector<Read>& reads, int parameter, int dim) const {
+    if (parameter < 0) return;
+    if (module_unused(unused_, structure_.parameters[static_cast<size_t>(parameter)].module)) return;
+    reads.push_back(Read{parameter, -1, dim, 0});
+  }
+
+  // The parameters a decoder layer's forward reads, in the order transformers' LlamaDecoderLayer
+  // (and oracles/ddp_worker.py TinyModel.decoder_layer) reads them.
+  std::vector<Read> first_reads_of_layer(int index) const {
+    std::vector<Read> reads;
+    if (index < 0) return reads;
+    const DecoderLayerUse& layer = structure_.layers[static_cast<size_t>(index)];
+    const int64_t rows =
+        plan_.micro_batch_size * plan_.sequence_len_for(position_.rank, position_.step.iteration, position_.step.micro_step);
+    if (!module_unused(unused_, layer.path + ".self_attn")) {
+      add_norm(reads, layer.input_norm, 2);
+      add_linear(reads, layer.q, rows);
+      add_linear(reads, layer.k, rows);
+      add_linear(reads, layer.v, rows);
+      add_norm(reads, layer.q_norm, 3);
+      add_norm(reads, layer.k_norm, 3);
+      add_linear(reads, layer.o, rows);
+    }
+    if (!module_unused(unused_, layer.path + ".mlp")) {
+      add_norm(reads, layer.post_attention_norm, 2);
+      add_linear(reads, layer.gate, rows);
+      add_linear(reads, layer.up, rows);
+      add_linear(reads, layer.down, rows);
+    }
+    return reads;
+  }
+
+  void check_unsharded(AutogradEngine& engine, int u, const std::vector<Read>& reads, const ModuleCall& call) {
+    (void)engine;
+    check_unsharded_reads(u, reads, "recompute of " + call.path);
+  }
+
+  // Compute on a unit whose FlatParameter was resharded: with use_orig_params the module's
+  // parameters are 1-D views of this rank's shard (_flat_param.py _use_sharded_views); without,
+  // they are views of the freed unsharded storage (size 0). The first read that does not fit
+  // raises; the texts are ATen's, as real FSDP1 2.11 raised them (docs/engines/fsdp1.md).
+  void check_unsharded_reads(int u, const std::vector<Read>& reads, const std::string& where) {
+    const UnitState& s = state_[static_cast<size_t>(u)];
+    if (s.unsharded) return;
+    const Fsdp1Unit& unit = units_[static_cast<size_t>(u)];
+    for (const Read& r : reads) {
+      const auto it = std::find(unit.params.begin(), unit.params.end(), r.parameter);
+      if (it == unit.params.end()) continue;
+      const size_t i = static_cast<size_t>(it - unit.params.begin());
+      const Parameter& p = structure_.parameters[static_cast<size_t>(r.parameter)];
+      const int64_t numel = p.numel();
+      std::string text;
+      if (!use_orig_params_) {
+        if (p.shape.size() == 2) {
+          text = fmt::format(
+              "setStorage: sizes [{}, {}], strides [1, {}], storage offset {}, and itemsize {} requiring a storage size "
+              "of {} are out of bounds for storage of size 0",
+              p.shape[1], p.shape[0], p.shape[1], unit.offset[i], itemsize_, (unit.offset[i] + numel) * itemsize_);
+        } else {
+          // An elementwise op on a 1-D view of the freed storage is not bounds-checked: observed
+          // as SIGSEGV in the norm (docs/engines/fsdp1.md).
+          text = "Fatal Python error: Segmentation fault";
+        }
+      } else {
+        const int64_t local = unit.local_numel(i, rank_, numel);
+        if (r.rows < 0) {
+          if (local == numel) continue;  // a 1-D parameter wholly in this rank's shard reads fine
+          text = fmt::format("The size of tensor a ({}) must match the size of tensor b ({}) at non-singleton dimension {}",
+                             numel, local, r.norm_dim);
+        } else {
+          if (local == r.in) continue;  // F.linear with a 1-D weight of in_features elements does not raise here
+          text = fmt::format("size mismatch, got input ({}), mat ({}x{}), vec ({})", r.rows, r.rows, r.in, local);
+        }
+      }
+      std::vector<std::string> tasks;
+      throw SyncError(
+          VerdictKind::ShardedParameterUse, -1, text,
+          fmt::format("{} reads {} after FSDP1 resharded {}: the FlatParameter's post-backward hook (on its one "
+                      "AccumulateGrad, _runtime_utils.py _post_backward_hook) already ran {} time(s) this backward, "
+                      "freed the unsharded parameters{} — a nested backward (per-tile backward or reentrant "
+                      "recompute) inside one FSDP unit. Fix: a tiled MLP whose Function returns the weights' "
+                      "gradients (one backward per unit), gradient_checkpointing_kwargs.use_reentrant: false, or "
+                      "FSDP2 (fsdp_version: 2)",
+                      where, p.name, unit.display(), s.post_backward_tasks.size(),
+                      position_.synced ? " and reduce-scattered a partial gradient" : ""),
+          flat_name(u));
+    }
+  }
+
+  const Plan& plan_;
+  const ModelStructure& structure_;
+  int rank_;
+  std::vector<Fsdp1Unit> units_;
+  std::vector<int> unit_of_param_;
+  std::vector<int> accumulator_of_;
+  std::vector<UnitState> state_;
+  std::vector<std::string> unused_;
+  StepPosition position_;
+  bool use_orig_params_ = true;
+  int itemsize_ = 2;
+  bool callback_queued_ = false;
+};
+
+}  // namespace
+
+SyncSimulation simulate_fsdp1(const Plan& plan, const ModelStructure& structure, const SyncSimulationOptions& options) {
+  // Every rank on its own: ranks with the same schedule still hold different shards, and the text
+  // of a sharded-parameter use names this rank's shard (observed: rank 0 "... vec (256)", rank 1
+  // "The size of tensor a (16) must match the size of tensor b (0) ...").
+  SyncSimulationOptions per_rank = options;
+  per_rank.deduplicate_ranks = false;
+  return simulate_with_model(
+      plan, structure, [&](int rank) { return std::make_unique<Fsdp1Model>(plan, structure, rank); }, per_rank);
+}
+
+}  // namespace hookstream

@@ -1,0 +1,39 @@
+// FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel, PyTorch 2.x) on the SyncModel seam, as
+// accelerate 1.15 wraps axolotl's FSDP1 configs: transformer_auto_wrap_policy on the decoder
+// layer class (one unit per decoder layer, the root unit holds embed, final norm and lm_head),
+// FULL_SHARD, use_orig_params from fsdp_config, gradient accumulation under no_sync().
+// Behaviour observed on real FSDP1 (oracles/fsdp1_worker.py) is written up in docs/engines/fsdp1.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/inputs/model_structure.h"
+#include "sim/inputs/plan.h"
+#include "sim/sync/sync_simulation.h"
+
+namespace hookstream {
+
+// One FSDP unit: its FlatParameter's layout over the ranks.
+struct Fsdp1Unit {
+  std::string name;          // "model.layers.3"; "" for the root unit
+  int layer = -1;            // decoder layer, -1 for the root
+  std::vector<int> params;   // indices into ModelStructure::parameters, in flattening order
+  std::vector<int64_t> offset;  // per params[i]: offset in the unsharded FlatParameter (elements)
+  int64_t numel = 0;         // unsharded, with alignment padding, before world-size padding
+  int64_t shard_numel = 0;   // per rank: ceil(numel / world)
+  int accumulator = -1;      // the parameter whose accumulator node stands for the flat one
+  // Elements of parameter params[i] that rank `rank`'s shard holds.
+  int64_t local_numel(size_t i, int rank, int64_t param_numel) const;
+  std::string display() const { return name.empty() ? "the root unit" : name; }
+};
+
+// The units of the plan's model (decoder layers wrapped when the wrap policy names their class).
+std::vector<Fsdp1Unit> fsdp1_units(const Plan& plan, const ModelStructure& structure);
+
+// Whether the FSDP1 model covers this fsdp_config (returns "" if so, else the reason).
+std::string fsdp1_not_modelled_reason(const FsdpSettings& settings);
+
+SyncSimulation simulate_fsdp1(const Plan& plan, const ModelStructure& structure, const SyncSimulationOptions& options);
+
+}  // namespace hookstream

@@ -1,0 +1,178 @@
+// The differential test against real FSDP1: the named plans of tests/plans/fsdp1 and random FSDP1
+// plans from a fixed seed run through the simulator's FSDP1 model (sim/sync/fsdp1/) and through
+// torch.distributed.fsdp.FullyShardedDataParallel of the pinned oracle venv (oracles/fsdp1_worker.py:
+// Gloo on 127.0.0.1, CPU, one process per rank, TORCH_DISTRIBUTED_DEBUG=DETAIL, a 4 s collective
+// timeout). Per rank: the same first verdict; the same error text for errors the engine raises; the
+// same flat parameter (unit) whose post-backward hook ran last before a sharded-parameter use.
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "runtime/fsdp1_oracle.h"
+#include "sim/inputs/input_error.h"
+#include "sim/verify/verify.h"
+#include "tests/runtime/random_plans.h"
+
+#undef CHECK
+#include <catch2/catch.hpp>
+
+using namespace hookstream;
+
+namespace {
+
+const char* kind_text(VerdictKind kind) {
+  switch (kind) {
+    case VerdictKind::Ok: return "ok";
+    case VerdictKind::ShardedParameterUse: return "sharded_parameter_use";
+    case VerdictKind::CollectiveMismatch: return "collective_mismatch";
+    case VerdictKind::WrongGradient: return "wrong_gradient";
+    default: return "engine_error";
+  }
+}
+
+constexpr const char* kCrash = "Fatal Python error: Segmentation fault";
+
+struct Predicted {
+  std::string verdict = "ok";
+  std::string text;
+  std::string flat_param;
+};
+
+Predicted predicted_for_rank(const SyncSimulation& sim, int rank) {
+  Predicted p;
+  for (const Finding& f : sim.findings) {
+    if (std::find(f.ranks.begin(), f.ranks.end(), rank) == f.ranks.end() && f.rank != rank) continue;
+    p.verdict = f.error_text == kCrash ? "crash" : kind_text(f.kind);
+    p.text = error_text_for_rank(f, rank);
+    p.flat_param = f.parameter;
+    return p;
+  }
+  return p;
+}
+
+std::string flat_param_of(const std::string& unit) { return unit.empty() ? "_flat_param (root unit)" : unit + "._flat_param"; }
+
+struct Case {
+  std::string name;
+  std::string yaml;
+  VerifyResult predicted;
+};
+
+std::string random_fsdp1_plan(random_plans::Random& rng) {
+  std::string y = "base_model: tiny-llama\nsequence_len: 8\nmicro_batch_size: 1\n";
+  std::string hs = "  iterations: 2\n";
+  const std::string checkpoint = rng.pick(std::vector<std::string>{"off", "reentrant", "non_reentrant"});
+  if (checkpoint != "off") {
+    y += fmt::format("gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: {}\n",
+                     checkpoint == "reentrant" ? "true" : "false");
+    const int layer = rng.below(4);
+    hs += fmt::format("  checkpoint_layers: [{}]\n", layer);
+    if (rng.chance(0.3)) hs += fmt::format("  checkpoint_twice_layers: [{}]\n", layer);
+  }
+  if (rng.chance(0.5)) {
+    y += fmt::format("tiled_mlp: true\ntiled_mlp_num_shards: {}\n", 1 + rng.below(3));
+    const std::string strategy = rng.pick(std::vector<std::string>{"per_chunk_backward", "function_returns_grads", "per_chunk_backward"});
+    hs += "  tiled_mlp_backward: " + strategy + "\n";
+    if (strategy == "function_returns_grads") hs += "  tiled_mlp_weights_as_inputs: true\n";
+  }
+  if (rng.chance(0.3)) y += "gradient_accumulation_steps: 2\n";
+  y += fmt::format("fsdp_config:\n  auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n"
+                   "  use_orig_params: {}\n", rng.chance(0.6) ? "true" : "false");
+  if (rng.chance(0.25)) {
+    hs += fmt::format("  rank_overrides:\n    1:\n      unused_modules: [model.layers.{}{}]\n", rng.below(4),
+                      rng.chance(0.5) ? ".mlp" : "");
+  }
+  return y + "hookstream:\n  world_size: 2\n" + hs;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP1: the simulator agrees with real FullyShardedDataParallel (torch 2.11) per rank", "[differential][fsdp1]") {
+  std::vector<Case> cases;
+  LoadOptions load;
+  load.torch_version = "2.11";
+  VerifyOptions options;
+  options.search_fixes = false;
+  options.cost_fixes = false;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/fsdp1")) {
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& file : files) {
+    Case c;
+    c.name = std::filesystem::path(file).filename().string();
+    c.predicted = verify_plan(read_plan_source(file, load), options);
+    cases.push_back(std::move(c));
+  }
+  random_plans::Random rng(20261125);
+  int random_cases = 0;
+  for (int i = 0; random_cases < 20 && i < 200; ++i) {
+    Case c;
+    c.yaml = random_fsdp1_plan(rng);
+    c.name = fmt::format("random-{}", i);
+    try {
+      c.predicted = verify_plan(PlanSource{c.yaml, c.name + ".yaml", load}, options);
+    } catch (const InputError&) {
+      continue;
+    }
+    cases.push_back(std::move(c));
+    ++random_cases;
+  }
+  REQUIRE(cases.size() >= 40);
+  for (const Case& c : cases) REQUIRE(c.predicted.simulation.engine == "FSDP1");
+
+  std::map<int, std::vector<size_t>> by_world;
+  for (size_t i = 0; i < cases.size(); ++i) by_world[cases[i].predicted.plan.world_size].push_back(i);
+  Fsdp1OracleOptions oracle;
+  oracle.python = HOOKSTREAM_ORACLE_PYTHON;
+  oracle.source_dir = HOOKSTREAM_SOURCE_DIR;
+  std::vector<std::vector<Fsdp1RankObservation>> observed(cases.size());
+  for (const auto& [world, indices] : by_world) {
+    std::vector<Plan> plans;
+    for (size_t i : indices) plans.push_back(cases[i].predicted.plan);
+    auto results = run_fsdp1_oracle(plans, oracle);
+    for (size_t k = 0; k < indices.size(); ++k) observed[indices[k]] = std::move(results[k]);
+  }
+  int agree = 0, failing = 0, known_disagreements = 0;
+  std::map<std::string, int> verdicts;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    bool all = true;
+    for (const Fsdp1RankObservation& o : observed[i]) {
+      const Predicted p = predicted_for_rank(c.predicted.simulation, o.rank);
+      const std::string seen = o.text == kCrash ? "crash" : o.verdict;
+      INFO(c.name << " rank " << o.rank << "\n" << c.yaml << "\npredicted: " << p.verdict << " '" << p.text << "' "
+                  << p.flat_param << "\nobserved: " << seen << " '" << o.text << "' unit '" << o.unit << "' task '"
+                  << o.graph_task << "' wrong=" << o.wrong_gradients.size());
+      bool same = p.verdict == seen;
+      // Known disagreement (docs/engines/fsdp1.md): when a rank skips a whole unit whose all-gather
+      // has the same size as the next unit's, Gloo (even under DETAIL) pairs the different units'
+      // collectives silently and real FSDP1 fails later, in a forward, with a KeyError naming a
+      // Parameter. The model says collective_mismatch at the divergence; the real job also fails
+      // on every rank, with that text. Accepted only as exactly that pair of outcomes.
+      const bool known = !same && p.verdict == "collective_mismatch" && seen == "engine_error" &&
+                         o.text.rfind("Parameter containing:", 0) == 0;
+      if (known) {
+        same = true;
+        ++known_disagreements;
+      }
+      if (same && !known && (seen == "sharded_parameter_use" || seen == "engine_error" || seen == "crash")) {
+        same = p.text == o.text;
+      }
+      if (same && seen == "sharded_parameter_use") same = p.flat_param == flat_param_of(o.unit);
+      CHECK(same);
+      all = all && same;
+      ++verdicts[seen];
+    }
+    if (all) ++agree;
+    if (!c.predicted.ok()) ++failing;
+  }
+  std::string summary;
+  for (const auto& [v, n] : verdicts) summary += fmt::format("{}: {} ", v, n);
+  WARN("FSDP1 differential: " << agree << "/" << cases.size() << " plans agree on every rank (" << known_disagreements
+                               << " rank results of the known skipped-unit disagreement); rank verdicts " << summary);
+  CHECK(agree == static_cast<int>(cases.size()));
+  CHECK(failing >= 8);
+}
