@@ -1,5 +1,7 @@
 #include "sim/verify.h"
 
+#include "sim/sync/ddp_python_reducer/python_reducer.h"
+
 #include <fmt/format.h>
 #include <fstream>
 #include <set>
@@ -62,6 +64,11 @@ std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& str
 std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
   std::vector<VerifiedFix> out;
   const bool checkpointing = plan.gradient_checkpointing;
+  if (plan.torch_compile.enabled && plan.torch_compile.compiled_autograd && !uses_python_reducer(plan)) {
+    // PyTorch's own advice in the error (reducer.cpp, PR #152735), or leave compiled autograd off.
+    add(out, {{"hookstream.optimize_ddp", "python_reducer"}}, "compiled autograd needs DDP's Python reducer");
+    add(out, {{"hookstream.compiled_autograd", "false"}}, "the C++ Reducer's hooks run in eager autograd");
+  }
   if (plan.device_map != DeviceMap::PerRank) {
     add(out, {{"device_map", "ddp"}}, "one full replica per rank, as DDP requires (axolotl: drop device_map under torchrun)");
   }

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "sim/ddp_simulation.h"
+#include "sim/sync/ddp_python_reducer/python_reducer.h"
 
 namespace hookstream {
 
@@ -134,7 +135,10 @@ bool gradient_sync_modelled(const Engine& engine) {
 SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& structure,
                                       const SyncSimulationOptions& options) {
   switch (plan.engine.kind) {
-    case EngineKind::Ddp: return simulate_ddp(plan, structure, options);
+    case EngineKind::Ddp:
+      // torch.compile with the Python reducer or compiled autograd: other rules (docs/ddp-compile.md).
+      if (ddp_compile_rules_apply(plan)) return simulate_ddp_compiled(plan, structure, options);
+      return simulate_ddp(plan, structure, options);
     case EngineKind::Fsdp1:
     case EngineKind::Fsdp2:
     case EngineKind::DeepSpeed: break;

@@ -643,8 +643,8 @@ TEST_CASE("known_plan_keys lists every accepted dotted key", "[plan]") {
   CHECK(has("gradient_checkpointing_kwargs.preserve_rng_state"));
   CHECK_FALSE(has("world_size"));
   // axolotl 0.18.0's 478 keys but world_size and gradient_checkpointing_kwargs (6 dotted
-  // torch.utils.checkpoint arguments instead), 20 hookstream keys, 3 x 4 overrides.
-  CHECK(keys.size() == 478 - 2 + 6 + 20 + 12);
+  // torch.utils.checkpoint arguments instead), 22 hookstream keys, 3 x 4 overrides.
+  CHECK(keys.size() == 478 - 2 + 6 + 22 + 12);
 }
 
 TEST_CASE("training keys are read, validated and written back", "[plan]") {
