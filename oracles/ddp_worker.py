@@ -16,6 +16,7 @@ in the codes that use it (DeepSpeed ALST / axolotl TiledMLP), with the plan's ba
 import argparse
 import contextlib
 import datetime
+import importlib
 import json
 import math
 import os
@@ -340,7 +341,21 @@ def error_text(e):
     return text.split(marker)[0]
 
 
-def run_iterations(s, model, rank, ddp, recorder, out_dir, prefix, report, seed):
+def compiled_autograd_backward():
+    """loss.backward() under compiled autograd (torch._dynamo.compiled_autograd._enable, what
+    torch._dynamo.config.compiled_autograd=True turns on around a compiled region's backward)."""
+    from torch._dynamo import compiled_autograd
+
+    compiler = torch.compile(backend="aot_eager")
+
+    def backward(loss):
+        with compiled_autograd._enable(compiler):
+            loss.backward()
+
+    return backward
+
+
+def run_iterations(s, model, rank, ddp, recorder, out_dir, prefix, report, seed, backward=None):
     params = model.ddp_parameters()
     steps = s["gradient_accumulation_steps"]
     positions = {(q["rank"], q["iteration"], q["micro_step"]): q for q in s["positions"]}
@@ -365,7 +380,10 @@ def run_iterations(s, model, rank, ddp, recorder, out_dir, prefix, report, seed)
                     else:
                         loss = model(input_ids, labels, step)
                     phase = "backward"
-                    recorder.outer(loss).backward()
+                    if backward is not None:
+                        backward(recorder.outer(loss))
+                    else:
+                        recorder.outer(loss).backward()
             record["completed"] = True
         except Exception as e:  # noqa: BLE001 - every error the plan provokes is an observation
             report["error"] = {"text": error_text(e), "phase": phase, "iteration": it, "micro_step": micro}
@@ -438,6 +456,13 @@ def main(argv):
     recorder = Recorder(model.ddp_parameters())
     model.recorder = recorder
     ddp_flags = s["ddp"]
+    compile_flags = s.get("compile") or {"torch_compile": False}
+    if compile_flags["torch_compile"] or compile_flags["optimize_ddp"] != "ddp_optimizer":
+        # Read by DistributedDataParallel.__init__ (torch/nn/parallel/distributed.py:
+        # `_use_python_reducer = get_optimize_ddp_mode() == "python_reducer"`), so set before it.
+        importlib.import_module("torch._dynamo")  # a plain `import torch._dynamo` would make torch local here
+        mode = compile_flags["optimize_ddp"]
+        torch._dynamo.config.optimize_ddp = {"ddp_optimizer": True, "no_optimization": False}.get(mode, mode)
     kwargs = {}
     if ddp_flags["bucket_cap_mb"] is not None:
         kwargs["bucket_cap_mb"] = ddp_flags["bucket_cap_mb"]
@@ -446,7 +471,16 @@ def main(argv):
         gradient_as_bucket_view=ddp_flags["gradient_as_bucket_view"], broadcast_buffers=False, **kwargs)
     report = new_report(model, args.rank, args.world_size, False)
     prefix = f"rank-{args.rank}"
-    run_iterations(s, model, args.rank, ddp, recorder, args.out, prefix, report, args.seed)
+    backward = None
+    if compile_flags["torch_compile"]:
+        # torch.compile(DDP(model)), the order accelerate's prepare_model uses (accelerator.py:
+        # DistributedDataParallel(...) then torch.compile(model, **dynamo_plugin.to_kwargs())).
+        # The oracle compiles with aot_eager whatever the plan's backend: inductor's C++ codegen
+        # costs minutes per graph on CI's CPUs, and the reducer/hook rules are above the backend.
+        ddp = torch.compile(ddp, backend="aot_eager")
+        if compile_flags["compiled_autograd"]:
+            backward = compiled_autograd_backward()
+    run_iterations(s, model, args.rank, ddp, recorder, args.out, prefix, report, args.seed, backward)
     write_report(os.path.join(args.out, prefix + ".json"), report)
     # A rank that raised leaves the others in a collective; don't wait for them in shutdown.
     os._exit(0)

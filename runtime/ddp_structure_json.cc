@@ -75,6 +75,11 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
                   {"bucket_cap_mb", plan.ddp_bucket_cap_mb ? Json(*plan.ddp_bucket_cap_mb) : Json(nullptr)}};
   // FSDP1 oracle (oracles/fsdp1_worker.py): accelerate 1.15 defaults use_orig_params to false.
   j["fsdp1"] = Json{{"use_orig_params", plan.engine.fsdp.use_orig_params.value_or(false)}};
+  // torch.compile and torch._dynamo.config for oracles/ddp_worker.py (docs/ddp-compile.md).
+  j["compile"] = Json{{"torch_compile", plan.torch_compile.enabled},
+                      {"backend", plan.torch_compile.backend},
+                      {"optimize_ddp", to_string(plan.torch_compile.optimize_ddp)},
+                      {"compiled_autograd", plan.torch_compile.compiled_autograd}};
   j["use_reentrant"] = plan.use_reentrant;
   j["input_require_grads"] = plan.input_require_grads();
   j["tiled_mlp_backward"] = tiled_name(plan.tiled_mlp_backward);

@@ -132,6 +132,10 @@ bool classify_error(const Context& c, int rank, const WorkerError& error, std::v
   } else if (contains(text, "INTERNAL ASSERT FAILED") && contains(text, "reducer.cpp")) {
     f.kind = VerdictKind::ReducerAssert;
     f.explanation = "the Reducer hit one of its internal assertions: " + first_line(text);
+  } else if (contains(text, "Compiled autograd is not compatible with C++ DDP Reducer")) {
+    // torch 2.8+ reducer.cpp (PR #152735): DDP's C++ Reducer under compiled autograd.
+    f.kind = VerdictKind::EngineError;
+    f.explanation = "compiled autograd cannot run the C++ Reducer's hook: " + first_line(text);
   } else if (is_collective_failure(text)) {
     f.kind = VerdictKind::CollectiveMismatch;
     f.explanation = "this rank waited in a collective that the other ranks did not issue (or left).";

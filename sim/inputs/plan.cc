@@ -51,7 +51,7 @@ const std::vector<std::string>& schedule_keys() {
       "ddp_bucket_cap_mb", "device_map", "unfrozen_parameters", "base_model_config",
       "revision_of_model",
       "chunked_cross_entropy", "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay",
-      "seed", "bf16", "max_steps", "optimizer"};
+      "seed", "bf16", "max_steps", "optimizer", "torch_compile", "torch_compile_backend", "torch_compile_mode"};
   return keys;
 }
 
@@ -70,7 +70,8 @@ const std::vector<std::string>& hookstream_keys() {
       "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs", "tiled_mlp_ds_grad_is_ready",
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
       "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
-      "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version"};
+      "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version",
+      "optimize_ddp", "compiled_autograd"};
   return keys;
 }
 
@@ -384,6 +385,14 @@ class Converter {
     else if (key == "activation_offloading") activation_offloading(value, key);
     else if (key == "tiled_mlp") plan_.tiled_mlp = read_bool(origin_, value, key);
     else if (key == "tiled_mlp_num_shards") plan_.tiled_mlp_num_shards = read_positive(origin_, value, key);
+    else if (key == "torch_compile") {
+      // axolotl's schema: bool | "auto"; "auto" is taken as on (it is a request to compile).
+      plan_.torch_compile.enabled = value.IsScalar() && lowercase(value.Scalar()) == "auto" ? true : read_bool(origin_, value, key);
+    } else if (key == "torch_compile_backend" || key == "torch_compile_mode") {
+      // TrainingArguments.__post_init__: a backend or a mode implies torch_compile.
+      (key == "torch_compile_backend" ? plan_.torch_compile.backend : plan_.torch_compile.mode) = read_string(origin_, value, key);
+      plan_.torch_compile.enabled = true;
+    }
     else if (key == "ddp_find_unused_parameters") plan_.ddp_find_unused_parameters = read_bool(origin_, value, key);
     else if (key == "ddp_bucket_cap_mb") plan_.ddp_bucket_cap_mb = read_positive_number(origin_, value, key);
     else if (key == "device_map") plan_.device_map = device_map(value, key);
@@ -640,6 +649,16 @@ class Converter {
     else if (key == "micro_step_overrides") plan_.micro_step_overrides = overrides(value, path);
     else if (key == "tiled_mlp_layers") plan_.tiled_mlp_layers = layer_ranges(value, path);
     else if (key == "torch_version") plan_.torch_version = parse_torch_version(read_string(origin_, value, path), origin_.at(value, path) + ": key \"" + path + "\"");
+    else if (key == "optimize_ddp") {
+      // torch._dynamo.config.optimize_ddp: a bool or one of get_optimize_ddp_mode's names.
+      const std::string text = value.IsScalar() ? value.Scalar() : "";
+      bool flag = false;
+      if (value.IsScalar() && YAML::convert<bool>::decode(value, flag)) {
+        plan_.torch_compile.optimize_ddp = flag ? OptimizeDdp::DdpOptimizer : OptimizeDdp::NoOptimization;
+      } else if (!parse_optimize_ddp(text, plan_.torch_compile.optimize_ddp)) {
+        fail_type(origin_, value, path, "true, false, ddp_optimizer, python_reducer, python_reducer_without_compiled_forward or no_optimization");
+      }
+    } else if (key == "compiled_autograd") plan_.torch_compile.compiled_autograd = read_bool(origin_, value, path);
     else if (key == "offload_protocol") plan_.offload_protocol = read_string(origin_, value, path);
     else if (key == "gpu") plan_.gpu = read_string(origin_, value, path);
     else if (key == "calibration") plan_.calibration = read_string(origin_, value, path);
@@ -1114,6 +1133,15 @@ class Validator {
       plan_.load_in_4bit = true;
     }
     if (plan_.load_in_4bit && plan_.load_in_8bit) fail("load_in_8bit", "load_in_4bit and load_in_8bit are exclusive");
+    if (plan_.torch_compile.optimize_ddp == OptimizeDdp::PythonReducer && !plan_.torch_version.at_least(2, 2)) {
+      // PR #110662 (2023-10, 2.2) added the mode; get_optimize_ddp_mode asserts on unknown names.
+      fail("hookstream.optimize_ddp", "python_reducer needs PyTorch 2.2 or later (PR #110662), the plan models " +
+                                          plan_.torch_version.text());
+    }
+    if (plan_.torch_compile.compiled_autograd && !plan_.torch_compile.enabled) {
+      fail("hookstream.compiled_autograd", "is true but torch_compile is not set (compiled autograd runs the backward of a "
+                                           "torch.compile'd model); set torch_compile: true");
+    }
     // lora_target_linear is expanded against the model (build_model_structure): its Linear modules.
     if (plan_.adapter != Adapter::None && plan_.lora_target_modules.empty() && !plan_.lora_target_linear &&
         plan_.lora_target_parameters.empty()) {
@@ -1361,6 +1389,11 @@ void emit_axolotl_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.bf16) emit(out, "bf16", *plan.bf16);
   if (plan.max_steps) emit(out, "max_steps", *plan.max_steps);
   if (plan.optimizer != defaults.optimizer) emit_string(out, "optimizer", plan.optimizer);
+  if (plan.torch_compile.enabled) {
+    emit(out, "torch_compile", true);
+    if (plan.torch_compile.backend != defaults.torch_compile.backend) emit_string(out, "torch_compile_backend", plan.torch_compile.backend);
+    if (!plan.torch_compile.mode.empty()) emit_string(out, "torch_compile_mode", plan.torch_compile.mode);
+  }
 }
 
 void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
@@ -1390,6 +1423,8 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   emit_overrides(out, "micro_step_overrides", plan.micro_step_overrides);
   if (plan.tiled_mlp_layers) emit_ints(out, "tiled_mlp_layers", *plan.tiled_mlp_layers);
   if (plan.torch_version != newest_torch_version()) emit(out, "torch_version", plan.torch_version.text());
+  if (plan.torch_compile.optimize_ddp != defaults.torch_compile.optimize_ddp) emit(out, "optimize_ddp", to_string(plan.torch_compile.optimize_ddp));
+  if (plan.torch_compile.compiled_autograd) emit(out, "compiled_autograd", true);
   out << YAML::EndMap;
 }
 

@@ -10,6 +10,7 @@
 
 #include "sim/inputs/axolotl_config/distributed_config.h"
 #include "sim/inputs/model_config.h"
+#include "sim/sync/ddp_python_reducer/torch_compile.h"
 #include "sim/inputs/torch_version.h"
 
 namespace hookstream {
@@ -149,6 +150,9 @@ struct Plan {
   std::map<int, PlanOverride> micro_step_overrides;  // key: micro-step of every iteration (0-based)
   // The PyTorch whose DDP is modelled (hookstream.torch_version, --torch-version).
   TorchVersion torch_version = newest_torch_version();
+  // torch.compile of the DDP model (axolotl's torch_compile*, hookstream.optimize_ddp,
+  // hookstream.compiled_autograd): which DDP reducer runs (sim/sync/ddp_python_reducer/).
+  TorchCompile torch_compile;
 
   // --- what the config says beyond the DDP model (docs/plan-format.md) -------------------------
   // The engine the plan runs on (DDP, FSDP1/2, DeepSpeed ZeRO) and other parallelism: from the

@@ -9,6 +9,7 @@
 #include "sim/sync/zero/zero_model.h"
 #include "sim/sync/fsdp2/fsdp2_model.h"
 #include "sim/sync/fsdp1/fsdp1_model.h"
+#include "sim/sync/ddp_python_reducer/python_reducer.h"
 
 namespace hookstream {
 
@@ -137,7 +138,10 @@ bool gradient_sync_modelled(const Engine& engine) {
 SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& structure,
                                       const SyncSimulationOptions& options) {
   switch (plan.engine.kind) {
-    case EngineKind::Ddp: return simulate_ddp(plan, structure, options);
+    case EngineKind::Ddp:
+      // torch.compile with the Python reducer or compiled autograd: other rules (docs/ddp-compile.md).
+      if (ddp_compile_rules_apply(plan)) return simulate_ddp_compiled(plan, structure, options);
+      return simulate_ddp(plan, structure, options);
     case EngineKind::DeepSpeed:
       if (zero_stage_modelled(plan.engine)) return simulate_zero(plan, structure, options);
       break;

@@ -202,6 +202,13 @@ std::string render_text(const VerifyResult& r, bool colour) {
                        s.bold(), s.reset(), ckpt, tiled, plan.find_unused_parameters() ? "true" : "false",
                        plan.static_graph ? "true" : "false", r.simulation.initial_buckets.buckets.size(),
                        plan.torch_version.text());
+    if (plan.torch_compile.enabled || plan.torch_compile.optimize_ddp != OptimizeDdp::DdpOptimizer) {
+      // Which reducer runs under torch.compile (docs/ddp-compile.md).
+      out.insert(out.size() - 1, fmt::format("; torch_compile={}, optimize_ddp={}, compiled_autograd={}: {}",
+                                             plan.torch_compile.enabled ? "true" : "false",
+                                             to_string(plan.torch_compile.optimize_ddp),
+                                             plan.torch_compile.compiled_autograd ? "true" : "false", r.simulation.engine));
+    }
   }
   if (const auto moe = moe_estimate(r)) {
     out += fmt::format("{}moe{}      {}; the experts are fused [E, ...] tensors (transformers 5), one parameter used every "

@@ -1,5 +1,7 @@
 #include "sim/verify/verify.h"
 
+#include "sim/sync/ddp_python_reducer/python_reducer.h"
+
 #include <fmt/format.h>
 #include <fstream>
 #include <set>
@@ -64,6 +66,11 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
   if (plan.engine.kind == EngineKind::Fsdp2) return fsdp2_candidate_fixes(plan);  // fsdp_config.* keys
   std::vector<VerifiedFix> out;
   const bool checkpointing = plan.gradient_checkpointing;
+  if (plan.torch_compile.enabled && plan.torch_compile.compiled_autograd && !uses_python_reducer(plan)) {
+    // PyTorch's own advice in the error (reducer.cpp, PR #152735), or leave compiled autograd off.
+    add(out, {{"hookstream.optimize_ddp", "python_reducer"}}, "compiled autograd needs DDP's Python reducer");
+    add(out, {{"hookstream.compiled_autograd", "false"}}, "the C++ Reducer's hooks run in eager autograd");
+  }
   if (plan.device_map != DeviceMap::PerRank) {
     add(out, {{"device_map", "ddp"}}, "one full replica per rank, as DDP requires (axolotl: drop device_map under torchrun)");
   }

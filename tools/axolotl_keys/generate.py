@@ -35,7 +35,7 @@ MODELLED = {
     "tiled_mlp", "tiled_mlp_num_shards", "ddp_find_unused_parameters", "ddp_bucket_cap_mb",
     "device_map", "unfrozen_parameters", "chunked_cross_entropy",
     "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay", "seed", "bf16",
-    "max_steps", "optimizer",
+    "max_steps", "optimizer", "torch_compile", "torch_compile_backend", "torch_compile_mode",
     # the engine: which gradient-sync strategy a config runs on
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "context_parallel_size",
     "tensor_parallel_size", "expert_parallel_size", "dp_shard_size", "dp_replicate_size",
