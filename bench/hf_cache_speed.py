@@ -16,7 +16,8 @@ fresh processes (fork to wait4, median of --runs):
 
 Each run's output is checked, so a fast wrong answer cannot pass: the verify must have read the
 model from the temporary cache (`Llama-3.3-70B-Instruct` is no bundled preset; a failed lookup is
-exit 2) and reach a verdict (exit 0 or 1, not 2), and the inspect JSON must list DeepSeek-V3's
+exit 2), the snapshot refs/main names (a stale 2-layer revision sits beside it), and reach a verdict
+(exit 0 or 1, not 2), and the inspect JSON must list DeepSeek-V3's
 parameters (more than 600 G of them, 256 experts in layer 3's fused expert tensors) from that cache.
 --check-only: one run of each, the table's form checked (the ctest entry; never a timing assert).
 """
@@ -57,6 +58,15 @@ def make_cache(root):
         snapshot = os.path.join(folder, "snapshots", commit)
         os.makedirs(snapshot)
         shutil.copyfile(os.path.join(HERE, config), os.path.join(snapshot, "config.json"))
+        # An older revision beside it, as a cache that has seen two downloads holds: a 2-layer
+        # config, so a lookup that ignored refs/main would be caught by the checks below.
+        with open(os.path.join(HERE, config)) as f:
+            old = json.load(f)
+        old["num_hidden_layers"] = 2
+        stale = os.path.join(folder, "snapshots", "0" * 40)
+        os.makedirs(stale)
+        with open(os.path.join(stale, "config.json"), "w") as f:
+            json.dump(old, f)
 
 
 def timed(argv, env, accept=(0,)):
@@ -75,8 +85,10 @@ def timed(argv, env, accept=(0,)):
 
 
 def check_verify(out, cache):
-    if cache not in out and "Llama-3.3-70B-Instruct" not in out:
-        sys.exit("hf_cache_speed: the verify report does not name the model it read from the cache:\n" + out[:2000])
+    # The snapshot refs/main names, and its 80 layers (not the stale 2-layer revision beside it).
+    snapshot = os.path.join(cache, "models--meta-llama--Llama-3.3-70B-Instruct", "snapshots", MODELS[0][2])
+    if snapshot not in out or not (out.lstrip().startswith("{") or "80 layers" in out):
+        sys.exit("hf_cache_speed: the verify report does not show the model of refs/main's snapshot:\n" + out[:2000])
 
 
 def check_inspect(out, cache):
