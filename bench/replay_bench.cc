@@ -24,6 +24,10 @@
 //   --only runs the scaled rows whose label contains TEXT.
 //        replay_bench --write SOURCE COPIES TARGET
 //   writes one scaled trace and keeps it (for perf record, or `hookstream replay TARGET`).
+//        replay_bench --floor TRACE
+//   prints the two-core reading floor of one trace as one line of JSON (seconds): the floor of
+//   table 3 (sqlite_two_core_floor_s, kineto_two_core_floor), for bench/replay_vs_hta.py, which
+//   sets it against whole `hookstream replay` processes.
 #include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -485,12 +489,29 @@ int main(int argc, char** argv) {
       else bench::write_scaled_kineto(source, target, copies);
       return 0;
     }
+    if (arg == "--floor" && i + 1 < argc) {
+      const std::string path = argv[i + 1];
+      if (!std::filesystem::is_regular_file(path)) {
+        std::fprintf(stderr, "replay_bench: --floor %s: no such file\n", path.c_str());
+        return 2;
+      }
+      const double read_s = reading_floor_s(path);
+      if (detect_trace_format(path) == TraceFormat::NsysSqlite) {
+        std::printf("{\"format\": \"nsys\", \"read_one_core_s\": %.6f, \"floor_s\": %.6f}\n", read_s,
+                    sqlite_two_core_floor_s(path));
+      } else {
+        const KinetoFloor kineto = kineto_two_core_floor(path, read_s);
+        std::printf("{\"format\": \"kineto\", \"read_one_core_s\": %.6f, \"parse_one_core_s\": %.6f, \"floor_s\": %.6f}\n",
+                    kineto.read_s, kineto.parse_s, kineto.floor_s);
+      }
+      return 0;
+    }
     if (arg == "--real-only") scaled = false;
     else if (arg == "--scaled-only") real = false;
     else if (arg == "--large") large = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg.rfind("--", 0) == 0) {
-      std::fprintf(stderr, "replay_bench: unknown option %s (expected --real-only, --scaled-only, --large, --only TEXT, --write)\n", arg.c_str());
+      std::fprintf(stderr, "replay_bench: unknown option %s (expected --real-only, --scaled-only, --large, --only TEXT, --write, --floor)\n", arg.c_str());
       return 2;
     } else {
       shared = arg;

@@ -60,6 +60,12 @@ SimTensor AutogradEngine::op(const std::string& label, const std::vector<SimTens
 
 int AutogradEngine::add_data(const std::vector<SimTensor>& inputs, const std::vector<int>& parameters) {
   DataNode data;
+  // One allocation per list, sized before the loop: growing them one push_back at a time was ~4% of
+  // a 70B verify (perf: _M_realloc_insert under add_data), a graph holds ~10^4 of these nodes.
+  data.inputs.reserve(inputs.size());
+  size_t leaves = 0;
+  for (const auto& t : inputs) leaves += t.grad_fn >= 0 && static_cast<size_t>(t.grad_fn) < parameter_count_;
+  data.parameters.reserve(parameters.size() + leaves);
   data.parameters = parameters;
   for (const auto& t : inputs) {
     if (t.data >= 0) data.inputs.push_back(t.data);
@@ -83,6 +89,9 @@ std::vector<bool> AutogradEngine::dataflow_parameters(const std::vector<SimTenso
   std::vector<bool> seen(data_nodes_.size(), false);
   std::vector<bool> used(parameter_count_, false);
   std::vector<int> stack;
+  // Every node is pushed at most once per input edge; one allocation up front instead of the
+  // doublings (perf: ~3% of a 70B verify in _M_realloc_insert here).
+  stack.reserve(data_nodes_.size() + outputs.size());
   for (const auto& t : outputs) {
     if (t.data >= 0) stack.push_back(t.data);
     if (t.grad_fn >= 0 && static_cast<size_t>(t.grad_fn) < parameter_count_) used[static_cast<size_t>(t.grad_fn)] = true;
