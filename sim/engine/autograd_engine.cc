@@ -1,5 +1,7 @@
 #include "sim/engine/autograd_engine.h"
 
+#include <exception>
+
 #include <queue>
 #include <utility>
 
@@ -273,6 +275,8 @@ void AutogradEngine::run_task(int root, const std::vector<int>& capture_targets,
     const std::vector<int>& order;
     const std::vector<std::pair<int, int>>& saved;
     ~TaskGuard() {
+      // The innermost task an error escaped from (destructors unwind innermost first).
+      if (std::uncaught_exceptions() > 0 && engine.failed_task_ < 0) engine.failed_task_ = engine.running_.back();
       engine.callbacks_.pop_back();
       engine.running_.pop_back();
       for (int node : order) engine.local_index_[static_cast<size_t>(node)] = -1;
@@ -323,6 +327,9 @@ void AutogradEngine::clear_graph() {
   data_nodes_.clear();
 }
 
-void AutogradEngine::clear_tasks() { tasks_.clear(); }
+void AutogradEngine::clear_tasks() {
+  tasks_.clear();
+  failed_task_ = -1;
+}
 
 }  // namespace hookstream

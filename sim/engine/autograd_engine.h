@@ -113,6 +113,9 @@ class AutogradEngine {
   // Engine::queue_callback: runs when the innermost running graph task finishes.
   void queue_callback(std::function<void()> callback);
   int current_task() const { return running_.empty() ? -1 : running_.back(); }
+  // The innermost graph task an exception escaped from since clear_tasks() (-1: none): where an
+  // engine's error was raised once the unwinding has emptied the running stack.
+  int failed_task() const { return failed_task_; }
   const GraphTaskInfo& task(int id) const { return tasks_[static_cast<size_t>(id)]; }
   const std::vector<GraphTaskInfo>& tasks() const { return tasks_; }
   void set_hook_listener(HookListener listener) { listener_ = std::move(listener); }
@@ -148,6 +151,7 @@ class AutogradEngine {
   uint64_t stamp_counter_ = 0;
   std::vector<GraphTaskInfo> tasks_;
   std::vector<int> running_;
+  int failed_task_ = -1;
   std::vector<std::vector<std::function<void()>>> callbacks_;  // per running task
   HookListener listener_;
 };

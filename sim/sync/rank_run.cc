@@ -155,6 +155,7 @@ class RankDriver {
     }
     if (!error.graph_tasks().empty()) f.graph_tasks = error.graph_tasks();
     if (f.graph_tasks.empty() && engine_.current_task() >= 0) f.graph_tasks.push_back(task_text(engine_.task(engine_.current_task())));
+    if (f.graph_tasks.empty() && engine_.failed_task() >= 0) f.graph_tasks.push_back(task_text(engine_.task(engine_.failed_task())));
     if (f.graph_tasks.empty()) f.graph_tasks.push_back("none: the error is raised outside backward");
     f.error_text = error.what();
     f.explanation = error.explanation();

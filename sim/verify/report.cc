@@ -187,6 +187,14 @@ std::string render_text(const VerifyResult& r, bool colour) {
                        plan.tiled_mlp ? fmt::format(" with ds_grad_is_ready={}", plan.tiled_mlp_ds_grad_is_ready.value_or(true)) : "",
                        r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false",
                        ds.reduce_bucket_size ? std::to_string(*ds.reduce_bucket_size) : std::string("500000000 (default)"));
+  } else if (plan.engine.kind == EngineKind::Fsdp1) {
+    // sim/sync/fsdp1: flat parameters per unit, no buckets.
+    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP1 units {}; use_orig_params={}; FSDP1 of PyTorch {}\n",
+                       s.bold(), s.reset(), ckpt, tiled,
+                       plan.engine.fsdp.transformer_layer_cls_to_wrap.empty()
+                           ? std::string("decoder layers")
+                           : fmt::format("{}", fmt::join(plan.engine.fsdp.transformer_layer_cls_to_wrap, ",")),
+                       plan.engine.fsdp.use_orig_params.value_or(false) ? "true" : "false", plan.torch_version.text());
   } else if (r.simulation.engine == "FSDP2") {
     // sim/sync/fsdp2: no buckets, no find_unused_parameters; the units and resharding decide.
     out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP2 units {}; reshard_after_forward={}; "

@@ -71,7 +71,8 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
     add(out, {{"hookstream.optimize_ddp", "python_reducer"}}, "compiled autograd needs DDP's Python reducer");
     add(out, {{"hookstream.compiled_autograd", "false"}}, "the C++ Reducer's hooks run in eager autograd");
   }
-  if (plan.device_map != DeviceMap::PerRank) {
+  const bool ddp = plan.engine.kind == EngineKind::Ddp;  // DDP's own keys fix nothing under FSDP or ZeRO
+  if (ddp && plan.device_map != DeviceMap::PerRank) {
     add(out, {{"device_map", "ddp"}}, "one full replica per rank, as DDP requires (axolotl: drop device_map under torchrun)");
   }
   if (checkpointing && plan.use_reentrant) {
@@ -95,11 +96,11 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
     add(out, {{"hookstream.tiled_mlp_backward", "function_returns_grads"}, {"hookstream.tiled_mlp_weights_as_inputs", "true"}},
         "the Function returns the summed weight gradients: accumulators run once, in the outer task");
   }
-  if (plan.find_unused_parameters()) {
+  if (ddp && plan.find_unused_parameters()) {
     add(out, {{"ddp_find_unused_parameters", "false"}},
         "without the unused-parameter search, parameters behind a reentrant checkpoint are not pre-marked");
   }
-  if (!plan.static_graph) {
+  if (ddp && !plan.static_graph) {
     add(out, {{"hookstream.static_graph", "true"}},
         "static_graph counts hook firings in the first iteration and marks each parameter on its last firing");
   }
@@ -113,10 +114,16 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
         "the embedding output requires grad, so the first reentrant checkpoint has a backward");
   }
   if (!plan.unused_modules.empty() || !plan.rank_overrides.empty() || !plan.iteration_overrides.empty()) {
-    if (!plan.find_unused_parameters()) {
+    if (ddp && !plan.find_unused_parameters()) {
       add(out, {{"ddp_find_unused_parameters", "true"}},
           "parameters unused in an iteration are marked ready at the first hook instead of leaving their bucket pending");
     }
+  }
+  if (plan.engine.kind == EngineKind::Fsdp1) {
+    // FSDP2 reduces once per unit from RegisterPostBackwardFunction, not from the flat parameter's
+    // AccumulateGrad, so nested backwards inside a unit do not reshard it (docs/engines/fsdp2.md).
+    add(out, {{"fsdp_version", "2"}}, "FSDP2 reduces each unit once, when the outer backward reaches its input, not "
+                                      "on every AccumulateGrad of a flat parameter");
   }
   return out;
 }
