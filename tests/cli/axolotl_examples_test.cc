@@ -154,7 +154,7 @@ TEST_CASE("a DDP example gets a real DDP verdict and lists its keys hookstream d
   CHECK(j["config_keys"]["axolotl_version"] == "0.18.0");
 }
 
-TEST_CASE("axolotl's FSDP1 full fine-tune example gets an FSDP1 gradient-sync verdict; its QLoRA ones say what is not modelled",
+TEST_CASE("axolotl's FSDP1 full fine-tune example gets an FSDP1 gradient-sync verdict. Its QLoRA ones say what is not modelled",
           "[cli][axolotl][fsdp1]") {
   const fs::path file = corpus("axolotl-examples/llama-3_fft-8b-liger-fsdp.yaml");
   const auto r = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --world-size 2 --format json");

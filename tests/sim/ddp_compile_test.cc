@@ -94,7 +94,7 @@ TEST_CASE("Python reducer: a module used only in a no_sync micro-step keeps its 
   CHECK(f.micro_step == 0);
 }
 
-TEST_CASE("compiled autograd with the C++ Reducer: PyTorch's error on 2.8+, silent before; the fix is verified",
+TEST_CASE("compiled autograd with the C++ Reducer: PyTorch's error on 2.8+, silent before. The fix is verified",
           "[ddp][compile]") {
   const std::vector<std::string> ca = {"torch_compile=true", "hookstream.compiled_autograd=true"};
   const VerifyResult r = verify_file("plain.yaml", ca, "2.11");

@@ -87,7 +87,7 @@ TEST_CASE("ZeRO-2: a reentrant checkpoint run twice reduces its parameters twice
   CHECK(twice.findings.front().layer == 1);
 }
 
-TEST_CASE("ZeRO-0 and ZeRO-3 are not modelled; a stage outside 0-3 is bad input", "[zero]") {
+TEST_CASE("ZeRO-0 and ZeRO-3 are not modelled. A stage outside 0-3 is bad input", "[zero]") {
   for (const std::string stage : {"0", "3"}) {
     const Plan plan = parse_plan("base_model: tiny-llama\ndeepspeed:\n  zero_optimization:\n    stage: " + stage + "\n", "z.yaml");
     CHECK_FALSE(gradient_sync_modelled(plan.engine));
