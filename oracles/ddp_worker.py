@@ -297,12 +297,7 @@ class TinyModel(nn.Module):
         for layer, count in zip(s["layers"], step["checkpoint_count"]):
             if self.skipped(step, layer["path"]):
                 continue
-            if count == 0:
-                hidden = self.decoder_layer(hidden, layer, step)
-                continue
-            for _ in range(count):
-                fn = self._checkpointed(layer, step)
-                hidden = checkpoint.checkpoint(fn, hidden, use_reentrant=s["use_reentrant"])
+            hidden = self.run_layer(hidden, layer, count, step)
         if not self.skipped(step, s["parameters"][s["final_norm"]]["module"]):
             hidden = self.rms_norm(hidden, p[s["final_norm"]])
         head_path = "lm_head" if m["tie_word_embeddings"] else s["parameters"][s["lm_head"]]["module"]
@@ -312,6 +307,16 @@ class TinyModel(nn.Module):
             logits = F.linear(hidden, p[s["lm_head"]])
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
         return loss / s["gradient_accumulation_steps"]
+
+    def run_layer(self, hidden, layer, count, step):
+        """One decoder layer of the stack, `count` checkpointed passes (0: no checkpoint). The FSDP1
+        worker overrides it to call the layer as its own (wrapped) module."""
+        if count == 0:
+            return self.decoder_layer(hidden, layer, step)
+        for _ in range(count):
+            fn = self._checkpointed(layer, step)
+            hidden = checkpoint.checkpoint(fn, hidden, use_reentrant=self.s["use_reentrant"])
+        return hidden
 
     def _checkpointed(self, layer, step):
         model = self

@@ -98,37 +98,12 @@ class FsdpTinyModel(TinyModel):
             obj = getattr(obj, part)
         return obj
 
-    def forward(self, input_ids, labels, step):
-        # TinyModel.forward runs decoder_layer / checkpoint itself; here each layer is a module call.
-        return self._forward(input_ids, labels, step)
-
-    def _forward(self, input_ids, labels, step):
-        import torch.nn.functional as F
-        s, p = self.s, self.table
-        m = s["model"]
-        b, t = input_ids.shape
-        embed_module = s["parameters"][s["embed"]]["module"]
-        if self.skipped(step, embed_module):
-            hidden = torch.randn(b, t, m["hidden_size"], generator=torch.Generator().manual_seed(17))
-        else:
-            hidden = F.embedding(input_ids, p[s["embed"]])
-        if s["input_require_grads"] and not hidden.requires_grad:
-            hidden.requires_grad_(True)
-        for layer, count in zip(s["layers"], step["checkpoint_count"]):
-            if self.skipped(step, layer["path"]):
-                continue
-            # count > 1: the layer applied `count` times (weight sharing), each call a unit forward.
-            for _ in range(max(1, count)):
-                hidden = self.layer_module(layer)(hidden, step)
-        if not self.skipped(step, s["parameters"][s["final_norm"]]["module"]):
-            hidden = self.rms_norm(hidden, p[s["final_norm"]])
-        head_path = "lm_head" if m["tie_word_embeddings"] else s["parameters"][s["lm_head"]]["module"]
-        if self.skipped(step, head_path):
-            loss = hidden.pow(2).mean()
-        else:
-            logits = F.linear(hidden, p[s["lm_head"]])
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-        return loss / s["gradient_accumulation_steps"]
+    def run_layer(self, hidden, layer, count, step):
+        # Each layer is a module call (its FSDP unit's hooks run); count > 1: the layer applied
+        # `count` times (weight sharing), each call a unit forward.
+        for _ in range(max(1, count)):
+            hidden = self.layer_module(layer)(hidden, step)
+        return hidden
 
 
 class Instruments:
