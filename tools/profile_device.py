@@ -115,7 +115,7 @@ def main():
                          capture_output=True, text=True).stdout.strip()
     raw = {"device": torch.cuda.get_device_name(0), "nvidia_smi": smi, "torch": torch.__version__,
            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "sms": props.multi_processor_count,
-           "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "gemm": [], "sdpa": [],
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "gemm": [], "sdpa": [],
            "elementwise": {}, "copies": {}, "adamw": [], "layer": []}
     print(json.dumps({k: raw[k] for k in ("device", "nvidia_smi", "torch", "cuda", "cudnn", "date")}), flush=True)
 
@@ -158,7 +158,7 @@ def main():
     layouts = sorted({(heads, kv, hd) for (_, _, heads, kv, hd, _) in MODELS.values()})
     for heads, kv, hd in layouts:
         long = (heads, kv, hd) == (32, 8, 128)
-        for seq in SDPA_SEQS + ([65536, 131072] if long else []):
+        for seq in SDPA_SEQS + ([65536, 131072, 262144] if long else []):
             if QUICK and seq > 8192:
                 continue
             if left() < 120 - (seq // 1024):
@@ -167,8 +167,8 @@ def main():
             kt = torch.randn(1, seq, kv, hd, dtype=BF16, device=DEV).transpose(1, 2).requires_grad_(True)
             vt = torch.randn(1, seq, kv, hd, dtype=BF16, device=DEV).transpose(1, 2).requires_grad_(True)
             fwd = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=kv != heads)
-            reps = 1 if seq >= 65536 else 3
-            f, b = timed_backward(fwd, [qt, kt, vt], groups=1 if seq >= 65536 else 3, reps=reps)
+            # Past 64K one call takes 0.05-2.5 s: 3 timed calls (2 past 128K) after the warm-up.
+            f, b = timed_backward(fwd, [qt, kt, vt], groups=1 if seq >= 65536 else 3, reps=(2 if seq > 131072 else 3))
             flops = 4.0 * seq * seq * heads * hd / 2  # QK^T and PV, causal half
             row = {"seq": seq, "heads": heads, "kv_heads": kv, "head_dim": hd, "forward_s": f, "backward_s": b,
                    "forward_tflops": flops / f / 1e12, "backward_tflops": 2.5 * flops / b / 1e12}
