@@ -1,6 +1,7 @@
 #include "sim/cost/device_spec.h"
 
 #include "sim/inputs/data_files.h"
+#include "sim/cost/device_profile.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -137,7 +138,17 @@ DeviceSpec load_device_spec(const std::string& path) {
   if (!in) throw InputError(path, "cannot read the device file");
   std::stringstream text;
   text << in.rdbuf();
-  return parse_device_spec(text.str(), path);
+  DeviceSpec spec = parse_device_spec(text.str(), path);
+  const std::string profile = (std::filesystem::path(path).parent_path() / "profiles" / (spec.name + ".yaml")).string();
+  std::error_code error;
+  if (std::filesystem::is_regular_file(profile, error)) {
+    auto loaded = std::make_shared<DeviceProfile>(load_device_profile(profile));
+    if (loaded->device != spec.name) {
+      throw InputError(profile, "key device: expected " + spec.name + " (the device file's name), got " + loaded->device);
+    }
+    spec.profile = std::move(loaded);
+  }
+  return spec;
 }
 
 std::string device_dir() { return data_dir() + "/devices"; }

@@ -3,11 +3,14 @@
 // field and where each number comes from.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace hookstream {
+
+struct DeviceProfile;  // sim/cost/device_profile.h
 
 struct HostLink {
   int pcie_gen = 0;
@@ -30,9 +33,13 @@ struct DeviceSpec {
   HostLink host_link;
   double nvlink_gbps = 0;             // per direction per GPU; 0: no NVLink (PCIe within a node)
   double network_gbps = 0;            // inter-node bandwidth per GPU, GB/s
+  // The measured kernel costs of profiles/<name>.yaml beside the device file, when there is one
+  // (load_device_spec reads it); null: the time model's roofline alone.
+  std::shared_ptr<const DeviceProfile> profile;
 };
 
-// Reads a device file. Throws InputError "FILE:LINE: what was expected" for a bad file.
+// Reads a device file and, where it exists, its profile (profiles/NAME.yaml in the same directory).
+// Throws InputError "FILE:LINE: what was expected" for a bad file.
 DeviceSpec load_device_spec(const std::string& path);
 DeviceSpec parse_device_spec(const std::string& yaml_text, const std::string& source);
 

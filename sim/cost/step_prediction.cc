@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "sim/cost/profiled_costs.h"
 #include "sim/sync/ddp/ddp_simulation.h"
 #include "sim/streams/stream_expansion.h"
 #include "sim/streams/stream_protocol.h"
@@ -31,7 +32,15 @@ StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& str
   TimeModelOptions options;
   options.calibration = calibration;
   options.collective_ranks = plan.world_size;
-  prediction.schedule = schedule_step(step, device, options);
+  if (device.profile) {
+    // Kernel durations from the device's measured profile (sim/cost/profiled_costs.h); the
+    // roofline for what it does not cover.
+    EventModel profiled = step;
+    apply_device_profile(profiled, plan, structure, device, *device.profile);
+    prediction.schedule = schedule_step(std::move(profiled), device, options);
+  } else {
+    prediction.schedule = schedule_step(step, device, options);
+  }
   prediction.tokens_per_step = static_cast<int64_t>(plan.sequence_len_for(0, 0)) * plan.micro_batch_size *
                                std::max(1, plan.gradient_accumulation_steps) * std::max(1, plan.world_size);
   prediction.tokens_per_second = prediction.schedule.tokens_per_second(prediction.tokens_per_step);

@@ -11,8 +11,7 @@
 
 namespace hookstream {
 
-LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch, const ModelStructure* structure, int layer) {
-  const double tokens = static_cast<double>(sequence_len) * micro_batch;
+std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const ModelStructure* structure, int layer) {
   const double h = model.hidden_size;
   const double head_dim = model.head_dim > 0 ? model.head_dim : (model.num_attention_heads > 0 ? h / model.num_attention_heads : 0);
   const double q_width = model.num_attention_heads * head_dim;
@@ -32,19 +31,37 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
       {use ? use->v : kAbsent, h, kv_width, false}, {use ? use->o : kAbsent, q_width, h, false},
       {use ? use->gate : kAbsent, h, inter, true},  {use ? use->up : kAbsent, h, inter, true},
       {use ? use->down : kAbsent, inter, h, true}};
-  LayerCost cost;
+  std::vector<ProjectionShape> shapes;
   for (const Projection& p : projections) {
-    const double base = 2 * tokens * p.in * p.out;
+    ProjectionShape shape;
+    shape.in = p.in;
+    shape.out = p.out;
+    shape.mlp = p.mlp;
     // The input gradient is always computed (earlier layers and LoRA need it); the weight gradient
     // only for a trainable weight: a frozen (LoRA/QLoRA base) weight costs 1x forward in backward.
-    const bool trainable = use == nullptr || (p.linear.weight >= 0 && structure->parameters[p.linear.weight].trainable);
-    double forward_lora = 0;
+    shape.trainable = use == nullptr || (p.linear.weight >= 0 && structure->parameters[p.linear.weight].trainable);
     if (use != nullptr && p.linear.lora_a >= 0) {
-      const double r = static_cast<double>(structure->parameters[p.linear.lora_a].shape[0]);  // lora_A is [r, in]
-      forward_lora = 2 * tokens * r * (p.in + p.out);
+      shape.lora_rank = static_cast<double>(structure->parameters[p.linear.lora_a].shape[0]);  // lora_A is [r, in]
     }
+    shapes.push_back(shape);
+  }
+  return shapes;
+}
+
+LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch, const ModelStructure* structure, int layer) {
+  const double tokens = static_cast<double>(sequence_len) * micro_batch;
+  const double h = model.hidden_size;
+  const double head_dim = model.head_dim > 0 ? model.head_dim : (model.num_attention_heads > 0 ? h / model.num_attention_heads : 0);
+  const double q_width = model.num_attention_heads * head_dim;
+  const double kv_width = model.num_key_value_heads * head_dim;
+  const std::vector<ProjectionShape> projections = layer_projections(model, structure, layer);
+  const double inter = projections[4].out;  // gate
+  LayerCost cost;
+  for (const ProjectionShape& p : projections) {
+    const double base = 2 * tokens * p.in * p.out;
+    const double forward_lora = 2 * tokens * p.lora_rank * (p.in + p.out);
     // LoRA A and B are trainable: input and weight gradients of both, 2x their forward.
-    const double backward = base * (trainable ? 2 : 1) + 2 * forward_lora;
+    const double backward = base * (p.trainable ? 2 : 1) + 2 * forward_lora;
     cost.projection_flops += base;
     cost.lora_flops += forward_lora;
     if (p.mlp) {

@@ -62,6 +62,17 @@ struct LayerCost {
   double mlp_forward_flops() const { return mlp_flops + lora_mlp_flops; }
   double backward_flops() const { return attention_backward_flops + mlp_backward_flops; }
 };
+// One projection of a decoder layer (q, k, v, o, gate, up, down, in that order): y[tokens, out] =
+// x[tokens, in] W^T, its weight trainable or frozen, with a LoRA pair of rank lora_rank (0: none).
+struct ProjectionShape {
+  double in = 0, out = 0;
+  bool mlp = false;
+  bool trainable = true;
+  double lora_rank = 0;
+};
+// Without `structure`: every weight trainable, no adapter. An MoE layer's MLP width is the experts
+// a token goes through.
+std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const ModelStructure* structure = nullptr, int layer = -1);
 // Without `structure`: every weight trainable, no adapter (a full fine-tune). With it: decoder
 // layer `layer`'s trainable flags and LoRA pairs.
 LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch,
