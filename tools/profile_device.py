@@ -312,8 +312,10 @@ def profile_yaml(name, raw):
 
 
 def merge_runs(paths):
-    """The faster reading of each measurement over several runs of this script (clock dips and other
-    work only ever slow a kernel down): the first run's raw JSON with each time replaced by the minimum."""
+    """The faster reading of each GEMM and SDPA measurement over several runs of this script (clock dips
+    and other work only ever slow a kernel down): the first run's raw JSON with each of those times
+    replaced by the minimum. Elementwise readings stay the first run's (give the run of the current
+    script first: what its elementwise kernels run changed between runs)."""
     runs = [json.load(open(p)) for p in paths]
     merged = runs[0]
     for other in runs[1:]:
@@ -328,9 +330,6 @@ def merge_runs(paths):
             for k in ("forward", "backward"):
                 if o and o[k + "_s"] < r[k + "_s"]:
                     r[k + "_s"], r[k + "_tflops"] = o[k + "_s"], o[k + "_tflops"]
-        for kind, rows in merged["elementwise"].items():
-            for r, o in zip(rows, other["elementwise"].get(kind, [])):
-                r["forward_s"], r["backward_s"] = min(r["forward_s"], o["forward_s"]), min(r["backward_s"], o["backward_s"])
     merged["date"] = " and ".join(sorted({r["date"] for r in runs})) + f" ({len(runs)} runs, the faster reading of each)"
     return merged
 
