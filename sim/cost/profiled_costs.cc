@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <tuple>
 
 #include "sim/cost/optimizer_states.h"
 #include "sim/streams/stream_expansion.h"
@@ -73,7 +75,14 @@ class KernelCosts {
  private:
   bool trainable(int parameter) const { return parameter >= 0 && structure_.parameters[parameter].trainable; }
 
-  double gemm(double m, double n, double k, GemmForm form) const { return profile_.gemm_ns(m, n, k, form, spec_); }
+  // Memoized: a step asks for the same few dozen shapes once per layer op (each lookup scans the
+  // profile's readings); the cache lives as long as this one step's costing.
+  double gemm(double m, double n, double k, GemmForm form) const {
+    const auto key = std::make_tuple(m, n, k, static_cast<int>(form));
+    const auto it = gemm_cache_.find(key);
+    if (it != gemm_cache_.end()) return it->second;
+    return gemm_cache_[key] = profile_.gemm_ns(m, n, k, form, spec_);
+  }
 
   // A bf16 tensor copied (read + write): attention's output transposed back to [tokens, heads x dim].
   double copy(double elements) const { return 2 * 2 * elements / (profile_.d2d_gbps_read_plus_write * 1e9) * 1e9; }
@@ -162,6 +171,7 @@ class KernelCosts {
   const DeviceProfile& profile_;
   int batch_ = 1, seq_ = 0, shards_ = 1, chunks_ = 1;
   double tokens_ = 0, h_ = 0, head_dim_ = 0, q_width_ = 0, kv_width_ = 0;
+  mutable std::map<std::tuple<double, double, double, int>, double> gemm_cache_;
 };
 
 }  // namespace
