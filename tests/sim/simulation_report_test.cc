@@ -227,7 +227,15 @@ TEST_CASE("plan search tries chunked cross-entropy when the logits dominate", "[
                                                      "activation_offloading: true\nhookstream:\n  iterations: 1\n");
   PlanSearchOptions options;
   options.top = 1;
+  // The H100 file alone, without profiles/H100-SXM.yaml beside it: the roofline's byte counts of
+  // axolotl's compiled chunks (the profile costs `hookstream run`'s chunked loss, whose backward
+  // recomputes each chunk's lm_head GEMM: slower than the stock loss where memory is not short).
+  const std::filesystem::path roofline = std::filesystem::temp_directory_path() / "hookstream-roofline-H100-SXM.yaml";
+  std::filesystem::copy_file(std::string(HOOKSTREAM_SOURCE_DIR) + "/devices/H100-SXM.yaml", roofline,
+                             std::filesystem::copy_options::overwrite_existing);
+  options.gpu = roofline.string();
   const PlanSearchResult result = search_plans(read_plan_source(dominated, {}), options);
+  std::filesystem::remove(roofline);
   CHECK(result.explored_chunked_loss);
   REQUIRE_FALSE(result.best.empty());
   bool chunked = false;
