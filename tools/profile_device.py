@@ -330,7 +330,8 @@ def merge_runs(paths):
             for k in ("forward", "backward"):
                 if o and o[k + "_s"] < r[k + "_s"]:
                     r[k + "_s"], r[k + "_tflops"] = o[k + "_s"], o[k + "_tflops"]
-    merged["date"] = " and ".join(sorted({r["date"] for r in runs})) + f" ({len(runs)} runs, the faster reading of each)"
+    if len(runs) > 1:
+        merged["date"] = " and ".join(sorted({r["date"] for r in runs})) + f" ({len(runs)} runs, the faster reading of each)"
     return merged
 
 
