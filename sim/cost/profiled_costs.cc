@@ -176,11 +176,6 @@ class KernelCosts {
 
 }  // namespace
 
-double profiled_kernel_ns(const std::string& name, const Plan& plan, const ModelStructure& structure, const DeviceSpec& spec,
-                          const DeviceProfile& profile) {
-  return KernelCosts(plan, structure, spec, profile).of(name);
-}
-
 ProfiledCosts apply_device_profile(EventModel& step, const Plan& plan, const ModelStructure& structure, const DeviceSpec& spec,
                                    const DeviceProfile& profile) {
   const KernelCosts costs(plan, structure, spec, profile);

@@ -26,9 +26,4 @@ struct ProfiledCosts {
 ProfiledCosts apply_device_profile(EventModel& step, const Plan& plan, const ModelStructure& structure, const DeviceSpec& spec,
                                    const DeviceProfile& profile);
 
-// The duration of one expansion kernel op by its name ("layer 3 attention backward", "loss forward
-// chunk 2 of 8", ...); a negative value for a name it does not know.
-double profiled_kernel_ns(const std::string& name, const Plan& plan, const ModelStructure& structure, const DeviceSpec& spec,
-                          const DeviceProfile& profile);
-
 }  // namespace hookstream
