@@ -24,7 +24,8 @@ struct TimelineOptions {
 std::string chrome_trace_json(const EventModel& model, const TimelineOptions& options = {});
 // The same trace as a document, for a caller that adds events of its own before writing it
 // (`hookstream replay --timeline`): chrome_trace_json is json_text(chrome_trace_document(...), 1).
-// Writing it and parsing it back instead cost most of a long step's timeline (x64 nsys: ~9 s CPU).
+// Writing it and parsing it back instead cost ~40% of a long step's timeline (bench/RESULTS.md,
+// session 15: nsys cloverleaf x64, 10.8 -> 6.4 s CPU).
 nlohmann::json chrome_trace_document(const EventModel& model, const TimelineOptions& options = {});
 
 }  // namespace hookstream
