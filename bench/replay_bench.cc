@@ -28,6 +28,9 @@
 //   prints the two-core reading floor of one trace as one line of JSON (seconds): the floor of
 //   table 3 (sqlite_two_core_floor_s, kineto_two_core_floor), for bench/replay_vs_hta.py, which
 //   sets it against whole `hookstream replay` processes.
+//        replay_bench --phases TRACE [RUNS]
+//   times each phase of `hookstream replay TRACE` on its own (import, each analysis, rendering) and
+//   prints a markdown table (see phases()); HOOKSTREAM_BENCH_TIMELINE=1 adds the --timeline output.
 #include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -52,6 +55,8 @@
 
 #include "bench/scaled_traces.h"
 #include "sim/events/event_model.h"
+#include "sim/streams/dependency_graph.h"
+#include "sim/verify/json_text.h"
 #include "traces/importers/gzip_reader.h"
 #include "traces/importers/nsys/nsys_importer.h"
 #include "traces/replay_report.h"
@@ -474,6 +479,96 @@ void scaled_traces(const std::string& shared, bool include_large, const std::str
   }
 }
 
+// --phases TRACE [RUNS]: where the time of one `hookstream replay TRACE` goes, phase by phase, each
+// run on its own (no phase beside another, unlike analyse_trace), so that every phase's CPU time is
+// its own. The first run comes from a trimmed heap (as a fresh process, bar its start); the others
+// are warm. Per phase: wall ms and CPU ms (the process's: the importers and the scheduler use a
+// second thread). The DAG is built once on its own and then again inside the schedule (as
+// schedule_replay_in_place builds it, beside the schedule times on >= 20 k ops), so "schedule +
+// critical path" is the schedule's CPU less the DAG's. Last, the import + analyse_trace as the CLI
+// runs them (both cores), for the total a user waits.
+void phases(const std::string& path, int runs, bool with_timeline) {
+  struct Timed {
+    std::string phase;
+    std::vector<double> wall_ms, cpu_ms;
+  };
+  std::vector<Timed> rows;
+  const auto timed = [&rows](size_t index, const char* name, auto&& work) {
+    if (rows.size() <= index) rows.push_back(Timed{name, {}, {}});
+    const double wall = wall_now(), cpu = cpu_now();
+    work();
+    rows[index].wall_ms.push_back((wall_now() - wall) * 1e3);
+    rows[index].cpu_ms.push_back((cpu_now() - cpu) * 1e3);
+  };
+  int64_t gpu_ops = 0, all_ops = 0, step_ops = 0;
+  for (int run = 0; run < runs; ++run) {
+    malloc_trim(0);
+    size_t k = 0;
+    EventModel model;
+    timed(k++, "import (load_trace)", [&] { model = load_trace(path); });
+    ReplayReport report;
+    timed(k++, "whole-trace analyses (analyse_replay)", [&] { report = analyse_replay(model); });
+    StepAnalysis step;
+    timed(k++, "step cut (extract_step)", [&] { step.step = extract_step(model, {}); });
+    timed(k++, "divergence (explain_step_divergence)", [&] { step.divergence = explain_step_divergence(model, step.step); });
+    timed(k++, "free the trace's ops", [&] { model = EventModel{}; });
+    timed(k++, "race check (check_step_races)", [&] { step.races = check_step_races(step.step); });
+    timed(k++, "replay build (build_step_replay)", [&] { step.replay = build_step_replay(step.step); });
+    size_t edges = 0;
+    timed(k++, "dependency DAG alone (dependency_edges)", [&] {
+      try {
+        edges = dependency_edges(step.replay.model).edges.size();
+      } catch (const std::runtime_error&) {
+      }
+    });
+    step_ops = static_cast<int64_t>(step.replay.model.ops.size());
+    timed(k++, "schedule + DAG + critical path (schedule_replay_in_place)", [&] {
+      ScheduledReplay scheduled = schedule_replay_in_place(step.replay, 20);
+      step.schedule = std::move(scheduled.schedule);
+      step.critical = std::move(scheduled.critical);
+    });
+    std::string text;
+    timed(k++, "render text", [&] { text = render_replay_text(report) + render_step_text(step); });
+    timed(k++, "render json", [&] {
+      nlohmann::json j = render_replay_json(report);
+      j["step"] = render_step_json(step);
+      text = json_text(j, 2);
+    });
+    // Only on request (`hookstream replay --timeline`): on a long step it outweighs the rest by far.
+    if (with_timeline) timed(k++, "timeline (recorded_step_timeline)", [&] { text = recorded_step_timeline(step.step, step.races); });
+    timed(k++, "free everything", [&] { step = StepAnalysis{}; report = ReplayReport{}; });
+    timed(k++, "CLI path: import + analyse_trace (both cores)", [&] {
+      EventModel again = load_trace(path);
+      all_ops = static_cast<int64_t>(again.ops.size());
+      TraceAnalysis analysis = analyse_trace(std::move(again));
+      gpu_ops = analysis.report.gpu_ops;
+      text = render_replay_text(analysis.report) + render_step_text(analysis.step);
+    });
+    (void)edges;
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%s: %lld GPU ops, %lld ops, %lld ops in the replayed step; %d runs (first from a trimmed heap, "
+              "then warm). %s\n\n",
+              path.c_str(), static_cast<long long>(gpu_ops), static_cast<long long>(all_ops),
+              static_cast<long long>(step_ops), runs, heap_settings().c_str());
+  std::printf("| phase | first run: wall ms (CPU ms) | warm median: wall ms (CPU ms) |\n| --- | ---: | ---: |\n");
+  double first_cpu = 0, warm_cpu = 0;
+  for (const Timed& row : rows) {
+    std::vector<double> warm_wall(row.wall_ms.begin() + (runs > 1), row.wall_ms.end());
+    std::vector<double> warm(row.cpu_ms.begin() + (runs > 1), row.cpu_ms.end());
+    std::printf("| %s | %.1f (%.1f) | %.1f (%.1f) |\n", row.phase.c_str(), row.wall_ms[0], row.cpu_ms[0],
+                median(warm_wall), median(warm));
+    const bool counted = row.phase.rfind("CLI path", 0) != 0 && row.phase.rfind("dependency DAG alone", 0) != 0 &&
+                         row.phase.rfind("render json", 0) != 0 && row.phase.rfind("timeline", 0) != 0 &&
+                         row.phase.rfind("free everything", 0) != 0;
+    if (counted) first_cpu += row.cpu_ms[0], warm_cpu += median(warm);
+  }
+  std::printf("| sum of the phases of a default text run (import to render text) | (%.1f) | (%.1f) |\n", first_cpu, warm_cpu);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -506,12 +601,17 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (arg == "--phases" && i + 1 < argc) {
+      const bool with_timeline = std::getenv("HOOKSTREAM_BENCH_TIMELINE") != nullptr;
+      phases(argv[i + 1], i + 2 < argc ? std::max(1, std::stoi(argv[i + 2])) : 5, with_timeline);
+      return 0;
+    }
     if (arg == "--real-only") scaled = false;
     else if (arg == "--scaled-only") real = false;
     else if (arg == "--large") large = true;
     else if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg.rfind("--", 0) == 0) {
-      std::fprintf(stderr, "replay_bench: unknown option %s (expected --real-only, --scaled-only, --large, --only TEXT, --write, --floor)\n", arg.c_str());
+      std::fprintf(stderr, "replay_bench: unknown option %s (expected --real-only, --scaled-only, --large, --only TEXT, --write, --floor, --phases)\n", arg.c_str());
       return 2;
     } else {
       shared = arg;

@@ -53,7 +53,7 @@ StepRaceReport check_step_races(const RecordedStep& step, size_t max_races) {
 std::string recorded_step_timeline(const RecordedStep& step, const StepRaceReport& races) {
   EventModel model = step.model;
   for (Op& op : model.ops) if (op.start_ns >= 0) op.start_ns -= step.start_ns;
-  nlohmann::json trace = nlohmann::json::parse(chrome_trace_json(model));
+  nlohmann::json trace = chrome_trace_document(model);
   nlohmann::json& events = trace.is_object() && trace.contains("traceEvents") ? trace["traceEvents"] : trace;
   const auto us = [](double ns) { return ns / 1000.0; };
   const auto thread = [](const Op& op) { return op.stream >= 0 ? op.stream + 1 : 0; };

@@ -24,7 +24,7 @@ std::string thread_name(const Stream& stream) {
 
 }  // namespace
 
-std::string chrome_trace_json(const EventModel& model, const TimelineOptions& options) {
+json chrome_trace_document(const EventModel& model, const TimelineOptions& options) {
   json events = json::array();
   std::set<int> ranks;
   for (const Op& op : model.ops) ranks.insert(op.rank);
@@ -86,8 +86,16 @@ std::string chrome_trace_json(const EventModel& model, const TimelineOptions& op
                       {"tid", 0}, {"ts", us(op.start_ns)},
                       {"args", {{"bytes", sample.bytes + options.memory_baseline_bytes}}}});
   }
-  json trace = {{"traceEvents", events}, {"displayTimeUnit", "ns"}, {"otherData", {{"source", model.source}}}};
-  return json_text(trace, 1) + "\n";
+  // Moved, not copied: a long step's timeline holds ~10^6 events.
+  json trace = json::object();
+  trace["traceEvents"] = std::move(events);
+  trace["displayTimeUnit"] = "ns";
+  trace["otherData"] = {{"source", model.source}};
+  return trace;
+}
+
+std::string chrome_trace_json(const EventModel& model, const TimelineOptions& options) {
+  return json_text(chrome_trace_document(model, options), 1) + "\n";
 }
 
 }  // namespace hookstream

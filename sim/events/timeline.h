@@ -4,6 +4,7 @@
 // event record to the waits it satisfies, and "C" counters for memory. Same input, same bytes out.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -21,5 +22,10 @@ struct TimelineOptions {
 
 // Ops without a start time (start_ns < 0) are left out: schedule the model first (schedule_step).
 std::string chrome_trace_json(const EventModel& model, const TimelineOptions& options = {});
+// The same trace as a document, for a caller that adds events of its own before writing it
+// (`hookstream replay --timeline`): chrome_trace_json is json_text(chrome_trace_document(...), 1).
+// Writing it and parsing it back instead cost ~40% of a long step's timeline (bench/RESULTS.md,
+// session 15: nsys cloverleaf x64, 10.8 -> 6.4 s CPU).
+nlohmann::json chrome_trace_document(const EventModel& model, const TimelineOptions& options = {});
 
 }  // namespace hookstream
