@@ -2,16 +2,22 @@
 //   - a Llama-3.1-70B LoRA plan (80 layers, 7 target projections, 8 ranks, 3 iterations): < 100 ms
 //   - the same at 1,024 ranks: < 2 s
 //   - time against parameters x ranks x iterations: linear
+//   - issue 20 "Speed": an FSDP2 or ZeRO plan for a 70B model (Llama-3.3-70B-Instruct's config.json),
+//     64 ranks, 3 iterations, full fine-tune: < 100 ms, memory and time models of the engine included.
+//     The engine plans are a list (kEnginePlans): another engine is one more line.
 // Ranks whose plans are identical are simulated once (they behave identically), so the rank sweep
 // gives every rank its own sequence length (and so its own tiled-MLP shard count) to force one
 // simulation per rank: the worst case. Prints a Markdown table on stdout.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fmt/format.h>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
+#include "sim/verify/simulation_report.h"
 #include "sim/verify/verify.h"
 
 using namespace hookstream;
@@ -30,6 +36,24 @@ std::string plan_yaml(const std::string& model, int ranks, int iterations, bool 
     for (int r = 1; r < ranks; ++r) yaml += fmt::format("    {}:\n      sequence_len: {}\n", r, 16384 + (r % 8) * 8192 + r);
   }
   return yaml;
+}
+
+// The engines of issue 20's speed target, each as the keys a user writes for it (ZeRO-3 goes here
+// once its sync model is merged: {"ZeRO-3", "deepspeed:\n  zero_optimization:\n    stage: 3\n"}).
+struct EnginePlan {
+  const char* name;
+  const char* keys;
+};
+const std::vector<EnginePlan> kEnginePlans = {
+    {"FSDP2", "fsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n  reshard_after_forward: true\n"},
+    {"ZeRO-2", "deepspeed:\n  zero_optimization:\n    stage: 2\n    overlap_comm: true\n"},
+};
+
+// A full fine-tune of the model at `model_dir` (a folder with config.json) on `ranks` ranks.
+std::string engine_plan_yaml(const std::string& model_dir, const EnginePlan& engine, int ranks, int iterations) {
+  return fmt::format("base_model: {}\nsequence_len: 4096\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
+                     "gradient_checkpointing_kwargs:\n  use_reentrant: false\n{}hookstream:\n  world_size: {}\n  iterations: {}\n",
+                     model_dir, engine.keys, ranks, iterations);
 }
 
 struct Timing {
@@ -59,9 +83,34 @@ Timing measure(const std::string& yaml, bool fixes, int repeats, bool deduplicat
   return t;
 }
 
+// What `hookstream verify PLAN` does in process: the sync model over every rank class and
+// iteration, the stream check, the memory and time models (the engine's own), the text report.
+Timing measure_verify_command(const std::string& yaml, int repeats, std::string* report_text) {
+  std::vector<double> ms;
+  Timing t{};
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    SimulateOptions options;
+    options.races_shown = 3;
+    const SimulationReport r = simulate_plan(PlanSource{yaml, "bench.yaml", {}}, "bench.yaml", options);
+    const std::string text = render_simulation_text(r, options);
+    const auto end = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+    t.trainable = r.ddp.structure.ddp_parameters.size();
+    t.simulated_ranks = r.ddp.simulation.rank_classes.size();
+    t.ok = r.ok();
+    if (report_text != nullptr) *report_text = text;
+  }
+  std::sort(ms.begin(), ms.end());
+  t.median_ms = ms[ms.size() / 2];
+  return t;
+}
+
 }  // namespace
 
-int main() {
+// `verify_bench --engines`: only issue 20's engine rows (and the report of each on stderr).
+int main(int argc, char** argv) {
+  const bool engines_only = argc > 1 && std::string(argv[1]) == "--engines";
   std::printf("| case | trainable tensors | ranks (simulated) | iterations | verify median (ms) |\n");
   std::printf("|---|---|---|---|---|\n");
   auto row = [](const std::string& name, const Timing& t, int ranks, int iterations) {
@@ -69,6 +118,25 @@ int main() {
                 iterations, t.median_ms);
     std::fflush(stdout);
   };
+  auto engine_rows = [&]() {
+    // Issue 20: FSDP2 / ZeRO plans of Llama-3.3-70B-Instruct (its config.json, as a local model folder).
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("verify-bench-{}", ::getpid());
+    const std::filesystem::path model_dir = dir / "Llama-3.3-70B-Instruct";
+    std::filesystem::create_directories(model_dir);
+    std::filesystem::copy_file(std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/hf-configs/Llama-3.3-70B-Instruct.json", model_dir / "config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    for (const EnginePlan& engine : kEnginePlans) {
+      std::string text;
+      const Timing t = measure_verify_command(engine_plan_yaml(model_dir.string(), engine, 64, 3), 9, &text);
+      row(fmt::format("`verify`: Llama-3.3-70B full fine-tune, {}, 64 ranks{}", engine.name, t.ok ? "" : " (plan fails a check)"), t, 64, 3);
+      if (engines_only) std::fprintf(stderr, "%s\n", text.c_str());
+    }
+    std::filesystem::remove_all(dir);
+  };
+  if (engines_only) {
+    engine_rows();
+    return 0;
+  }
   row("Llama-3.1-70B LoRA, passing plan", measure(plan_yaml("Llama-3.1-70B", 8, 3, false, false), true, 9), 8, 3);
   row("Llama-3.1-70B LoRA, failing plan + fix search",
       measure(plan_yaml("Llama-3.1-70B", 8, 3, false, true), true, 5), 8, 3);
@@ -77,6 +145,7 @@ int main() {
       measure(plan_yaml("Llama-3.1-70B", 1024, 3, false, false), true, 5), 1024, 3);
   row("Llama-3.1-70B LoRA, 1,024 distinct ranks",
       measure(plan_yaml("Llama-3.1-70B", 1024, 3, true, false), false, 3), 1024, 3);
+  engine_rows();
   // Linearity: every rank simulated (no de-duplication), one factor at a time.
   const std::string every = " (every rank simulated)";
   for (const char* model : {"Llama-3.1-8B", "Llama-3.1-70B"}) {

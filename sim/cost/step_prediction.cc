@@ -31,7 +31,21 @@ StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& str
   TimeModelOptions options;
   options.calibration = calibration;
   options.collective_ranks = plan.world_size;
-  prediction.schedule = schedule_step(step, device, options);
+  const EngineCostSettings engine = engine_cost_settings(plan);
+  if (!engine.sharded) {
+    prediction.schedule = schedule_step(step, device, options);
+  } else {
+    // The expansion's all-reduces are DDP's buckets, which FSDP and ZeRO do not run: they stay as
+    // ordering points at no cost, and the engine's own transfers (engine_cost.h) are scheduled
+    // against the step's compute, adding what the engine's prefetch and overlap cannot hide.
+    EventModel timed = step;
+    for (Op& op : timed.ops) {
+      if (op.kind == OpKind::Collective) op.bytes = 0;
+    }
+    prediction.schedule = schedule_step(std::move(timed), device, options);
+    prediction.engine = engine_step_cost(plan, structure, engine, device, prediction.schedule.model);
+    prediction.schedule.step_ns += prediction.engine.exposed_ns - prediction.engine.optimizer_saved_ns;
+  }
   prediction.tokens_per_step = static_cast<int64_t>(plan.sequence_len_for(0, 0)) * plan.micro_batch_size *
                                std::max(1, plan.gradient_accumulation_steps) * std::max(1, plan.world_size);
   prediction.tokens_per_second = prediction.schedule.tokens_per_second(prediction.tokens_per_step);
