@@ -316,7 +316,7 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
     // DTensor shards): trainable ones in fp32 when accelerate upcast them, else as stored (PEFT's
     // adapters fp32). With CPU offload they live in pinned host memory (CPUOffloadPolicy
     // pin_memory=True; FSDP1 CPUOffload(offload_params=True)) and the optimizer steps there.
-    int64_t layer_w = 0, layer_g = 0, all_w = 0, all_g = 0, root_w = 0, root_g = 0;
+    int64_t layer_w = 0, layer_g = 0, layer_plain_g = 0, all_w = 0, all_g = 0, root_w = 0, root_g = 0;
     const int tb = s.fp32_master ? 4 : (plan.adapter != Adapter::None ? 4 : dtype_bytes(plan.model.torch_dtype));
     for (const CostUnit& u : units) {
       const int64_t weights = u.shard_frozen_bytes + u.shard_trainable * tb;
@@ -338,28 +338,29 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
       // (_fsdp_collectives.py foreach_reduce), FSDP1's flat gradient of the whole unit.
       int64_t w = device(u.gathered_elements * s.param_dtype_bytes);
       if (s.kind == EngineKind::Fsdp1 && s.param_dtype_bytes != tb) w += device(u.shard_elements * s.param_dtype_bytes);
-      int64_t g = 0;
+      int64_t g = 0, reduce_input = 0;
       if (u.trainable_elements > 0) {
-        g = s.kind == EngineKind::Fsdp2
-                ? device(u.trainable_elements * s.param_dtype_bytes) + device(u.trainable_elements * s.reduce_dtype_bytes)
-                : device(u.gathered_elements * s.param_dtype_bytes);
+        g = device((s.kind == EngineKind::Fsdp2 ? u.trainable_elements : u.gathered_elements) * s.param_dtype_bytes);
+        if (s.kind == EngineKind::Fsdp2) reduce_input = device(u.trainable_elements * s.reduce_dtype_bytes);
       }
       all_w += w;
       all_g += g;
       if (u.layer >= 0) {
         layer_w = std::max(layer_w, w);
-        layer_g = std::max(layer_g, g);
+        layer_g = std::max(layer_g, g + reduce_input);  // the computing layer, at its reduce-scatter
+        layer_plain_g = std::max(layer_plain_g, g);
       } else {
         root_w = w;
-        root_g = g;
+        root_g = g;  // the root's reduce-scatter comes after every layer's
       }
     }
     if (s.shard_ranks <= 1) {
       m.notes.push_back("NO_SHARD: the flat parameters stay whole on every rank; nothing is gathered");
     } else if (!s.reshard_after_forward) {
       // reshard_after_forward=False / SHARD_GRAD_OP: every unit stays unsharded from its forward
-      // to its backward; at the first backward unit all are gathered, plus that unit's gradients.
-      m.unsharded_peak = all_w + std::max(layer_g, root_g);
+      // to its backward; at the first backward layer all are gathered, plus the head's gradients
+      // and that layer's.
+      m.unsharded_peak = all_w + root_g + layer_g;
     } else {
       // The root is not resharded after forward (FSDP2 FSDPState._lazy_init clears the root's
       // post_forward_mesh_info; FSDP1 _runtime_utils._post_forward_reshard skips the root); at a
@@ -373,7 +374,7 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
     // no_sync() (FSDP1) / set_requires_gradient_sync(False) (FSDP2): unsharded gradients of every
     // unit are kept until the last micro-step reduce-scatters them.
     if (plan.gradient_accumulation_steps > 1 && s.shard_ranks > 1) {
-      m.unsharded_peak += all_g - layer_g - (s.reshard_after_forward ? root_g : 0);
+      m.unsharded_peak += all_g - root_g - layer_plain_g;  // the other layers' unsharded gradients
       m.notes.push_back("gradient accumulation under no_sync(): every unit's unsharded gradients stay until the last micro-step");
     }
     return m;
@@ -558,24 +559,66 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
   int last_micro = 0;
   for (const Segment& seg : segments) last_micro = std::max(last_micro, seg.micro);
   LinkTimeline link(device, cost);
-  double t = 0, compute = 0, prev_start = 0;
+  double t = 0, compute = 0;
   int64_t bucket = 0;  // ZeRO-1/2/3: gradient bytes waiting in the ipg bucket
   const int64_t bucket_cap = std::max<int64_t>(1, s.reduce_bucket_elements) * pb;
-  std::vector<char> gathered(static_cast<size_t>(layers) + 1, 0);
-  int micro = -1;
+  // Per micro-step: units gathered for forward, and re-gathered for backward.
+  std::vector<char> gathered(static_cast<size_t>(layers) + 1, 0), regathered(static_cast<size_t>(layers) + 1, 0);
   // ZeRO's reduction of the bucket: reduce to each partition's owner (stage_1_and_2.py
   // average_tensor with reduce_scatter=True; stage3.py __reduce_and_partition_ipg_grads), a
   // reduce-scatter's volume. Without overlap_comm it runs on the compute stream.
+  // Which segments wait for an all-gather: forward gathers every unit once per micro-step;
+  // backward re-gathers what forward resharded: FSDP's layers with reshard_after_forward (never
+  // the root, which FSDP does not reshard after forward), every module under ZeRO-3 (released
+  // after its forward unless persistent).
+  std::vector<char> need_gather(segments.size(), 0);
+  std::vector<double> ready_at(segments.size(), -1);
+  {
+    int current = -1;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const Segment& seg = segments[i];
+      if (seg.optimizer) continue;
+      if (seg.micro != current) {
+        current = seg.micro;
+        std::fill(gathered.begin(), gathered.end(), 0);
+        std::fill(regathered.begin(), regathered.end(), 0);
+      }
+      const size_t at = seg.layer >= 0 && seg.layer < layers ? static_cast<size_t>(seg.layer) : static_cast<size_t>(layers);
+      bool needed = false;
+      if (!seg.backward && !gathered[at]) {
+        needed = true;
+      } else if (seg.backward && !regathered[at]) {
+        regathered[at] = 1;
+        needed = zero3 || (s.reshard_after_forward && seg.layer >= 0 && seg.layer < layers) || !gathered[at];
+      }
+      gathered[at] = 1;
+      const CostUnit* unit = unit_at(seg.layer);
+      need_gather[i] = gathers && needed && unit != nullptr && unit->gathered_elements > 0;
+    }
+  }
+  auto prefetches = [&](const Segment& seg) {
+    if (zero3) return s.prefetch_bucket_elements > 0;
+    return !seg.backward || s.kind == EngineKind::Fsdp2 || s.backward_prefetch != BackwardPrefetch::None;
+  };
+  // The unit's all-gather (after an H2D copy of its shard when parameters are offloaded).
+  auto gather = [&](size_t i, double issue) {
+    const Segment& seg = segments[i];
+    const CostUnit* unit = unit_at(seg.layer);
+    const std::string phase = seg.backward ? "backward" : "forward";
+    double ready = issue;
+    if (s.offload_params) {
+      const int64_t shard = unit->shard_elements * pb;
+      ready = link.run("H2D", phase, shard, link.h2d_ns(shard), ready);
+    }
+    const int64_t bytes = unit->gathered_elements * pb;
+    return link.run("all_gather", phase, bytes, ring_allgather_ns(bytes, n, device, gpus_per_node), ready);
+  };
   auto reduce_bucket = [&](int64_t bytes, double issue) {
     const double end = link.run("reduce_scatter", "backward", bytes, ring_reduce_scatter_ns(bytes, n, device, gpus_per_node), issue);
     if (!s.overlap_comm) t = std::max(t, end);
   };
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& seg = segments[i];
-    if (seg.micro != micro) {
-      micro = seg.micro;
-      std::fill(gathered.begin(), gathered.end(), 0);
-    }
     const bool sync = seg.micro == last_micro;  // no_sync() / stage 1 reduce at the boundary only
     double ns = seg.ns;
     if (seg.optimizer) {
@@ -593,11 +636,14 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
         ns = 0;
         int64_t shard = 0;
         for (const CostUnit& u : units) shard += u.shard_trainable;
-        // ZeRO-Offload / FSDP CPU offload: gradients to the host, the step there, parameters back.
+        // ZeRO-Offload / FSDP CPU offload: gradients to the host (FSDP copies each unit's after its
+        // reduce-scatter; counted here, before the step that waits for them), the step there, and
+        // the updated 16-bit partitions back unless the parameters live on the host (FSDP
+        // offload_params, ZeRO-3 offload_param: copied in before each all-gather instead).
         t = link.run("D2H", "optimizer", shard * rb, link.d2h_ns(shard * rb), t);
         const double step = kCpuAdamBytesPerElement * static_cast<double>(shard) / kHostOptimizerGbps;
         t = link.run("cpu_optimizer_step", "optimizer", 0, step, t);
-        t = link.run("H2D", "optimizer", shard * pb, link.h2d_ns(shard * pb), t);
+        if (!s.offload_params) t = link.run("H2D", "optimizer", shard * pb, link.h2d_ns(shard * pb), t);
       }
       compute += ns;
       t += ns;
@@ -607,33 +653,21 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
         for (const CostUnit& u : units) bytes += u.trainable_elements * pb;
         t = link.run("all_gather", "optimizer", bytes, ring_allgather_ns(bytes, n, device, gpus_per_node), t);
       }
-      prev_start = t;
       continue;
     }
     const CostUnit* unit = unit_at(seg.layer);
-    if (gathers && unit != nullptr && !gathered[seg.layer >= 0 && seg.layer < layers ? seg.layer : layers]) {
-      const bool needed = !seg.backward || s.reshard_after_forward || zero3;
-      if (needed && unit->gathered_elements > 0) {
-        // Prefetch: forward all-gathers are issued while the previous unit computes (FSDP2's
-        // implicit forward prefetch as the CPU runs ahead, FSDP1 forward_prefetch / limit_all_gathers
-        // with two in flight, ZeRO-3 stage3_prefetch_bucket_size > 0); in backward FSDP2 and FSDP1
-        // BACKWARD_PRE/POST prefetch one unit, FSDP1 without backward_prefetch does not.
-        const bool prefetch = zero3 ? s.prefetch_bucket_elements > 0
-                              : seg.backward ? s.backward_prefetch != BackwardPrefetch::None || s.kind == EngineKind::Fsdp2
-                                             : true;
-        const double issue = prefetch ? prev_start : t;
-        const int64_t bytes = unit->gathered_elements * pb;
-        double ready = issue;
-        if (s.offload_params) {
-          const int64_t shard = unit->shard_elements * pb;
-          ready = link.run("H2D", seg.backward ? "backward" : "forward", shard, link.h2d_ns(shard), ready);
-        }
-        ready = link.run("all_gather", seg.backward ? "backward" : "forward", bytes, ring_allgather_ns(bytes, n, device, gpus_per_node), ready);
-        t = std::max(t, ready);
-      }
-      gathered[seg.layer >= 0 && seg.layer < layers ? seg.layer : layers] = 1;
+    // Its own all-gather, unless an earlier segment prefetched it.
+    if (need_gather[i] && ready_at[i] < 0) ready_at[i] = gather(i, t);
+    if (need_gather[i]) t = std::max(t, ready_at[i]);
+    // Prefetch: the next unit's all-gather is issued as this one starts computing, ahead of this
+    // unit's reduce-scatter on the link (FSDP2's implicit forward prefetch as the CPU runs ahead and
+    // its _backward_prefetch; FSDP1 limit_all_gathers' two in flight in forward, BACKWARD_PRE/POST
+    // in backward, none under HF's NO_PREFETCH; ZeRO-3 stage3_prefetch_bucket_size > 0).
+    for (size_t j = i + 1; j < segments.size(); ++j) {
+      if (!need_gather[j]) continue;
+      if (ready_at[j] < 0 && prefetches(segments[j])) ready_at[j] = gather(j, t);
+      break;
     }
-    prev_start = t;
     t += ns;
     compute += ns;
     // A unit's gradients are ready when its backward ends (the next segment is another unit).

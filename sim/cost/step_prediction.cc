@@ -15,8 +15,9 @@ StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, c
   // every layer on the current stream.
   const StreamProtocol protocol =
       load_stream_protocol(plan.activation_offloading ? plan.offload_protocol_name() : "none", plan_dir);
-  // The steady-state step: DDP's buckets as rebuilt after the first iteration.
-  const BucketAssignment buckets = steady_state_buckets(plan, structure, ddp);
+  // The steady-state step: DDP's buckets as rebuilt after the first iteration. FSDP and ZeRO have
+  // no Reducer buckets (their transfers are costed by engine_step_cost): no DDP simulation for them.
+  const BucketAssignment buckets = engine_cost_settings(plan).sharded ? BucketAssignment{} : steady_state_buckets(plan, structure, ddp);
   ExpansionOptions expansion;
   expansion.buckets = &buckets;
   return predict_expanded_step(plan, structure, device, expand_step(plan, structure, protocol, expansion), calibration);

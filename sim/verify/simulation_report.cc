@@ -187,8 +187,17 @@ std::vector<VerifiedFix> memory_candidates(const Plan& plan, const MemoryEstimat
     add({{"chunked_cross_entropy", "true"}}, "the loss upcasts and normalizes one chunk of the logits at a time");
   }
   if (!plan.tiled_mlp) add({{"tiled_mlp", "true"}}, "the MLP's intermediate-size tensors exist for one sequence shard at a time");
-  if (plan.world_size > 1 && !plan.gradient_as_bucket_view) {
+  const EngineCostSettings engine = engine_cost_settings(plan);
+  if (plan.world_size > 1 && !engine.sharded && !plan.gradient_as_bucket_view) {
     add({{"hookstream.gradient_as_bucket_view", "true"}}, "gradients become views into DDP's buckets instead of a second copy");
+  }
+  // FSDP's own memory savers (sim/cost/engine_cost.h); ZeRO's live in the DeepSpeed JSON.
+  const bool fsdp = engine.sharded && (engine.kind == EngineKind::Fsdp1 || engine.kind == EngineKind::Fsdp2);
+  if (fsdp && !engine.reshard_after_forward && engine.shard_ranks > 1) {
+    add({{"fsdp_config.reshard_after_forward", "true"}}, "each layer is resharded after its forward and all-gathered again in backward");
+  }
+  if (fsdp && !engine.offload_params) {
+    add({{"fsdp_config.offload_params", "true"}}, "sharded parameters, gradients and optimizer states move to pinned host memory; the optimizer steps on the CPU");
   }
   if (plan.micro_batch_size > 1 && plan.micro_batch_size % 2 == 0) {
     add({{"micro_batch_size", std::to_string(plan.micro_batch_size / 2)},

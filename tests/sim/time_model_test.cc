@@ -361,7 +361,7 @@ const CommTotal* comm(const StepPrediction& p, const std::string& collective, co
 }
 
 std::string engine_plan(const std::string& engine, int world, const std::string& more = "") {
-  return "base_model: Llama-3.1-8B\nsequence_len: 2048\ngpu: H100\n" + more + engine + "hookstream:\n  world_size: " + std::to_string(world) + "\n";
+  return "base_model: Llama-3.1-8B\nsequence_len: 2048\n" + more + engine + "hookstream:\n  gpu: H100\n  world_size: " + std::to_string(world) + "\n";
 }
 
 const std::string kFsdp2Config = "fsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n";
