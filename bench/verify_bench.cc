@@ -47,6 +47,9 @@ struct EnginePlan {
   const char* hookstream = "";  // keys of the hookstream: section (the GPU)
 };
 const std::vector<EnginePlan> kEnginePlans = {
+    // The anchor the engine rows are read against (same model, ranks and run): DDP of a LoRA plan,
+    // the engine `verify` has measured since issue 19.
+    {"DDP, LoRA all-linear (anchor)", "adapter: lora\nlora_r: 16\nlora_target_linear: true\nddp_find_unused_parameters: false\n"},
     {"FSDP2", "fsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n  reshard_after_forward: true\n"},
     // ZeRO-2 keeps the 16-bit weights whole (141 GB for 70B): it fits a B200, not an H100, where
     // the row measures the failing verdict with its fix search.
@@ -123,9 +126,11 @@ Timing measure_verify_command(const std::string& yaml, int repeats, std::string*
 
 }  // namespace
 
-// `verify_bench --engines`: only issue 20's engine rows (and the report of each on stderr).
+// `verify_bench --engines [NAME]`: only issue 20's engine rows, or the one whose name starts with
+// NAME (for a profiler), and the report of each on stderr.
 int main(int argc, char** argv) {
   const bool engines_only = argc > 1 && std::string(argv[1]) == "--engines";
+  const std::string only_engine = engines_only && argc > 2 ? argv[2] : "";
   std::printf("| case | trainable tensors | ranks (simulated) | iterations | verify median (ms) |\n");
   std::printf("|---|---|---|---|---|\n");
   auto row = [](const std::string& name, const Timing& t, int ranks, int iterations) {
@@ -140,13 +145,16 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(model_dir);
     std::filesystem::copy_file(std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/hf-configs/Llama-3.3-70B-Instruct.json", model_dir / "config.json",
                                std::filesystem::copy_options::overwrite_existing);
-    std::printf("\n| `hookstream verify` in process, Llama-3.3-70B full fine-tune | trainable tensors | ranks (simulated) | iterations | wall median (ms) | CPU median (ms) |\n");
-    std::printf("|---|---|---|---|---|---|\n");
+    std::printf("\n| `hookstream verify` in process, Llama-3.3-70B (full fine-tune unless said) | trainable tensors | ranks (simulated) | iterations | wall median (ms) | CPU median (ms) | CPU / anchor |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
+    double anchor_cpu = 0;
     for (const EnginePlan& engine : kEnginePlans) {
+      if (std::string(engine.name).rfind(only_engine, 0) != 0 && anchor_cpu > 0) continue;  // the anchor always runs
       std::string text;
       const Timing t = measure_verify_command(engine_plan_yaml(model_dir.string(), engine, 64, 3), 9, &text);
-      std::printf("| %s%s | %zu | 64 (%zu) | 3 | %.2f | %.2f |\n", engine.name, t.ok ? "" : " (fails a check: fix search included)", t.trainable,
-                  t.simulated_ranks, t.median_ms, t.median_cpu_ms);
+      if (anchor_cpu == 0) anchor_cpu = t.median_cpu_ms;
+      std::printf("| %s%s | %zu | 64 (%zu) | 3 | %.2f | %.2f | %.2f |\n", engine.name, t.ok ? "" : " (fails a check: fix search included)", t.trainable,
+                  t.simulated_ranks, t.median_ms, t.median_cpu_ms, anchor_cpu > 0 ? t.median_cpu_ms / anchor_cpu : 0.0);
       std::fflush(stdout);
       if (engines_only) std::fprintf(stderr, "%s\n", text.c_str());
     }

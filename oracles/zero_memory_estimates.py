@@ -1,8 +1,8 @@
 """DeepSpeed's own ZeRO model-state memory estimates, for the memory model's oracle test.
 
-Usage: zero_memory_estimates.py CASES.json
+Usage: zero_memory_estimates.py CASES.json OUT.json (DeepSpeed logs to stdout, so the answer goes to a file)
 CASES.json: a list of {"config": path to an HF config.json, "stage": 2 or 3, "gpus": N,
-"offload_optimizer": bool, "offload_param": bool}. Prints one JSON list with, per case, the model's
+"offload_optimizer": bool, "offload_param": bool}. Writes one JSON list with, per case, the model's
 parameter count and largest module as transformers builds it (on the meta device), and the
 (cpu_mem, gpu_mem) that DeepSpeed 0.19.8's estimate_zero2_model_states_mem_needs /
 estimate_zero3_model_states_mem_needs return (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py),
@@ -45,7 +45,8 @@ def main():
             cpu, gpu = estimate_zero2_model_states_mem_needs(total, num_gpus_per_node=case["gpus"], num_nodes=1,
                                                              cpu_offload=case["offload_optimizer"], additional_buffer_factor=1)
         out.append({"total_params": total, "largest_layer_params": largest, "cpu_mem": int(cpu), "gpu_mem": int(gpu)})
-    json.dump(out, sys.stdout)
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,7 @@ EngineCostSettings engine_cost_settings(const Plan& plan) {
       if (ds.stage3_prefetch_bucket_size) s.prefetch_bucket_elements = *ds.stage3_prefetch_bucket_size;
       if (ds.stage3_max_live_parameters) s.max_live_parameters = *ds.stage3_max_live_parameters;
       if (ds.stage3_param_persistence_threshold) s.param_persistence_threshold = *ds.stage3_param_persistence_threshold;
+      if (ds.sub_group_size) s.sub_group_elements = *ds.sub_group_size;
       s.offload_optimizer = ds.offload_optimizer == "cpu" || ds.offload_optimizer == "nvme";
       // offload_param is a stage-3 setting (DeepSpeedZeroConfig: "only for stage 3").
       s.offload_params = ds.zero_stage == 3 && (ds.offload_param == "cpu" || ds.offload_param == "nvme");
@@ -150,7 +151,9 @@ EngineCostSettings engine_cost_settings(const Plan& plan) {
       // DeepSpeed keeps an fp32 partition of every trainable parameter (single_partition_of_fp32_groups
       // in stage_1_and_2.py, fp32_partitioned_groups_flat in stage3.py), whatever the model dtype.
       s.fp32_master = true;
-      s.param_dtype_bytes = s.reduce_dtype_bytes = model_bytes;
+      // bf16.enabled / fp16.enabled (accelerate fills "auto" from mixed_precision: bf16 on with HF's
+      // bf16): the engine casts the module to 16 bits (engine.py _configure_distributed_model).
+      s.param_dtype_bytes = s.reduce_dtype_bytes = mixed ? 2 : model_bytes;
       s.settings.push_back("zero_optimization.stage: " + std::to_string(ds.zero_stage));
       s.settings.push_back(fmt::format("overlap_comm: {}", s.overlap_comm ? "true" : "false"));
       s.settings.push_back(fmt::format("reduce_bucket_size: {}", s.reduce_bucket_elements));
@@ -275,7 +278,7 @@ std::vector<CostUnit> cost_units(const Plan& plan, const ModelStructure& structu
     } else {
       c.shard_frozen_bytes += p.quantized ? ceil_div(p.bytes(), world) : local * stored_bytes(p);
     }
-    if (gathered > 0) module_elements[{u, p.module}] += p.numel();
+    if (zero3 && gathered > 0) module_elements[{u, p.module}] += p.numel();  // only ZeRO-3 fetches by module
   }
   for (const auto& [key, elements] : module_elements) {
     CostUnit& c = units[static_cast<size_t>(key.first)];
@@ -405,29 +408,54 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
   }
   if (s.zero_stage == 3) {
     const int64_t params16 = shard_trainable * pb + shard_frozen_bytes + persistent;
+    m.parts["bit16_params"] = params16;
     if (s.offload_params) add_host(MemoryCategory::Weights, params16);
     else add(MemoryCategory::Weights, params16);
   } else {
     // Frozen parameters are not in the optimizer's groups: they stay whole as the module's own.
     add(MemoryCategory::Weights, trainable * pb);
     m.device[MemoryCategory::Weights] += frozen_bytes;
+    m.parts["bit16_params"] = trainable * pb + frozen_bytes;
   }
   if (s.offload_optimizer) {
     add_host(MemoryCategory::MasterWeights, shard_trainable * 4);
     add_host(MemoryCategory::OptimizerStates, states_bytes(shard_trainable, 4, false));
-    add_host(MemoryCategory::Gradients, shard_trainable * 4);
   } else {
     add(MemoryCategory::MasterWeights, shard_trainable * 4);
     m.device[MemoryCategory::OptimizerStates] += states_bytes(shard_trainable, 4, true);
     m.optimizer_bytes = shard_trainable * 4;
   }
-  // Gradients produced in backward, by layer.
-  for (const CostUnit& u : units) {
-    int64_t bytes = 0;
-    if (s.zero_stage == 1) bytes += u.trainable_elements * pb;
-    else if (!s.offload_optimizer) bytes += u.shard_trainable * pb;
-    if (!s.offload_optimizer) bytes += u.shard_trainable * 4;
-    m.grads_by_layer[slot(u.layer)] += device(bytes);
+  m.parts["fp32_partition"] = shard_trainable * 4;
+  m.parts["optimizer_states"] = states_bytes(shard_trainable, 4, false);
+  if (s.zero_stage < 3) {
+    // Gradients produced in backward, by layer: stage 1's 16-bit param.grad (whole), stage 2's
+    // 16-bit partition (grads_in_partition), and the fp32 gradient partition the optimizer steps
+    // on. With offload_optimizer both go to the pinned CPU buffers.
+    for (const CostUnit& u : units) {
+      int64_t bytes = 0;
+      if (s.zero_stage == 1) bytes += u.trainable_elements * pb;
+      else if (!s.offload_optimizer) bytes += u.shard_trainable * pb;
+      if (!s.offload_optimizer) bytes += u.shard_trainable * 4;
+      m.grads_by_layer[slot(u.layer)] += device(bytes);
+    }
+    if (s.offload_optimizer) add_host(MemoryCategory::Gradients, shard_trainable * 4);
+    m.parts["bit16_gradients"] = (s.zero_stage == 1 ? trainable : (s.offload_optimizer ? 0 : shard_trainable)) * pb;
+    m.parts["fp32_gradients"] = shard_trainable * 4;
+  } else {
+    // Stage 3: the gradient_accumulation_dtype (the model dtype unless data_types.grad_accum_dtype)
+    // partition buffer, allocated once (stage3.py grad_partitions_flat_buffer; pinned on the host
+    // with offload_optimizer), filled layer by layer; step() makes the fp32 gradient of one
+    // sub-group at a time (_prepare_fp32_grad_for_sub_group, sub_group_size elements, default 1e9).
+    const int64_t fp32_grad = 4 * std::min(s.sub_group_elements, shard_trainable);
+    if (s.offload_optimizer) {
+      add_host(MemoryCategory::Gradients, shard_trainable * pb + fp32_grad);
+    } else {
+      for (const CostUnit& u : units) m.grads_by_layer[slot(u.layer)] += device(u.shard_trainable * pb);
+      m.step_bytes = device(fp32_grad);
+      m.optimizer_bytes = fp32_grad;  // the optimizer steps one sub-group at a time
+    }
+    m.parts["bit16_gradient_partition"] = shard_trainable * pb;
+    m.parts["fp32_gradients"] = fp32_grad;
   }
   // The ipg bucket: reduce_bucket_size elements of the gradient dtype with contiguous_gradients, a
   // second with overlap_comm (stage_1_and_2.py setup_buckets); stage 3's __ipg_bucket_flat_buffer.
@@ -442,6 +470,7 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
     // the computing module's 16-bit gradients: the estimate's 4 x largest layer with no prefetch.
     const int64_t live = std::max(largest, std::min(largest + s.prefetch_bucket_elements, s.max_live_parameters));
     m.unsharded_peak = device(live * pb) + device(largest_trainable * pb);
+    m.parts["gathered"] = live * pb + largest_trainable * pb;
     if (persistent > 0) m.notes.push_back("parameters under stage3_param_persistence_threshold stay whole on every rank");
   }
   if (s.offload_optimizer) m.notes.push_back("offload_optimizer: fp32 master, optimizer states and fp32 gradients in pinned host memory");

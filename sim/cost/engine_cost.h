@@ -45,6 +45,7 @@ struct EngineCostSettings {
   int64_t prefetch_bucket_elements = 50000000;
   int64_t max_live_parameters = 1000000000;
   int64_t param_persistence_threshold = 100000;
+  int64_t sub_group_elements = 1000000000;  // ZeRO-3 sub_group_size (config.py default 1e9)
   std::vector<std::string> settings;  // what was read, in the user's keys ("zero_optimization.stage: 2")
   std::vector<std::string> notes;     // read but not modelled, or assumed
 };
@@ -58,6 +59,11 @@ struct EngineMemory {
   int64_t unsharded_peak = 0;                 // gathered parameters and unsharded grads at the backward peak
   int64_t comm_buffers = 0;                   // ZeRO ipg buckets
   int64_t optimizer_bytes = 0;                // what the optimizer steps on this rank's device (for its temporaries)
+  int64_t step_bytes = 0;                     // device bytes step() allocates (ZeRO-3's fp32 gradient of one sub-group)
+  // ZeRO: the model-state tensors by DeepSpeed's names (bit16_params, bit16_gradients or
+  // bit16_gradient_partition, fp32_partition, optimizer_states, fp32_gradients, gathered), unrounded,
+  // wherever they live (device or host).
+  std::map<std::string, int64_t> parts;
   std::map<MemoryCategory, int64_t> host;     // pinned host memory under CPU offload
   std::vector<std::string> notes;
 };

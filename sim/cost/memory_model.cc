@@ -394,6 +394,8 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     if (optimizer.format == StateFormat::ParamDtype && optimizer.states > 0) {
       ledger.add(point, MemoryCategory::OptimizerTemporaries, trainable_bytes);
     }
+    // What the engine's step() allocates (ZeRO-3's fp32 gradient of a sub-group).
+    if (engine_states.step_bytes > 0) point.bytes[MemoryCategory::OptimizerTemporaries] += engine_states.step_bytes;
     estimate.device_points.push_back(point);
   }
   // Per-op points: the same tensors, followed op by op through rank 0's step (device 0), so the
@@ -445,7 +447,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
         outside_grads = true;  // the head's grads (and, conservatively, the embedding's) as in the phase points
         grads += grads_by_layer[layers];
       } else if (what == "optimizer step") {
-        temporaries = ledger.device(trainable_bytes);
+        temporaries = ledger.device(trainable_bytes) + engine_states.step_bytes;
       }
       MemoryPoint point = base();
       point.phase = op.phase.empty() ? "step" : op.phase;

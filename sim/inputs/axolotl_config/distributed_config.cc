@@ -126,7 +126,8 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
         {"allgather_bucket_size", &result.allgather_bucket_size},
         {"stage3_prefetch_bucket_size", &result.stage3_prefetch_bucket_size},
         {"stage3_max_live_parameters", &result.stage3_max_live_parameters},
-        {"stage3_param_persistence_threshold", &result.stage3_param_persistence_threshold}};
+        {"stage3_param_persistence_threshold", &result.stage3_param_persistence_threshold},
+        {"sub_group_size", &result.sub_group_size}};
     for (const auto& [key, field] : sizes) {
       if (!zero.contains(key)) continue;
       const nlohmann::json& size = zero.at(key);
