@@ -48,8 +48,8 @@ struct EnginePlan {
 };
 const std::vector<EnginePlan> kEnginePlans = {
     // The anchor the engine rows are read against (same model, ranks and run): DDP of a LoRA plan,
-    // the engine `verify` has measured since issue 19.
-    {"DDP, LoRA all-linear (anchor)", "adapter: lora\nlora_r: 16\nlora_target_linear: true\nddp_find_unused_parameters: false\n"},
+    // the engine `verify` has measured since issue 19, on a B200, where the bf16 replica fits.
+    {"DDP, LoRA all-linear, B200 (anchor)", "adapter: lora\nlora_r: 16\nlora_target_linear: true\nddp_find_unused_parameters: false\n", "  gpu: B200\n"},
     {"FSDP2", "fsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n  reshard_after_forward: true\n"},
     // ZeRO-2 keeps the 16-bit weights whole (141 GB for 70B): it fits a B200, not an H100, where
     // the row measures the failing verdict with its fix search.
