@@ -1,5 +1,6 @@
 #include "sim/cost/memory_model.h"
 
+#include "sim/cost/engine_cost.h"
 #include "sim/cost/optimizer_states.h"
 
 #include <algorithm>
@@ -183,6 +184,9 @@ const char* to_string(MemoryCategory category) {
     case MemoryCategory::ReloadBuffers: return "reload_buffers";
     case MemoryCategory::PinnedSlots: return "pinned_slots";
     case MemoryCategory::FsdpUnsharded: return "fsdp_unsharded";
+    case MemoryCategory::MasterWeights: return "master_weights";
+    case MemoryCategory::CommBuffers: return "comm_buffers";
+    case MemoryCategory::GatheredParams: return "gathered_params";
   }
   return "?";
 }
@@ -258,52 +262,48 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   int64_t trainable_bytes = 0;
   std::vector<int64_t> grads_by_layer(layers + 1, 0);  // [layers]: outside the decoder stack
   std::vector<int64_t> grad_tensors;
-  // FSDP2 (fully_shard, docs/engines/fsdp2.md): parameters, gradients and optimizer states are
-  // sharded on dim 0 over the ranks (each rank holds 1/world); what is unsharded at a time is
-  // counted below as fsdp_unsharded.
-  const bool fsdp2 = plan.engine.kind == EngineKind::Fsdp2 && plan.world_size > 1;
-  const int64_t shard = fsdp2 ? plan.world_size : 1;
-  auto sharded = [&](int64_t bytes) { return (bytes + shard - 1) / shard; };
-  std::vector<int64_t> unit_weights(layers + 1, 0), unit_grads(layers + 1, 0);  // [layers]: the root unit
   for (const Parameter& p : structure.parameters) {
     const size_t unit = p.layer >= 0 && p.layer < layers ? static_cast<size_t>(p.layer) : static_cast<size_t>(layers);
-    unit_weights[unit] += stored_weight_bytes(p, plan);
     if (p.adapter) {
-      ledger.add(persistent, MemoryCategory::Adapters, sharded(stored_weight_bytes(p, plan)));
+      ledger.add(persistent, MemoryCategory::Adapters, stored_weight_bytes(p, plan));
     } else {
-      ledger.add(persistent, MemoryCategory::Weights, sharded(stored_weight_bytes(p, plan)));
-      ledger.add(persistent, MemoryCategory::QuantizationState, sharded(quantization_state_bytes(p, plan)));
+      ledger.add(persistent, MemoryCategory::Weights, stored_weight_bytes(p, plan));
+      ledger.add(persistent, MemoryCategory::QuantizationState, quantization_state_bytes(p, plan));
     }
     if (!p.trainable) continue;
     const int64_t bytes = p.numel() * dtype_size(p);
     trainable_bytes += bytes;
-    unit_grads[unit] += bytes;
     // The optimizer's states (sim/cost/optimizer_states.h): torch.optim.AdamW's exp_avg and exp_avg_sq
     // are zeros_like(param), the parameter's dtype; 8-bit and 4-bit optimizers keep a quantized
     // copy plus fp32 block scales; bitsandbytes' 32-bit ones float32.
     for (int state = 0; state < optimizer.states; ++state) {
       for (int64_t allocation : optimizer.state_allocations(p.numel(), dtype_size(p))) {
-        ledger.add(persistent, MemoryCategory::OptimizerStates, sharded(allocation));
+        ledger.add(persistent, MemoryCategory::OptimizerStates, allocation);
       }
     }
-    const int64_t rounded = ledger.device(sharded(bytes));
-    grads_by_layer[unit] += rounded;
+    grads_by_layer[unit] += ledger.device(bytes);
   }
-  if (fsdp2) {
-    // Unsharded at the backward peak: the root unit (all-gathered in its pre_backward, resharded
-    // only in the root's final callback) with its unsharded grads, the layer computing and the one
-    // prefetched (_backward_prefetch), and the computing layer's unsharded grads before its
-    // reduce-scatter.
-    int64_t layer_w = 0, layer_g = 0;
-    for (int i = 0; i < layers; ++i) {
-      layer_w = std::max(layer_w, unit_weights[static_cast<size_t>(i)]);
-      layer_g = std::max(layer_g, unit_grads[static_cast<size_t>(i)]);
+  // FSDP1/FSDP2/ZeRO over several ranks (sim/cost/engine_cost.h): the engine's sharded weights,
+  // gradients, optimizer states and master copies replace the replica above; what it gathers at the
+  // backward peak (unsharded units, ZeRO-3's fetched modules) and its reduction buckets are held
+  // throughout (the peak is in backward); CPU offload moves model states to pinned host memory.
+  const EngineCostSettings engine = engine_cost_settings(plan);
+  EngineMemory engine_states;
+  if (engine.sharded) {
+    engine_states = engine_memory(plan, structure, engine, options.allocator_rounding);
+    for (MemoryCategory category : {MemoryCategory::Weights, MemoryCategory::Adapters, MemoryCategory::QuantizationState,
+                                    MemoryCategory::OptimizerStates}) {
+      persistent.bytes.erase(category);
     }
-    const size_t root = static_cast<size_t>(layers);
-    ledger.add(persistent, MemoryCategory::FsdpUnsharded,
-               unit_weights[root] + unit_grads[root] + 2 * layer_w + layer_g);
+    // Adapters and quantization state are part of their unit's sharded weights.
+    for (const auto& [category, bytes] : engine_states.device) persistent.bytes[category] += bytes;
+    grads_by_layer = engine_states.grads_by_layer;
+    trainable_bytes = engine_states.optimizer_bytes;
+    const MemoryCategory gathered = plan.engine.kind == EngineKind::DeepSpeed ? MemoryCategory::GatheredParams : MemoryCategory::FsdpUnsharded;
+    if (engine_states.unsharded_peak > 0) persistent.bytes[gathered] += engine_states.unsharded_peak;
+    if (engine_states.comm_buffers > 0) persistent.bytes[MemoryCategory::CommBuffers] += engine_states.comm_buffers;
   }
-  const bool ddp = plan.world_size > 1 && !fsdp2;
+  const bool ddp = plan.world_size > 1 && !engine.sharded;
   const bool grads_in_buckets = ddp && plan.gradient_as_bucket_view;
   if (ddp) {
     for (int64_t bucket : ddp_bucket_sizes(plan, structure)) ledger.add(persistent, MemoryCategory::DdpBuckets, bucket);
@@ -394,6 +394,8 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     if (optimizer.format == StateFormat::ParamDtype && optimizer.states > 0) {
       ledger.add(point, MemoryCategory::OptimizerTemporaries, trainable_bytes);
     }
+    // What the engine's step() allocates (ZeRO-3's fp32 gradient of a sub-group).
+    if (engine_states.step_bytes > 0) point.bytes[MemoryCategory::OptimizerTemporaries] += engine_states.step_bytes;
     estimate.device_points.push_back(point);
   }
   // Per-op points: the same tensors, followed op by op through rank 0's step (device 0), so the
@@ -445,7 +447,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
         outside_grads = true;  // the head's grads (and, conservatively, the embedding's) as in the phase points
         grads += grads_by_layer[layers];
       } else if (what == "optimizer step") {
-        temporaries = ledger.device(trainable_bytes);
+        temporaries = ledger.device(trainable_bytes) + engine_states.step_bytes;
       }
       MemoryPoint point = base();
       point.phase = op.phase.empty() ? "step" : op.phase;
@@ -476,6 +478,17 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   estimate.host_peak.phase = "forward";
   estimate.host_peak.at = "after the last offloaded layer";
   if (offloaded_host > 0) estimate.host_peak.bytes[MemoryCategory::PinnedSlots] = offloaded_host;
+  // CPU offload of the engine's model states: held on the host the whole step.
+  for (const auto& [category, bytes] : engine_states.host) estimate.host_peak.bytes[category] += bytes;
+  if (offloaded_host == 0 && !engine_states.host.empty()) {
+    estimate.host_peak.phase = "step";
+    estimate.host_peak.at = engine.name + " CPU offload, held the whole step";
+  }
+  if (engine.sharded) {
+    estimate.engine = engine.name;
+    estimate.engine_notes = engine.notes;
+    estimate.engine_notes.insert(estimate.engine_notes.end(), engine_states.notes.begin(), engine_states.notes.end());
+  }
   // With a step: the op that fills the last slot, rank 0's last device-to-host copy into pinned
   // memory in its first micro-step (CachingHostAllocator keeps the blocks for later micro-steps).
   if (options.step != nullptr && offloaded_host > 0) {

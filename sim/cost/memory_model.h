@@ -32,7 +32,10 @@ enum class MemoryCategory {
   LogitsAndLoss,        // logits, their fp32 upcast and log-softmax output (unchunked cross-entropy)
   ReloadBuffers,        // GPU buffers offloaded activations are copied back into
   PinnedSlots,          // pinned host memory, one slot per offloaded layer
-  FsdpUnsharded,        // FSDP2: all-gathered (unsharded) parameters and their unsharded grads
+  FsdpUnsharded,        // FSDP1/FSDP2: all-gathered (unsharded) parameters and their unsharded grads
+  MasterWeights,        // DeepSpeed ZeRO: the fp32 partition of the trainable parameters
+  CommBuffers,          // DeepSpeed ZeRO: the ipg reduction bucket(s)
+  GatheredParams,       // DeepSpeed ZeRO-3: fetched (gathered) modules and the computing module's 16-bit grads
 };
 const char* to_string(MemoryCategory category);
 
@@ -61,6 +64,10 @@ struct MemoryEstimate {
   MemoryPoint device_peak;
   MemoryPoint host_peak;
   std::optional<MemoryFinding> oom;      // device_peak > capacity
+  // FSDP1/FSDP2/ZeRO plans: the engine whose sharding sized the model states ("ZeRO-2"; empty for
+  // DDP and one rank) and what of its settings is assumed or not modelled.
+  std::string engine;
+  std::vector<std::string> engine_notes;
 };
 
 struct MemoryModelOptions {

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "sim/cost/engine_cost.h"
+
 namespace hookstream {
 
 namespace {
@@ -40,6 +42,11 @@ std::string effective_value(const Plan& plan, const std::string& key) {
   if (key == "ddp_bucket_cap_mb") return number(plan.ddp_bucket_cap_mb.value_or(25.0));
   if (key == "micro_batch_size") return std::to_string(plan.micro_batch_size);
   if (key == "chunked_cross_entropy") return plan.chunked_cross_entropy ? "true" : "false";
+  if (key == "fsdp_config.reshard_after_forward") {
+    const EngineCostSettings engine = engine_cost_settings(plan);
+    const bool fsdp = engine.kind == EngineKind::Fsdp1 || engine.kind == EngineKind::Fsdp2;
+    return fsdp && engine.sharded ? (engine.reshard_after_forward ? "true" : "false") : "";
+  }
   return "";
 }
 
@@ -70,7 +77,15 @@ std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool ch
                              {"hookstream.tiled_mlp_backward", backward}});
     }
   }
-  const std::set<double> bucket_caps = {plan.ddp_bucket_cap_mb.value_or(25.0), 100.0};
+  // DDP's bucket cap only matters to DDP. FSDP1/FSDP2 instead trade memory for all-gathers with
+  // reshard_after_forward (FSDP1: FULL_SHARD vs SHARD_GRAD_OP), which the engine's memory and
+  // communication costs (engine_cost.h) weigh.
+  const EngineCostSettings engine = engine_cost_settings(plan);
+  const bool ddp = plan.world_size > 1 && !engine.sharded;
+  const bool fsdp = engine.sharded && (engine.kind == EngineKind::Fsdp1 || engine.kind == EngineKind::Fsdp2);
+  const std::set<double> bucket_caps = ddp ? std::set<double>{plan.ddp_bucket_cap_mb.value_or(25.0), 100.0}
+                                           : std::set<double>{plan.ddp_bucket_cap_mb.value_or(25.0)};
+  const std::vector<std::string> reshards = fsdp ? std::vector<std::string>{"true", "false"} : std::vector<std::string>{""};
   const std::set<int> micro_batches = {plan.micro_batch_size, 2 * plan.micro_batch_size};
   std::vector<std::string> losses = {plan.chunked_cross_entropy ? "true" : "false"};
   if (chunking && !plan.chunked_cross_entropy) losses.push_back("true");
@@ -80,12 +95,15 @@ std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool ch
       for (double cap : bucket_caps) {
         for (int micro : micro_batches) {
           for (const std::string& chunked : losses) {
-            std::vector<FixChange> changes = memory.changes;
-            changes.insert(changes.end(), tiled.begin(), tiled.end());
-            if (plan.world_size > 1) changes.push_back({"ddp_bucket_cap_mb", number(cap)});
-            changes.push_back({"micro_batch_size", std::to_string(micro)});
-            changes.push_back({"chunked_cross_entropy", chunked});
-            settings.push_back(std::move(changes));
+            for (const std::string& reshard : reshards) {
+              std::vector<FixChange> changes = memory.changes;
+              changes.insert(changes.end(), tiled.begin(), tiled.end());
+              if (ddp) changes.push_back({"ddp_bucket_cap_mb", number(cap)});
+              if (!reshard.empty()) changes.push_back({"fsdp_config.reshard_after_forward", reshard});
+              changes.push_back({"micro_batch_size", std::to_string(micro)});
+              changes.push_back({"chunked_cross_entropy", chunked});
+              settings.push_back(std::move(changes));
+            }
           }
         }
       }

@@ -1,5 +1,6 @@
 // `hookstream plan`: explore the settings that trade memory for time (checkpoint mode, activation
-// offloading with one or two reload buffers, tiled-MLP shards, DDP bucket cap, micro-batch size,
+// offloading with one or two reload buffers, tiled-MLP shards, DDP bucket cap (DDP) or
+// reshard_after_forward (FSDP1/FSDP2), micro-batch size,
 // and chunked cross-entropy when the logits dominate),
 // keep the candidates that fit a memory budget and pass the DDP verifier, fastest first.
 #pragma once

@@ -16,8 +16,9 @@ StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, c
   // every layer on the current stream.
   const StreamProtocol protocol =
       load_stream_protocol(plan.activation_offloading ? plan.offload_protocol_name() : "none", plan_dir);
-  // The steady-state step: DDP's buckets as rebuilt after the first iteration.
-  const BucketAssignment buckets = steady_state_buckets(plan, structure, ddp);
+  // The steady-state step: DDP's buckets as rebuilt after the first iteration. FSDP and ZeRO have
+  // no Reducer buckets (their transfers are costed by engine_step_cost): no DDP simulation for them.
+  const BucketAssignment buckets = engine_cost_settings(plan).sharded ? BucketAssignment{} : steady_state_buckets(plan, structure, ddp);
   ExpansionOptions expansion;
   expansion.buckets = &buckets;
   return predict_expanded_step(plan, structure, device, expand_step(plan, structure, protocol, expansion), calibration);
@@ -32,14 +33,23 @@ StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& str
   TimeModelOptions options;
   options.calibration = calibration;
   options.collective_ranks = plan.world_size;
-  if (device.profile) {
-    // Kernel durations from the device's measured profile (sim/cost/profiled_costs.h); the
-    // roofline for what it does not cover.
-    EventModel profiled = step;
-    apply_device_profile(profiled, plan, structure, device, *device.profile);
-    prediction.schedule = schedule_step(std::move(profiled), device, options);
+  // Kernel durations from the device's measured profile where there is one (sim/cost/profiled_costs.h;
+  // the roofline for what it does not cover).
+  EventModel timed = step;
+  if (device.profile) apply_device_profile(timed, plan, structure, device, *device.profile);
+  const EngineCostSettings engine = engine_cost_settings(plan);
+  if (!engine.sharded) {
+    prediction.schedule = schedule_step(std::move(timed), device, options);
   } else {
-    prediction.schedule = schedule_step(step, device, options);
+    // The expansion's all-reduces are DDP's buckets, which FSDP and ZeRO do not run: they stay as
+    // ordering points at no cost, and the engine's own transfers (engine_cost.h) are scheduled
+    // against the step's compute, adding what the engine's prefetch and overlap cannot hide.
+    for (Op& op : timed.ops) {
+      if (op.kind == OpKind::Collective) op.bytes = 0;
+    }
+    prediction.schedule = schedule_step(std::move(timed), device, options);
+    prediction.engine = engine_step_cost(plan, structure, engine, device, prediction.schedule.model);
+    prediction.schedule.step_ns += prediction.engine.exposed_ns - prediction.engine.optimizer_saved_ns;
   }
   prediction.tokens_per_step = static_cast<int64_t>(plan.sequence_len_for(0, 0)) * plan.micro_batch_size *
                                std::max(1, plan.gradient_accumulation_steps) * std::max(1, plan.world_size);

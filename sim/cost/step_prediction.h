@@ -7,6 +7,7 @@
 #include "sim/cost/calibration.h"
 #include "sim/sync/ddp/ddp_simulation.h"
 #include "sim/cost/device_spec.h"
+#include "sim/cost/engine_cost.h"
 #include "sim/events/event_model.h"
 #include "sim/cost/memory_model.h"
 #include "sim/inputs/model_structure.h"
@@ -17,7 +18,9 @@ namespace hookstream {
 
 struct StepPrediction {
   MemoryEstimate memory;          // with per-op points over the step (MemoryModelOptions::step)
-  Schedule schedule;              // rank 0's step (ranks with the same plan run the same ops)
+  Schedule schedule;              // rank 0's step (ranks with the same plan run the same ops); for
+                                  // FSDP/ZeRO step_ns includes the engine's exposed communication
+  EngineStepCost engine;          // FSDP1/FSDP2/ZeRO: collectives, offload copies, CPU optimizer step
   int64_t tokens_per_step = 0;    // sequence_len x micro_batch x accumulation steps x world size
   double tokens_per_second = 0;   // over all ranks
 };

@@ -54,14 +54,18 @@ std::vector<IdleGap> merge(std::vector<IdleGap> intervals) {
 
 }  // namespace
 
-double ring_allreduce_ns(int64_t bytes, int ranks, const DeviceSpec& device, int gpus_per_node) {
-  if (ranks <= 1 || bytes <= 0) return 0;
+double collective_link_gbps(int ranks, const DeviceSpec& device, int gpus_per_node) {
   // Within a node NCCL rings over NVLink; without NVLink (L40S, RTX 4090) over PCIe through the host.
   // Across nodes the slowest link of the ring is the network.
   double gbps = ranks <= gpus_per_node ? device.nvlink_gbps : device.network_gbps;
   if (gbps <= 0) gbps = std::min(device.host_link.pinned_h2d_gbps, device.host_link.pinned_d2h_gbps);
+  return gbps;
+}
+
+double ring_allreduce_ns(int64_t bytes, int ranks, const DeviceSpec& device, int gpus_per_node) {
+  if (ranks <= 1 || bytes <= 0) return 0;
   const double moved = 2.0 * (ranks - 1) / ranks * static_cast<double>(bytes);
-  return bandwidth_ns(moved, gbps);
+  return bandwidth_ns(moved, collective_link_gbps(ranks, device, gpus_per_node));
 }
 
 double estimate_op_ns(const Op& op, const DeviceSpec& device, int collective_ranks, const TimeModelOptions& options) {

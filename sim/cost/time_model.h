@@ -26,6 +26,9 @@ struct TimeModelOptions {
 // efficiency)). Copies: bytes over the host link (pinned or pageable) or HBM (device to device).
 // Collectives: ring all-reduce, 2 (n-1)/n x bytes / link bandwidth. Sync/record/alloc ops: 0.
 double estimate_op_ns(const Op& op, const DeviceSpec& device, int collective_ranks, const TimeModelOptions& options = {});
+// The per-rank bandwidth (GB/s) a collective over `ranks` GPUs runs at: NVLink within a node,
+// the network across nodes, PCIe through the host without NVLink.
+double collective_link_gbps(int ranks, const DeviceSpec& device, int gpus_per_node = 8);
 // Ring all-reduce time of `bytes` over `ranks` GPUs.
 double ring_allreduce_ns(int64_t bytes, int ranks, const DeviceSpec& device, int gpus_per_node = 8);
 

@@ -106,6 +106,7 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncS
   checks.time.schedule = std::move(prediction.schedule);
   checks.time.tokens_per_step = prediction.tokens_per_step;
   checks.time.tokens_per_second = prediction.tokens_per_second;
+  checks.time.engine = std::move(prediction.engine);
   if (!detail) return checks;
   checks.time.critical_path = scheduled_critical_path(checks.time.schedule.model);
 
@@ -186,8 +187,17 @@ std::vector<VerifiedFix> memory_candidates(const Plan& plan, const MemoryEstimat
     add({{"chunked_cross_entropy", "true"}}, "the loss upcasts and normalizes one chunk of the logits at a time");
   }
   if (!plan.tiled_mlp) add({{"tiled_mlp", "true"}}, "the MLP's intermediate-size tensors exist for one sequence shard at a time");
-  if (plan.world_size > 1 && !plan.gradient_as_bucket_view) {
+  const EngineCostSettings engine = engine_cost_settings(plan);
+  if (plan.world_size > 1 && !engine.sharded && !plan.gradient_as_bucket_view) {
     add({{"hookstream.gradient_as_bucket_view", "true"}}, "gradients become views into DDP's buckets instead of a second copy");
+  }
+  // FSDP's own memory savers (sim/cost/engine_cost.h); ZeRO's live in the DeepSpeed JSON.
+  const bool fsdp = engine.sharded && (engine.kind == EngineKind::Fsdp1 || engine.kind == EngineKind::Fsdp2);
+  if (fsdp && !engine.reshard_after_forward && engine.shard_ranks > 1) {
+    add({{"fsdp_config.reshard_after_forward", "true"}}, "each layer is resharded after its forward and all-gathered again in backward");
+  }
+  if (fsdp && !engine.offload_params) {
+    add({{"fsdp_config.offload_params", "true"}}, "sharded parameters, gradients and optimizer states move to pinned host memory; the optimizer steps on the CPU");
   }
   if (plan.micro_batch_size > 1 && plan.micro_batch_size % 2 == 0) {
     add({{"micro_batch_size", std::to_string(plan.micro_batch_size / 2)},
@@ -437,6 +447,8 @@ nlohmann::json memory_section_json(const MemorySection& section, const EventMode
   j["oom"] = e.oom ? nlohmann::json{{"required_bytes", e.oom->required_bytes}, {"capacity_bytes", e.oom->capacity_bytes},
                                     {"message", e.oom->message}}
                    : nlohmann::json(nullptr);
+  // FSDP/ZeRO: the engine whose sharding sized the model states, and its assumptions.
+  j["engine"] = e.engine.empty() ? nlohmann::json(nullptr) : nlohmann::json{{"name", e.engine}, {"notes", e.engine_notes}};
   if (per_op) {
     nlohmann::json ops = nlohmann::json::array();
     for (const MemoryPoint& point : e.device_points) {
@@ -454,6 +466,22 @@ nlohmann::json memory_section_json(const MemorySection& section, const EventMode
     j["per_op"] = ops;
   }
   return j;
+}
+
+// FSDP/ZeRO: the engine's transfers by collective and phase (null for DDP, whose all-reduces are
+// ops of the step).
+nlohmann::json communication_json(const EngineStepCost& engine) {
+  if (engine.collectives.empty()) return nullptr;
+  nlohmann::json collectives = nlohmann::json::array();
+  for (const CommTotal& c : engine.collectives) {
+    collectives.push_back({{"collective", c.collective}, {"phase", c.phase}, {"count", c.count}, {"bytes", c.bytes}, {"seconds", c.ns * 1e-9}});
+  }
+  return {{"link", engine.link},
+          {"comm_seconds", engine.comm_ns * 1e-9},
+          {"exposed_seconds", engine.exposed_ns * 1e-9},
+          {"optimizer_saved_seconds", engine.optimizer_saved_ns * 1e-9},
+          {"collectives", collectives},
+          {"notes", engine.notes}};
 }
 
 nlohmann::json time_section_json(const TimeSection& section) {
@@ -491,7 +519,8 @@ nlohmann::json time_section_json(const TimeSection& section) {
           {"tokens_per_second", section.tokens_per_second},
           {"copy_hidden_fraction", section.schedule.copy_hidden_fraction},
           {"streams", streams},
-          {"critical_path", {{"ns", section.critical_path.length}, {"groups", groups}, {"ops", path_ops}}}};
+          {"critical_path", {{"ns", section.critical_path.length}, {"groups", groups}, {"ops", path_ops}}},
+          {"communication", communication_json(section.engine)}};
 }
 
 nlohmann::json render_simulation_json(const SimulationReport& report, const SimulateOptions& options) {
@@ -579,12 +608,25 @@ std::string render_simulation_text(const SimulationReport& report, const Simulat
     text += fmt::format("         host: peak {} at {} `{}`: {}\n", format_bytes(memory.host_peak.total()), memory.host_peak.phase,
                         memory.host_peak.at, breakdown_text(memory.host_peak));
   }
+  if (!memory.engine.empty()) {
+    text += "         model states sharded by " + memory.engine + " over " + std::to_string(report.ddp.plan.world_size) + " ranks\n";
+    for (const std::string& note : memory.engine_notes) text += "         note: " + note + "\n";
+  }
   text += report.memory.ok() ? "OK       the peak fits\n" : "FAIL     oom  " + memory.oom->message + "\n";
 
   const TimeSection& time = report.time;
   text += fmt::format("\ntime     {}: step {}, {:.0f} tokens/s over {} rank(s); host<->device copies {:.0f}% hidden\n", time.device,
                       duration_text(time.schedule.step_ns), time.tokens_per_second, report.ddp.plan.world_size,
                       100 * time.schedule.copy_hidden_fraction);
+  if (!time.engine.collectives.empty()) {
+    const EngineStepCost& engine = time.engine;
+    text += fmt::format("comm     {} over {}: {} on the link, {} not hidden by compute\n", memory.engine, engine.link,
+                        duration_text(engine.comm_ns), duration_text(engine.exposed_ns));
+    for (const CommTotal& c : engine.collectives) {
+      text += fmt::format("         {} {} x{}: {} in {}\n", c.phase, c.collective, c.count, format_bytes(c.bytes), duration_text(c.ns));
+    }
+    for (const std::string& note : engine.notes) text += "         note: " + note + "\n";
+  }
   text += fmt::format("critical path  {} over {} ops (rank 0's step; runs of one stream and pass):\n",
                       duration_text(time.critical_path.length), time.critical_path.ops.size());
   for (const PathGroup& group : group_path(time)) {

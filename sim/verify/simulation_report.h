@@ -53,6 +53,7 @@ struct TimeSection {
   int64_t tokens_per_step = 0;
   double tokens_per_second = 0;
   CriticalPath critical_path;    // op indices into schedule.model
+  EngineStepCost engine;         // FSDP1/FSDP2/ZeRO: the engine's transfers (empty for DDP)
 };
 
 struct SimulationReport {

@@ -6,6 +6,7 @@
 #include "sim/cost/device_spec.h"
 #include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
+#include "sim/sync/fsdp1/fsdp1_model.h"
 
 using namespace hookstream;
 
@@ -175,4 +176,161 @@ TEST_CASE("an EventModel's Alloc/Free ops give per-op memory points", "[memory]"
   options.step = &step;
   const MemoryEstimate e = estimate_memory(plan, build_model_structure(plan), find_device_spec("H100"), options);
   CHECK(e.device_peak.at == "alloc b");
+}
+
+// --- engines (sim/cost/engine_cost.h) ---------------------------------------------------------------
+
+namespace {
+
+std::string zero_yaml(int stage, int world, const std::string& zero = "", const std::string& top = "") {
+  return "base_model: Llama-3.1-8B\nsequence_len: 2048\n" + top + "deepspeed:\n  zero_optimization:\n    stage: " +
+         std::to_string(stage) + "\n" + zero + "hookstream:\n  world_size: " + std::to_string(world) + "\n";
+}
+
+std::string fsdp_yaml(int version, int world, const std::string& config = "", const std::string& top = "") {
+  return "base_model: Llama-3.1-8B\nsequence_len: 2048\n" + top + "fsdp_version: " + std::to_string(version) +
+         "\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n" + config +
+         "hookstream:\n  world_size: " + std::to_string(world) + "\n";
+}
+
+// Trainable elements, and the sum over parameters of ceil(numel / world): ZeRO's partitions.
+std::pair<int64_t, int64_t> trainable_and_partitions(const Plan& plan, int world) {
+  int64_t all = 0, partitions = 0;
+  for (const Parameter& p : build_model_structure(plan).parameters) {
+    if (!p.trainable) continue;
+    all += p.numel();
+    partitions += (p.numel() + world - 1) / world;
+  }
+  return {all, partitions};
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-2 keeps 16-bit weights whole and partitions fp32 master, AdamW states and gradients", "[memory][zero]") {
+  const Plan plan = plan_from(zero_yaml(2, 8));
+  const auto [p, part] = trainable_and_partitions(plan, 8);
+  const MemoryEstimate e = estimate(plan, false);
+  const MemoryPoint& step = point(e, "optimizer", "AdamW step");
+  CHECK(e.engine == "ZeRO-2");
+  CHECK(category(step, MemoryCategory::Weights) == 2 * p);          // bit16_groups_flat
+  CHECK(category(step, MemoryCategory::MasterWeights) == 4 * part); // single_partition_of_fp32_groups
+  CHECK(category(step, MemoryCategory::OptimizerStates) == 8 * part);
+  CHECK(category(step, MemoryCategory::Gradients) == 6 * part);     // 16-bit partition + fp32 partition
+  CHECK(category(step, MemoryCategory::DdpBuckets) == 0);
+  // contiguous_gradients (default true): one ipg bucket of reduce_bucket_size (5e8) 16-bit elements.
+  CHECK(category(step, MemoryCategory::CommBuffers) == 2 * 500000000);
+  // overlap_comm doubles it (stage_1_and_2.py setup_buckets), a smaller bucket shrinks it.
+  CHECK(category(point(estimate(plan_from(zero_yaml(2, 8, "    overlap_comm: true\n")), false), "optimizer", "AdamW step"),
+                 MemoryCategory::CommBuffers) == 4 * 500000000);
+  CHECK(category(point(estimate(plan_from(zero_yaml(2, 8, "    reduce_bucket_size: 2e7\n")), false), "optimizer", "AdamW step"),
+                 MemoryCategory::CommBuffers) == 2 * 20000000);
+  // 2 P + 18 P / N (deepspeed estimate_zero2_model_states_mem_needs), up to the per-parameter ceil.
+  const int64_t states = category(step, MemoryCategory::Weights) + category(step, MemoryCategory::MasterWeights) +
+                         category(step, MemoryCategory::OptimizerStates) + category(step, MemoryCategory::Gradients);
+  CHECK(states == 2 * p + 18 * part);
+}
+
+TEST_CASE("ZeRO-1 keeps whole 16-bit gradients, ZeRO-3 partitions the weights and gathers the largest module", "[memory][zero]") {
+  const auto [p, part] = trainable_and_partitions(plan_from(zero_yaml(1, 8)), 8);
+  const MemoryPoint one = point(estimate(plan_from(zero_yaml(1, 8)), false), "optimizer", "AdamW step");
+  CHECK(category(one, MemoryCategory::Gradients) == 2 * p + 4 * part);
+  CHECK(category(one, MemoryCategory::Weights) == 2 * p);
+
+  const Plan three = plan_from(zero_yaml(3, 8, "    stage3_prefetch_bucket_size: 0\n    stage3_param_persistence_threshold: 0\n"));
+  const MemoryEstimate e = estimate(three, false);
+  const MemoryPoint& step = point(e, "optimizer", "AdamW step");
+  CHECK(category(step, MemoryCategory::Weights) == 2 * part);
+  // Llama-3.1-8B's largest module is embed_tokens (= lm_head): 128256 x 4096; fetched 16-bit plus its 16-bit grads.
+  CHECK(category(step, MemoryCategory::GatheredParams) == 4 * int64_t{128256} * 4096);
+  // The prefetch bucket adds fetched modules, up to stage3_max_live_parameters.
+  const MemoryPoint prefetch = point(estimate(plan_from(zero_yaml(3, 8, "    stage3_prefetch_bucket_size: 1e8\n")), false), "optimizer", "AdamW step");
+  CHECK(category(prefetch, MemoryCategory::GatheredParams) == 4 * int64_t{128256} * 4096 + 2 * int64_t{100000000});
+  const MemoryPoint capped = point(estimate(plan_from(zero_yaml(3, 8, "    stage3_prefetch_bucket_size: 1e8\n    stage3_max_live_parameters: 6e8\n")), false),
+                                   "optimizer", "AdamW step");
+  CHECK(category(capped, MemoryCategory::GatheredParams) == 4 * int64_t{128256} * 4096 + 2 * (int64_t{600000000} - int64_t{128256} * 4096));
+  // Persistent parameters (the norms, 4096 elements < 1e5) stay whole: more weights than without.
+  CHECK(category(prefetch, MemoryCategory::Weights) > category(step, MemoryCategory::Weights));
+}
+
+TEST_CASE("ZeRO offload moves the fp32 master, states and gradients to pinned host memory", "[memory][zero]") {
+  const Plan plan = plan_from(zero_yaml(2, 4, "    offload_optimizer:\n      device: cpu\n"));
+  const auto [p, part] = trainable_and_partitions(plan, 4);
+  const MemoryEstimate e = estimate(plan, false);
+  const MemoryPoint& step = point(e, "optimizer", "AdamW step");
+  CHECK(category(step, MemoryCategory::MasterWeights) == 0);
+  CHECK(category(step, MemoryCategory::OptimizerStates) == 0);
+  CHECK(category(step, MemoryCategory::Weights) == 2 * p);
+  CHECK(category(e.host_peak, MemoryCategory::MasterWeights) == 4 * part);
+  CHECK(category(e.host_peak, MemoryCategory::OptimizerStates) == 8 * part);
+  CHECK(category(e.host_peak, MemoryCategory::Gradients) == 4 * part);
+  // offload_param is a stage-3 setting: at stage 3 the 16-bit partitions go to the host too.
+  const MemoryEstimate both = estimate(plan_from(zero_yaml(3, 4, "    offload_optimizer:\n      device: cpu\n    offload_param:\n      device: cpu\n"
+                                                                   "    stage3_param_persistence_threshold: 0\n")), false);
+  CHECK(category(point(both, "optimizer", "AdamW step"), MemoryCategory::Weights) == 0);
+  CHECK(category(both.host_peak, MemoryCategory::Weights) == 2 * part);
+}
+
+TEST_CASE("FSDP2 shards fp32-upcast trainable parameters on dim 0 and gathers them in bf16", "[memory][fsdp2]") {
+  const Plan plan = plan_from(fsdp_yaml(2, 8));
+  const ModelStructure structure = build_model_structure(plan);
+  int64_t sharded = 0, gathered_layer = 0;
+  for (const Parameter& p : structure.parameters) {
+    const int64_t rows = (p.shape[0] + 7) / 8;
+    sharded += rows * (p.numel() / p.shape[0]);
+    if (p.layer == 0) gathered_layer += 8 * rows * (p.numel() / p.shape[0]);
+  }
+  const MemoryEstimate e = estimate(plan, false);
+  const MemoryPoint& step = point(e, "optimizer", "AdamW step");
+  // accelerate's fsdp2_prepare_model upcasts trainable parameters to fp32 under bf16 mixed precision.
+  CHECK(category(step, MemoryCategory::Weights) == 4 * sharded);
+  CHECK(category(step, MemoryCategory::OptimizerStates) == 8 * sharded);
+  CHECK(category(step, MemoryCategory::Gradients) == 4 * sharded);
+  // Without mixed precision nothing is upcast: half the sharded bytes.
+  CHECK(category(point(estimate(plan_from(fsdp_yaml(2, 8, "", "bf16: false\n")), false), "optimizer", "AdamW step"),
+                 MemoryCategory::Weights) == 2 * sharded);
+  // reshard_after_forward: false keeps every layer gathered (bf16) until its backward: more unsharded memory.
+  const int64_t resharded = category(step, MemoryCategory::FsdpUnsharded);
+  const int64_t kept = category(point(estimate(plan_from(fsdp_yaml(2, 8, "  reshard_after_forward: false\n")), false), "optimizer", "AdamW step"),
+                                MemoryCategory::FsdpUnsharded);
+  // 30 more bf16 layers gathered: 32 minus the computing and the prefetched one.
+  CHECK(kept - resharded == 30 * 2 * gathered_layer);
+  // CPU offload: sharded parameters, grads and states move to the host; the device keeps the unsharded buffers.
+  const MemoryEstimate offloaded = estimate(plan_from(fsdp_yaml(2, 8, "  offload_params: true\n")), false);
+  const MemoryPoint& off = point(offloaded, "optimizer", "AdamW step");
+  CHECK(category(off, MemoryCategory::Weights) == 0);
+  CHECK(category(off, MemoryCategory::OptimizerStates) == 0);
+  CHECK(category(off, MemoryCategory::FsdpUnsharded) == resharded);
+  CHECK(category(offloaded.host_peak, MemoryCategory::Weights) == 4 * sharded);
+  CHECK(category(offloaded.host_peak, MemoryCategory::OptimizerStates) == 8 * sharded);
+}
+
+TEST_CASE("FSDP1 pads each unit's FlatParameter to the world size, SHARD_GRAD_OP and BACKWARD_PRE hold more", "[memory][fsdp1]") {
+  std::string tiny = fsdp_yaml(1, 3);
+  tiny.replace(tiny.find("Llama-3.1-8B"), 12, "tiny-llama");
+  const Plan plan = plan_from(tiny);
+  const ModelStructure structure = build_model_structure(plan);
+  int64_t shards = 0;
+  for (const Fsdp1Unit& u : fsdp1_units(plan, structure)) shards += (u.numel + 2) / 3;
+  const MemoryPoint step = point(estimate(plan, false), "optimizer", "AdamW step");
+  CHECK(category(step, MemoryCategory::Weights) == 4 * shards);  // fp32 flat shards (accelerate's upcast)
+
+  const Plan full = plan_from(fsdp_yaml(1, 8));
+  const int64_t full_shard = category(point(estimate(full, false), "optimizer", "AdamW step"), MemoryCategory::FsdpUnsharded);
+  const int64_t grad_op = category(point(estimate(plan_from(fsdp_yaml(1, 8, "  reshard_after_forward: false\n")), false), "optimizer", "AdamW step"),
+                                   MemoryCategory::FsdpUnsharded);
+  // SHARD_GRAD_OP keeps all 32 layers gathered where FULL_SHARD (HF's NO_PREFETCH) holds the computing one:
+  // 31 more layers of _full_param_padded (bf16, world x shard) and _mp_shard (bf16, shard).
+  const int64_t shard = (fsdp1_units(full, build_model_structure(full))[1].numel + 7) / 8;
+  const int64_t layer = 2 * 8 * shard + 2 * shard;
+  CHECK(grad_op - full_shard == 31 * layer);
+  // HF's default is NO_PREFETCH; accelerate's fsdp_backward_prefetch: BACKWARD_PRE gathers one more layer.
+  Plan pre = full;
+  pre.engine.settings.push_back("fsdp_config.fsdp_backward_prefetch: BACKWARD_PRE");
+  CHECK(category(point(estimate(pre, false), "optimizer", "AdamW step"), MemoryCategory::FsdpUnsharded) - full_shard == layer);
+  // NO_SHARD: nothing sharded, nothing gathered.
+  Plan no_shard = full;
+  no_shard.engine.settings.push_back("fsdp_config.fsdp_sharding_strategy: NO_SHARD");
+  const MemoryPoint whole = point(estimate(no_shard, false), "optimizer", "AdamW step");
+  CHECK(category(whole, MemoryCategory::FsdpUnsharded) == 0);
+  CHECK(category(whole, MemoryCategory::Weights) > 7 * category(point(estimate(full, false), "optimizer", "AdamW step"), MemoryCategory::Weights));
 }

@@ -243,3 +243,22 @@ TEST_CASE("plan search tries chunked cross-entropy when the logits dominate", "[
   CHECK(chunked);  // fewer loss bytes: the fastest candidate chunks the loss
   std::filesystem::remove(dominated);
 }
+
+TEST_CASE("plan search trades FSDP's reshard_after_forward instead of DDP's bucket cap", "[memory][engine]") {
+  const std::string fsdp = write_plan("fsdp2-search", "base_model: tiny-llama\nsequence_len: 64\nfsdp_version: 2\nfsdp_config:\n"
+                                                      "  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n"
+                                                      "hookstream:\n  world_size: 2\n  iterations: 2\n");
+  PlanSearchOptions options;
+  options.top = 100;
+  const PlanSearchResult result = search_plans(read_plan_source(fsdp, {}), options);
+  REQUIRE_FALSE(result.best.empty());
+  bool kept = false;
+  for (const PlanCandidate& candidate : result.best) {
+    for (const FixChange& change : candidate.changes) {
+      CHECK(change.key != "ddp_bucket_cap_mb");
+      kept |= change.key == "fsdp_config.reshard_after_forward" && change.value == "false";
+    }
+  }
+  CHECK(kept);  // verified by the FSDP2 model and ranked by the engine's memory and time
+  std::filesystem::remove(fsdp);
+}

@@ -342,3 +342,107 @@ TEST_CASE("wait_stream (a StreamWait without an event) orders the waiting stream
   CHECK(s.model.ops[2].start_ns == 2000);
   CHECK(s.step_ns == 3000);
 }
+
+// --- engines' communication (sim/cost/engine_cost.h) -----------------------------------------------
+
+namespace {
+
+StepPrediction predict(const std::string& yaml) {
+  const Plan plan = parse_plan(yaml, "plan.yaml");
+  const ModelStructure structure = build_model_structure(plan);
+  return predict_step(plan, structure, find_device_spec(plan.gpu));
+}
+
+const CommTotal* comm(const StepPrediction& p, const std::string& collective, const std::string& phase) {
+  for (const CommTotal& c : p.engine.collectives) {
+    if (c.collective == collective && c.phase == phase) return &c;
+  }
+  return nullptr;
+}
+
+std::string engine_plan(const std::string& engine, int world, const std::string& more = "") {
+  return "base_model: Llama-3.1-8B\nsequence_len: 2048\n" + more + engine + "hookstream:\n  gpu: H100\n  world_size: " + std::to_string(world) + "\n";
+}
+
+const std::string kFsdp2Config = "fsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n";
+
+std::string zero(int stage, const std::string& extra = "") {
+  return "deepspeed:\n  zero_optimization:\n    stage: " + std::to_string(stage) + "\n" + extra;
+}
+
+}  // namespace
+
+TEST_CASE("ring all-gather and reduce-scatter move (n-1)/n of the full size, all-reduce twice that", "[time][engine]") {
+  DeviceSpec d = round_device();  // NVLink 1 GB/s: 1 byte per ns
+  d.network_gbps = 0.5;
+  CHECK(ring_allgather_ns(8000, 8, d) == Approx(7000));
+  CHECK(ring_reduce_scatter_ns(8000, 8, d) == Approx(7000));
+  CHECK(ring_allreduce_ns(8000, 8, d) == Approx(14000));
+  // Beyond a node the ring runs at the network's bandwidth.
+  CHECK(ring_allgather_ns(16000, 16, d) == Approx(15000 / 0.5));
+  CHECK(ring_allgather_ns(8000, 1, d) == 0);
+}
+
+TEST_CASE("FSDP2 all-gathers every unit forward and re-gathers resharded layers in backward", "[time][engine][fsdp2]") {
+  const StepPrediction resharded = predict(engine_plan(kFsdp2Config, 8));
+  REQUIRE(comm(resharded, "all_gather", "forward") != nullptr);
+  CHECK(comm(resharded, "all_gather", "forward")->count == 33);   // 32 layers + the root
+  REQUIRE(comm(resharded, "all_gather", "backward") != nullptr);
+  CHECK(comm(resharded, "all_gather", "backward")->count == 32);  // the root stays unsharded
+  REQUIRE(comm(resharded, "reduce_scatter", "backward") != nullptr);
+  CHECK(comm(resharded, "reduce_scatter", "backward")->count == 33);
+  // Forward all-gathers move the whole model in bf16 once.
+  const ModelStructure structure = build_model_structure(parse_plan(engine_plan(kFsdp2Config, 8), "plan.yaml"));
+  int64_t elements = 0;
+  for (const Parameter& p : structure.parameters) elements += p.numel();
+  CHECK(comm(resharded, "all_gather", "forward")->bytes == 2 * elements);
+  // reshard_after_forward: false trades memory for the backward all-gathers.
+  const StepPrediction kept = predict(engine_plan(kFsdp2Config + "  reshard_after_forward: false\n", 8));
+  CHECK(comm(kept, "all_gather", "backward") == nullptr);
+  CHECK(kept.engine.comm_ns < resharded.engine.comm_ns);
+  CHECK(kept.memory.device_peak.total() > resharded.memory.device_peak.total());
+  CHECK(kept.schedule.step_ns <= resharded.schedule.step_ns);
+  // The sharded optimizer steps on 1/8 of the parameters.
+  CHECK(resharded.engine.optimizer_saved_ns > 0);
+  // Across nodes (64 ranks on 50 GB/s InfiniBand) the same transfers take longer and show.
+  const StepPrediction wide = predict(engine_plan(kFsdp2Config, 64));
+  CHECK(wide.engine.comm_ns > 5 * resharded.engine.comm_ns);
+  CHECK(wide.engine.exposed_ns > resharded.engine.exposed_ns);
+}
+
+TEST_CASE("ZeRO-2 reduces every micro-step, ZeRO-1 at the boundary, overlap_comm hides reductions", "[time][engine][zero]") {
+  const std::string accumulate = "gradient_accumulation_steps: 2\n";
+  const StepPrediction two = predict(engine_plan(zero(2), 8, accumulate));
+  const StepPrediction one = predict(engine_plan(zero(1), 8, accumulate));
+  REQUIRE(comm(two, "reduce_scatter", "backward") != nullptr);
+  REQUIRE(comm(one, "reduce_scatter", "backward") != nullptr);
+  CHECK(comm(two, "reduce_scatter", "backward")->bytes == 2 * comm(one, "reduce_scatter", "backward")->bytes);
+  // The updated 16-bit partitions are all-gathered after the step; no all-gathers in forward.
+  REQUIRE(comm(two, "all_gather", "optimizer") != nullptr);
+  CHECK(comm(two, "all_gather", "forward") == nullptr);
+  // Buckets of reduce_bucket_size elements: 16 GB of bf16 grads in 1 GB buckets per micro-step.
+  CHECK(comm(two, "reduce_scatter", "backward")->count == 2 * 17);
+  // overlap_comm runs the reductions beside backward instead of on the compute stream.
+  const StepPrediction overlapped = predict(engine_plan(zero(2, "    overlap_comm: true\n"), 8, accumulate));
+  CHECK(overlapped.engine.exposed_ns < two.engine.exposed_ns);
+  CHECK(overlapped.engine.comm_ns == Approx(two.engine.comm_ns));
+  // ZeRO-Offload: gradients to the host, the CPU step, the 16-bit parameters back.
+  const StepPrediction offload = predict(engine_plan(zero(2, "    offload_optimizer:\n      device: cpu\n"), 8));
+  REQUIRE(comm(offload, "cpu_optimizer_step", "optimizer") != nullptr);
+  REQUIRE(comm(offload, "D2H", "optimizer") != nullptr);
+  REQUIRE(comm(offload, "H2D", "optimizer") != nullptr);
+  CHECK(offload.schedule.step_ns > predict(engine_plan(zero(2), 8)).schedule.step_ns);
+}
+
+TEST_CASE("ZeRO-3 gathers in forward and backward, offload_param adds host copies, no prefetch exposes them", "[time][engine][zero]") {
+  const StepPrediction three = predict(engine_plan(zero(3), 8));
+  REQUIRE(comm(three, "all_gather", "forward") != nullptr);
+  REQUIRE(comm(three, "all_gather", "backward") != nullptr);
+  CHECK(comm(three, "all_gather", "optimizer") == nullptr);
+  const StepPrediction no_prefetch = predict(engine_plan(zero(3, "    stage3_prefetch_bucket_size: 0\n"), 8));
+  CHECK(no_prefetch.engine.exposed_ns > three.engine.exposed_ns);
+  const StepPrediction offload = predict(engine_plan(zero(3, "    offload_param:\n      device: cpu\n"), 8));
+  REQUIRE(comm(offload, "H2D", "forward") != nullptr);
+  // DDP plans are not costed here: their all-reduces are ops of the step.
+  CHECK(predict(engine_plan("", 8)).engine.collectives.empty());
+}

@@ -118,13 +118,26 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
       }
       (std::string(key) == "overlap_comm" ? result.overlap_comm : result.contiguous_gradients) = zero.at(key).get<bool>();
     }
-    if (zero.contains("reduce_bucket_size")) {
-      const nlohmann::json& size = zero.at("reduce_bucket_size");
-      // DeepSpeedZeroConfig: reduce_bucket_size: int = Field(pp_int(5e8), gt=0); HF writes 5e8 as a float.
-      if (size.is_number() && size.get<double>() >= 1) {
-        result.reduce_bucket_size = static_cast<long long>(size.get<double>());
+    // Sizes in elements (DeepSpeedZeroConfig, deepspeed/runtime/zero/config.py: pp_int fields, ge=0
+    // or gt=0; HF writes 5e8 as a float and fills "auto" from the model, so "auto" keeps DeepSpeed's
+    // default here). The stage-3 keys are read by their aliases, as users write them.
+    const std::vector<std::pair<const char*, std::optional<long long>*>> sizes = {
+        {"reduce_bucket_size", &result.reduce_bucket_size},
+        {"allgather_bucket_size", &result.allgather_bucket_size},
+        {"stage3_prefetch_bucket_size", &result.stage3_prefetch_bucket_size},
+        {"stage3_max_live_parameters", &result.stage3_max_live_parameters},
+        {"stage3_param_persistence_threshold", &result.stage3_param_persistence_threshold},
+        {"sub_group_size", &result.sub_group_size}};
+    for (const auto& [key, field] : sizes) {
+      if (!zero.contains(key)) continue;
+      const nlohmann::json& size = zero.at(key);
+      // reduce_bucket_size must be > 0 (gt=0); the others may be 0 (ge=0).
+      const double least = std::string(key) == "reduce_bucket_size" ? 1 : 0;
+      if (size.is_number() && size.get<double>() >= least) {
+        *field = static_cast<long long>(size.get<double>());
       } else if (!(size.is_string() && size.get<std::string>() == "auto")) {
-        throw InputError(where, "key \"zero_optimization.reduce_bucket_size\": expected a number > 0 or \"auto\", got " + size.dump());
+        throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected a number " + (least > 0 ? "> 0" : ">= 0") +
+                                    " or \"auto\", got " + size.dump());
       }
     }
   }

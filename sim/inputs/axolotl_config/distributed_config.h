@@ -26,6 +26,14 @@ struct DeepSpeedConfig {
   std::optional<bool> overlap_comm;
   std::optional<bool> contiguous_gradients;
   std::optional<long long> reduce_bucket_size;
+  // zero_optimization.allgather_bucket_size and the stage-3 sizes (stage3_prefetch_bucket_size,
+  // stage3_max_live_parameters, stage3_param_persistence_threshold, sub_group_size), in elements;
+  // unset: absent or "auto" (DeepSpeed's defaults 5e8, 5e7, 1e9, 1e5, 1e9). The memory and time models read them.
+  std::optional<long long> allgather_bucket_size;
+  std::optional<long long> stage3_prefetch_bucket_size;
+  std::optional<long long> stage3_max_live_parameters;
+  std::optional<long long> stage3_param_persistence_threshold;
+  std::optional<long long> sub_group_size;
   bool overlap_comm_or_default() const { return overlap_comm.value_or(zero_stage == 3); }
   // Numeric values; unset when absent or "auto" (HF's Trainer fills "auto" from its arguments).
   std::optional<long long> gradient_accumulation_steps;

@@ -1,0 +1,752 @@
+#include "sim/cost/engine_cost.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fmt/format.h>
+
+#include "sim/cost/optimizer_states.h"
+#include "sim/cost/time_model.h"
+#include "sim/sync/fsdp1/fsdp1_model.h"
+#include "sim/sync/fsdp2/fsdp2_units.h"
+
+namespace hookstream {
+
+namespace {
+
+std::string upper(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+// An accelerate config's fsdp_config value (read_accelerate_config keeps them as "key: value" in
+// Engine::settings, "fsdp_config." prefixed), with or without accelerate's `fsdp_` prefix.
+std::optional<std::string> accelerate_fsdp_setting(const Engine& engine, const std::string& name) {
+  for (const std::string& setting : engine.settings) {
+    for (const std::string& key : {"fsdp_config.fsdp_" + name + ": ", "fsdp_config." + name + ": "}) {
+      if (setting.rfind(key, 0) == 0) return setting.substr(key.size());
+    }
+  }
+  return std::nullopt;
+}
+
+bool truthy(const std::string& value) {
+  const std::string v = upper(value);
+  return v == "TRUE" || v == "1" || v == "YES";
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : a; }
+
+}  // namespace
+
+EngineCostSettings engine_cost_settings(const Plan& plan) {
+  EngineCostSettings s;
+  s.kind = plan.engine.kind;
+  s.world = std::max(1, plan.world_size);
+  s.shard_ranks = s.world;
+  const Engine& engine = plan.engine;
+  const FsdpSettings& fsdp = engine.fsdp;
+  const int model_bytes = dtype_bytes(plan.model.torch_dtype);
+  // HF Trainer passes `bf16` to accelerate as mixed_precision="bf16" (axolotl's bf16: auto is bf16
+  // on a GPU): FSDP's MixedPrecision(Policy) param_dtype = reduce_dtype = bf16
+  // (accelerate/utils/dataclasses.py FullyShardedDataParallelPlugin.set_mixed_precision).
+  const bool mixed = plan.bf16.value_or(true);
+  s.param_dtype_bytes = mixed ? 2 : model_bytes;
+  s.reduce_dtype_bytes = s.param_dtype_bytes;
+  const bool four_bit = plan.load_in_4bit;
+  switch (s.kind) {
+    case EngineKind::Ddp:
+      s.name = "DDP";
+      return s;
+    case EngineKind::Fsdp2: {
+      s.name = "FSDP2";
+      s.sharded = s.world > 1;
+      // fully_shard(reshard_after_forward=True) is the default (torch/distributed/fsdp/_fully_shard/_fully_shard.py).
+      s.reshard_after_forward = fsdp.reshard_after_forward.value_or(true);
+      if (auto v = accelerate_fsdp_setting(engine, "reshard_after_forward")) s.reshard_after_forward = truthy(*v);
+      // CPUOffloadPolicy: sharded parameters and gradients live on the CPU and the optimizer steps there
+      // (torch/distributed/fsdp/_fully_shard/_fsdp_api.py CPUOffloadPolicy).
+      bool offload = fsdp.offload_params;
+      if (auto v = accelerate_fsdp_setting(engine, "offload_params")) offload = offload || truthy(*v);
+      s.offload_params = s.offload_optimizer = offload;
+      // accelerate's fsdp2_prepare_model upcasts trainable low-precision parameters to fp32 when
+      // mixed precision is on (not for 4-bit models): fp32 sharded parameters, gradients and states.
+      s.fp32_master = mixed && !four_bit;
+      // FSDP2 prefetches the next unit's all-gather in backward itself (FSDPParamGroup's
+      // _backward_prefetch, one unit); forward all-gathers overlap the previous unit as the CPU runs ahead.
+      s.backward_prefetch = BackwardPrefetch::BackwardPre;
+      s.forward_prefetch = true;
+      s.settings.push_back(fmt::format("fsdp_config.reshard_after_forward: {}", s.reshard_after_forward ? "true" : "false"));
+      if (offload) s.settings.push_back("fsdp_config.offload_params: true");
+      break;
+    }
+    case EngineKind::Fsdp1: {
+      s.sharded = s.world > 1;
+      // The sharding strategy: accelerate's fsdp_sharding_strategy / fsdp_reshard_after_forward (a
+      // ShardingStrategy name or number), or axolotl's fsdp_config.reshard_after_forward (true:
+      // FULL_SHARD, false: SHARD_GRAD_OP, accelerate/utils/dataclasses.py __post_init__).
+      std::string strategy = "FULL_SHARD";
+      if (fsdp.reshard_after_forward) strategy = *fsdp.reshard_after_forward ? "FULL_SHARD" : "SHARD_GRAD_OP";
+      for (const char* key : {"sharding_strategy", "reshard_after_forward"}) {
+        if (auto v = accelerate_fsdp_setting(engine, key)) {
+          const std::string value = upper(*v);
+          static const std::vector<std::string> names = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
+          if (value == "TRUE") strategy = "FULL_SHARD";
+          else if (value == "FALSE") strategy = "SHARD_GRAD_OP";
+          else if (value.size() == 1 && value[0] >= '1' && value[0] <= '5') strategy = names[static_cast<size_t>(value[0] - '1')];
+          else if (std::find(names.begin(), names.end(), value) != names.end()) strategy = value;
+        }
+      }
+      s.name = "FSDP1 " + strategy;
+      s.reshard_after_forward = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
+      if (strategy == "NO_SHARD") s.shard_ranks = 1;
+      // HYBRID_SHARD: FULL_SHARD within a node, replicated (all-reduced) across nodes.
+      if (strategy == "HYBRID_SHARD" || strategy == "_HYBRID_SHARD_ZERO2") s.shard_ranks = std::min(s.world, 8);
+      bool offload = fsdp.offload_params;
+      if (auto v = accelerate_fsdp_setting(engine, "offload_params")) offload = offload || truthy(*v);
+      s.offload_params = s.offload_optimizer = offload;
+      // accelerate's Accelerator.prepare_model upcasts trainable FlatParameters to fp32 under mixed precision.
+      s.fp32_master = mixed && !four_bit;
+      // HF TrainingArguments passes fsdp_config.get("backward_prefetch", "NO_PREFETCH"), and accelerate
+      // turns NO_PREFETCH into None (no backward prefetch); axolotl's FSDPConfig has no such field.
+      s.backward_prefetch = BackwardPrefetch::None;
+      if (auto v = accelerate_fsdp_setting(engine, "backward_prefetch")) {
+        const std::string value = upper(*v);
+        if (value == "BACKWARD_PRE" || value == "1") s.backward_prefetch = BackwardPrefetch::BackwardPre;
+        if (value == "BACKWARD_POST" || value == "2") s.backward_prefetch = BackwardPrefetch::BackwardPost;
+      }
+      if (auto v = accelerate_fsdp_setting(engine, "forward_prefetch")) s.forward_prefetch = truthy(*v);
+      s.settings.push_back("sharding strategy: " + strategy);
+      s.settings.push_back(std::string("backward_prefetch: ") +
+                           (s.backward_prefetch == BackwardPrefetch::BackwardPre    ? "BACKWARD_PRE"
+                            : s.backward_prefetch == BackwardPrefetch::BackwardPost ? "BACKWARD_POST"
+                                                                                    : "NO_PREFETCH"));
+      if (offload) s.settings.push_back("fsdp_config.offload_params: true");
+      break;
+    }
+    case EngineKind::DeepSpeed: {
+      const DeepSpeedConfig ds = engine.deepspeed.value_or(DeepSpeedConfig{});
+      s.zero_stage = ds.zero_stage;
+      s.name = "ZeRO-" + std::to_string(ds.zero_stage);
+      s.sharded = s.world > 1 && ds.zero_stage >= 1;
+      if (ds.zero_stage == 0) s.notes.push_back("DeepSpeed stage 0 is costed as DDP (its own all-reduce is not modelled)");
+      // deepspeed/runtime/zero/config.py DeepSpeedZeroConfig defaults.
+      s.overlap_comm = ds.overlap_comm_or_default();
+      s.contiguous_gradients = ds.contiguous_gradients.value_or(true);
+      if (ds.reduce_bucket_size) s.reduce_bucket_elements = *ds.reduce_bucket_size;
+      if (ds.allgather_bucket_size) s.allgather_bucket_elements = *ds.allgather_bucket_size;
+      if (ds.stage3_prefetch_bucket_size) s.prefetch_bucket_elements = *ds.stage3_prefetch_bucket_size;
+      if (ds.stage3_max_live_parameters) s.max_live_parameters = *ds.stage3_max_live_parameters;
+      if (ds.stage3_param_persistence_threshold) s.param_persistence_threshold = *ds.stage3_param_persistence_threshold;
+      if (ds.sub_group_size) s.sub_group_elements = *ds.sub_group_size;
+      s.offload_optimizer = ds.offload_optimizer == "cpu" || ds.offload_optimizer == "nvme";
+      // offload_param is a stage-3 setting (DeepSpeedZeroConfig: "only for stage 3").
+      s.offload_params = ds.zero_stage == 3 && (ds.offload_param == "cpu" || ds.offload_param == "nvme");
+      if (ds.offload_optimizer == "nvme" || ds.offload_param == "nvme") {
+        s.notes.push_back("offload to nvme is costed as cpu (the NVMe swapper's reads and writes are not modelled)");
+      }
+      if (!ds.offload_param.empty() && ds.offload_param != "none" && ds.zero_stage != 3) {
+        s.notes.push_back("zero_optimization.offload_param applies to stage 3 only (DeepSpeed ignores it at stage " +
+                          std::to_string(ds.zero_stage) + ")");
+      }
+      // DeepSpeed keeps an fp32 partition of every trainable parameter (single_partition_of_fp32_groups
+      // in stage_1_and_2.py, fp32_partitioned_groups_flat in stage3.py), whatever the model dtype.
+      s.fp32_master = true;
+      // bf16.enabled / fp16.enabled (accelerate fills "auto" from mixed_precision: bf16 on with HF's
+      // bf16): the engine casts the module to 16 bits (engine.py _configure_distributed_model).
+      s.param_dtype_bytes = s.reduce_dtype_bytes = mixed ? 2 : model_bytes;
+      s.settings.push_back("zero_optimization.stage: " + std::to_string(ds.zero_stage));
+      s.settings.push_back(fmt::format("overlap_comm: {}", s.overlap_comm ? "true" : "false"));
+      s.settings.push_back(fmt::format("reduce_bucket_size: {}", s.reduce_bucket_elements));
+      if (s.offload_optimizer) s.settings.push_back("offload_optimizer: " + ds.offload_optimizer);
+      if (s.offload_params) s.settings.push_back("offload_param: " + ds.offload_param);
+      if (ds.zero_stage == 3) {
+        s.settings.push_back(fmt::format("stage3_prefetch_bucket_size: {}", s.prefetch_bucket_elements));
+        s.settings.push_back(fmt::format("stage3_max_live_parameters: {}", s.max_live_parameters));
+        s.settings.push_back(fmt::format("stage3_param_persistence_threshold: {}", s.param_persistence_threshold));
+      }
+      break;
+    }
+  }
+  if (s.offload_optimizer) {
+    s.notes.push_back("CPU optimizer step: assumed 20 GB/s of host memory per rank, 28 bytes per fp32 element (not in devices/)");
+  }
+  return s;
+}
+
+namespace {
+
+// A group of parameters gathered and resharded together: an FSDP unit (fully_shard module or
+// FlatParameter) or a ZeRO-3 fetch group (a decoder layer; the modules outside the stack).
+struct CostUnit {
+  std::string name;
+  int layer = -1;                  // decoder layer; -1 the root
+  int64_t gathered_elements = 0;   // unsharded, with the engine's padding
+  int64_t shard_trainable = 0;     // rank 0's partition of trainable parameters (optimizer, sharded grads)
+  int64_t trainable_elements = 0;  // unsharded trainable elements (unsharded grads)
+  int64_t shard_frozen_bytes = 0;  // rank 0's partition of frozen parameters, as stored
+  int64_t shard_elements = 0;      // rank 0's partition, all parameters
+  int64_t persistent_bytes = 0;    // ZeRO-3: 16-bit bytes beyond the partition of whole-kept parameters
+  int64_t largest_module = 0;      // ZeRO-3: the largest module's own elements (one fetch)
+};
+
+// Bytes per element as stored when not upcast: PEFT's adapters are fp32 (autocast_adapter_dtype).
+int stored_bytes(const Parameter& p) { return p.adapter ? 4 : dtype_bytes(p.dtype); }
+
+std::vector<CostUnit> cost_units(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& s) {
+  std::vector<CostUnit> units;
+  const int64_t world = s.shard_ranks;
+  if (s.kind == EngineKind::Fsdp1) {
+    // FlatParamHandle (torch/distributed/fsdp/_flat_param.py _init_flat_param_and_metadata): one
+    // flat tensor per unit, aligned per parameter with use_orig_params, padded to a multiple of the
+    // world size; each rank holds numel / world (fsdp1_units does the layout).
+    for (const Fsdp1Unit& u : fsdp1_units(plan, structure)) {
+      CostUnit c;
+      c.name = u.display();
+      c.layer = u.layer;
+      const int64_t shard = ceil_div(u.numel, world);
+      c.gathered_elements = shard * world;
+      c.shard_elements = shard;
+      bool any_trainable = false;
+      for (size_t i = 0; i < u.params.size(); ++i) {
+        const Parameter& p = structure.parameters[static_cast<size_t>(u.params[i])];
+        const int64_t local = world == plan.world_size ? u.local_numel(i, 0, p.numel()) : ceil_div(p.numel(), world);
+        if (p.trainable) {
+          any_trainable = true;
+          c.trainable_elements += p.numel();
+          c.shard_trainable += local;
+        } else {
+          c.shard_frozen_bytes += p.quantized ? ceil_div(p.bytes(), world) : local * stored_bytes(p);
+        }
+      }
+      // use_orig_params=False flattens only uniformly trainable parameters: the whole flat shard
+      // (padding included) is the optimizer's; with use_orig_params it sees the original views.
+      if (any_trainable && !plan.engine.fsdp.use_orig_params.value_or(false)) {
+        c.shard_trainable = shard;
+        c.trainable_elements = c.gathered_elements;
+      }
+      units.push_back(std::move(c));
+    }
+    return units;
+  }
+  // FSDP2: fully_shard units (fsdp2_units); each parameter sharded on dim 0 into world chunks of
+  // ceil(dim0 / world) rows, the last padded (_fsdp_param.py FSDPParam._init_sharded_param:
+  // torch.chunk, padded to the first chunk's size). ZeRO: per decoder layer and the root, each
+  // parameter's partition ceil(numel / world) (stage3.py _partition_param: partition_size).
+  std::vector<int> unit_of(structure.parameters.size(), 0);
+  if (s.kind == EngineKind::Fsdp2) {
+    const Fsdp2Units fs = fsdp2_units(plan, structure);
+    for (const Fsdp2Unit& u : fs.units) {
+      CostUnit c;
+      c.name = u.path.empty() ? "the root unit" : u.path;
+      c.layer = u.layer;
+      units.push_back(std::move(c));
+    }
+    unit_of = fs.unit_of;
+  } else {
+    units.resize(structure.layers.size() + 1);
+    units[0].name = "the modules outside the decoder layers";
+    for (size_t i = 0; i < structure.layers.size(); ++i) {
+      units[i + 1].name = structure.layers[i].path;
+      units[i + 1].layer = static_cast<int>(i);
+    }
+    const int layers = static_cast<int>(structure.layers.size());
+    for (size_t i = 0; i < structure.parameters.size(); ++i) {
+      const int layer = structure.parameters[i].layer;
+      unit_of[i] = layer >= 0 && layer < layers ? layer + 1 : 0;
+    }
+  }
+  const bool zero3 = s.kind == EngineKind::DeepSpeed && s.zero_stage == 3;
+  std::map<std::pair<int, std::string>, int64_t> module_elements;  // ZeRO-3 fetches module by module
+  for (size_t i = 0; i < structure.parameters.size(); ++i) {
+    const Parameter& p = structure.parameters[i];
+    const int u = std::max(0, unit_of[i]);
+    CostUnit& c = units[static_cast<size_t>(u)];
+    int64_t local = ceil_div(p.numel(), world);
+    if (s.kind == EngineKind::Fsdp2 && !p.shape.empty() && p.shape[0] > 0) local = ceil_div(p.shape[0], world) * (p.numel() / p.shape[0]);
+    int64_t gathered = local * world;
+    if (zero3 && p.numel() < s.param_persistence_threshold) {
+      // stage3.py persistent_parameters: under param_persistence_threshold a parameter is
+      // gathered once and kept whole (ds_persist); its fp32 partition is still 1/world.
+      c.persistent_bytes += (p.numel() - local) * (p.trainable ? s.param_dtype_bytes : stored_bytes(p));
+      gathered = 0;
+    }
+    c.gathered_elements += gathered;
+    c.shard_elements += local;
+    if (p.trainable) {
+      c.trainable_elements += p.numel();
+      c.shard_trainable += local;
+    } else {
+      c.shard_frozen_bytes += p.quantized ? ceil_div(p.bytes(), world) : local * stored_bytes(p);
+    }
+    if (zero3 && gathered > 0) module_elements[{u, p.module}] += p.numel();  // only ZeRO-3 fetches by module
+  }
+  for (const auto& [key, elements] : module_elements) {
+    CostUnit& c = units[static_cast<size_t>(key.first)];
+    c.largest_module = std::max(c.largest_module, elements);
+  }
+  return units;
+}
+
+}  // namespace
+
+EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& s,
+                           bool allocator_rounding) {
+  EngineMemory m;
+  const int layers = static_cast<int>(structure.layers.size());
+  m.grads_by_layer.assign(static_cast<size_t>(layers) + 1, 0);
+  if (!s.sharded) return m;
+  auto device = [&](int64_t bytes) { return bytes <= 0 ? 0 : allocator_rounding ? device_allocation_bytes(bytes) : bytes; };
+  auto add = [&](MemoryCategory category, int64_t bytes) {
+    if (bytes > 0) m.device[category] += device(bytes);
+  };
+  auto add_host = [&](MemoryCategory category, int64_t bytes) {
+    if (bytes > 0) m.host[category] += bytes;
+  };
+  const OptimizerStates optimizer = optimizer_states(plan.optimizer);
+  // The optimizer's states of `elements` trainable elements of `bytes` each, as flat allocations.
+  auto states_bytes = [&](int64_t elements, int bytes, bool on_device) {
+    int64_t total = 0;
+    for (int state = 0; state < optimizer.states; ++state) {
+      for (int64_t allocation : optimizer.state_allocations(elements, bytes)) total += on_device ? device(allocation) : allocation;
+    }
+    return total;
+  };
+  const std::vector<CostUnit> units = cost_units(plan, structure, s);
+  auto slot = [&](int layer) { return static_cast<size_t>(layer >= 0 && layer < layers ? layer : layers); };
+
+  if (s.kind == EngineKind::Fsdp2 || s.kind == EngineKind::Fsdp1) {
+    // Sharded parameters, gradients and optimizer states per unit (FSDP1's flat shard, FSDP2's
+    // DTensor shards): trainable ones in fp32 when accelerate upcast them, else as stored (PEFT's
+    // adapters fp32). With CPU offload they live in pinned host memory (CPUOffloadPolicy
+    // pin_memory=True; FSDP1 CPUOffload(offload_params=True)) and the optimizer steps there.
+    int64_t layer_w = 0, layer_g = 0, layer_plain_g = 0, all_w = 0, all_g = 0, root_w = 0, root_g = 0;
+    const int tb = s.fp32_master ? 4 : (plan.adapter != Adapter::None ? 4 : dtype_bytes(plan.model.torch_dtype));
+    for (const CostUnit& u : units) {
+      const int64_t weights = u.shard_frozen_bytes + u.shard_trainable * tb;
+      const int64_t grads = u.shard_trainable * tb;
+      if (s.offload_params) {
+        add_host(MemoryCategory::Weights, weights);
+        add_host(MemoryCategory::Gradients, grads);
+        add_host(MemoryCategory::OptimizerStates, states_bytes(u.shard_trainable, tb, false));
+      } else {
+        add(MemoryCategory::Weights, weights);
+        m.device[MemoryCategory::OptimizerStates] += states_bytes(u.shard_trainable, tb, true);
+        m.grads_by_layer[slot(u.layer)] += device(grads);
+        m.optimizer_bytes += grads;
+      }
+      // Unsharded while computing: the all-gather output in param_dtype (FSDP2 FSDPParamGroup's
+      // all-gather output, FSDP1 FlatParamHandle._full_param_padded), FSDP1's low-precision
+      // _mp_shard under mixed precision; the unsharded gradients in param_dtype, which FSDP2's
+      // foreach_reduce copies into a reduce_dtype reduce-scatter input before freeing them
+      // (_fsdp_collectives.py foreach_reduce), FSDP1's flat gradient of the whole unit.
+      int64_t w = device(u.gathered_elements * s.param_dtype_bytes);
+      if (s.kind == EngineKind::Fsdp1 && s.param_dtype_bytes != tb) w += device(u.shard_elements * s.param_dtype_bytes);
+      int64_t g = 0, reduce_input = 0;
+      if (u.trainable_elements > 0) {
+        g = device((s.kind == EngineKind::Fsdp2 ? u.trainable_elements : u.gathered_elements) * s.param_dtype_bytes);
+        if (s.kind == EngineKind::Fsdp2) reduce_input = device(u.trainable_elements * s.reduce_dtype_bytes);
+      }
+      all_w += w;
+      all_g += g;
+      if (u.layer >= 0) {
+        layer_w = std::max(layer_w, w);
+        layer_g = std::max(layer_g, g + reduce_input);  // the computing layer, at its reduce-scatter
+        layer_plain_g = std::max(layer_plain_g, g);
+      } else {
+        root_w = w;
+        root_g = g;  // the root's reduce-scatter comes after every layer's
+      }
+    }
+    if (s.shard_ranks <= 1) {
+      m.notes.push_back("NO_SHARD: the flat parameters stay whole on every rank; nothing is gathered");
+    } else if (!s.reshard_after_forward) {
+      // reshard_after_forward=False / SHARD_GRAD_OP: every unit stays unsharded from its forward
+      // to its backward; at the first backward layer all are gathered, plus the head's gradients
+      // and that layer's.
+      m.unsharded_peak = all_w + root_g + layer_g;
+    } else {
+      // The root is not resharded after forward (FSDP2 FSDPState._lazy_init clears the root's
+      // post_forward_mesh_info; FSDP1 _runtime_utils._post_forward_reshard skips the root); at a
+      // layer's backward: the root with its gradients, the computing layer, the one prefetched
+      // (FSDP2's _backward_prefetch, FSDP1 BACKWARD_PRE; BACKWARD_POST and no prefetch issue the
+      // next all-gather after the current unit resharded) and the computing layer's gradients.
+      const int prefetched = s.backward_prefetch == BackwardPrefetch::BackwardPre ? 1 : 0;
+      m.unsharded_peak = root_w + root_g + (1 + prefetched) * layer_w + layer_g;
+    }
+    // Gradient accumulation: accelerate's accumulate() runs the non-final micro-steps under
+    // no_sync() (FSDP1) / set_requires_gradient_sync(False) (FSDP2): unsharded gradients of every
+    // unit are kept until the last micro-step reduce-scatters them.
+    if (plan.gradient_accumulation_steps > 1 && s.shard_ranks > 1) {
+      m.unsharded_peak += all_g - root_g - layer_plain_g;  // the other layers' unsharded gradients
+      m.notes.push_back("gradient accumulation under no_sync(): every unit's unsharded gradients stay until the last micro-step");
+    }
+    return m;
+  }
+
+  // DeepSpeed ZeRO (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py). Per rank, with P
+  // trainable elements and N ranks: 16-bit parameters whole (stage 1/2, bit16_groups_flat) or
+  // 1/N (stage 3, fp16_partitioned_groups_flat), the fp32 master partition P/N
+  // (single_partition_of_fp32_groups / fp32_partitioned_groups_flat), the optimizer's states of
+  // P/N fp32 elements, the fp32 gradient partition P/N, 16-bit gradients P (stage 1) or P/N
+  // (stage 2/3). That is estimate_zero2_model_states_mem_needs' 2 P + 18 P / N and
+  // estimate_zero3_model_states_mem_needs' 4 x largest layer + 18 P / N (a test runs both).
+  // offload_optimizer moves the fp32 master, states and fp32 gradients to the host (the 16-bit
+  // gradient partition goes straight to the pinned CPU buffer), offload_param stage 3's 16-bit partitions.
+  const int pb = s.param_dtype_bytes;
+  int64_t trainable = 0, shard_trainable = 0, frozen_bytes = 0, shard_frozen_bytes = 0, persistent = 0;
+  int64_t largest = 0, largest_trainable = 0;
+  for (const CostUnit& u : units) {
+    trainable += u.trainable_elements;
+    shard_trainable += u.shard_trainable;
+    shard_frozen_bytes += u.shard_frozen_bytes;
+    persistent += u.persistent_bytes;
+    largest = std::max(largest, u.largest_module);
+    if (u.trainable_elements > 0) largest_trainable = std::max(largest_trainable, u.largest_module);
+  }
+  for (const Parameter& p : structure.parameters) {
+    if (!p.trainable) frozen_bytes += p.bytes();
+  }
+  if (s.zero_stage == 3) {
+    const int64_t params16 = shard_trainable * pb + shard_frozen_bytes + persistent;
+    m.parts["bit16_params"] = params16;
+    if (s.offload_params) add_host(MemoryCategory::Weights, params16);
+    else add(MemoryCategory::Weights, params16);
+  } else {
+    // Frozen parameters are not in the optimizer's groups: they stay whole as the module's own.
+    add(MemoryCategory::Weights, trainable * pb);
+    m.device[MemoryCategory::Weights] += frozen_bytes;
+    m.parts["bit16_params"] = trainable * pb + frozen_bytes;
+  }
+  if (s.offload_optimizer) {
+    add_host(MemoryCategory::MasterWeights, shard_trainable * 4);
+    add_host(MemoryCategory::OptimizerStates, states_bytes(shard_trainable, 4, false));
+  } else {
+    add(MemoryCategory::MasterWeights, shard_trainable * 4);
+    m.device[MemoryCategory::OptimizerStates] += states_bytes(shard_trainable, 4, true);
+    m.optimizer_bytes = shard_trainable * 4;
+  }
+  m.parts["fp32_partition"] = shard_trainable * 4;
+  m.parts["optimizer_states"] = states_bytes(shard_trainable, 4, false);
+  if (s.zero_stage < 3) {
+    // Gradients produced in backward, by layer: stage 1's 16-bit param.grad (whole), stage 2's
+    // 16-bit partition (grads_in_partition), and the fp32 gradient partition the optimizer steps
+    // on. With offload_optimizer both go to the pinned CPU buffers.
+    for (const CostUnit& u : units) {
+      int64_t bytes = 0;
+      if (s.zero_stage == 1) bytes += u.trainable_elements * pb;
+      else if (!s.offload_optimizer) bytes += u.shard_trainable * pb;
+      if (!s.offload_optimizer) bytes += u.shard_trainable * 4;
+      m.grads_by_layer[slot(u.layer)] += device(bytes);
+    }
+    if (s.offload_optimizer) add_host(MemoryCategory::Gradients, shard_trainable * 4);
+    m.parts["bit16_gradients"] = (s.zero_stage == 1 ? trainable : (s.offload_optimizer ? 0 : shard_trainable)) * pb;
+    m.parts["fp32_gradients"] = shard_trainable * 4;
+  } else {
+    // Stage 3: the gradient_accumulation_dtype (the model dtype unless data_types.grad_accum_dtype)
+    // partition buffer, allocated once (stage3.py grad_partitions_flat_buffer; pinned on the host
+    // with offload_optimizer), filled layer by layer; step() makes the fp32 gradient of one
+    // sub-group at a time (_prepare_fp32_grad_for_sub_group, sub_group_size elements, default 1e9).
+    const int64_t fp32_grad = 4 * std::min(s.sub_group_elements, shard_trainable);
+    if (s.offload_optimizer) {
+      add_host(MemoryCategory::Gradients, shard_trainable * pb + fp32_grad);
+    } else {
+      for (const CostUnit& u : units) m.grads_by_layer[slot(u.layer)] += device(u.shard_trainable * pb);
+      m.step_bytes = device(fp32_grad);
+      m.optimizer_bytes = fp32_grad;  // the optimizer steps one sub-group at a time
+    }
+    m.parts["bit16_gradient_partition"] = shard_trainable * pb;
+    m.parts["fp32_gradients"] = fp32_grad;
+  }
+  // The ipg bucket: reduce_bucket_size elements of the gradient dtype with contiguous_gradients, a
+  // second with overlap_comm (stage_1_and_2.py setup_buckets); stage 3's __ipg_bucket_flat_buffer.
+  if (trainable > 0 && (s.contiguous_gradients || s.zero_stage == 3)) {
+    const int64_t bucket = std::min(s.reduce_bucket_elements, trainable) * pb;
+    m.comm_buffers = device(bucket) * (s.overlap_comm && s.zero_stage < 3 ? 2 : 1);
+  }
+  if (s.zero_stage == 3) {
+    // Gathered at the peak: the fetched module and the modules prefetched after it, up to
+    // stage3_prefetch_bucket_size elements (PartitionedParameterCoordinator.fetch_sub_module),
+    // all under stage3_max_live_parameters (it releases beyond that), in the 16-bit dtype; plus
+    // the computing module's 16-bit gradients: the estimate's 4 x largest layer with no prefetch.
+    const int64_t live = std::max(largest, std::min(largest + s.prefetch_bucket_elements, s.max_live_parameters));
+    m.unsharded_peak = device(live * pb) + device(largest_trainable * pb);
+    m.parts["gathered"] = live * pb + largest_trainable * pb;
+    if (persistent > 0) m.notes.push_back("parameters under stage3_param_persistence_threshold stay whole on every rank");
+  }
+  if (s.offload_optimizer) m.notes.push_back("offload_optimizer: fp32 master, optimizer states and fp32 gradients in pinned host memory");
+  return m;
+}
+
+double ring_allgather_ns(int64_t bytes, int ranks, const DeviceSpec& device, int gpus_per_node) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double gbps = collective_link_gbps(ranks, device, gpus_per_node);
+  return gbps > 0 ? (ranks - 1.0) / ranks * static_cast<double>(bytes) / gbps : 0;  // bytes / (GB/s) = ns
+}
+
+double ring_reduce_scatter_ns(int64_t bytes, int ranks, const DeviceSpec& device, int gpus_per_node) {
+  return ring_allgather_ns(bytes, ranks, device, gpus_per_node);
+}
+
+namespace {
+
+// Host memory bandwidth one rank's CPU optimizer gets (DeepSpeedCPUAdam / torch's AdamW on CPU
+// tensors): an assumption until devices/ carries host figures; 28 bytes per fp32 element (param,
+// grad, exp_avg, exp_avg_sq read; param, exp_avg, exp_avg_sq written).
+constexpr double kHostOptimizerGbps = 20;
+constexpr double kCpuAdamBytesPerElement = 28;
+
+// One stretch of rank 0's compute between two points where the engine communicates.
+struct Segment {
+  int micro = 0;
+  int layer = -1;       // decoder layer, -1 outside the stack
+  bool backward = false;
+  bool optimizer = false;
+  double ns = 0;
+};
+
+bool backward_phase(const std::string& phase) {
+  return phase.find("backward") != std::string::npos || phase == "recompute";
+}
+
+std::vector<Segment> segments_of(const EventModel& model) {
+  std::vector<Segment> segments;
+  for (const Op& op : model.ops) {
+    if (op.rank != 0 || op.kind != OpKind::Kernel || op.duration_ns <= 0) continue;
+    const std::string& phase = op.phase;
+    Segment s;
+    s.micro = op.micro_step;
+    s.optimizer = phase == "optimizer";
+    s.backward = !s.optimizer && backward_phase(phase);
+    s.layer = s.optimizer ? -1 : op.layer;
+    if (!segments.empty()) {
+      Segment& last = segments.back();
+      if (last.micro == s.micro && last.layer == s.layer && last.backward == s.backward && last.optimizer == s.optimizer) {
+        last.ns += op.duration_ns;
+        continue;
+      }
+    }
+    s.ns = op.duration_ns;
+    segments.push_back(s);
+  }
+  return segments;
+}
+
+class LinkTimeline {
+ public:
+  LinkTimeline(const DeviceSpec& device, EngineStepCost& cost) : device_(device), cost_(cost) {}
+  // A transfer issued at `issue`: starts when the link is free, returns its end.
+  double run(const std::string& collective, const std::string& phase, int64_t bytes, double ns, double issue) {
+    const double start = std::max(free_, issue);
+    free_ = start + ns;
+    auto it = std::find_if(cost_.collectives.begin(), cost_.collectives.end(),
+                           [&](const CommTotal& t) { return t.collective == collective && t.phase == phase; });
+    if (it == cost_.collectives.end()) {
+      cost_.collectives.push_back(CommTotal{collective, phase, 0, 0, 0});
+      it = std::prev(cost_.collectives.end());
+    }
+    ++it->count;
+    it->bytes += bytes;
+    it->ns += ns;
+    cost_.comm_ns += ns;
+    return free_;
+  }
+  double free() const { return free_; }
+  double h2d_ns(int64_t bytes) const { return copy_ns(bytes, device_.host_link.pinned_h2d_gbps); }
+  double d2h_ns(int64_t bytes) const { return copy_ns(bytes, device_.host_link.pinned_d2h_gbps); }
+
+ private:
+  static double copy_ns(int64_t bytes, double gbps) { return gbps > 0 ? static_cast<double>(bytes) / gbps : 0; }
+  const DeviceSpec& device_;
+  EngineStepCost& cost_;
+  double free_ = 0;
+};
+
+}  // namespace
+
+EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& s,
+                                const DeviceSpec& device, const EventModel& scheduled) {
+  EngineStepCost cost;
+  if (!s.sharded) return cost;
+  const int gpus_per_node = 8;
+  const int n = s.shard_ranks;
+  const double gbps = collective_link_gbps(n, device, gpus_per_node);
+  cost.link = fmt::format("{} {:g} GB/s per rank, ring over {} ranks", n <= gpus_per_node ? (device.nvlink_gbps > 0 ? "NVLink" : "PCIe") : "network", gbps, n);
+  const std::vector<CostUnit> units = cost_units(plan, structure, s);
+  const int layers = static_cast<int>(structure.layers.size());
+  std::vector<const CostUnit*> unit_of_layer(static_cast<size_t>(layers) + 1, nullptr);  // [layers]: the root
+  for (const CostUnit& u : units) {
+    const size_t at = u.layer >= 0 && u.layer < layers ? static_cast<size_t>(u.layer) : static_cast<size_t>(layers);
+    unit_of_layer[at] = &u;
+  }
+  auto unit_at = [&](int layer) { return unit_of_layer[layer >= 0 && layer < layers ? static_cast<size_t>(layer) : static_cast<size_t>(layers)]; };
+  const bool fsdp = s.kind == EngineKind::Fsdp1 || s.kind == EngineKind::Fsdp2;
+  const bool zero3 = s.kind == EngineKind::DeepSpeed && s.zero_stage == 3;
+  const bool gathers = (fsdp && n > 1) || zero3;
+  const int pb = s.param_dtype_bytes, rb = s.reduce_dtype_bytes;
+
+  const std::vector<Segment> segments = segments_of(scheduled);
+  int last_micro = 0;
+  for (const Segment& seg : segments) last_micro = std::max(last_micro, seg.micro);
+  LinkTimeline link(device, cost);
+  double t = 0, compute = 0;
+  int64_t bucket = 0;  // ZeRO-1/2/3: gradient bytes waiting in the ipg bucket
+  const int64_t bucket_cap = std::max<int64_t>(1, s.reduce_bucket_elements) * pb;
+  // Per micro-step: units gathered for forward, and re-gathered for backward.
+  std::vector<char> gathered(static_cast<size_t>(layers) + 1, 0), regathered(static_cast<size_t>(layers) + 1, 0);
+  // ZeRO's reduction of the bucket: reduce to each partition's owner (stage_1_and_2.py
+  // average_tensor with reduce_scatter=True; stage3.py __reduce_and_partition_ipg_grads), a
+  // reduce-scatter's volume. Without overlap_comm it runs on the compute stream.
+  // Which segments wait for an all-gather: forward gathers every unit once per micro-step;
+  // backward re-gathers what forward resharded: FSDP's layers with reshard_after_forward (never
+  // the root, which FSDP does not reshard after forward), every module under ZeRO-3 (released
+  // after its forward unless persistent).
+  std::vector<char> need_gather(segments.size(), 0);
+  std::vector<double> ready_at(segments.size(), -1);
+  {
+    int current = -1;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const Segment& seg = segments[i];
+      if (seg.optimizer) continue;
+      if (seg.micro != current) {
+        current = seg.micro;
+        std::fill(gathered.begin(), gathered.end(), 0);
+        std::fill(regathered.begin(), regathered.end(), 0);
+      }
+      const size_t at = seg.layer >= 0 && seg.layer < layers ? static_cast<size_t>(seg.layer) : static_cast<size_t>(layers);
+      bool needed = false;
+      if (!seg.backward && !gathered[at]) {
+        needed = true;
+      } else if (seg.backward && !regathered[at]) {
+        regathered[at] = 1;
+        needed = zero3 || (s.reshard_after_forward && seg.layer >= 0 && seg.layer < layers) || !gathered[at];
+      }
+      gathered[at] = 1;
+      const CostUnit* unit = unit_at(seg.layer);
+      need_gather[i] = gathers && needed && unit != nullptr && unit->gathered_elements > 0;
+    }
+  }
+  auto prefetches = [&](const Segment& seg) {
+    if (zero3) return s.prefetch_bucket_elements > 0;
+    return !seg.backward || s.kind == EngineKind::Fsdp2 || s.backward_prefetch != BackwardPrefetch::None;
+  };
+  // The unit's all-gather (after an H2D copy of its shard when parameters are offloaded).
+  auto gather = [&](size_t i, double issue) {
+    const Segment& seg = segments[i];
+    const CostUnit* unit = unit_at(seg.layer);
+    const std::string phase = seg.backward ? "backward" : "forward";
+    double ready = issue;
+    if (s.offload_params) {
+      const int64_t shard = unit->shard_elements * pb;
+      ready = link.run("H2D", phase, shard, link.h2d_ns(shard), ready);
+    }
+    const int64_t bytes = unit->gathered_elements * pb;
+    return link.run("all_gather", phase, bytes, ring_allgather_ns(bytes, n, device, gpus_per_node), ready);
+  };
+  auto reduce_bucket = [&](int64_t bytes, double issue) {
+    const double end = link.run("reduce_scatter", "backward", bytes, ring_reduce_scatter_ns(bytes, n, device, gpus_per_node), issue);
+    if (!s.overlap_comm) t = std::max(t, end);
+  };
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& seg = segments[i];
+    const bool sync = seg.micro == last_micro;  // no_sync() / stage 1 reduce at the boundary only
+    double ns = seg.ns;
+    if (seg.optimizer) {
+      // The optimizer steps on this rank's partition only; with CPU offload on the host.
+      const double saved = s.shard_ranks > 1 ? ns * (1.0 - 1.0 / s.shard_ranks) : 0;
+      ns -= saved;
+      cost.optimizer_saved_ns += saved;
+      if (s.kind == EngineKind::DeepSpeed && s.zero_stage < 3 && bucket > 0) {
+        reduce_bucket(bucket, t);
+        bucket = 0;
+      }
+      t = std::max(t, link.free());  // step() waits for every reduction
+      if (s.offload_optimizer) {
+        cost.optimizer_saved_ns += ns;
+        ns = 0;
+        int64_t shard = 0;
+        for (const CostUnit& u : units) shard += u.shard_trainable;
+        // ZeRO-Offload / FSDP CPU offload: gradients to the host (FSDP copies each unit's after its
+        // reduce-scatter; counted here, before the step that waits for them), the step there, and
+        // the updated 16-bit partitions back unless the parameters live on the host (FSDP
+        // offload_params, ZeRO-3 offload_param: copied in before each all-gather instead).
+        t = link.run("D2H", "optimizer", shard * rb, link.d2h_ns(shard * rb), t);
+        const double step = kCpuAdamBytesPerElement * static_cast<double>(shard) / kHostOptimizerGbps;
+        t = link.run("cpu_optimizer_step", "optimizer", 0, step, t);
+        if (!s.offload_params) t = link.run("H2D", "optimizer", shard * pb, link.h2d_ns(shard * pb), t);
+      }
+      compute += ns;
+      t += ns;
+      if (s.kind == EngineKind::DeepSpeed && s.zero_stage < 3) {
+        // The updated 16-bit partitions are all-gathered (all_gather_dp_groups over bit16_groups_flat).
+        int64_t bytes = 0;
+        for (const CostUnit& u : units) bytes += u.trainable_elements * pb;
+        t = link.run("all_gather", "optimizer", bytes, ring_allgather_ns(bytes, n, device, gpus_per_node), t);
+      }
+      continue;
+    }
+    const CostUnit* unit = unit_at(seg.layer);
+    // Its own all-gather, unless an earlier segment prefetched it.
+    if (need_gather[i] && ready_at[i] < 0) ready_at[i] = gather(i, t);
+    if (need_gather[i]) t = std::max(t, ready_at[i]);
+    // Prefetch: the next unit's all-gather is issued as this one starts computing, ahead of this
+    // unit's reduce-scatter on the link (FSDP2's implicit forward prefetch as the CPU runs ahead and
+    // its _backward_prefetch; FSDP1 limit_all_gathers' two in flight in forward, BACKWARD_PRE/POST
+    // in backward, none under HF's NO_PREFETCH; ZeRO-3 stage3_prefetch_bucket_size > 0).
+    for (size_t j = i + 1; j < segments.size(); ++j) {
+      if (!need_gather[j]) continue;
+      if (ready_at[j] < 0 && prefetches(segments[j])) ready_at[j] = gather(j, t);
+      break;
+    }
+    t += ns;
+    compute += ns;
+    // A unit's gradients are ready when its backward ends (the next segment is another unit).
+    const bool unit_done = seg.backward && (i + 1 == segments.size() || segments[i + 1].layer != seg.layer ||
+                                            segments[i + 1].micro != seg.micro || !segments[i + 1].backward);
+    if (!unit_done || unit == nullptr || unit->trainable_elements == 0) continue;
+    if (seg.layer < 0 && i + 1 < segments.size() && segments[i + 1].backward && segments[i + 1].micro == seg.micro) {
+      // The root's gradients (head, then embedding) are reduced with the root's last backward.
+      bool later = false;
+      for (size_t j = i + 1; j < segments.size() && segments[j].micro == seg.micro && !segments[j].optimizer; ++j) {
+        if (segments[j].layer < 0 && segments[j].backward) later = true;
+      }
+      if (later) continue;
+    }
+    if (fsdp) {
+      if (!sync) continue;
+      const int64_t bytes = (s.kind == EngineKind::Fsdp1 ? unit->gathered_elements : unit->trainable_elements) * rb;
+      if (n <= 1) {
+        link.run("all_reduce", "backward", bytes, ring_allreduce_ns(bytes, s.world, device, gpus_per_node), t);
+        continue;
+      }
+      // FSDP2 foreach_reduce / FSDP1 _reduce_grad: reduce-scatter on its own stream after the
+      // unit's backward (post-backward hook); HYBRID_SHARD all-reduces the shard across nodes.
+      const double end = link.run("reduce_scatter", "backward", bytes, ring_reduce_scatter_ns(bytes, n, device, gpus_per_node), t);
+      if (s.world > n) {
+        const int64_t shard = unit->shard_trainable * rb;
+        link.run("all_reduce", "backward", shard, ring_allreduce_ns(shard, s.world / n, device, 1), end);
+      }
+      continue;
+    }
+    // ZeRO: stage 2 and 3 reduce every micro-step, stage 1 at the accumulation boundary only.
+    if (s.zero_stage == 1 && !sync) continue;
+    bucket += unit->trainable_elements * pb;
+    while (bucket >= bucket_cap) {
+      reduce_bucket(bucket_cap, t);
+      bucket -= bucket_cap;
+    }
+    const bool last_of_micro = i + 1 == segments.size() || segments[i + 1].micro != seg.micro || segments[i + 1].optimizer;
+    if (last_of_micro && bucket > 0 && (s.zero_stage >= 2 || sync)) {
+      reduce_bucket(bucket, t);  // engine.backward's epilogue flushes the bucket
+      bucket = 0;
+    }
+  }
+  const double end = std::max(t, link.free());
+  cost.exposed_ns = std::max(0.0, end - compute);
+  if (s.kind == EngineKind::Fsdp1 && s.backward_prefetch == BackwardPrefetch::None && s.reshard_after_forward) {
+    cost.notes.push_back("FSDP1 without backward_prefetch: each backward all-gather waits for the previous unit's backward (HF's default NO_PREFETCH)");
+  }
+  cost.notes.push_back("collectives share one link in issue order; NCCL's per-collective latency and CPU issue overhead are not modelled");
+  return cost;
+}
+
+}  // namespace hookstream
