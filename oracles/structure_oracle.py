@@ -62,11 +62,10 @@ NON_TARGET_FAMILIES = {
         "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "xlm",
         "xlm-roberta", "xlm-roberta-xl", "xlnet", "xmod"},
     "encoder-decoder or the decoder half of one (not a target)": {
-        "bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "blip", "blip-2", "florence2",
-        "instructblip", "instructblipvideo", "kosmos-2", "kosmos-2.5", "marian", "mbart", "mvp",
-        "pegasus", "pix2struct", "plbart", "pp_formulanet", "prophetnet", "t5gemma2", "trocr", "udop",
-        "vision-encoder-decoder", "whisper", "pi0"},
-    "audio / speech / music or omni (not a target)": {
+        "bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "blip", "florence2", "marian",
+        "mbart", "mvp", "pegasus", "pix2struct", "plbart", "pp_formulanet", "prophetnet", "t5gemma2",
+        "trocr", "udop", "vision-encoder-decoder", "whisper"},
+    "audio / speech / music, omni or protein inputs (not a target)": {
         "moshi", "musicgen", "musicgen_melody", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker",
         "evolla"},
     "state-space, recurrent or linear-attention layers (hookstream models attention decoders only)": {
@@ -75,6 +74,9 @@ NON_TARGET_FAMILIES = {
         "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "recurrent_gemma", "rwkv",
         "xlstm", "zamba", "zamba2", "hrm_text", "blt"},
 }
+
+
+NO_ORACLE = "transformers cannot build its default config, or leaves a key it needs at None (hookstream refuses it too)"
 
 
 def left_out_reason(model_type, mapping):
@@ -361,7 +363,7 @@ def markdown(summary):
     counts = {}
     for c in summary["cases"]:
         if c["status"] in ("refused", "oracle_error"):
-            reason = left_out_reason(c["case"], c.get("mapping"))
+            reason = left_out_reason(c["case"], c.get("mapping")) if c["status"] == "refused" else NO_ORACLE
             counts[reason] = counts.get(reason, 0) + 1
     out = ["| left out because | types |", "|---|---|"]
     out += [f"| {reason} | {n} |" for reason, n in sorted(counts.items())]
@@ -377,7 +379,7 @@ def markdown(summary):
         detail = detail.replace("|", "\\|")
         why = left_out_reason(c["case"], c.get("mapping")) if c["status"] in ("refused", "oracle_error") else ""
         if c["status"] == "oracle_error":
-            why = "transformers cannot build its default config"
+            why = NO_ORACLE
         out.append(f"| {c['case']} | {c.get('class', '')} | {c['status']} | {why} | {detail} |")
     return "\n".join(out) + "\n"
 
