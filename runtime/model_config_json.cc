@@ -59,6 +59,15 @@ std::string model_config_json(const ModelConfig& m) {
                         {"temporal_patch_size", v.temporal_patch_size},
                         {"spatial_merge_size", v.spatial_merge_size},
                         {"out_hidden_size", v.out_hidden_size}};
+  if (v.layout == VisionLayout::Qwen2VL) {
+    // Qwen2VLVisionConfig spells the ViT width embed_dim, the merger's output hidden_size and the
+    // MLP width mlp_ratio * embed_dim (configuration_qwen2_vl.py).
+    j["vision_config"].erase("intermediate_size");
+    j["vision_config"].erase("out_hidden_size");
+    j["vision_config"]["embed_dim"] = v.hidden_size;
+    j["vision_config"]["hidden_size"] = v.out_hidden_size;
+    j["vision_config"]["mlp_ratio"] = double(v.intermediate_size) / v.hidden_size;
+  }
   if (v.num_position_embeddings > 0) j["vision_config"]["num_position_embeddings"] = v.num_position_embeddings;
   if (!v.deepstack_visual_indexes.empty()) j["vision_config"]["deepstack_visual_indexes"] = v.deepstack_visual_indexes;
   return j.dump(2) + "\n";

@@ -179,7 +179,9 @@ at::Tensor OracleModel::decoder_layer(const at::Tensor& x, const DecoderLayerUse
 at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step,
                                std::vector<at::Tensor>& deepstack) const {
   const VisionTowerConfig& v = *plan_.model.vision;
+  // Qwen2.5-VL's norms are RMSNorms (Qwen2_5_VLRMSNorm, eps 1e-6); the other towers' LayerNorms.
   auto layer_norm = [&](const at::Tensor& x, int weight, int bias) {
+    if (v.layout == VisionLayout::Qwen25VL) return rms_norm(x, weight, p);
     return at::layer_norm(x, {x.size(-1)}, weight >= 0 ? p[weight] : at::Tensor(), bias >= 0 ? p[bias] : at::Tensor());
   };
   const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
@@ -208,8 +210,20 @@ at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p
     const at::Tensor scores = at::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
     const at::Tensor context = at::matmul(at::softmax(scores, -1), qkv[2]).permute({1, 0, 2}).reshape({patches, -1});
     x = x + linear(context, block.proj, p, step);
-    x = x + linear(at::gelu(linear(layer_norm(x, block.norm2_weight, block.norm2_bias), block.fc1, p, step)),
-                   block.fc2, p, step);
+    const at::Tensor n2 = layer_norm(x, block.norm2_weight, block.norm2_bias);
+    at::Tensor hidden;
+    switch (v.layout) {
+      case VisionLayout::Qwen3VL: hidden = at::gelu(linear(n2, block.fc1, p, step)); break;
+      case VisionLayout::Qwen2VL: {  // VisionMlp with hidden_act "quick_gelu": x * sigmoid(1.702 x)
+        const at::Tensor up = linear(n2, block.fc1, p, step);
+        hidden = up * at::sigmoid(1.702 * up);
+        break;
+      }
+      case VisionLayout::Qwen25VL:  // Qwen2_5_VLMLP: silu(gate(x)) * up(x)
+        hidden = at::silu(linear(n2, block.gate, p, step)) * linear(n2, block.fc1, p, step);
+        break;
+    }
+    x = x + linear(hidden, block.fc2, p, step);
     for (const VisionMergerUse& ds : structure_.vision_deepstack_mergers) {
       if (ds.block == block.index) deepstack.push_back(merger(x, ds.norm_weight, ds.norm_bias, ds.fc1, ds.fc2, true));
     }

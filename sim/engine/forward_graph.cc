@@ -268,8 +268,9 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     return engine_.with_data_inputs(result, {forward_value}, {});
   }
 
-  // Qwen3VLVisionModel.forward: patch embedding + position embedding, the blocks (a DeepStack
-  // merger right after each listed block), then the final merger.
+  // Qwen3VLVisionModel.forward (and Qwen2-VL's / Qwen2.5-VL's, which have no position embedding
+  // or DeepStack): patch embedding + position embedding, the blocks (a DeepStack merger right after
+  // each listed block), then the final merger.
   SimTensor vision_tower(std::vector<SimTensor>& deepstack) {
     SimTensor pixels{};
     SimTensor h = linear(model_.vision_patch_embed, pixels, "model.visual.patch_embed.proj");
@@ -287,7 +288,10 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       h = engine_.op(block.path + " residual(attn)", {h, proj});
       SimTensor n2 = engine_.op(block.path + ".norm2", {leaf(block.norm2_weight), leaf(block.norm2_bias), h});
       SimTensor f1 = linear(block.fc1, n2, block.path + ".mlp.linear_fc1");
-      SimTensor act = engine_.op(block.path + ".mlp.act", {f1});
+      // Qwen2.5-VL's gated MLP: down(act(gate(x)) * up(x)) (Qwen2_5_VLMLP.forward).
+      SimTensor act = block.gate.weight >= 0
+                          ? engine_.op(block.path + ".mlp.act*up", {linear(block.gate, n2, block.path + ".mlp.gate_proj"), f1})
+                          : engine_.op(block.path + ".mlp.act", {f1});
       SimTensor f2 = linear(block.fc2, act, block.path + ".mlp.linear_fc2");
       h = call_post(ModuleKind::VisionBlock, block.path, block.index, engine_.op(block.path + " residual(mlp)", {h, f2}));
       for (const VisionMergerUse& ds : model_.vision_deepstack_mergers) {

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -162,9 +164,15 @@ DType parse_dtype(const ConfigReader& reader) {
 bool has_qkv_bias_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen2"); }
 bool has_qk_norm_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen3"); }
 
-bool is_vision_language_type(const std::string& model_type) {
-  return model_type == "qwen3_vl" || model_type == "qwen3_vl_moe";
+// The composite types whose vision tower hookstream builds, and which tower it is.
+std::optional<VisionLayout> vision_layout_of(const std::string& model_type) {
+  if (model_type == "qwen3_vl" || model_type == "qwen3_vl_moe") return VisionLayout::Qwen3VL;
+  if (model_type == "qwen2_vl") return VisionLayout::Qwen2VL;
+  if (model_type == "qwen2_5_vl") return VisionLayout::Qwen25VL;
+  return std::nullopt;
 }
+
+bool is_vision_language_type(const std::string& model_type) { return vision_layout_of(model_type).has_value(); }
 
 VisionTowerConfig parse_vision(const ConfigReader& reader, const json& vision, int text_hidden) {
   auto fail = [&](const std::string& key, const std::string& expected, const json* got) {
@@ -329,21 +337,21 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
 
   config.hidden_size = reader.positive_int("hidden_size");
-  config.intermediate_size = reader.positive_int("intermediate_size");
+  // Required unless every layer is MoE (below): SolarOpenConfig has no intermediate_size at all.
+  const std::optional<int> intermediate_size = reader.optional_positive_int("intermediate_size");
   config.num_hidden_layers = reader.positive_int("num_hidden_layers");
   config.num_attention_heads = reader.positive_int("num_attention_heads");
   config.num_key_value_heads =
       reader.optional_positive_int("num_key_value_heads").value_or(config.num_attention_heads);
   config.vocab_size = reader.positive_int("vocab_size");
-  if (auto head_dim = reader.optional_positive_int("head_dim")) {
-    config.head_dim = *head_dim;
-  } else if (config.hidden_size % config.num_attention_heads != 0) {
+  // transformers floors: LlamaAttention (and every decoder modelled after it) takes
+  // getattr(config, "head_dim", hidden_size // num_attention_heads), so GLM-4-MoE's 4096 / 96 heads
+  // is 96 heads of 42 (q_proj [4032, 4096]), not an error.
+  config.head_dim = reader.optional_positive_int("head_dim").value_or(config.hidden_size / config.num_attention_heads);
+  if (config.head_dim <= 0) {
     reader.fail("num_attention_heads",
-                "expected a divisor of hidden_size " + std::to_string(config.hidden_size) +
-                    " (or an explicit head_dim)",
+                "expected at most hidden_size " + std::to_string(config.hidden_size) + " (or an explicit head_dim)",
                 std::to_string(config.num_attention_heads));
-  } else {
-    config.head_dim = config.hidden_size / config.num_attention_heads;
   }
   if (config.num_attention_heads % config.num_key_value_heads != 0) {
     reader.fail("num_key_value_heads",
@@ -366,12 +374,27 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                 "hookstream cannot model this architecture yet (it models " + known + ")", shown(json(decoder_type)));
   }
   config.decoder_type = spec->model_type;
-  // Numeric and boolean keys: top level first, text_config over it (get_text_config()).
+  // Numeric and boolean keys: top level first, text_config over it (get_text_config()). A key
+  // written null is None in the config class (DeepseekV3Config q_lora_rank: null -> a plain q_proj),
+  // so the class default must not fill it in.
+  std::set<std::string> nulls;
   auto collect = [&](const json& object) {
     for (auto it = object.begin(); it != object.end(); ++it) {
       if (it->is_boolean()) config.values[it.key()] = it->get<bool>() ? 1 : 0;
       else if (it->is_number()) config.values[it.key()] = it->get<double>();
-      else if (it->is_null()) config.values.erase(it.key());
+      // A string key becomes the flag "key=value" (the table's condition for Apertus's
+      // `hidden_act: xielu`, whose activation has parameters).
+      else if (it->is_string()) {
+        // text_config's value replaces the top level's (get_text_config()).
+        const std::string prefix = it.key() + "=";
+        for (auto v = config.values.lower_bound(prefix); v != config.values.end() && v->first.rfind(prefix, 0) == 0;) {
+          v = config.values.erase(v);
+        }
+        config.values[prefix + it->get<std::string>()] = 1;
+      }
+      if (it->is_null()) nulls.insert(it.key());
+      else nulls.erase(it.key());
+      if (it->is_null()) config.values.erase(it.key());
     }
   };
   collect(root);
@@ -380,7 +403,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     auto it = config.values.find(alias);
     if (it != config.values.end()) config.values.emplace(key, it->second);
   }
-  for (const auto& [key, value] : spec->defaults) config.values.emplace(key, value);
+  for (const auto& [key, value] : spec->defaults) {
+    if (nulls.count(key) == 0) config.values.emplace(key, value);
+  }
   {
     std::string dotted;
     if (const json* only = reader.find("mlp_only_layers", &dotted)) {
@@ -390,6 +415,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         config.mlp_only_layers.push_back(index.get<int>());
       }
     }
+  }
+  if (intermediate_size) {
+    config.intermediate_size = *intermediate_size;
+  } else if (spec->moe == MoeLayers::All) {
+    // No dense MLP anywhere: the width a token's MLP is costed at is one routed expert's.
+    config.intermediate_size = static_cast<int>(evaluate_shape(spec->expert_width, config.values, source).at(0));
+  } else {
+    reader.fail("intermediate_size", "missing; expected a positive integer");
   }
   config.values["head_dim"] = config.head_dim;
   config.values["num_key_value_heads"] = config.num_key_value_heads;
@@ -411,9 +444,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   config.qk_norm = has_qk_norm_by_type(decoder_type) || has_qk_norm_by_type(config.model_type);
 
   // transformers >= 4.52 nests the decoder of *ForConditionalGeneration models under
-  // `model.language_model` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llava...).
-  if (reader.has_text_config() &&
-      (ends_with(config.architecture, "ForConditionalGeneration") || is_vision_language_type(config.model_type))) {
+  // `model.language_model` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llava...); a Qwen2-VL / Qwen2.5-VL
+  // config.json from before text_config existed (decoder keys at the top level) is read into one by
+  // Qwen2VLConfig / Qwen2_5_VLConfig and built the same way.
+  if ((reader.has_text_config() && ends_with(config.architecture, "ForConditionalGeneration")) ||
+      is_vision_language_type(config.model_type)) {
     config.text_prefix = "model.language_model";
   }
   if (const json* vision = ConfigReader::find_in(root, "vision_config")) {
@@ -424,9 +459,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (!config.model_type.empty() && !is_vision_language_type(config.model_type) &&
         find_architecture(config.model_type) == nullptr) {
       reader.fail("vision_config", "the vision tower of model_type \"" + config.model_type +
-                                       "\" is not modelled yet (hookstream models the Qwen3-VL tower)");
+                                       "\" is not modelled yet (hookstream models the Qwen2-VL, Qwen2.5-VL and Qwen3-VL towers)");
     }
     config.vision = parse_vision(reader, *vision, config.hidden_size);
+    config.vision->layout = vision_layout_of(config.model_type).value_or(VisionLayout::Qwen3VL);
   }
   return config;
 }

@@ -17,7 +17,16 @@ enum class DType { Float32, BFloat16, Float16 };
 std::string to_string(DType dtype);
 int dtype_bytes(DType dtype);
 
+// Which Qwen-VL vision tower a config describes: the three share the block layout (norm1, norm2,
+// attn.qkv, attn.proj, mlp) and a 2-layer patch merger, and differ in names, biases and norms.
+enum class VisionLayout {
+  Qwen3VL,   // Qwen3VLVisionModel: patch-embed bias, LayerNorms, mlp.linear_fc1/2, merger.norm/linear_fc1/2
+  Qwen2VL,   // Qwen2VisionTransformerPretrainedModel: no patch-embed bias, LayerNorms, mlp.fc1/2, merger.ln_q/mlp.0/mlp.2
+  Qwen25VL,  // Qwen2_5_VisionTransformerPretrainedModel: as Qwen2-VL with RMSNorms and a gated mlp (gate/up/down_proj)
+};
+
 struct VisionTowerConfig {
+  VisionLayout layout = VisionLayout::Qwen3VL;
   int depth = 0;               // number of ViT blocks (HF: depth / num_hidden_layers)
   int hidden_size = 0;
   int intermediate_size = 0;

@@ -1,6 +1,7 @@
 #include "sim/inputs/model_structure.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <regex>
 #include <map>
@@ -46,7 +47,9 @@ const ArchitectureSpec* architecture_of(const ModelConfig& m) {
 // fields (authoritative, and all a config built in code has) over them.
 std::map<std::string, double> structure_values(const ModelConfig& m) {
   std::map<std::string, double> values = m.values;
-  if (const ArchitectureSpec* spec = architecture_of(m)) {
+  // A parsed config already has the class defaults, less the keys it wrote null.
+  const ArchitectureSpec* spec = architecture_of(m);
+  if (spec != nullptr && m.values.empty()) {
     for (const auto& [key, value] : spec->defaults) values.emplace(key, value);
   }
   values["hidden_size"] = m.hidden_size;
@@ -93,6 +96,16 @@ bool suffix_match(const std::string& name, const std::string& target) {
 }
 
 std::string leaf_of(const std::string& name) { return name.substr(name.rfind('.') + 1); }
+
+// The pieces of `text` between any of `delims` (the factors of a shape expression).
+std::vector<std::string> split_any(const std::string& text, const char* delims) {
+  std::vector<std::string> pieces(1);
+  for (char c : text) {
+    if (std::strchr(delims, c) != nullptr) pieces.emplace_back();
+    else pieces.back() += c;
+  }
+  return pieces;
+}
 
 // Which modules and parameters get a LoRA adapter, by PEFT 0.21's rules (peft/tuners/tuners_utils.py):
 // check_target_module_exists - a string target_modules is re.fullmatch'ed against the module name,
@@ -242,8 +255,22 @@ class TargetMatcher {
                            "lora_targets_not_found", "PEFT 0.21");
       }
       const std::string shown = regex ? names[0] : python_set(names);
+      // A list holding "all-linear" ([all-linear] / - all-linear) is not the shorthand: axolotl passes
+      // lora_target_modules to LoraConfig unchanged (src/axolotl/loaders/adapter.py
+      // _build_peft_lora_config), and PEFT expands "all-linear" only when target_modules is that string
+      // (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers); as a list entry it is a module
+      // name that matches nothing. Alongside other names it is ignored like any unmatched name.
+      std::string hint;
+      if (!regex) {
+        for (const std::string& name : names) {
+          if (lowercase(name) == "all-linear") {
+            hint = " (in a list, \"all-linear\" is a module name; PEFT expands it only as the string: "
+                   "expected lora_target_modules: all-linear)";
+          }
+        }
+      }
       throw StartupError(where_, "Target modules " + shown +
-                                     " not found in the base model. Please check the target modules and try again.",
+                                     " not found in the base model. Please check the target modules and try again." + hint,
                          "lora_targets_not_found", "PEFT 0.21");
     }
   }
@@ -526,8 +553,13 @@ class StructureBuilder {
       const std::string path = text_path(spec->layers) + "." + std::to_string(i);
       layer.path = prefix_ + path;
       layer.moe = is_moe_layer(*spec, i);
-      layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) +
-                                        (spec->shared_expert_width.empty() ? 0 : dim(spec->shared_expert_width))
+      // Shared experts of width 0 are absent (GraniteMoeShared: shared_intermediate_size 0 -> no shared_mlp).
+      bool shared = !spec->shared_expert_width.empty();
+      for (const std::string& factor : split_any(spec->shared_expert_width, "*+")) {
+        auto it = values_.find(factor);
+        if (it != values_.end() && it->second == 0) shared = false;
+      }
+      layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) + (shared ? dim(spec->shared_expert_width) : 0)
                                   : dim("intermediate_size");
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
@@ -594,21 +626,28 @@ class StructureBuilder {
     }
   }
 
+  // The Qwen-VL towers (VisionLayout): Qwen3VLVisionModel, Qwen2VisionTransformerPretrainedModel
+  // (modeling_qwen2_vl.py) and Qwen2_5_VisionTransformerPretrainedModel (modeling_qwen2_5_vl.py).
+  // Each registers patch_embed.proj (a Conv3d), [pos_embed], blocks (norm1, norm2, attn.qkv,
+  // attn.proj, mlp), merger, [deepstack_merger_list].
   void build_vision(const VisionTowerConfig& v) {
     const bool trainable = plan_.vision_tower_trainable();
+    const bool qwen3 = v.layout == VisionLayout::Qwen3VL;
+    const bool rms = v.layout == VisionLayout::Qwen25VL;  // Qwen2_5_VLRMSNorm: weight only
     const std::string root = "model.visual";
-    // Qwen3-VL's patch embedding is a Conv3d(in_channels, hidden, kernel [T, P, P]) with a bias;
-    // a target list ending in "proj" reaches it too (PEFT then wraps it as a LoRA Conv3d).
+    // Qwen3-VL's patch embedding is a Conv3d(in_channels, hidden, kernel [T, P, P]) with a bias,
+    // Qwen2-VL's and Qwen2.5-VL's without (bias=False); a target list ending in "proj" reaches it
+    // too (PEFT then wraps it as a LoRA Conv3d).
     const std::vector<int64_t> kernel{v.temporal_patch_size, v.patch_size, v.patch_size};
     const std::string patch = root + ".patch_embed.proj";
     if (is_lora_target(patch)) {
-      out_.vision_patch_embed = linear(root + ".patch_embed", "proj", v.in_channels, v.hidden_size, true, -1, "vision",
+      out_.vision_patch_embed = linear(root + ".patch_embed", "proj", v.in_channels, v.hidden_size, qwen3, -1, "vision",
                                        trainable, false, kernel);
     } else {
       note(patch, ModuleType::Conv);
       out_.vision_patch_embed.weight = add(patch, "weight", {v.hidden_size, v.in_channels, kernel[0], kernel[1], kernel[2]},
                                            trainable, -1, "vision");
-      out_.vision_patch_embed.bias = add(patch, "bias", {v.hidden_size}, trainable, -1, "vision");
+      if (qwen3) out_.vision_patch_embed.bias = add(patch, "bias", {v.hidden_size}, trainable, -1, "vision");
     }
     out_.vision_patch_embed.name = "patch_embed";
     if (v.num_position_embeddings > 0) {
@@ -617,28 +656,48 @@ class StructureBuilder {
       out_.vision_pos_embed =
           add(root + ".pos_embed", "weight", {v.num_position_embeddings, v.hidden_size}, trainable, -1, "vision");
     }
+    auto norm = [&](const std::string& module, int64_t width, int& weight, int& bias) {
+      weight = add(module, "weight", {width}, trainable, -1, "vision");
+      if (!rms) bias = add(module, "bias", {width}, trainable, -1, "vision");
+    };
     for (int i = 0; i < v.depth; ++i) {
       VisionBlockUse block;
       block.index = i;
       const std::string path = root + ".blocks." + std::to_string(i);
       block.path = prefix_ + path;
-      block.norm1_weight = add(path + ".norm1", "weight", {v.hidden_size}, trainable, -1, "vision");
-      block.norm1_bias = add(path + ".norm1", "bias", {v.hidden_size}, trainable, -1, "vision");
-      block.norm2_weight = add(path + ".norm2", "weight", {v.hidden_size}, trainable, -1, "vision");
-      block.norm2_bias = add(path + ".norm2", "bias", {v.hidden_size}, trainable, -1, "vision");
+      norm(path + ".norm1", v.hidden_size, block.norm1_weight, block.norm1_bias);
+      norm(path + ".norm2", v.hidden_size, block.norm2_weight, block.norm2_bias);
       block.qkv = vision_linear(path + ".attn", "qkv", v.hidden_size, 3 * int64_t(v.hidden_size), trainable);
       block.proj = vision_linear(path + ".attn", "proj", v.hidden_size, v.hidden_size, trainable);
-      block.fc1 = vision_linear(path + ".mlp", "linear_fc1", v.hidden_size, v.intermediate_size, trainable);
-      block.fc2 = vision_linear(path + ".mlp", "linear_fc2", v.intermediate_size, v.hidden_size, trainable);
+      switch (v.layout) {
+        case VisionLayout::Qwen3VL:  // Qwen3VLVisionMLP
+          block.fc1 = vision_linear(path + ".mlp", "linear_fc1", v.hidden_size, v.intermediate_size, trainable);
+          block.fc2 = vision_linear(path + ".mlp", "linear_fc2", v.intermediate_size, v.hidden_size, trainable);
+          break;
+        case VisionLayout::Qwen2VL:  // VisionMlp
+          block.fc1 = vision_linear(path + ".mlp", "fc1", v.hidden_size, v.intermediate_size, trainable);
+          block.fc2 = vision_linear(path + ".mlp", "fc2", v.intermediate_size, v.hidden_size, trainable);
+          break;
+        case VisionLayout::Qwen25VL:  // Qwen2_5_VLMLP(bias=True)
+          block.gate = vision_linear(path + ".mlp", "gate_proj", v.hidden_size, v.intermediate_size, trainable);
+          block.fc1 = vision_linear(path + ".mlp", "up_proj", v.hidden_size, v.intermediate_size, trainable);
+          block.fc2 = vision_linear(path + ".mlp", "down_proj", v.intermediate_size, v.hidden_size, trainable);
+          break;
+      }
       out_.vision_blocks.push_back(std::move(block));
     }
     const int64_t merged = int64_t(v.hidden_size) * v.spatial_merge_size * v.spatial_merge_size;
     const std::string merger = root + ".merger";
-    out_.vision_merger_norm_weight = add(merger + ".norm", "weight", {v.hidden_size}, trainable, -1, "vision");
-    out_.vision_merger_norm_bias = add(merger + ".norm", "bias", {v.hidden_size}, trainable, -1, "vision");
     const int64_t out_hidden = v.out_hidden_size > 0 ? v.out_hidden_size : plan_.model.hidden_size;
-    out_.vision_merger_fc1 = vision_linear(merger, "linear_fc1", merged, merged, trainable);
-    out_.vision_merger_fc2 = vision_linear(merger, "linear_fc2", merged, out_hidden, trainable);
+    if (qwen3) {  // Qwen3VLVisionPatchMerger: norm, linear_fc1, linear_fc2
+      norm(merger + ".norm", v.hidden_size, out_.vision_merger_norm_weight, out_.vision_merger_norm_bias);
+      out_.vision_merger_fc1 = vision_linear(merger, "linear_fc1", merged, merged, trainable);
+      out_.vision_merger_fc2 = vision_linear(merger, "linear_fc2", merged, out_hidden, trainable);
+    } else {  // PatchMerger / Qwen2_5_VLPatchMerger: ln_q, mlp = Sequential(Linear, GELU, Linear)
+      norm(merger + ".ln_q", v.hidden_size, out_.vision_merger_norm_weight, out_.vision_merger_norm_bias);
+      out_.vision_merger_fc1 = vision_linear(merger + ".mlp", "0", merged, merged, trainable);
+      out_.vision_merger_fc2 = vision_linear(merger + ".mlp", "2", merged, out_hidden, trainable);
+    }
     // deepstack_merger_list is registered last; its mergers use the post-shuffle norm, over
     // hidden_size * spatial_merge_size^2 (Qwen3VLVisionPatchMerger(use_postshuffle_norm=True)).
     for (size_t k = 0; k < v.deepstack_visual_indexes.size(); ++k) {

@@ -67,7 +67,8 @@ struct VisionBlockUse {
   int norm1_weight = -1, norm1_bias = -1;
   LinearUse qkv, proj;
   int norm2_weight = -1, norm2_bias = -1;
-  LinearUse fc1, fc2;
+  // The MLP: fc1 (up) and fc2 (down); Qwen2.5-VL's gated MLP adds gate (gate_proj, weight -1 when absent).
+  LinearUse gate, fc1, fc2;
 };
 
 // A Qwen-VL patch merger: LayerNorm, then a 2-layer MLP into the text hidden size. DeepStack mergers

@@ -304,8 +304,10 @@ class StepExpander {
     const auto bytes = [&](double values) { return static_cast<int64_t>(values * e); };
     head.vision.push_back({"vision patch embed", 2 * patches * pixels * hv, bytes(patches * (pixels + hv))});
     for (size_t b = 0; b < structure_.vision_blocks.size(); ++b) {
-      // qkv (3 hv), proj, fc1, fc2; attention QK^T and PV over the whole image (not causal).
-      const double gemms = 2 * patches * hv * (3 * hv + hv + 2 * iv);
+      // qkv (3 hv), proj, fc1, fc2 (and Qwen2.5-VL's gate_proj); attention QK^T and PV over the
+      // whole image (not causal).
+      const double mlp_gemms = structure_.vision_blocks[b].gate.weight >= 0 ? 3 : 2;
+      const double gemms = 2 * patches * hv * (3 * hv + hv + mlp_gemms * iv);
       const double attention = 4 * per_sample * per_sample * hv * plan_.micro_batch_size;
       // Two LayerNorms (read + write), GELU (read + write), two residual adds (read 2, write 1).
       head.vision.push_back({"vision block " + std::to_string(b), gemms + attention, bytes(patches * (4 * hv + 2 * iv + 6 * hv))});

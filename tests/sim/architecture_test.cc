@@ -145,7 +145,7 @@ TEST_CASE("a vision tower other than Qwen-VL's is refused, not given Qwen's towe
       "vocab_size": 100}, "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
       "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})", "g3/config.json"),
                     "g3/config.json: key \"vision_config\": the vision tower of model_type \"gemma3\" is not modelled yet "
-                    "(hookstream models the Qwen3-VL tower)");
+                    "(hookstream models the Qwen2-VL, Qwen2.5-VL and Qwen3-VL towers)");
 }
 
 TEST_CASE("the architecture table is the list of modelled model types", "[architecture]") {
@@ -154,9 +154,9 @@ TEST_CASE("the architecture table is the list of modelled model types", "[archit
                            "qwen3_moe", "gpt_oss", "deepseek_v3", "qwen3_vl", "qwen2_5_vl_text"}) {
     CHECK(std::find(types.begin(), types.end(), type) != types.end());
   }
-  // Qwen2-VL's and Qwen2.5-VL's towers are not Qwen3-VL's: the whole models are refused.
-  CHECK(find_architecture("qwen2_vl") == nullptr);
-  CHECK(find_architecture("qwen2_5_vl") == nullptr);
+  // Qwen2-VL's and Qwen2.5-VL's decoders are Qwen2's (their towers: VisionLayout).
+  CHECK(find_architecture("qwen2_vl")->model_type == "qwen2");
+  CHECK(find_architecture("qwen2_5_vl")->model_type == "qwen2");
   CHECK(find_architecture("falcon") == nullptr);
   CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "falcon", "hidden_size": 64, "intermediate_size": 128,
       "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "falcon/config.json"),

@@ -194,17 +194,24 @@ TEST_CASE("qwen3 model type turns on q/k norms, explicit attention_bias is read"
   CHECK(parse_model_config(llama_json("attention_bias", "true"), "x").attention_bias);
 }
 
-TEST_CASE("Qwen2-VL is refused: its vision tower is not Qwen3-VL's", "[model_config]") {
-  // The structure oracle found Qwen2-VL and Qwen2.5-VL built with Qwen3-VL's tower; until their
-  // towers are in the table they are refused (exit 2), never built wrong.
-  CHECK_THROWS_WITH(parse_model_config(
+TEST_CASE("a Qwen2-VL config.json from before text_config is Qwen2-VL's tower under model.language_model", "[model_config]") {
+  // Qwen2VLConfig reads top-level decoder keys into its text_config, and transformers 5 builds the
+  // decoder under model.language_model (modeling_qwen2_vl.py Qwen2VLModel).
+  const ModelConfig m = parse_model_config(
       R"({"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
           "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
           "vision_config": {"depth": 3, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 4,
                             "num_heads": 4, "in_chans": 3, "patch_size": 14,
                             "spatial_merge_size": 2, "temporal_patch_size": 2}})",
-      "x.json"), Catch::Contains("x.json") && Catch::Contains("qwen2_vl"));
+      "x.json");
+  CHECK(m.decoder_type == "qwen2");
+  CHECK(m.text_prefix == "model.language_model");
+  REQUIRE(m.vision);
+  CHECK(m.vision->layout == VisionLayout::Qwen2VL);
+  CHECK(m.vision->hidden_size == 32);
+  CHECK(m.vision->intermediate_size == 128);
+  CHECK(m.vision->out_hidden_size == 64);
 }
 
 TEST_CASE("vision out_hidden_size defaults to the text hidden size", "[model_config]") {
@@ -233,8 +240,11 @@ TEST_CASE("bad values are one-line errors naming file and key", "[model_config]"
         "x.json: key \"vocab_size\": missing; expected a positive integer");
   CHECK(error_of([] { parse_model_config(llama_json("num_key_value_heads", "3"), "x.json"); }) ==
         "x.json: key \"num_key_value_heads\": expected a divisor of num_attention_heads 4, got 3");
-  CHECK(error_of([] { parse_model_config(llama_json("hidden_size", "66"), "x.json"); }) ==
-        "x.json: key \"num_attention_heads\": expected a divisor of hidden_size 66 (or an explicit head_dim), got 4");
+  CHECK(error_of([] { parse_model_config(llama_json("num_attention_heads", "100"), "x.json"); }) ==
+        "x.json: key \"num_attention_heads\": expected at most hidden_size 64 (or an explicit head_dim), got 100");
+  // A head count that does not divide hidden_size is floored, as transformers does
+  // (LlamaAttention: getattr(config, "head_dim", hidden_size // num_attention_heads)).
+  CHECK(parse_model_config(llama_json("hidden_size", "66"), "x").head_dim == 16);
   CHECK(error_of([] { parse_model_config(llama_json("tie_word_embeddings", "\"yes\""), "x.json"); }) ==
         "x.json: key \"tie_word_embeddings\": expected true or false, got \"yes\"");
   // An explicit head_dim makes a non-dividing head count legal (Qwen3-VL-4B: 2560 / 32 heads of 128).

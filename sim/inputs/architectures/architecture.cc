@@ -62,6 +62,22 @@ const std::vector<ModuleSpec> kLlamaNorms = {norm("input_layernorm", R::InputNor
 const std::vector<ModuleSpec> kQkNorm = {norm("self_attn.q_norm", R::QNorm, "head_dim"),
                                          norm("self_attn.k_norm", R::KNorm, "head_dim")};
 
+// DeepSeek-V2/V3's multi-head latent attention (DeepseekV3Attention, and the dense models that copy
+// it: MiniCPM3Attention, YoutuAttention): q_lora_rank null -> a plain q_proj, else q_a_proj,
+// q_a_layernorm, q_b_proj; then the compressed kv path and o_proj. attention_bias on q_a, kv_a, o.
+std::vector<ModuleSpec> mla_attention() {
+  const std::string qk = "num_attention_heads*qk_nope_head_dim+num_attention_heads*qk_rope_head_dim";
+  return {linear("self_attn.q_proj", R::Q, "hidden_size", qk, "", "!q_lora_rank"),
+          linear("self_attn.q_a_proj", R::Q, "hidden_size", "q_lora_rank", "attention_bias", "q_lora_rank"),
+          norm("self_attn.q_a_layernorm", R::AttentionOther, "q_lora_rank", "", "q_lora_rank"),
+          linear("self_attn.q_b_proj", R::AttentionOther, "q_lora_rank", qk, "", "q_lora_rank"),
+          linear("self_attn.kv_a_proj_with_mqa", R::K, "hidden_size", "kv_lora_rank+qk_rope_head_dim", "attention_bias"),
+          norm("self_attn.kv_a_layernorm", R::AttentionOther, "kv_lora_rank"),
+          linear("self_attn.kv_b_proj", R::V, "kv_lora_rank",
+                 "num_attention_heads*qk_nope_head_dim+num_attention_heads*v_head_dim"),
+          linear("self_attn.o_proj", R::O, "num_attention_heads*v_head_dim", "hidden_size", "attention_bias")};
+}
+
 std::vector<ArchitectureSpec> build_table() {
   std::vector<ArchitectureSpec> t;
   auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
@@ -93,11 +109,9 @@ std::vector<ArchitectureSpec> build_table() {
   {  // Qwen2Attention: bias=True on q/k/v whatever the config says, none on o_proj.
     ArchitectureSpec a;
     a.model_type = "qwen2";
-    // Only the text decoders: Qwen2-VL's and Qwen2.5-VL's vision towers (fc1/fc2 MLP, a gated MLP
-    // with RMSNorm, no patch-embedding bias) are not Qwen3-VL's, the one hookstream builds, so a
-    // whole-model config (qwen2_vl, qwen2_5_vl) is refused; the structure oracle caught them built
-    // with Qwen3-VL's tower.
-    a.aliases = {"qwen2_vl_text", "qwen2_5_vl_text"};
+    // The decoders of Qwen2-VL and Qwen2.5-VL (Qwen2_5_VLTextModel: Qwen2's layer); their vision
+    // towers are VisionLayout::Qwen2VL / Qwen25VL (sim/inputs/model_config.h).
+    a.aliases = {"qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"};
     a.layer = concat({attention("1", ""), swiglu("mlp", "intermediate_size"), kLlamaNorms});
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/qwen2/modeling_qwen2.py";
@@ -160,6 +174,8 @@ std::vector<ArchitectureSpec> build_table() {
   {  // OLMo-2: q_norm/k_norm over the whole projection, post-norms only (no input_layernorm).
     ArchitectureSpec a;
     a.model_type = "olmo2";
+    // OLMo-3 (Olmo3Attention, Olmo3DecoderLayer): the same modules; its sliding-window layers change no shape.
+    a.aliases = {"olmo3"};
     a.layer = concat({attention("attention_bias", "attention_bias"),
                       {norm("self_attn.q_norm", R::QNorm, kQ), norm("self_attn.k_norm", R::KNorm, kKV)},
                       swiglu("mlp", "intermediate_size"),
@@ -192,6 +208,13 @@ std::vector<ArchitectureSpec> build_table() {
                       swiglu("mlp", "intermediate_size"), {norm("input_layernorm", R::InputNorm)}});
     a.defaults = {{"tie_word_embeddings", 1}};
     a.source = "transformers/models/cohere/modeling_cohere.py";
+    add(a);
+    // Cohere2DecoderLayer: the same parallel block; Cohere2Attention has no q/k norms (no
+    // use_qk_norm key in Cohere2Config). Sliding-window layers change no shape.
+    a.model_type = "cohere2";
+    a.layer = concat({attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size"),
+                      {norm("input_layernorm", R::InputNorm)}});
+    a.source = "transformers/models/cohere2/modeling_cohere2.py";
     add(a);
   }
   {  // StableLM: use_qkv_bias on q/k/v, nn.LayerNorm (with bias); use_parallel_residual drops the
@@ -227,6 +250,164 @@ std::vector<ArchitectureSpec> build_table() {
     add(a);
   }
 
+  {  // Llama's layout under other names: no biases on attention (Ministral3Attention,
+     // CwmAttention: bias=False), mlp_bias on the MLP (CwmMLP) where the config has it.
+    ArchitectureSpec a;
+    a.layer = concat({attention("", ""), swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    for (const char* type : {"ministral3", "cwm"}) {
+      a.model_type = type;
+      a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
+      add(a);
+    }
+    // SmolLM3Attention / SmolLM3MLP: attention_bias on all four, mlp_bias; tied by default
+    // (SmolLM3Config). Its NoPE layers (no_rope_layer_interval) change no shape.
+    a.model_type = "smollm3";
+    a.layer = concat({attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/smollm3/modeling_smollm3.py";
+    add(a);
+    // Ernie4_5Attention / Ernie4_5MLP: use_bias on every projection; tied by default (Ernie4_5Config).
+    a.model_type = "ernie4_5";
+    a.layer = concat({attention("use_bias", "use_bias"), swiglu("mlp", "intermediate_size", "use_bias"), kLlamaNorms});
+    a.source = "transformers/models/ernie4_5/modeling_ernie4_5.py";
+    add(a);
+    // SeedOssAttention: attention_bias on q/k/v, attention_out_bias on o_proj (both config keys,
+    // SeedOssConfig defaults true / false); SeedOssMLP: mlp_bias.
+    a.model_type = "seed_oss";
+    a.layer = concat({attention("attention_bias", "attention_out_bias"), swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}, {"attention_bias", 1}};
+    a.source = "transformers/models/seed_oss/modeling_seed_oss.py";
+    add(a);
+  }
+  {  // HeliumAttention: attention_bias on q/k/v; o_proj is Linear(hidden_size, hidden_size, bias=False)
+     // whatever head_dim is.
+    ArchitectureSpec a;
+    a.model_type = "helium";
+    a.layer = concat({{linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "attention_bias"),
+                       linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias"),
+                       linear("self_attn.v_proj", R::V, "hidden_size", kKV, "attention_bias"),
+                       linear("self_attn.o_proj", R::O, "hidden_size", "hidden_size")},
+                      swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/helium/modeling_helium.py";
+    add(a);
+  }
+  {  // Apertus: q/k norms over head_dim (ApertusAttention), a 2-layer MLP whose xIELU activation has
+     // two parameters of shape [1] (ApertusMLP: act_fn = XIELUActivation when hidden_act is "xielu",
+     // transformers/activations.py), and the pre-norms named attention_layernorm/feedforward_layernorm.
+    ArchitectureSpec a;
+    a.model_type = "apertus";
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm,
+                      {linear("mlp.up_proj", R::Up, "hidden_size", "intermediate_size"),
+                       linear("mlp.down_proj", R::Down, "intermediate_size", "hidden_size"),
+                       tensor("mlp.act_fn.alpha_p", R::MlpOther, "1", "hidden_act=xielu"),
+                       tensor("mlp.act_fn.alpha_n", R::MlpOther, "1", "hidden_act=xielu"),
+                       norm("attention_layernorm", R::InputNorm), norm("feedforward_layernorm", R::PostAttentionNorm)}});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/apertus/modeling_apertus.py";
+    add(a);
+  }
+  {  // ArceeMLP: up_proj and down_proj only (ReLU^2, no gate), mlp_bias; Llama attention.
+    ArchitectureSpec a;
+    a.model_type = "arcee";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.up_proj", R::Up, "hidden_size", "intermediate_size", "mlp_bias"),
+                       linear("mlp.down_proj", R::Down, "intermediate_size", "hidden_size", "mlp_bias")},
+                      kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/arcee/modeling_arcee.py";
+    add(a);
+  }
+  {  // GLM: attention_bias on q/k/v only (GlmAttention o_proj bias=False), a fused gate_up_proj
+     // (GlmMLP, like Phi-3's). GLM-4 adds post_self_attn_layernorm and post_mlp_layernorm after the
+     // two Llama norms (Glm4DecoderLayer.__init__).
+    ArchitectureSpec a;
+    a.model_type = "glm";
+    const std::vector<ModuleSpec> glm_mlp = {linear("mlp.gate_up_proj", R::GateUp, "hidden_size", "2*intermediate_size"),
+                                             linear("mlp.down_proj", R::Down, "intermediate_size", "hidden_size")};
+    a.layer = concat({attention("attention_bias", ""), glm_mlp, kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}, {"attention_bias", 1}};
+    a.source = "transformers/models/glm/modeling_glm.py";
+    add(a);
+    a.model_type = "glm4";
+    a.layer = concat({attention("attention_bias", ""), glm_mlp, kLlamaNorms,
+                      {norm("post_self_attn_layernorm", R::PostFeedforwardNorm),
+                       norm("post_mlp_layernorm", R::PostFeedforwardNorm)}});
+    a.source = "transformers/models/glm4/modeling_glm4.py";
+    add(a);
+  }
+  {  // VaultGemmaDecoderLayer: input_layernorm and pre_feedforward_layernorm only; tied by default.
+    ArchitectureSpec a;
+    a.model_type = "vaultgemma";
+    a.layer = concat({attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size"),
+                      {norm("input_layernorm", R::InputNorm), norm("pre_feedforward_layernorm", R::PreFeedforwardNorm)}});
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/vaultgemma/modeling_vaultgemma.py";
+    add(a);
+  }
+  {  // EXAONE 4: Olmo-2's post-norm layout with per-head q/k norms over head_dim (Exaone4Attention,
+     // Exaone4DecoderLayer); no biases.
+    ArchitectureSpec a;
+    a.model_type = "exaone4";
+    a.layer = concat({attention("", ""), kQkNorm, swiglu("mlp", "intermediate_size"),
+                      {norm("post_attention_layernorm", R::PostAttentionNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm)}});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/exaone4/modeling_exaone4.py";
+    add(a);
+  }
+  {  // Dense models with DeepSeek's latent attention: MiniCPM3 (MiniCPM3MLP: mlp_bias) and Youtu;
+     // both tied by default, q_lora_rank set unless the file says null.
+    ArchitectureSpec a;
+    a.model_type = "minicpm3";
+    a.layer = concat({mla_attention(), swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 1}, {"q_lora_rank", 768}};
+    a.source = "transformers/models/minicpm3/modeling_minicpm3.py";
+    add(a);
+    a.model_type = "youtu";
+    a.layer = concat({mla_attention(), swiglu("mlp", "intermediate_size"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 1}, {"q_lora_rank", 1536}};
+    a.source = "transformers/models/youtu/modeling_youtu.py";
+    add(a);
+  }
+  {  // BitNet: attn_sub_norm (hidden) after o_proj, ffn_sub_norm (intermediate) after down_proj
+     // (BitNetAttention, BitNetMLP); the ternary weights are stored as ordinary bf16 parameters.
+    ArchitectureSpec a;
+    a.model_type = "bitnet";
+    a.layer = concat({attention("attention_bias", "attention_bias"), {norm("self_attn.attn_sub_norm", R::AttentionOther)},
+                      swiglu("mlp", "intermediate_size"), {norm("mlp.ffn_sub_norm", R::MlpOther, "intermediate_size")},
+                      kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/bitnet/modeling_bitnet.py";
+    add(a);
+  }
+  {  // Jais2: attention_bias on all four projections, a 2-layer MLP (up_proj, down_proj) with
+     // mlp_bias, nn.LayerNorm (with bias) everywhere; Jais2Config defaults both biases on.
+    ArchitectureSpec a;
+    a.model_type = "jais2";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.up_proj", R::Up, "hidden_size", "intermediate_size", "mlp_bias"),
+                       linear("mlp.down_proj", R::Down, "intermediate_size", "hidden_size", "mlp_bias"),
+                       norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+                       norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1")}});
+    a.final_norm_bias = "1";
+    a.defaults = {{"tie_word_embeddings", 0}, {"attention_bias", 1}, {"mlp_bias", 1}};
+    a.source = "transformers/models/jais2/modeling_jais2.py";
+    add(a);
+  }
+  {  // NanoChat: its RMSNorms have no weight (NanoChatRMSNorm), so only the projections, a 2-layer
+     // MLP (fc1, fc2, no bias) and the untied head are parameters.
+    ArchitectureSpec a;
+    a.model_type = "nanochat";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size"),
+                       linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size")}});
+    a.final_norm = "";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/nanochat/modeling_nanochat.py";
+    add(a);
+  }
   // ---- Mixture of experts: transformers 5 stores each layer's experts as fused [E, ...] tensors
   // (one nn.Parameter per projection, e.g. MixtralExperts.gate_up_proj [E, 2I, H]); the router is a
   // *TopKRouter module holding a bare weight [E, H].
@@ -312,31 +493,100 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/gpt_oss/modeling_gpt_oss.py";
     add(a);
   }
-  {  // DeepSeek-V3: multi-head latent attention (q_lora_rank null -> a plain q_proj), dense MLP in
-     // the first first_k_dense_replace layers, then experts, router and shared experts
-     // (DeepseekV3MoE: experts, gate, shared_experts of width moe_intermediate_size * n_shared_experts).
+  // Routed experts as transformers 5 fuses them ([E, 2I, H] and [E, H, I], *Experts) with the router
+  // module `<block>.<router>` holding a bare weight [E, H] (*TopKRouter), in the order the MoE
+  // block registers them.
+  const auto fused_experts = [](const std::string& block, const std::string& router, bool router_first,
+                                const std::string& experts, const std::string& width, const std::string& when) {
+    const ModuleSpec gate = tensor(block + "." + router + ".weight", R::Router, experts + ",hidden_size", when);
+    const std::vector<ModuleSpec> fused = {
+        tensor(block + ".experts.gate_up_proj", R::ExpertsGateUp, experts + ",2*" + width + ",hidden_size", when),
+        tensor(block + ".experts.down_proj", R::ExpertsDown, experts + ",hidden_size," + width, when)};
+    return router_first ? concat({{gate}, fused}) : concat({fused, {gate}});
+  };
+  {  // OLMoE: q_norm over hidden_size and k_norm over (hidden_size / heads) * kv_heads
+     // (OlmoeAttention), gate then experts (OlmoeSparseMoeBlock) in every layer.
     ArchitectureSpec a;
+    a.model_type = "olmoe";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {norm("self_attn.q_norm", R::QNorm, "hidden_size"),
+                       norm("self_attn.k_norm", R::KNorm, kKV)},
+                      fused_experts("mlp", "gate", true, "num_experts", "intermediate_size", ""), kLlamaNorms});
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_experts";
+    a.attribute_map = {{"num_local_experts", "num_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "intermediate_size";
+    a.peft_moe_conversion = "qwen2_moe";  // transformers' _MODEL_TO_CONVERSION_PATTERN["olmoe"]
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/olmoe/modeling_olmoe.py";
+    add(a);
+    // FlexOlmo: OLMo-2's post-norm layer (q/k norms over the whole projections) with OLMoE's block.
+    a.model_type = "flex_olmo";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {norm("self_attn.q_norm", R::QNorm, kQ), norm("self_attn.k_norm", R::KNorm, kKV)},
+                      fused_experts("mlp", "gate", true, "num_experts", "intermediate_size", ""),
+                      {norm("post_attention_layernorm", R::PostAttentionNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm)}});
+    a.source = "transformers/models/flex_olmo/modeling_flex_olmo.py";
+    add(a);
+  }
+  {  // MiniMax-M2: q/k norms over the whole projections, no biases, gate then experts
+     // (MiniMaxM2SparseMoeBlock; e_score_correction_bias is a buffer, not a parameter).
+    ArchitectureSpec a;
+    a.model_type = "minimax_m2";
+    a.layer = concat({attention("", ""), {norm("self_attn.q_norm", R::QNorm, kQ), norm("self_attn.k_norm", R::KNorm, kKV)},
+                      fused_experts("mlp", "gate", true, "num_local_experts", "intermediate_size", ""), kLlamaNorms});
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_local_experts";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "intermediate_size";
+    a.peft_moe_conversion = "mixtral";  // _MODEL_TO_CONVERSION_PATTERN["minimax_m2"]
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/minimax_m2/modeling_minimax_m2.py";
+    add(a);
+  }
+  {  // GraniteMoE: the norms are registered before block_sparse_moe (router, then experts;
+     // GraniteMoeDecoderLayer.__init__). GraniteMoeShared adds shared_mlp (input_linear [2S, H],
+     // output_linear [H, S]) when shared_intermediate_size is not 0. Multipliers change no shape.
+    ArchitectureSpec a;
+    a.model_type = "granitemoe";
+    a.layer = concat({attention("attention_bias", "attention_bias"), kLlamaNorms,
+                      fused_experts("block_sparse_moe", "router", true, "num_local_experts", "intermediate_size", "")});
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_local_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/granitemoe/modeling_granitemoe.py";
+    add(a);
+    a.model_type = "granitemoeshared";
+    a.layer = concat({a.layer,
+                      {linear("shared_mlp.input_linear", R::MlpOther, "hidden_size", "2*shared_intermediate_size", "", "shared_intermediate_size"),
+                       linear("shared_mlp.output_linear", R::MlpOther, "shared_intermediate_size", "hidden_size", "", "shared_intermediate_size")}});
+    a.shared_expert_width = "shared_intermediate_size";
+    a.source = "transformers/models/granitemoeshared/modeling_granitemoeshared.py";
+    add(a);
+  }
+  {  // DeepSeek-V2/V3: multi-head latent attention (q_lora_rank null -> a plain q_proj), dense MLP in
+     // the first first_k_dense_replace layers, then experts, router and shared experts
+     // (DeepseekV3MoE / DeepseekV2Moe: experts, gate, shared_experts of width
+     // moe_intermediate_size * n_shared_experts). V2's MLPs carry mlp_bias (DeepseekV2MLP).
+    ArchitectureSpec a;
+    const std::vector<ModuleSpec> mla = mla_attention();
+    const auto moe_layer = [&](const std::vector<ModuleSpec>& attn, const std::string& mlp_bias) {
+      std::vector<ModuleSpec> layer =
+          concat({attn, swiglu("mlp", "intermediate_size", mlp_bias, "dense"),
+                  fused_experts("mlp", "gate", false, "n_routed_experts", "moe_intermediate_size", "moe"),
+                  swiglu("mlp.shared_experts", "moe_intermediate_size*n_shared_experts", mlp_bias, "moe"), kLlamaNorms});
+      for (ModuleSpec& m : layer) {
+        if (m.path.rfind("mlp.shared_experts.", 0) == 0) m.role = R::MlpOther;
+      }
+      return layer;
+    };
     a.model_type = "deepseek_v3";
-    const std::string qk = "num_attention_heads*qk_nope_head_dim+num_attention_heads*qk_rope_head_dim";
-    a.layer = {
-        linear("self_attn.q_proj", R::Q, "hidden_size", qk, "", "!q_lora_rank"),
-        linear("self_attn.q_a_proj", R::Q, "hidden_size", "q_lora_rank", "attention_bias", "q_lora_rank"),
-        norm("self_attn.q_a_layernorm", R::AttentionOther, "q_lora_rank", "", "q_lora_rank"),
-        linear("self_attn.q_b_proj", R::AttentionOther, "q_lora_rank", qk, "", "q_lora_rank"),
-        linear("self_attn.kv_a_proj_with_mqa", R::K, "hidden_size", "kv_lora_rank+qk_rope_head_dim", "attention_bias"),
-        norm("self_attn.kv_a_layernorm", R::AttentionOther, "kv_lora_rank"),
-        linear("self_attn.kv_b_proj", R::V, "kv_lora_rank",
-               "num_attention_heads*qk_nope_head_dim+num_attention_heads*v_head_dim"),
-        linear("self_attn.o_proj", R::O, "num_attention_heads*v_head_dim", "hidden_size", "attention_bias")};
-    a.layer = concat({a.layer, swiglu("mlp", "intermediate_size", "", "dense"),
-                      {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "n_routed_experts,2*moe_intermediate_size,hidden_size", "moe"),
-                       tensor("mlp.experts.down_proj", R::ExpertsDown, "n_routed_experts,hidden_size,moe_intermediate_size", "moe"),
-                       tensor("mlp.gate.weight", R::Router, "n_routed_experts,hidden_size", "moe")},
-                      swiglu("mlp.shared_experts", "moe_intermediate_size*n_shared_experts", "", "moe"),
-                      kLlamaNorms});
-    for (ModuleSpec& m : a.layer) {
-      if (m.path.rfind("mlp.shared_experts.", 0) == 0) m.role = R::MlpOther;
-    }
+    a.layer = moe_layer(mla, "");
     a.moe = MoeLayers::FirstKDense;
     a.experts_key = "n_routed_experts";
     a.attribute_map = {{"num_local_experts", "n_routed_experts"}};
@@ -344,8 +594,44 @@ std::vector<ArchitectureSpec> build_table() {
     a.expert_width = "moe_intermediate_size";
     a.shared_expert_width = "moe_intermediate_size*n_shared_experts";
     a.top_k_key = "num_experts_per_tok";
-    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}};
+    // DeepseekV3Config: q_lora_rank 1536 unless the file says null.
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}, {"q_lora_rank", 1536}};
     a.source = "transformers/models/deepseek_v3/modeling_deepseek_v3.py";
+    add(a);
+    a.model_type = "deepseek_v2";
+    a.layer = moe_layer(mla, "mlp_bias");
+    a.attribute_map = {{"num_experts", "n_routed_experts"}};
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 0}, {"n_shared_experts", 2}, {"q_lora_rank", 1536}};
+    a.source = "transformers/models/deepseek_v2/modeling_deepseek_v2.py";
+    add(a);
+    // GLM-4-MoE: DeepSeek-V3's MoE layer rule and block with GQA attention (attention_bias on
+    // q/k/v, not o_proj; per-head q/k norms with use_qk_norm; Glm4MoeAttention).
+    a.model_type = "glm4_moe";
+    a.layer = moe_layer(concat({attention("attention_bias", ""),
+                                {norm("self_attn.q_norm", R::QNorm, "head_dim", "", "use_qk_norm"),
+                                 norm("self_attn.k_norm", R::KNorm, "head_dim", "", "use_qk_norm")}}),
+                        "");
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}};
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}};
+    a.source = "transformers/models/glm4_moe/modeling_glm4_moe.py";
+    add(a);
+    // Mistral 4: DeepSeek-V3's layer (MLA, experts/gate/shared_experts after first_k_dense_replace);
+    // Mistral4Config defaults: first_k_dense_replace 0, q_lora_rank 1024. No PEFT v4 conversion
+    // (not in transformers' _MODEL_TO_CONVERSION_PATTERN).
+    a.model_type = "mistral4";
+    a.layer = moe_layer(mla, "");
+    a.peft_moe_conversion = "";
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 0}, {"n_shared_experts", 1}, {"q_lora_rank", 1024}};
+    a.source = "transformers/models/mistral4/modeling_mistral4.py";
+    add(a);
+    // Solar Open: GQA attention (attention_bias on q/k/v, none on o_proj) and DeepSeek's MoE block
+    // in every layer (SolarOpenDecoderLayer: self.mlp = SolarOpenMoE).
+    a.model_type = "solar_open";
+    a.layer = moe_layer(attention("attention_bias", ""), "");
+    a.moe = MoeLayers::All;
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["solar_open"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"n_shared_experts", 1}};
+    a.source = "transformers/models/solar_open/modeling_solar_open.py";
     add(a);
   }
   return t;

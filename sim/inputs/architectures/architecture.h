@@ -46,7 +46,7 @@ struct ModuleSpec {
   // whose shape drops the weight's middle dimension (gpt_oss gate_up_proj_bias [E, 2I]).
   std::string bias;
   // When the module exists: "" always; "moe"/"dense" by the architecture's MoE layer rule; else a
-  // boolean config key that must be true ("!key": must be false).
+  // boolean config key that must be true ("!key": must be false), or "key=value" for a string key.
   std::string when;
 };
 
