@@ -123,9 +123,25 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
       // DeepSpeedZeroConfig: reduce_bucket_size: int = Field(pp_int(5e8), gt=0); HF writes 5e8 as a float.
       if (size.is_number() && size.get<double>() >= 1) {
         result.reduce_bucket_size = static_cast<long long>(size.get<double>());
-      } else if (!(size.is_string() && size.get<std::string>() == "auto")) {
+      } else if (size.is_string() && size.get<std::string>() == "auto") {
+        result.reduce_bucket_size_auto = true;
+      } else {
         throw InputError(where, "key \"zero_optimization.reduce_bucket_size\": expected a number > 0 or \"auto\", got " + size.dump());
       }
+    }
+    // DeepSpeedZeroConfig.param_persistence_threshold: Field(pp_int(1e5), ge=0,
+    // alias="stage3_param_persistence_threshold"); HF fills "auto" only under the stage3_ name.
+    for (const char* key : {"stage3_param_persistence_threshold", "param_persistence_threshold"}) {
+      if (!zero.contains(key) || zero.at(key).is_null()) continue;
+      const nlohmann::json& value = zero.at(key);
+      if (value.is_number() && value.get<double>() >= 0) {
+        result.param_persistence_threshold = static_cast<long long>(value.get<double>());
+      } else if (value.is_string() && value.get<std::string>() == "auto") {
+        result.param_persistence_threshold_auto = std::string(key) == "stage3_param_persistence_threshold";
+      } else {
+        throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected a number >= 0 or \"auto\", got " + value.dump());
+      }
+      break;
     }
   }
   return result;
