@@ -242,9 +242,7 @@ class Zero3Model : public SyncModel {
   }
 
   void overwritten(int parameter) {
-    for (const Finding& f : silent_) {
-      if (f.iteration == position_.step.iteration && f.micro_step == position_.step.micro_step) return;
-    }
+    if (!silent_.empty()) return;  // the first overwrite names the rule; later steps repeat it
     const Parameter& param = structure_.parameters[static_cast<size_t>(parameter)];
     Finding f;
     f.kind = VerdictKind::WrongGradient;
