@@ -159,28 +159,46 @@ class TinyModel(nn.Module):
         weight = self.s["parameters"][use["weight"]]
         if self.skipped(step, use["path"]):
             return torch.zeros(*x.shape[:-1], weight["shape"][0])
-        y = F.linear(x, p[use["weight"]], p[use["bias"]] if use["bias"] >= 0 else None)
+        y = self.apply_module(self.owner(use["weight"]), x,
+                              lambda h: F.linear(h, p[use["weight"]], p[use["bias"]] if use["bias"] >= 0 else None))
         if self.lora_active(use, step):
-            y = y + self.s["lora_scale"] * F.linear(F.linear(x, p[use["lora_a"]]), p[use["lora_b"]])
+            a = self.apply_module(self.owner(use["lora_a"]), x,
+                                  lambda h: F.linear(h, p[use["lora_a"]]))
+            y = y + self.s["lora_scale"] * self.apply_module(self.owner(use["lora_b"]), a,
+                                                             lambda h: F.linear(h, p[use["lora_b"]]))
         return y
 
     @staticmethod
     def rms_norm(x, weight):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
 
+    def norm(self, x, index, p):
+        """The RMS norm whose weight is parameter `index`, run as its module."""
+        return self.apply_module(self.owner(index), x, lambda h: self.rms_norm(h, p[index]))
+
+    def owner(self, index):
+        """The module parameter `index` is registered on (its name without the leaf)."""
+        return self.s["parameters"][index]["name"].rsplit(".", 1)[0]
+
+    def apply_module(self, path, x, fn):
+        """fn(x): what the module at `path` computes from its own parameters. Here a plain call; the
+        ZeRO-3 worker (oracles/zero_worker.py Zero3Model) calls the module itself, so that its
+        forward hooks (DeepSpeed's parameter fetch/release) run around it as in a transformers model."""
+        return fn(x)
+
     def attention(self, x, layer, p, step):
         m = self.s["model"]
         heads, kv, hd = m["num_attention_heads"], m["num_key_value_heads"], m["head_dim"]
         b, t = x.shape[0], x.shape[1]
         norm_module = self.s["parameters"][layer["input_norm"]]["module"]
-        normed = x if self.skipped(step, norm_module) else self.rms_norm(x, p[layer["input_norm"]])
+        normed = x if self.skipped(step, norm_module) else self.norm(x, layer["input_norm"], p)
         q = self.linear(normed, layer["q"], p, step).view(b, t, heads, hd)
         k = self.linear(normed, layer["k"], p, step).view(b, t, kv, hd)
         v = self.linear(normed, layer["v"], p, step).view(b, t, kv, hd)
         if layer["q_norm"] >= 0 and not self.skipped(step, self.s["parameters"][layer["q_norm"]]["module"]):
-            q = self.rms_norm(q, p[layer["q_norm"]])
+            q = self.norm(q, layer["q_norm"], p)
         if layer["k_norm"] >= 0 and not self.skipped(step, self.s["parameters"][layer["k_norm"]]["module"]):
-            k = self.rms_norm(k, p[layer["k_norm"]])
+            k = self.norm(k, layer["k_norm"], p)
         q = q.transpose(1, 2)
         k = k.transpose(1, 2).repeat_interleave(heads // kv, 1)
         v = v.transpose(1, 2).repeat_interleave(heads // kv, 1)
@@ -276,11 +294,10 @@ class TinyModel(nn.Module):
             h = h + self.attention(x, layer, p, step)
         if not self.skipped(step, layer["path"] + ".mlp"):
             norm_module = self.s["parameters"][layer["post_attention_norm"]]["module"]
-            normed = h if self.skipped(step, norm_module) else self.rms_norm(h, p[layer["post_attention_norm"]])
-            if layer["tiled"]:
-                h = h + self.tiled_mlp(normed, layer, step)
-            else:
-                h = h + self.mlp(normed, layer, p, step)
+            normed = h if self.skipped(step, norm_module) else self.norm(h, layer["post_attention_norm"], p)
+            # The MLP block as its module (DeepSpeed's TiledMLP runs inside the MLP's forward).
+            block = (lambda n: self.tiled_mlp(n, layer, step)) if layer["tiled"] else (lambda n: self.mlp(n, layer, p, step))
+            h = h + self.apply_module(layer["path"] + ".mlp", normed, block)
         return h
 
     def forward(self, input_ids, labels, step):
@@ -291,7 +308,7 @@ class TinyModel(nn.Module):
         if self.skipped(step, embed_module):
             hidden = torch.randn(b, t, m["hidden_size"], generator=torch.Generator().manual_seed(17))
         else:
-            hidden = F.embedding(input_ids, p[s["embed"]])
+            hidden = self.apply_module(self.owner(s["embed"]), input_ids, lambda ids: F.embedding(ids, p[s["embed"]]))
         if s["input_require_grads"] and not hidden.requires_grad:
             hidden.requires_grad_(True)  # PEFT's enable_input_require_grads() forward hook
         for layer, count in zip(s["layers"], step["checkpoint_count"]):
@@ -299,12 +316,13 @@ class TinyModel(nn.Module):
                 continue
             hidden = self.run_layer(hidden, layer, count, step)
         if not self.skipped(step, s["parameters"][s["final_norm"]]["module"]):
-            hidden = self.rms_norm(hidden, p[s["final_norm"]])
+            hidden = self.norm(hidden, s["final_norm"], p)
         head_path = "lm_head" if m["tie_word_embeddings"] else s["parameters"][s["lm_head"]]["module"]
         if self.skipped(step, head_path):
             loss = hidden.pow(2).mean()
         else:
-            logits = F.linear(hidden, p[s["lm_head"]])
+            logits = self.apply_module(self.owner(s["lm_head"]), hidden,
+                                        lambda h: F.linear(h, p[s["lm_head"]]))
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
         return loss / s["gradient_accumulation_steps"]
 

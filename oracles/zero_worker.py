@@ -35,6 +35,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddp_worker import Recorder, TinyModel, error_text, make_batch  # noqa: E402
@@ -61,6 +62,8 @@ def ds_config(s):
     for key in ("overlap_comm", "contiguous_gradients", "reduce_bucket_size"):
         if d.get(key) is not None:
             zero[key] = d[key]
+    if d["stage"] == 3:
+        zero["stage3_param_persistence_threshold"] = d["param_persistence_threshold"]
     return {
         "train_micro_batch_size_per_gpu": s["micro_batch_size"],
         "gradient_accumulation_steps": s["gradient_accumulation_steps"],
@@ -93,6 +96,40 @@ def reference_grads(s, seed):
     return [t / s["world_size"] for t in total]
 
 
+class Z3Module(nn.Module):
+    """A module that owns parameters (a Linear, an RMSNorm, the embedding, a LoRA A/B) or the MLP
+    block, called as transformers calls it: `module(x)` runs its forward hooks, which under ZeRO-3
+    are DeepSpeed's fetch before and release after (deepspeed/runtime/zero/parameter_offload.py
+    DeepSpeedZeRoOffload._register_deepspeed_module: _pre_forward_module_hook ->
+    pre_sub_module_forward_function -> fetch_sub_module; _post_forward_module_hook ->
+    release_sub_module; the pre/post backward Functions around its outputs/inputs). What it computes
+    is TinyModel's own code (fn), so there is one forward for every oracle."""
+
+    def forward(self, x, fn):
+        return fn(x)
+
+
+class Z3Mlp(Z3Module):
+    """The MLP block's class: what set_z3_leaf_modules names when the plan makes MLPs ZeRO-3 leaf
+    modules (as Mixtral/Qwen-MoE trainers do with their sparse MoE block class)."""
+
+
+class Zero3Model(TinyModel):
+    """TinyModel whose parameter uses run inside their module's call (TinyModel.apply_module), so
+    ZeRO-3's per-module gather/partition happens exactly where a transformers model's would."""
+
+    def __init__(self, s, seed):
+        super().__init__(s, seed)
+        owners = {self.owner(i) for i in range(len(s["parameters"]))}
+        for path in sorted(owners):
+            self.get_submodule(path).__class__ = Z3Module
+        for layer in s["layers"]:
+            self.get_submodule(layer["path"] + ".mlp").__class__ = Z3Mlp
+
+    def apply_module(self, path, x, fn):
+        return self.get_submodule(path)(x, fn)
+
+
 def run_rank(deepspeed, s, rank, port, timeout_ms, seed, out):
     world = s["world_size"]
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
@@ -102,8 +139,12 @@ def run_rank(deepspeed, s, rank, port, timeout_ms, seed, out):
               "torch_version": torch.__version__, "error": None, "iterations": [], "ran": "deepspeed.initialize"}
     for q in s["positions"]:
         q["skipped_set"] = set(q["skipped"])
-    reference = reference_grads(s, seed) if s["deepspeed"]["stage"] in (1, 2) else None
-    model = TinyModel(s, seed)
+    stage = s["deepspeed"]["stage"]
+    reference = reference_grads(s, seed)
+    model = Zero3Model(s, seed) if stage == 3 else TinyModel(s, seed)
+    if stage == 3 and s["deepspeed"].get("leaf_modules"):
+        from deepspeed.utils import set_z3_leaf_modules
+        set_z3_leaf_modules(model, [Z3Mlp])
     recorder = Recorder(model.ddp_parameters())
     model.recorder = recorder
     names = [s["parameters"][i]["name"] for i in s["ddp_parameters"]]
@@ -126,6 +167,18 @@ def run_rank(deepspeed, s, rank, port, timeout_ms, seed, out):
             return original(*args, **kwargs)
 
         optimizer.reduce_ipg_grads = observed
+    z3_reduce = "_DeepSpeedZeroOptimizer_Stage3__reduce_and_partition_ipg_grads"
+    if hasattr(optimizer, z3_reduce):
+        # Observation only (stage 3): the parameters of each bucket reduce-scatter.
+        original_z3 = getattr(optimizer, z3_reduce)
+
+        def observed_z3(dtype):
+            bucket = optimizer.ipg_buckets[dtype]
+            if bucket.params:
+                reductions.append([name_of.get(id(p), "?") for p in bucket.params])
+            return original_z3(dtype)
+
+        setattr(optimizer, z3_reduce, observed_z3)
     positions = {(q["rank"], q["iteration"], q["micro_step"]): q for q in s["positions"]}
     steps = s["gradient_accumulation_steps"]
     for it in range(s["iterations"]):
@@ -162,7 +215,7 @@ def run_rank(deepspeed, s, rank, port, timeout_ms, seed, out):
             record["completed"] = True
         except BaseException as e:  # noqa: BLE001 - every error the plan provokes is an observation
             report["error"] = {"type": type(e).__name__, "text": error_text(e), "phase": phase, "iteration": it,
-                               "micro_step": micro, "traceback_tail": traceback.format_exc().splitlines()[-4:]}
+                               "micro_step": micro, "traceback_tail": traceback.format_exc().splitlines()[-40:]}
             record["micro_steps"].append({"micro_step": micro, "hooks": recorder.take(),
                                           "reductions": list(reductions)})
             break

@@ -6,6 +6,7 @@
 
 #include "runtime/model_step.h"
 #include "sim/sync/fsdp2/fsdp2_units.h"
+#include "sim/sync/zero/zero_common.h"
 
 namespace hookstream {
 
@@ -94,7 +95,11 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
     j["deepspeed"] = Json{{"stage", ds.zero_stage},
                           {"overlap_comm", optional_json(ds.overlap_comm)},
                           {"contiguous_gradients", optional_json(ds.contiguous_gradients)},
-                          {"reduce_bucket_size", optional_json(ds.reduce_bucket_size)}};
+                          // What DeepSpeed ends up with after HF's Trainer filled "auto" (zero_common.h).
+                          {"reduce_bucket_size", ds.reduce_bucket_size || ds.reduce_bucket_size_auto
+                                                     ? Json(zero_reduce_bucket_size(plan)) : Json(nullptr)},
+                          {"param_persistence_threshold", zero_persistence_threshold(plan)},
+                          {"leaf_modules", plan.z3_leaf_mlp}};
   } else {
     j["deepspeed"] = nullptr;
   }

@@ -8,6 +8,7 @@
 #include "sim/cost/time_model.h"
 #include "sim/sync/fsdp1/fsdp1_model.h"
 #include "sim/sync/fsdp2/fsdp2_units.h"
+#include "sim/sync/zero/zero_common.h"
 
 namespace hookstream {
 
@@ -132,11 +133,13 @@ EngineCostSettings engine_cost_settings(const Plan& plan) {
       // deepspeed/runtime/zero/config.py DeepSpeedZeroConfig defaults.
       s.overlap_comm = ds.overlap_comm_or_default();
       s.contiguous_gradients = ds.contiguous_gradients.value_or(true);
-      if (ds.reduce_bucket_size) s.reduce_bucket_elements = *ds.reduce_bucket_size;
+      // The sizes as DeepSpeed ends up with them once HF's Trainer filled "auto" (zero_common.h),
+      // the same the ZeRO sync models use.
+      s.reduce_bucket_elements = zero_reduce_bucket_size(plan);
       if (ds.allgather_bucket_size) s.allgather_bucket_elements = *ds.allgather_bucket_size;
       if (ds.stage3_prefetch_bucket_size) s.prefetch_bucket_elements = *ds.stage3_prefetch_bucket_size;
       if (ds.stage3_max_live_parameters) s.max_live_parameters = *ds.stage3_max_live_parameters;
-      if (ds.stage3_param_persistence_threshold) s.param_persistence_threshold = *ds.stage3_param_persistence_threshold;
+      s.param_persistence_threshold = zero_persistence_threshold(plan);
       if (ds.sub_group_size) s.sub_group_elements = *ds.sub_group_size;
       s.offload_optimizer = ds.offload_optimizer == "cpu" || ds.offload_optimizer == "nvme";
       // offload_param is a stage-3 setting (DeepSpeedZeroConfig: "only for stage 3").

@@ -68,6 +68,7 @@ const std::vector<std::string>& hookstream_keys() {
   static const std::vector<std::string> keys = {
       "world_size", "iterations", "static_graph", "gradient_as_bucket_view", "checkpoint_layers",
       "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs", "tiled_mlp_ds_grad_is_ready",
+      "z3_leaf_mlp",
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
       "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
       "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version",
@@ -639,6 +640,7 @@ class Converter {
     else if (key == "tiled_mlp_backward") plan_.tiled_mlp_backward = tiled_backward(value, path);
     else if (key == "tiled_mlp_weights_as_inputs") plan_.tiled_mlp_weights_as_inputs = read_bool(origin_, value, path);
     else if (key == "tiled_mlp_ds_grad_is_ready") plan_.tiled_mlp_ds_grad_is_ready = read_bool(origin_, value, path);
+    else if (key == "z3_leaf_mlp") plan_.z3_leaf_mlp = read_bool(origin_, value, path);
     else if (key == "enable_input_require_grads") plan_.enable_input_require_grads = read_bool(origin_, value, path);
     else if (key == "train_vision_tower") plan_.train_vision_tower = read_bool(origin_, value, path);
     else if (key == "vision_inputs") plan_.vision_inputs = read_bool(origin_, value, path);
@@ -1408,6 +1410,7 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.tiled_mlp_backward != defaults.tiled_mlp_backward) emit(out, "tiled_mlp_backward", to_string(plan.tiled_mlp_backward));
   if (plan.tiled_mlp_weights_as_inputs) emit(out, "tiled_mlp_weights_as_inputs", true);
   if (plan.tiled_mlp_ds_grad_is_ready) emit(out, "tiled_mlp_ds_grad_is_ready", *plan.tiled_mlp_ds_grad_is_ready);
+  if (plan.z3_leaf_mlp) emit(out, "z3_leaf_mlp", true);
   if (plan.enable_input_require_grads) emit(out, "enable_input_require_grads", *plan.enable_input_require_grads);
   if (plan.train_vision_tower) emit(out, "train_vision_tower", *plan.train_vision_tower);
   if (plan.vision_inputs != defaults.vision_inputs) emit(out, "vision_inputs", plan.vision_inputs);

@@ -121,6 +121,12 @@ struct Plan {
   // buckets each parameter once. Unset: true under DeepSpeed (axolotl keeps DeepSpeed's TiledMLP when
   // the params carry ds_id / param_idx_in_group), false otherwise; DDP and FSDP ignore it.
   std::optional<bool> tiled_mlp_ds_grad_is_ready;
+  // deepspeed.utils.set_z3_leaf_modules(model, [<the MLP block's class>]) before deepspeed.initialize,
+  // as Mixtral/Qwen-MoE training scripts do with their sparse MoE block: under ZeRO-3 the block's
+  // parameters are fetched together and reduced by one module backward hook that zero-fills the
+  // gradients of parameters the block did not use (deepspeed/runtime/zero/stage3.py
+  // create_reduce_and_remove_grad_hooks, reduce_leaf_module_grads). Ignored by other engines.
+  bool z3_leaf_mlp = false;
   // PEFT/HF `model.enable_input_require_grads()`: the embedding output requires grad even when the
   // embedding is frozen, so the first reentrant checkpoint has a backward.
   // Unset: true with an adapter (PEFT's PeftModel calls it when gradient checkpointing is on),

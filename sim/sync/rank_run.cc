@@ -39,6 +39,7 @@ class RankDriver {
       if (!stopped) model_.end_iteration(it, out_.findings);
     }
     if (!stopped) stopped = !guarded([&] { model_.end_run(out_.findings); }, StepKey{plan_.iterations, 0});
+    model_.take_silent_findings(out_.findings);
     model_.take_warnings(out_.warnings);
     out_.log.stopped = stopped;
     return std::move(out_);

@@ -119,6 +119,9 @@ class SyncModel : public ModuleHooks {
   // After the last iteration (DDP: the next synced forward would raise an unfinished reduction,
   // thrown as a SyncError at iteration `plan.iterations`, micro-step 0).
   virtual void end_run(std::vector<Finding>& findings) { (void)findings; }
+  // After the run, stopped or not: silent findings recorded during micro-steps that an error
+  // later in the same iteration would otherwise hide from end_iteration (ZeRO-3's overwrite).
+  virtual void take_silent_findings(std::vector<Finding>& findings) { (void)findings; }
   // Whether the engine expects hook firings now (DDP's expect_autograd_hooks_): recorded with each
   // firing as evidence.
   virtual bool expects_hooks() const { return true; }

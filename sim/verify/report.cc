@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "sim/inputs/architectures/moe_routing.h"
+#include "sim/sync/zero/zero_common.h"
 
 namespace hookstream {
 
@@ -182,11 +183,18 @@ std::string render_text(const VerifyResult& r, bool colour) {
   if (plan.engine.kind == EngineKind::DeepSpeed && plan.engine.deepspeed) {
     // docs/engines/deepspeed-zero.md: the ZeRO settings that decide the hook schedule.
     const DeepSpeedConfig& ds = *plan.engine.deepspeed;
-    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}{}; {} (overlap_comm={}, reduce_bucket_size={})\n",
+    // The bucket size DeepSpeed runs with: "auto" is filled by HF's Trainer (zero_common.h).
+    const std::string bucket = ds.reduce_bucket_size ? std::to_string(*ds.reduce_bucket_size)
+                               : ds.reduce_bucket_size_auto
+                                   ? fmt::format("{} (auto: hidden_size^2)", zero_reduce_bucket_size(plan))
+                                   : std::string("500000000 (default)");
+    const std::string stage3 = ds.zero_stage == 3 ? fmt::format(", stage3_param_persistence_threshold={}, MLP leaf modules={}",
+                                                                zero_persistence_threshold(plan), plan.z3_leaf_mlp ? "yes" : "no")
+                                                  : "";
+    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}{}; {} (overlap_comm={}, reduce_bucket_size={}{})\n",
                        s.bold(), s.reset(), ckpt, tiled,
                        plan.tiled_mlp ? fmt::format(" with ds_grad_is_ready={}", plan.tiled_mlp_ds_grad_is_ready.value_or(true)) : "",
-                       r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false",
-                       ds.reduce_bucket_size ? std::to_string(*ds.reduce_bucket_size) : std::string("500000000 (default)"));
+                       r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false", bucket, stage3);
   } else if (plan.engine.kind == EngineKind::Fsdp1) {
     // sim/sync/fsdp1: flat parameters per unit, no buckets.
     out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP1 units {}; use_orig_params={}; FSDP1 of PyTorch {}\n",

@@ -88,6 +88,15 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
         "DeepSpeed's own TiledMLP (deepspeed.runtime.sequence_parallel.ulysses_sp.TiledMLP, what axolotl uses under "
         "ZeRO) sets ds_grad_is_ready=False for all shards but the last, so ZeRO buckets each weight once");
   }
+  const bool zero3 = plan.engine.kind == EngineKind::DeepSpeed && plan.engine.deepspeed && plan.engine.deepspeed->zero_stage == 3;
+  if (zero3 && !plan.z3_leaf_mlp &&
+      (plan.tiled_mlp || !plan.unused_modules.empty() || !plan.rank_overrides.empty() || !plan.iteration_overrides.empty())) {
+    // deepspeed/runtime/zero/stage3.py create_reduce_and_remove_grad_hooks: a leaf module's
+    // parameters are reduced once, by its backward hook, zero-filled when unused.
+    add(out, {{"hookstream.z3_leaf_mlp", "true"}},
+        "deepspeed.utils.set_z3_leaf_modules(model, [<MLP/MoE block class>]) before deepspeed.initialize: ZeRO-3 "
+        "reduces the block's parameters once, from its backward hook, zero-filling those a rank did not use");
+  }
   if (plan.tiled_mlp && plan.tiled_mlp_weights_as_inputs && plan.tiled_mlp_backward != TiledBackward::FunctionReturnsGrads) {
     add(out, {{"hookstream.tiled_mlp_weights_as_inputs", "false"}},
         "weights passed as Function inputs get an extra (undefined-gradient) hook firing in the outer task");

@@ -1,9 +1,11 @@
-// The differential test against real DeepSpeed ZeRO-1/2 (0.19.8, CPU accelerator, Gloo, one
+// The differential test against real DeepSpeed ZeRO-1/2/3 (0.19.8, CPU accelerator, Gloo, one
 // process per rank; oracles/zero_worker.py): the named plans of tests/plans/zero and random plans
-// from a fixed seed run through the simulator (sim/sync/zero/) and through deepspeed.initialize on
-// the same tiny model. Per rank: the same first verdict (none, gradient_reduced_twice with
-// DeepSpeed's exact assert text and parameter, or collective_mismatch where the real ranks abort
-// or time out in Gloo), at the same iteration and micro-step.
+// from fixed seeds run through the simulator (sim/sync/zero/) and through deepspeed.initialize on
+// the same tiny model (under ZeRO-3 with every parameter used inside its module's call). Per rank:
+// the same first verdict (none; gradient_reduced_twice with DeepSpeed's exact assert text, at the
+// same iteration and micro-step, naming the parameter the bucket held twice; wrong_gradient naming
+// a parameter whose reduced gradient differs from the reference; collective_mismatch where the
+// real ranks abort or time out in Gloo; engine_error with the exact text).
 //
 // All plans go to one worker process that forks the ranks of each plan, so DeepSpeed is imported
 // once (~30-50 s on 2 cores) and each plan costs a few seconds.
@@ -14,6 +16,7 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -64,6 +67,33 @@ std::string random_zero_plan(random_plans::Random& rng) {
   return y + "hookstream:\n" + hs;
 }
 
+// ZeRO-3: the same knobs plus stage 3's own (persistence threshold, leaf MLP blocks, idle experts).
+std::string random_zero3_plan(random_plans::Random& rng) {
+  std::string y = fmt::format("base_model: tiny-llama\nsequence_len: {}\nmicro_batch_size: 1\n", rng.pick(std::vector<int>{8, 16}));
+  std::string hs = fmt::format("  world_size: {}\n  iterations: 2\n", rng.pick(std::vector<int>{2, 2, 3}));
+  if (rng.chance(0.35)) y += "adapter: lora\nlora_r: 2\nlora_target_modules: [q_proj, up_proj, down_proj]\n";
+  const std::string checkpoint = rng.pick(std::vector<std::string>{"off", "reentrant", "non_reentrant"});
+  if (checkpoint != "off") {
+    y += fmt::format("gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: {}\n",
+                     checkpoint == "reentrant" ? "true" : "false");
+    if (checkpoint == "reentrant" && rng.chance(0.2)) hs += fmt::format("  checkpoint_twice_layers: [{}]\n", rng.below(4));
+  }
+  if (rng.chance(0.5)) {
+    y += fmt::format("tiled_mlp: true\ntiled_mlp_num_shards: {}\n", 1 + rng.below(3));
+    hs += fmt::format("  tiled_mlp_ds_grad_is_ready: {}\n", rng.chance(0.5) ? "true" : "false");
+  }
+  if (rng.chance(0.3)) y += "gradient_accumulation_steps: 2\n";
+  y += "deepspeed:\n  zero_optimization:\n    stage: 3\n";
+  if (rng.chance(0.5)) y += fmt::format("    reduce_bucket_size: {}\n", rng.pick(std::vector<std::string>{"600", "1000", "3000", "auto"}));
+  if (rng.chance(0.3)) y += "    stage3_param_persistence_threshold: 0\n";
+  if (rng.chance(0.3)) hs += "  z3_leaf_mlp: true\n";
+  if (rng.chance(0.3)) {
+    hs += fmt::format("  rank_overrides:\n    1:\n      unused_modules: [model.layers.{}.mlp{}]\n", rng.below(4),
+                      rng.pick(std::vector<std::string>{"", ".gate_proj", ".up_proj"}));
+  }
+  return y + "hookstream:\n" + hs;
+}
+
 Case make_case(const std::string& name, const std::string& yaml) {
   Case c;
   c.name = name;
@@ -90,12 +120,45 @@ Finding first_for_rank(const SyncSimulation& sim, int rank) {
   return Finding{};
 }
 
+// The parameters real DeepSpeed's reduced gradient got wrong in iteration 0 (against the mean of
+// every rank's local reference gradient).
+std::vector<std::string> wrong_gradients(const nlohmann::json& report) {
+  std::vector<std::string> out;
+  if (!report.contains("iterations")) return out;
+  for (const nlohmann::json& it : report["iterations"]) {
+    if (!it.contains("wrong_gradients")) continue;
+    for (const nlohmann::json& w : it["wrong_gradients"]) out.push_back(w.value("parameter", ""));
+  }
+  return out;
+}
+
+// The first parameter the failing bucket held twice: the last bucket the oracle saw reduced
+// (stage 3's assert names none).
+std::string duplicated_in_last_bucket(const nlohmann::json& report) {
+  if (!report.contains("iterations") || report["iterations"].empty()) return "";
+  const nlohmann::json& steps = report["iterations"].back()["micro_steps"];
+  if (steps.empty() || steps.back()["reductions"].empty()) return "";
+  std::set<std::string> seen;
+  for (const nlohmann::json& name : steps.back()["reductions"].back()) {
+    if (!seen.insert(name.get<std::string>()).second) return name.get<std::string>();
+  }
+  return "";
+}
+
+// What the error prints as its last traceback line's message: the text, or for a bare assert the
+// exception's name alone.
+std::string observed_text(const nlohmann::json& error) {
+  const std::string text = error.value("text", "");
+  return text.empty() ? error.value("type", "") : text;
+}
+
 // What real DeepSpeed did, as the verdict kind it amounts to.
-VerdictKind observed_kind(const nlohmann::json& error) {
-  if (error.is_null()) return VerdictKind::Ok;
+VerdictKind observed_kind(const nlohmann::json& report) {
+  const nlohmann::json error = report.contains("error") ? report["error"] : nlohmann::json();
+  if (error.is_null()) return wrong_gradients(report).empty() ? VerdictKind::Ok : VerdictKind::WrongGradient;
   const std::string type = error.value("type", "");
   const std::string text = error.value("text", "");
-  if (type == "AssertionError" && text.find("has already been reduced") != std::string::npos) {
+  if (type == "AssertionError" && (text.find("has already been reduced") != std::string::npos || text.empty())) {
     return VerdictKind::GradientReducedTwice;
   }
   // Gloo: the rank whose peer sent another size aborts ("Received data size doesn't match expected
@@ -109,7 +172,7 @@ VerdictKind observed_kind(const nlohmann::json& error) {
 
 }  // namespace
 
-TEST_CASE("DeepSpeed ZeRO-1/2: the simulator agrees with real DeepSpeed 0.19.8 per rank", "[differential][zero]") {
+TEST_CASE("DeepSpeed ZeRO-1/2/3: the simulator agrees with real DeepSpeed 0.19.8 per rank", "[differential][zero]") {
   std::vector<Case> cases;
   for (const auto& entry : fs::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/zero")) {
     if (entry.path().extension() == ".yaml") cases.push_back(make_case(entry.path().filename().string(), read_file(entry.path())));
@@ -125,8 +188,21 @@ TEST_CASE("DeepSpeed ZeRO-1/2: the simulator agrees with real DeepSpeed 0.19.8 p
       continue;  // a combination the plan validator rejects (and names)
     }
   }
-  REQUIRE(named >= 20);
-  REQUIRE(cases.size() >= 40);
+  const size_t zero12 = cases.size();
+  random_plans::Random rng3(20261127);
+  for (int i = 0; cases.size() < zero12 + 12 && i < 200; ++i) {
+    const std::string yaml = random_zero3_plan(rng3);
+    try {
+      cases.push_back(make_case(fmt::format("random-zero3-{}.yaml", i), yaml));
+    } catch (const InputError&) {
+      continue;
+    }
+  }
+  size_t zero3 = 0;
+  for (const Case& c : cases) zero3 += c.plan.engine.deepspeed->zero_stage == 3 ? 1 : 0;
+  REQUIRE(named >= 40);
+  REQUIRE(zero3 >= 40);
+  REQUIRE(cases.size() >= 80);
 
   hookstream::test::TempDir dir(fmt::format("zero-differential-{}", ::getpid()));
   std::string command = fmt::format("{}/oracles/run.sh {} {}/oracles/zero_worker.py --collective-timeout-ms 3000",
@@ -152,16 +228,24 @@ TEST_CASE("DeepSpeed ZeRO-1/2: the simulator agrees with real DeepSpeed 0.19.8 p
       const nlohmann::json error = report.contains("error") ? report["error"] : nlohmann::json();
       const Finding predicted = first_for_rank(c.simulation, rank);
       ++ranks;
-      const VerdictKind observed = observed_kind(error);
+      const VerdictKind observed = observed_kind(report);
       // No DYNAMIC_SECTION: Catch2 re-runs the whole test case (and so the oracle) per section.
       INFO(c.name << " rank " << rank << "\n" << c.yaml << "\nobserved: " << error.dump() << "\npredicted: "
                   << to_string(predicted.kind) << " " << predicted.parameter << " it " << predicted.iteration << " micro "
                   << predicted.micro_step << "\n" << predicted.error_text);
       CHECK(to_string(predicted.kind) == std::string(to_string(observed)));
-      if (observed == VerdictKind::GradientReducedTwice && predicted.kind == observed) {
-        CHECK(predicted.error_text == error.value("text", ""));  // names the parameter, exact wording
+      if ((observed == VerdictKind::GradientReducedTwice || observed == VerdictKind::EngineError) &&
+          predicted.kind == observed) {
+        CHECK(predicted.error_text == observed_text(error));  // ZeRO-1/2: names the parameter, exact wording
         CHECK(predicted.iteration == error.value("iteration", -1));
         CHECK(predicted.micro_step == error.value("micro_step", -1));
+        if (observed == VerdictKind::GradientReducedTwice && c.plan.engine.deepspeed->zero_stage == 3) {
+          CHECK(predicted.parameter == duplicated_in_last_bucket(report));
+        }
+      }
+      if (observed == VerdictKind::WrongGradient && predicted.kind == observed) {
+        const std::vector<std::string> wrong = wrong_gradients(report);
+        CHECK(std::find(wrong.begin(), wrong.end(), predicted.parameter) != wrong.end());
       }
       if (predicted.kind == observed) ++agree;
       any_finding = any_finding || observed != VerdictKind::Ok;

@@ -87,11 +87,12 @@ TEST_CASE("ZeRO-2: a reentrant checkpoint run twice reduces its parameters twice
   CHECK(twice.findings.front().layer == 1);
 }
 
-TEST_CASE("ZeRO-0 and ZeRO-3 are not modelled. A stage outside 0-3 is bad input", "[zero]") {
-  for (const std::string stage : {"0", "3"}) {
-    const Plan plan = parse_plan("base_model: tiny-llama\ndeepspeed:\n  zero_optimization:\n    stage: " + stage + "\n", "z.yaml");
-    CHECK_FALSE(gradient_sync_modelled(plan.engine));
-  }
+TEST_CASE("ZeRO-0 is not modelled, ZeRO-3 is. A stage outside 0-3 is bad input", "[zero]") {
+  const auto engine_of = [](const std::string& stage) {
+    return parse_plan("base_model: tiny-llama\ndeepspeed:\n  zero_optimization:\n    stage: " + stage + "\n", "z.yaml").engine;
+  };
+  CHECK_FALSE(gradient_sync_modelled(engine_of("0")));
+  CHECK(gradient_sync_modelled(engine_of("3")));
   CHECK_THROWS_AS(parse_plan("base_model: tiny-llama\ndeepspeed:\n  zero_optimization:\n    stage: 4\n", "z.yaml"), InputError);
   CHECK_THROWS_AS(parse_plan("base_model: tiny-llama\ndeepspeed:\n  zero_optimization:\n    stage: 2\n    overlap_comm: 3\n", "z.yaml"),
                   InputError);

@@ -119,26 +119,43 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
       (std::string(key) == "overlap_comm" ? result.overlap_comm : result.contiguous_gradients) = zero.at(key).get<bool>();
     }
     // Sizes in elements (DeepSpeedZeroConfig, deepspeed/runtime/zero/config.py: pp_int fields, ge=0
-    // or gt=0; HF writes 5e8 as a float and fills "auto" from the model, so "auto" keeps DeepSpeed's
-    // default here). The stage-3 keys are read by their aliases, as users write them.
+    // or gt=0; HF writes 5e8 as a float). "auto": reduce_bucket_size is filled by HF's Trainer from
+    // the model (see reduce_bucket_size_auto); for the others it keeps DeepSpeed's default. The
+    // persistence threshold, read under both its names, follows below.
     const std::vector<std::pair<const char*, std::optional<long long>*>> sizes = {
         {"reduce_bucket_size", &result.reduce_bucket_size},
         {"allgather_bucket_size", &result.allgather_bucket_size},
         {"stage3_prefetch_bucket_size", &result.stage3_prefetch_bucket_size},
         {"stage3_max_live_parameters", &result.stage3_max_live_parameters},
-        {"stage3_param_persistence_threshold", &result.stage3_param_persistence_threshold},
         {"sub_group_size", &result.sub_group_size}};
     for (const auto& [key, field] : sizes) {
       if (!zero.contains(key)) continue;
       const nlohmann::json& size = zero.at(key);
+      const bool bucket = std::string(key) == "reduce_bucket_size";
       // reduce_bucket_size must be > 0 (gt=0); the others may be 0 (ge=0).
-      const double least = std::string(key) == "reduce_bucket_size" ? 1 : 0;
+      const double least = bucket ? 1 : 0;
       if (size.is_number() && size.get<double>() >= least) {
         *field = static_cast<long long>(size.get<double>());
-      } else if (!(size.is_string() && size.get<std::string>() == "auto")) {
+      } else if (size.is_string() && size.get<std::string>() == "auto") {
+        if (bucket) result.reduce_bucket_size_auto = true;
+      } else {
         throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected a number " + (least > 0 ? "> 0" : ">= 0") +
                                     " or \"auto\", got " + size.dump());
       }
+    }
+    // DeepSpeedZeroConfig.param_persistence_threshold: Field(pp_int(1e5), ge=0,
+    // alias="stage3_param_persistence_threshold"); HF fills "auto" only under the stage3_ name.
+    for (const char* key : {"stage3_param_persistence_threshold", "param_persistence_threshold"}) {
+      if (!zero.contains(key) || zero.at(key).is_null()) continue;
+      const nlohmann::json& value = zero.at(key);
+      if (value.is_number() && value.get<double>() >= 0) {
+        result.param_persistence_threshold = static_cast<long long>(value.get<double>());
+      } else if (value.is_string() && value.get<std::string>() == "auto") {
+        result.param_persistence_threshold_auto = std::string(key) == "stage3_param_persistence_threshold";
+      } else {
+        throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected a number >= 0 or \"auto\", got " + value.dump());
+      }
+      break;
     }
   }
   return result;

@@ -27,13 +27,22 @@ struct DeepSpeedConfig {
   std::optional<bool> contiguous_gradients;
   std::optional<long long> reduce_bucket_size;
   // zero_optimization.allgather_bucket_size and the stage-3 sizes (stage3_prefetch_bucket_size,
-  // stage3_max_live_parameters, stage3_param_persistence_threshold, sub_group_size), in elements;
-  // unset: absent or "auto" (DeepSpeed's defaults 5e8, 5e7, 1e9, 1e5, 1e9). The memory and time models read them.
+  // stage3_max_live_parameters, sub_group_size), in elements; unset: absent or "auto" (DeepSpeed's
+  // defaults 5e8, 5e7, 1e9, 1e9). The memory and time models read them.
   std::optional<long long> allgather_bucket_size;
   std::optional<long long> stage3_prefetch_bucket_size;
   std::optional<long long> stage3_max_live_parameters;
-  std::optional<long long> stage3_param_persistence_threshold;
   std::optional<long long> sub_group_size;
+  // reduce_bucket_size: "auto": transformers' HfTrainerDeepSpeedConfig.trainer_config_finalize fills
+  // it with hidden_size * hidden_size (integrations/deepspeed.py), as the HF Trainer axolotl runs does.
+  bool reduce_bucket_size_auto = false;
+  // zero_optimization.stage3_param_persistence_threshold (alias param_persistence_threshold):
+  // ZeRO-3 keeps parameters of at most this many elements whole on every rank (no gather, no
+  // release: parameter_offload.py mark_persistent_parameters). Unset: absent or "auto" dropped by
+  // DeepSpeed (config_utils.py DeepSpeedConfigModel drops "auto" values): 1e5. "auto" under the
+  // stage3_ name: HF fills 10 * hidden_size (persistence_threshold_auto).
+  std::optional<long long> param_persistence_threshold;
+  bool param_persistence_threshold_auto = false;
   bool overlap_comm_or_default() const { return overlap_comm.value_or(zero_stage == 3); }
   // Numeric values; unset when absent or "auto" (HF's Trainer fills "auto" from its arguments).
   std::optional<long long> gradient_accumulation_steps;

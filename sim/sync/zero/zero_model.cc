@@ -5,13 +5,12 @@
 #include <vector>
 
 #include "sim/sync/rank_run.h"
+#include "sim/sync/zero/zero3_model.h"
+#include "sim/sync/zero/zero_common.h"
 
 namespace hookstream {
 
 namespace {
-
-// deepspeed/runtime/zero/config.py DeepSpeedZeroConfig: reduce_bucket_size = pp_int(5e8) elements.
-constexpr long long kDefaultReduceBucketSize = 500000000;
 
 // The two wordings of stage_1_and_2.py's params_already_reduced assert. Both are f-strings
 // continued with a backslash inside the literal, so the next source line's indentation is part of
@@ -31,7 +30,7 @@ class ZeroModel : public SyncModel {
     stage_ = ds.zero_stage;
     overlap_comm_ = ds.overlap_comm_or_default();
     contiguous_gradients_ = ds.contiguous_gradients.value_or(true);
-    bucket_size_ = ds.reduce_bucket_size.value_or(kDefaultReduceBucketSize);
+    bucket_size_ = zero_reduce_bucket_size(plan);
     ds_grad_is_ready_setting_ = plan.tiled_mlp_ds_grad_is_ready.value_or(true);
     const size_t n = structure.parameters.size();
     ready_.assign(n, true);
@@ -52,14 +51,7 @@ class ZeroModel : public SyncModel {
   // DeepSpeed's TiledMLP.backward: param.ds_grad_is_ready = i + 1 >= shards on its compute params.
   void tiled_chunk(const ModuleCall& mlp, int chunk, int chunks) override {
     if (!ds_grad_is_ready_setting_ || mlp.layer < 0) return;
-    for (const DecoderLayerUse& layer : structure_.layers) {
-      if (layer.index != mlp.layer) continue;
-      for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) {
-        for (int p : {use->weight, use->bias, use->lora_a, use->lora_b}) {
-          if (p >= 0) ready_[static_cast<size_t>(p)] = chunk + 1 >= chunks;
-        }
-      }
-    }
+    for (int p : mlp_parameters(structure_, mlp.layer)) ready_[static_cast<size_t>(p)] = chunk + 1 >= chunks;
   }
 
   void on_accumulate(AutogradEngine&, const AccumulateEvent& event, bool) override {
@@ -148,7 +140,7 @@ class ZeroModel : public SyncModel {
   int stage_ = 2;
   bool overlap_comm_ = false;
   bool contiguous_gradients_ = true;
-  int64_t bucket_size_ = kDefaultReduceBucketSize;
+  int64_t bucket_size_ = 0;
   bool ds_grad_is_ready_setting_ = true;
   StepPosition position_;
   std::vector<bool> ready_;            // param.ds_grad_is_ready (an attribute: it stays as last set)
@@ -162,7 +154,7 @@ class ZeroModel : public SyncModel {
 
 bool zero_stage_modelled(const Engine& engine) {
   return engine.kind == EngineKind::DeepSpeed && engine.deepspeed &&
-         (engine.deepspeed->zero_stage == 1 || engine.deepspeed->zero_stage == 2);
+         engine.deepspeed->zero_stage >= 1 && engine.deepspeed->zero_stage <= 3;
 }
 
 std::unique_ptr<SyncModel> make_zero_model(const Plan& plan, const ModelStructure& structure, int rank) {
@@ -171,6 +163,7 @@ std::unique_ptr<SyncModel> make_zero_model(const Plan& plan, const ModelStructur
 }
 
 SyncSimulation simulate_zero(const Plan& plan, const ModelStructure& structure, const SyncSimulationOptions& options) {
+  if (plan.engine.deepspeed->zero_stage == 3) return simulate_zero3(plan, structure, options);
   return simulate_with_model(
       plan, structure, [&](int rank) { return make_zero_model(plan, structure, rank); }, options);
 }
