@@ -2,6 +2,8 @@
 // sdp_attention, eager_attention, flex_attention, attn_implementation), rl (TRL preference
 // training), sample_packing. docs/plan-format.md, docs/memory-and-time.md.
 
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "sim/cost/device_spec.h"
@@ -22,6 +24,19 @@ int64_t category_at_peak(const Plan& plan, MemoryCategory c) {
   const MemoryEstimate e = estimate_memory(plan, build_model_structure(plan), find_device_spec(plan.gpu), options);
   const auto it = e.device_peak.bytes.find(c);
   return it == e.device_peak.bytes.end() ? 0 : it->second;
+}
+
+// The most activation memory any moment of the step holds (the end of forward, for these plans).
+int64_t most_activations(const Plan& plan) {
+  MemoryModelOptions options;
+  options.allocator_rounding = false;
+  const MemoryEstimate e = estimate_memory(plan, build_model_structure(plan), find_device_spec(plan.gpu), options);
+  int64_t most = 0;
+  for (const MemoryPoint& p : e.device_points) {
+    const auto it = p.bytes.find(MemoryCategory::Activations);
+    if (it != p.bytes.end()) most = std::max(most, it->second);
+  }
+  return most;
 }
 
 bool listed_not_modelled(const Plan& plan, const std::string& key) {
@@ -49,11 +64,13 @@ TEST_CASE("attention keys: axolotl's precedence decides attn_implementation", "[
 TEST_CASE("attention keys: eager saves the [B, H, S, S] probabilities and moves them through HBM", "[keys][attention][memory]") {
   const Plan sdpa = test::parse(kBase);
   const Plan eager = test::parse(kBase + "eager_attention: true\n");
-  const int64_t a_sdpa = category_at_peak(sdpa, MemoryCategory::Activations);
-  const int64_t a_eager = category_at_peak(eager, MemoryCategory::Activations);
-  // Per layer: fp32 + bf16 probabilities of 32 heads x 4096 x 4096, less SDPA's fp32 logsumexp.
+  const int64_t a_sdpa = most_activations(sdpa);
+  const int64_t a_eager = most_activations(eager);
+  // Per layer: fp32 + bf16 probabilities of 32 heads x 4096 x 4096, less SDPA's fp32 logsumexp;
+  // all 32 layers' saved tensors are held at the end of forward (plus, at most, the running layer's).
   const int64_t per_layer = int64_t(32) * 4096 * 4096 * (4 + 2) - int64_t(32) * 4096 * 4;
-  CHECK(a_eager - a_sdpa == 32 * per_layer);
+  CHECK(a_eager - a_sdpa >= 32 * per_layer);
+  CHECK(a_eager - a_sdpa <= 33 * per_layer);
   const LayerCost plain = layer_cost(sdpa.model, 4096, 1);
   const LayerCost scores = layer_cost(sdpa.model, 4096, 1, nullptr, -1, true);
   CHECK(plain.eager_scores_bytes == 0);
@@ -73,7 +90,7 @@ TEST_CASE("rl: DPO doubles the rows and, without an adapter, keeps a reference c
   CHECK_FALSE(orpo.rl_reference_forward());
   CHECK(category_at_peak(dpo, MemoryCategory::Weights) == 2 * category_at_peak(sft, MemoryCategory::Weights));
   CHECK(category_at_peak(orpo, MemoryCategory::Weights) == category_at_peak(sft, MemoryCategory::Weights));
-  CHECK(category_at_peak(orpo, MemoryCategory::Activations) == 2 * category_at_peak(sft, MemoryCategory::Activations));
+  CHECK(most_activations(orpo) == 2 * most_activations(sft));
   CHECK(test::parse(kBase + "rl: true\n").rl == "dpo");
   CHECK_FALSE(listed_not_modelled(dpo, "rl"));
   // GRPO's generation is not modelled: listed, costed as supervised fine-tuning.
