@@ -63,7 +63,8 @@ std::vector<VerifiedFix> routing_fixes(const Plan& plan) {
           "so their bucket completes on every rank (costs one graph traversal per step)");
   }
   const Plan defaults;
-  std::vector<FixChange> upgrade{{"hookstream.transformers_version", defaults.transformers_version}};
+  // Quoted: an unquoted 5.10 would be the YAML number 5.1.
+  std::vector<FixChange> upgrade{{"hookstream.transformers_version", "\"" + defaults.transformers_version + "\""}};
   std::string why = "upgrade to transformers " + defaults.transformers_version +
                     " (pip install 'transformers>=5'): its MoE experts are fused [E, ...] tensors, one parameter "
                     "used every step whichever experts get tokens";
