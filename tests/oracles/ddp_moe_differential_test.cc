@@ -78,8 +78,10 @@ std::vector<nlohmann::json> run_real_ddp(const Plan& plan, const ModelStructure&
   std::vector<nlohmann::json> reports;
   for (int rank = 0; rank < plan.world_size; ++rank) {
     const fs::path report = dir / fmt::format("rank-{}.json", rank);
-    INFO(slurp(dir / fmt::format("rank-{}.log", rank)).substr(0, 3000));
-    REQUIRE(fs::exists(report));
+    if (!fs::exists(report)) {
+      WARN("no report from rank " << rank << " (retried on another port):\n" << slurp(dir / fmt::format("rank-{}.log", rank)).substr(0, 1500));
+      return {};
+    }
     reports.push_back(nlohmann::json::parse(slurp(report)));
   }
   return reports;
@@ -112,8 +114,15 @@ TEST_CASE("MoE per-expert routing: the simulator agrees with real DDP 2.11 on th
     }
     for (const auto& [label, variant] : variants) {
       const SyncSimulation predicted = simulate_gradient_sync(variant, structure);
-      const int port = 20000 + static_cast<int>((::getpid() * 31 + run * 7) % 30000);
-      const std::vector<nlohmann::json> reports = run_real_ddp(variant, structure, dir.path() / std::to_string(run++), port);
+      // A store port another process took makes the ranks' rendezvous fail before DDP exists (no
+      // report): such a run is retried on another port, never counted.
+      std::vector<nlohmann::json> reports;
+      for (int attempt = 0; attempt < 3 && reports.empty(); ++attempt) {
+        const int port = 20000 + static_cast<int>((::getpid() * 31 + run * 7 + attempt * 4099) % 30000);
+        reports = run_real_ddp(variant, structure, dir.path() / fmt::format("{}-{}", run, attempt), port);
+      }
+      ++run;
+      REQUIRE(reports.size() == size_t(variant.world_size));
       bool any = false;
       for (int rank = 0; rank < variant.world_size; ++rank) {
         const nlohmann::json& error = reports[size_t(rank)]["error"];
