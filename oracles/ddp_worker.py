@@ -209,9 +209,28 @@ class TinyModel(nn.Module):
         return self.linear(context, layer["o"], p, step)
 
     def mlp(self, x, layer, p, step):
+        if layer.get("experts"):
+            return self.per_expert_moe(x, layer, p, step)
         gate = F.silu(self.linear(x, layer["gate"], p, step))
         up = self.linear(x, layer["up"], p, step)
         return self.linear(gate * up, layer["down"], p, step)
+
+    def per_expert_moe(self, x, layer, p, step):
+        """A sparse MoE block with one module per expert (transformers v4.57 MixtralSparseMoeBlock /
+        Qwen2MoeSparseMoeBlock): router softmax, then only the experts that got a token run
+        (`expert_hit`). The schedule's skipped experts are the ones routing left without a token on
+        this rank in this step; the others run on every token, weighted by their routing
+        probability (which experts run, not which tokens they see, decides the hooks)."""
+        weights = torch.softmax(self.linear(x, layer["gate"], p, step), dim=-1)
+        out = torch.zeros_like(x)
+        for expert in layer["experts"]:
+            if self.skipped(step, expert["path"]):
+                continue
+            gate = F.silu(self.linear(x, expert["gate"], p, step))
+            up = self.linear(x, expert["up"], p, step)
+            y = self.linear(gate * up, expert["down"], p, step)
+            out = out + y * weights[..., expert["index"]:expert["index"] + 1]
+        return out
 
     def tiled_mlp(self, x, layer, step):
         """DeepSpeed ALST / axolotl TiledMLP: forward over sequence shards under no_grad; backward
@@ -292,7 +311,7 @@ class TinyModel(nn.Module):
         h = x
         if not self.skipped(step, layer["path"] + ".self_attn"):
             h = h + self.attention(x, layer, p, step)
-        if not self.skipped(step, layer["path"] + ".mlp"):
+        if not self.skipped(step, layer["path"] + "." + layer.get("mlp_module", "mlp")):
             norm_module = self.s["parameters"][layer["post_attention_norm"]]["module"]
             normed = h if self.skipped(step, norm_module) else self.norm(h, layer["post_attention_norm"], p)
             # The MLP block as its module (DeepSpeed's TiledMLP runs inside the MLP's forward).

@@ -50,9 +50,13 @@ std::vector<std::string> queried_paths(const Plan& plan, const ModelStructure& s
   for (const DecoderLayerUse& layer : structure.layers) {
     paths.insert(layer.path);
     paths.insert(layer.path + ".self_attn");
-    paths.insert(layer.path + ".mlp");
+    paths.insert(layer.path + "." + layer.mlp_module);
     for (int norm : {layer.input_norm, layer.q_norm, layer.k_norm, layer.post_attention_norm}) module_of(norm);
     for (const LinearUse* use : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) linear(*use);
+    for (const ExpertUse& expert : layer.experts) {
+      paths.insert(expert.path);
+      for (const LinearUse* use : {&expert.gate, &expert.up, &expert.down}) linear(*use);
+    }
   }
   (void)plan;
   return {paths.begin(), paths.end()};
@@ -121,8 +125,19 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
   j["lm_head"] = structure.lm_head;
   Json layers = Json::array();
   for (const DecoderLayerUse& layer : structure.layers) {
+    // Per-expert MoE layers (sim/inputs/architectures/per_expert_layout.h): `gate` is the router.
+    Json experts = Json::array();
+    for (const ExpertUse& expert : layer.experts) {
+      experts.push_back(Json{{"index", expert.index},
+                             {"path", expert.path},
+                             {"gate", linear_json(structure, expert.gate)},
+                             {"up", linear_json(structure, expert.up)},
+                             {"down", linear_json(structure, expert.down)}});
+    }
     layers.push_back(Json{{"index", layer.index},
                           {"path", layer.path},
+                          {"mlp_module", layer.mlp_module},
+                          {"experts", std::move(experts)},
                           {"tiled", plan.layer_tiled(layer.index)},
                           {"input_norm", layer.input_norm},
                           {"q_norm", layer.q_norm},

@@ -14,6 +14,8 @@ ModelStepView model_step_view(const Plan& plan, int rank, int iteration, int mic
 }
 
 std::string linear_module_path(const ModelStructure& structure, const LinearUse& use) {
+  // An empty slot (a per-expert MoE layer's `up`/`down`: its experts hold them) has no module.
+  if (use.weight < 0) return "";
   std::string path = structure.parameters[use.weight].module;
   const std::string base = ".base_layer";
   if (path.size() > base.size() && path.compare(path.size() - base.size(), base.size(), base) == 0) {

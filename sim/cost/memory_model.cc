@@ -48,6 +48,11 @@ class Ledger {
 struct LayerActivations {
   std::vector<int64_t> saved_attention;  // elements per token, model dtype
   int64_t saved_attention_fp32 = 0;      // SDPA's logsumexp: one fp32 per head and token
+  // attn_implementation "eager" (transformers' eager_attention_forward): softmax(QK^T) runs in fp32
+  // (saved by softmax's backward) and is cast to the model dtype (saved by the PV matmul): a row
+  // of S scores per head and token in each. 0 for sdpa/flash/flex.
+  int64_t saved_scores_fp32 = 0;
+  int64_t saved_scores = 0;
   std::vector<int64_t> saved_mlp;        // untiled MLP
   std::vector<int64_t> saved_tiled_mlp;  // tiled MLP: only its input is saved
   std::vector<int64_t> lora;             // LoRA A outputs (r per targeted projection)
@@ -55,7 +60,8 @@ struct LayerActivations {
   std::vector<int64_t> mlp_chunk_intermediates;    // gate, up, act(gate), act*up of one token
 };
 
-LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, const DecoderLayerUse* layer) {
+LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, const DecoderLayerUse* layer,
+                                   int64_t row_length) {
   const int64_t h = model.hidden_size;
   const int64_t head_dim = model.head_dim > 0 ? model.head_dim : h / std::max(1, model.num_attention_heads);
   const int64_t q = head_dim * model.num_attention_heads;
@@ -66,7 +72,11 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
   // input_layernorm input and output (the output feeds q/k/v), q/k/v after RoPE and the attention
   // output (saved by SDPA; the same tensor is o_proj's input), post_attention_layernorm input.
   a.saved_attention = {h, h, q, kv, kv, q, h};
-  a.saved_attention_fp32 = model.num_attention_heads;
+  a.saved_attention_fp32 = plan.eager_attention() ? 0 : model.num_attention_heads;
+  if (plan.eager_attention()) {
+    a.saved_scores_fp32 = int64_t(model.num_attention_heads) * row_length;
+    a.saved_scores = int64_t(model.num_attention_heads) * row_length;
+  }
   // post_attention_layernorm output (gate/up input), gate, up, act(gate), act(gate)*up (down input).
   a.saved_mlp = {h, inter, inter, inter, inter};
   a.saved_tiled_mlp = {h};
@@ -249,7 +259,8 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
       }
     }
   }
-  shape.tokens = static_cast<int64_t>(longest) * plan.micro_batch_size;
+  // Rows per micro-step: micro_batch_size, doubled for preference training (chosen + rejected).
+  shape.tokens = static_cast<int64_t>(longest) * plan.rows_per_micro_step();
   shape.dtype = dtype_bytes(plan.model.torch_dtype);
   estimate.tokens_per_micro_step = shape.tokens;
   const int64_t per_token = shape.tokens * shape.dtype;
@@ -262,13 +273,18 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   int64_t trainable_bytes = 0;
   std::vector<int64_t> grads_by_layer(layers + 1, 0);  // [layers]: outside the decoder stack
   std::vector<int64_t> grad_tensors;
+  int64_t reference_bytes = 0;  // the frozen reference copy of rl: dpo/ipo without an adapter
   for (const Parameter& p : structure.parameters) {
     const size_t unit = p.layer >= 0 && p.layer < layers ? static_cast<size_t>(p.layer) : static_cast<size_t>(layers);
     if (p.adapter) {
       ledger.add(persistent, MemoryCategory::Adapters, stored_weight_bytes(p, plan));
     } else {
-      ledger.add(persistent, MemoryCategory::Weights, stored_weight_bytes(p, plan));
-      ledger.add(persistent, MemoryCategory::QuantizationState, quantization_state_bytes(p, plan));
+      // DPO/IPO without an adapter: TRL loads the reference model as a second, frozen copy of the
+      // base weights on every rank (DPOTrainer.__init__ create_reference_model / ref_model).
+      const int copies = plan.rl_reference_copy() ? 2 : 1;
+      ledger.add(persistent, MemoryCategory::Weights, stored_weight_bytes(p, plan), copies);
+      ledger.add(persistent, MemoryCategory::QuantizationState, quantization_state_bytes(p, plan), copies);
+      reference_bytes += (copies - 1) * (stored_weight_bytes(p, plan) + quantization_state_bytes(p, plan));
     }
     if (!p.trainable) continue;
     const int64_t bytes = p.numel() * dtype_size(p);
@@ -302,6 +318,13 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     const MemoryCategory gathered = plan.engine.kind == EngineKind::DeepSpeed ? MemoryCategory::GatheredParams : MemoryCategory::FsdpUnsharded;
     if (engine_states.unsharded_peak > 0) persistent.bytes[gathered] += engine_states.unsharded_peak;
     if (engine_states.comm_buffers > 0) persistent.bytes[MemoryCategory::CommBuffers] += engine_states.comm_buffers;
+    if (reference_bytes > 0) {
+      // TRL prepares the reference model with the same engine when it shards (trl/models/utils.py
+      // prepare_deepspeed under ZeRO-3, prepare_fsdp under FSDP) and as a DeepSpeed stage-0 replica
+      // under ZeRO-1/2 (prepare_deepspeed sets stage 0 below stage 3): sharded like the weights, or whole.
+      const bool whole = plan.engine.kind == EngineKind::DeepSpeed && engine.zero_stage < 3;
+      persistent.bytes[MemoryCategory::Weights] += whole ? ledger.device(reference_bytes) : ledger.device((reference_bytes + engine.world - 1) / engine.world);
+    }
   }
   const bool ddp = plan.world_size > 1 && !engine.sharded;
   const bool grads_in_buckets = ddp && plan.gradient_as_bucket_view;
@@ -322,8 +345,9 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   std::vector<int64_t> saved(layers, 0), full(layers, 0), transient(layers, 0), chunk(layers, 0);
   int64_t offloaded_host = 0;
   for (int i = 0; i < layers; ++i) {
-    const LayerActivations a = layer_activations(plan.model, plan, &structure.layers[i]);
+    const LayerActivations a = layer_activations(plan.model, plan, &structure.layers[i], longest);
     full[i] = sum_tensors(a.saved_attention, shape.dtype) + sum_tensors({a.saved_attention_fp32}, 4) +
+              sum_tensors({a.saved_scores}, shape.dtype) + sum_tensors({a.saved_scores_fp32}, 4) +
               sum_tensors(tiled ? a.saved_tiled_mlp : a.saved_mlp, shape.dtype) + sum_tensors(a.lora, shape.dtype);
     transient[i] = sum_tensors(a.backward_temporaries, shape.dtype);
     if (tiled) {

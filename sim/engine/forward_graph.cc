@@ -142,9 +142,39 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     return engine_.op(layer.path + " residual(attn)", {x, o});
   }
 
+  // A sparse MoE block with one module per expert (transformers v4.57 MixtralSparseMoeBlock.forward,
+  // Qwen2MoeSparseMoeBlock.forward, DeepseekV3MoE.moe): router logits -> softmax/top-k routing
+  // weights, then a loop over the experts that got a token (`expert_hit`; Qwen2-MoE v4 `if
+  // top_x.shape[0] == 0: continue`): expert(x[top_x]) * routing_weights, index_add_ into the output.
+  // An expert with no token on this rank in this step (an unused module of the step: the routing
+  // check's adverse case) runs no forward, so its Linears get no gradient; the router still does
+  // (softmax over all experts).
+  SimTensor per_expert_moe(const DecoderLayerUse& layer, SimTensor h, const std::string& p) {
+    SimTensor logits = linear(layer.gate, h, p + ".gate");
+    SimTensor weights = engine_.op(p + " routing_weights (softmax, topk)", {logits});
+    SimTensor out = engine_.op(p + " zeros", {});
+    for (const ExpertUse& expert : layer.experts) {
+      if (unused(expert.path)) continue;
+      const std::string e = p + ".experts." + std::to_string(expert.index);
+      SimTensor x = engine_.op(e + " hidden_states[top_x]", {h});
+      SimTensor gate = linear(expert.gate, x, e + "." + expert.gate.name);
+      SimTensor act = engine_.op(e + ".act", {gate});
+      SimTensor up = linear(expert.up, x, e + "." + expert.up.name);
+      SimTensor y = linear(expert.down, engine_.op(e + ".mul", {act, up}), e + "." + expert.down.name);
+      y = engine_.op(e + " * routing_weights", {y, weights});
+      out = engine_.op(e + " index_add_", {out, y});
+    }
+    return out;
+  }
+
   SimTensor mlp_body(const DecoderLayerUse& layer, SimTensor h) {
-    const std::string p = layer.path + ".mlp";
+    const std::string p = layer.path + "." + layer.mlp_module;
     h = call_pre(ModuleKind::Mlp, p, layer.index, h);
+    if (!layer.experts.empty()) {
+      SimTensor out = per_expert_moe(layer, h, p);
+      if (!layer.mlp_other.empty()) out = others(layer.mlp_other, out, p);
+      return call_post(ModuleKind::Mlp, p, layer.index, out);
+    }
     // LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)).
     SimTensor gate = linear(layer.gate, h, p + ".gate_proj");
     SimTensor act = engine_.op(p + ".act", {gate});
@@ -158,6 +188,9 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   std::vector<int> trainable_mlp_parameters(const DecoderLayerUse& layer) const {
     std::vector<int> out;
     std::vector<const LinearUse*> uses{&layer.gate, &layer.up, &layer.down};
+    for (const ExpertUse& expert : layer.experts) {
+      for (const LinearUse* use : {&expert.gate, &expert.up, &expert.down}) uses.push_back(use);
+    }
     for (const LinearUse& use : layer.mlp_other) uses.push_back(&use);
     for (const LinearUse* use : uses) {
       for (int p : {use->weight, use->bias, use->lora_a, use->lora_b}) {
@@ -168,7 +201,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   }
 
   SimTensor mlp(const DecoderLayerUse& layer, SimTensor h) {
-    if (unused(layer.path + ".mlp")) return SimTensor{};
+    if (unused(layer.path + "." + layer.mlp_module)) return SimTensor{};
     const int shards = plan_.tiled_shards_for(ctx_.rank, ctx_.iteration, ctx_.micro_step);
     if (!plan_.layer_tiled(layer.index)) return mlp_body(layer, h);
     // TiledMLP.forward runs the MLP over the shards under no_grad: the output is computed from the
@@ -197,7 +230,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
          input_requires_grad](AutogradEngine& engine) {
           for (int shard = 0; shard < shards; ++shard) {
             if (self->ctx_.hooks) {
-              self->ctx_.hooks->tiled_chunk(self->module_call(ModuleKind::Mlp, layer_ptr->path + ".mlp", layer_ptr->index),
+              self->ctx_.hooks->tiled_chunk(self->module_call(ModuleKind::Mlp, layer_ptr->path + "." + layer_ptr->mlp_module, layer_ptr->index),
                                             shard, shards);
             }
             const std::string label = fmt::format("tiled_mlp chunk {} of {} (layer {})", shard + 1, shards, layer_ptr->index);

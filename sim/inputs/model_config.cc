@@ -329,11 +329,26 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   ModelConfig config;
   config.source = source;
   config.model_type = reader.optional_string(root, "model_type", "model_type");
+  if (const json* topk = ConfigReader::find_in(root, "topk_method"); topk != nullptr && topk->is_string()) {
+    config.topk_method = topk->get<std::string>();
+  }
   if (const json* architectures = ConfigReader::find_in(root, "architectures")) {
     if (!architectures->is_array() || (!architectures->empty() && !(*architectures)[0].is_string())) {
       reader.fail("architectures", "expected a list of class names", shown(*architectures));
     }
     if (!architectures->empty()) config.architecture = (*architectures)[0].get<std::string>();
+  }
+  // auto_map: the custom modelling code trust_remote_code loads (transformers
+  // models/auto/auto_factory.py _BaseAutoModelClass.from_config: has_remote_code and
+  // trust_remote_code -> get_class_from_dynamic_module). Its MoE experts are per-expert modules.
+  if (const json* auto_map = ConfigReader::find_in(root, "auto_map")) {
+    if (!auto_map->is_object()) reader.fail("auto_map", "expected an object of Auto class -> module.Class", shown(*auto_map));
+    if (auto it = auto_map->find("AutoModelForCausalLM"); it != auto_map->end()) {
+      // A string, or a [slow, fast] list in older configs; "repo--module.Class" names another repo.
+      const json& entry = it->is_array() && !it->empty() ? (*it)[0] : *it;
+      if (!entry.is_string()) reader.fail("auto_map", "expected AutoModelForCausalLM to name module.Class", shown(*it));
+      config.remote_code_class = entry.get<std::string>();
+    }
   }
 
   config.hidden_size = reader.positive_int("hidden_size");

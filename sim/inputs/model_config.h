@@ -47,6 +47,12 @@ struct ModelConfig {
   std::string source;          // file path or "preset:NAME"; used in error messages and reports
   std::string model_type;      // e.g. llama, qwen2, qwen3, qwen3_vl
   std::string architecture;    // first entry of `architectures`, if any
+  // config.json auto_map.AutoModelForCausalLM ("modeling_deepseek.DeepseekV3ForCausalLM"): the
+  // custom modelling code transformers runs instead of its own class when trust_remote_code is on.
+  std::string remote_code_class;
+  // DeepSeek's router rule (config.json "topk_method"): "noaux_tc" gives the remote code's MoEGate
+  // an e_score_correction_bias parameter.
+  std::string topk_method;
   // The decoder layout hookstream builds (sim/inputs/architectures/architecture.h): the model_type of the
   // table entry that models this config ("llama" for a hand-written config without model_type).
   std::string decoder_type = "llama";

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "sim/inputs/architectures/architecture.h"
+#include "sim/inputs/architectures/per_expert_layout.h"
 #include "sim/inputs/input_error.h"
 #include "sim/inputs/data_files.h"
 
@@ -152,7 +153,11 @@ class TargetMatcher {
         throw InputError(where_, "expected a regular expression, got \"" + names[0] + "\" (" + e.what() + ")");
       }
     }
-    const MoeConversion* conversion = spec != nullptr ? moe_conversion(spec->peft_moe_conversion) : nullptr;
+    // The conversion maps v4 names onto v5's fused tensors; a model built with per-expert modules
+    // keeps the v4 names, which target_modules then match as they are.
+    const bool fused = spec != nullptr && choose_expert_layout(*spec, plan.model, plan.transformers_version,
+                                                               plan.trust_remote_code).layout == ExpertLayout::Fused;
+    const MoeConversion* conversion = fused ? moe_conversion(spec->peft_moe_conversion) : nullptr;
     if (conversion != nullptr && (regex || !names.empty())) {
       // _resolve_string_target_modules: a string becomes the leaf names it reaches.
       if (regex) {
@@ -542,6 +547,9 @@ class StructureBuilder {
     const ArchitectureSpec* spec = architecture_of(m);
     if (spec == nullptr) throw InputError(m.source, "model_type \"" + m.decoder_type + "\": not modelled");
     const bool full_ft = plan_.adapter == Adapter::None;
+    const ExpertLayoutChoice layout = choose_expert_layout(*spec, m, plan_.transformers_version, plan_.trust_remote_code);
+    out_.expert_layout = to_string(layout.layout);
+    out_.expert_layout_decided_by = layout.decided_by;
     if (m.vision) build_vision(*m.vision);
 
     const std::string embed = text_path(spec->embed);
@@ -570,8 +578,16 @@ class StructureBuilder {
         }
         present.push_back(&module);
       }
+      bool experts_built = false;
       for (size_t k = 0; k < present.size(); ++k) {
         const ModuleSpec& module = *present[k];
+        if (layout.layout == ExpertLayout::PerExpert && is_fused_expert_role(module.role)) {
+          // The router and fused expert tensors become the per-expert block, built once where the
+          // first of them was registered.
+          if (!experts_built) per_expert_block(layer, *spec, *layout.spec, path, i);
+          experts_built = true;
+          continue;
+        }
         const std::string full = path + "." + module.path;
         const size_t dot = full.rfind('.');
         const std::string parent = full.substr(0, dot), leaf = full.substr(dot + 1);
@@ -624,6 +640,50 @@ class StructureBuilder {
       out_.num_experts = static_cast<int>(dim(spec->experts_key));
       out_.experts_per_token = static_cast<int>(dim(spec->top_k_key));
     }
+  }
+
+  static bool is_fused_expert_role(ModuleRole role) {
+    return role == ModuleRole::Router || role == ModuleRole::ExpertsGateUp || role == ModuleRole::ExpertsDown;
+  }
+
+  // A sparse MoE block with one module per expert (per_expert_layout.h): the router `gate` and the
+  // nn.ModuleList `experts`, in the spec's registration order. Each expert's Linears are ordinary
+  // nn.Linear modules: quantized by bitsandbytes and matched by LoRA target_modules like any other.
+  void per_expert_block(DecoderLayerUse& layer, const ArchitectureSpec& arch, const PerExpertSpec& spec,
+                        const std::string& layer_path, int index) {
+    const bool full_ft = plan_.adapter == Adapter::None;
+    const std::string block = layer_path + "." + spec.block;
+    layer.mlp_module = spec.block;
+    const int64_t experts = dim(arch.experts_key);
+    auto router = [&]() {
+      if (spec.router_linear) {
+        place(layer, ModuleRole::Router,
+              linear(block, "gate", dim("hidden_size"), experts, false, index, "decoder", true, true));
+        return;
+      }
+      note(block + ".gate", ModuleType::Other);
+      LinearUse use;
+      use.name = "gate";
+      use.weight = add(block + ".gate", "weight", {experts, dim("hidden_size")}, full_ft, index, "decoder");
+      place(layer, ModuleRole::Router, use);
+      if (spec.router_correction_bias) {
+        // Only shifts the top-k choice (no gradient path): listed, never in the forward graph.
+        add(block + ".gate", "e_score_correction_bias", {experts}, full_ft, index, "decoder");
+      }
+    };
+    if (spec.router_first) router();
+    for (int64_t e = 0; e < experts; ++e) {
+      ExpertUse expert;
+      expert.index = static_cast<int>(e);
+      const std::string module = block + ".experts." + std::to_string(e);
+      expert.path = prefix_ + module;
+      for (const ExpertLinearSpec& l : spec.expert) {
+        const LinearUse use = linear(module, l.leaf, dim(l.in), dim(l.out), false, index, "decoder", true, true);
+        (l.role == ModuleRole::Gate ? expert.gate : l.role == ModuleRole::Up ? expert.up : expert.down) = use;
+      }
+      layer.experts.push_back(std::move(expert));
+    }
+    if (!spec.router_first) router();
   }
 
   // The Qwen-VL towers (VisionLayout): Qwen3VLVisionModel, Qwen2VisionTransformerPretrainedModel

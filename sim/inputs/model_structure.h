@@ -45,6 +45,13 @@ struct LinearUse {
 // `down` the fused [E, ...] expert tensors (their biases in .bias). Parameters with no slot of their
 // own (MLA projections, attention sinks, shared experts, Gemma's feed-forward norms) are in the
 // *_other lists, so that every parameter takes part in the step.
+// One routed expert built as its own module (per-expert layout: transformers 4.x, remote code).
+struct ExpertUse {
+  int index = 0;     // expert index in the block's ModuleList
+  std::string path;  // e.g. base_model.model.model.layers.3.block_sparse_moe.experts.5
+  LinearUse gate, up, down;
+};
+
 struct DecoderLayerUse {
   int index = 0;
   std::string path;  // e.g. base_model.model.model.layers.3
@@ -56,6 +63,10 @@ struct DecoderLayerUse {
   LinearUse gate, up, down;
   std::vector<LinearUse> mlp_other;
   bool moe = false;  // a sparse MoE block instead of the dense MLP
+  // Per-expert layout: `gate` is the router and each routed expert is its own MLP (empty with fused
+  // experts or a dense MLP). Sorted by expert index.
+  std::vector<ExpertUse> experts;
+  std::string mlp_module = "mlp";  // the MLP's attribute in the layer (Mixtral v4: "block_sparse_moe")
   // The MLP width one token goes through: intermediate_size for a dense MLP; top_k routed experts
   // plus the shared experts in an MoE layer. The time and memory models cost the MLP with it.
   int64_t mlp_width = 0;
@@ -97,6 +108,10 @@ struct ModelStructure {
   int lm_head_bias = -1;
   // Routed experts per MoE layer and experts per token (0 for a dense model).
   int num_experts = 0, experts_per_token = 0;
+  // "fused" ([E, ...] tensors, used every step), "per_expert" (one module per expert) or "none";
+  // and what decided it (sim/inputs/architectures/per_expert_layout.h).
+  std::string expert_layout = "none";
+  std::string expert_layout_decided_by;
   // DDP's parameter list: ddp_parameters[i] is the index into `parameters` of DDP index i.
   std::vector<int> ddp_parameters;
 

@@ -51,7 +51,9 @@ const std::vector<std::string>& schedule_keys() {
       "ddp_bucket_cap_mb", "device_map", "unfrozen_parameters", "base_model_config",
       "revision_of_model",
       "chunked_cross_entropy", "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay",
-      "seed", "bf16", "max_steps", "optimizer", "torch_compile", "torch_compile_backend", "torch_compile_mode"};
+      "seed", "bf16", "max_steps", "optimizer", "torch_compile", "torch_compile_backend", "torch_compile_mode",
+      "trust_remote_code", "sample_packing", "attn_implementation", "flex_attention", "flash_attention",
+      "sdp_attention", "eager_attention", "rl"};
   return keys;
 }
 
@@ -72,7 +74,7 @@ const std::vector<std::string>& hookstream_keys() {
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
       "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
       "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version",
-      "optimize_ddp", "compiled_autograd"};
+      "optimize_ddp", "compiled_autograd", "transformers_version"};
   return keys;
 }
 
@@ -318,7 +320,21 @@ struct Draft {
   std::optional<int> fsdp_version;           // top-level fsdp_version
   std::optional<int> fsdp_config_version;    // fsdp_config.fsdp_version / fsdp_config.version
   std::vector<std::pair<std::string, int>> parallel_sizes;  // {"tensor_parallel_size", 2}, ...
+  std::map<std::string, std::string> attention;  // the attention keys set (resolve_attention)
 };
+
+// axolotl's ModelLoader._set_attention_config (src/axolotl/loaders/model.py): attn_implementation,
+// else flex_attention, flash_attention, sdp_attention, eager_attention, in that order; none: the
+// model class's default, which is SDPA in transformers 5 (PreTrainedModel._check_and_adjust_attn_implementation).
+void resolve_attention(Draft& draft) {
+  const auto& a = draft.attention;
+  std::string& out = draft.plan.attn_implementation;
+  if (auto it = a.find("attn_implementation"); it != a.end()) out = it->second;
+  else if (a.count("flex_attention")) out = "flex_attention";
+  else if (a.count("flash_attention")) out = "flash_attention_2";
+  else if (a.count("sdp_attention")) out = "sdpa";
+  else if (a.count("eager_attention")) out = "eager";
+}
 
 class Converter {
  public:
@@ -405,6 +421,13 @@ class Converter {
     else if (key == "seed") plan_.seed = read_int(origin_, value, key, 0, 2147483647);
     else if (key == "bf16") plan_.bf16 = bf16(value, key);
     else if (key == "max_steps") plan_.max_steps = read_positive(origin_, value, key);
+    else if (key == "trust_remote_code") plan_.trust_remote_code = read_bool(origin_, value, key);
+    else if (key == "sample_packing") plan_.sample_packing = read_bool(origin_, value, key);
+    else if (key == "attn_implementation") draft_.attention["attn_implementation"] = read_string(origin_, value, key);
+    else if (key == "rl") rl(value, key);
+    else if (key == "flex_attention" || key == "flash_attention" || key == "sdp_attention" || key == "eager_attention") {
+      if (read_bool(origin_, value, key)) draft_.attention[key] = "1";
+    }
     else if (key == "optimizer") optimizer(value, key);
     else if (key == "deepspeed") deepspeed(value, key);
     else if (key == "fsdp") draft_.fsdp_list = fsdp_list(value, key);
@@ -413,6 +436,25 @@ class Converter {
     else if (key == "context_parallel_size" || key == "tensor_parallel_size" || key == "expert_parallel_size" ||
              key == "dp_shard_size" || key == "dp_replicate_size" || key == "sequence_parallel_degree") {
       draft_.parallel_sizes.emplace_back(key, read_int(origin_, value, key, 1, 65536));
+    }
+  }
+
+  // axolotl's rl: true means dpo (RLType, src/axolotl/utils/schemas/enums.py; the schema's
+  // validator maps a bare `rl: true`). Types whose step hookstream does not model (kto: a KL batch;
+  // grpo/gdpo: generation with num_generations completions per prompt) load and are listed as not
+  // modelled.
+  void rl(const YAML::Node& value, const std::string& key) {
+    bool flag = false;
+    if (value.IsScalar() && YAML::convert<bool>::decode(value, flag)) {
+      plan_.rl = flag ? "dpo" : "";
+    } else {
+      plan_.rl = lowercase(read_string(origin_, value, key));
+    }
+    if (!plan_.rl_modelled()) {
+      plan_.not_modelled_keys.push_back(
+          {key, origin_.at(value, key),
+           "rl: " + plan_.rl + " (TRL's per-step work for it - KL batch, generation, num_generations - is not modelled; "
+           "costed as supervised fine-tuning)"});
     }
   }
 
@@ -651,6 +693,7 @@ class Converter {
     else if (key == "micro_step_overrides") plan_.micro_step_overrides = overrides(value, path);
     else if (key == "tiled_mlp_layers") plan_.tiled_mlp_layers = layer_ranges(value, path);
     else if (key == "torch_version") plan_.torch_version = parse_torch_version(read_string(origin_, value, path), origin_.at(value, path) + ": key \"" + path + "\"");
+    else if (key == "transformers_version") plan_.transformers_version = parse_transformers_version(read_string(origin_, value, path), origin_.at(value, path) + ": key \"" + path + "\"");
     else if (key == "optimize_ddp") {
       // torch._dynamo.config.optimize_ddp: a bool or one of get_optimize_ddp_mode's names.
       const std::string text = value.IsScalar() ? value.Scalar() : "";
@@ -1382,6 +1425,10 @@ void emit_axolotl_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.device_map != DeviceMap::PerRank) emit(out, "device_map", to_string(plan.device_map));
   if (!plan.unfrozen_parameters.empty()) emit_strings(out, "unfrozen_parameters", plan.unfrozen_parameters);
   if (plan.chunked_cross_entropy) emit(out, "chunked_cross_entropy", true);
+  if (plan.sample_packing) emit(out, "sample_packing", true);
+  if (plan.trust_remote_code) emit(out, "trust_remote_code", true);
+  if (plan.attn_implementation != Plan{}.attn_implementation) emit(out, "attn_implementation", plan.attn_implementation);
+  if (!plan.rl.empty()) emit(out, "rl", plan.rl);
   if (plan.chunked_cross_entropy_num_chunks != defaults.chunked_cross_entropy_num_chunks) {
     emit(out, "chunked_cross_entropy_num_chunks", plan.chunked_cross_entropy_num_chunks);
   }
@@ -1426,6 +1473,7 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   emit_overrides(out, "micro_step_overrides", plan.micro_step_overrides);
   if (plan.tiled_mlp_layers) emit_ints(out, "tiled_mlp_layers", *plan.tiled_mlp_layers);
   if (plan.torch_version != newest_torch_version()) emit(out, "torch_version", plan.torch_version.text());
+  if (plan.transformers_version != Plan{}.transformers_version) emit(out, "transformers_version", plan.transformers_version);
   if (plan.torch_compile.optimize_ddp != defaults.torch_compile.optimize_ddp) emit(out, "optimize_ddp", to_string(plan.torch_compile.optimize_ddp));
   if (plan.torch_compile.compiled_autograd) emit(out, "compiled_autograd", true);
   out << YAML::EndMap;
@@ -1494,7 +1542,24 @@ int Plan::tiled_shards_for(int rank, int iteration, int micro_step) const {
 }
 
 std::vector<std::string> Plan::unused_modules_for(int rank, int iteration, int micro_step) const {
-  return overridden(*this, rank, iteration, micro_step, &PlanOverride::unused_modules).value_or(unused_modules);
+  std::vector<std::string> out = overridden(*this, rank, iteration, micro_step, &PlanOverride::unused_modules).value_or(unused_modules);
+  for (const RoutedIdle& idle : routed_idle) {
+    if ((idle.rank < 0 || idle.rank == rank) && idle.iteration == iteration) out.insert(out.end(), idle.modules.begin(), idle.modules.end());
+  }
+  return out;
+}
+
+int Plan::transformers_major() const { return std::stoi(transformers_version.substr(0, transformers_version.find('.'))); }
+
+std::string parse_transformers_version(const std::string& text, const std::string& where) {
+  // MAJOR.MINOR[.PATCH...]: what `transformers.__version__` prints. 4.x and 5.x build MoE experts
+  // differently (per-expert modules vs fused tensors); older majors are not modelled.
+  static const std::regex version(R"(([45])\.(\d+)(\.\d+)?(\.?(dev|rc)\d*)?)");
+  std::smatch m;
+  if (!std::regex_match(text, m, version)) {
+    throw InputError(where, "expected a transformers version 4.x or 5.x such as 4.57 or 5.17, got \"" + text + "\"");
+  }
+  return m[1].str() + "." + m[2].str();
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1522,9 +1587,13 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
   std::optional<AccelerateConfig> accelerate;
   if (options.accelerate_config) accelerate = read_accelerate_config(*options.accelerate_config);
   resolve_world_size(draft, options, accelerate);
+  resolve_attention(draft);
   engine_rules(draft, accelerate);
   if (draft.plan.engine.kind == EngineKind::Fsdp1) draft.plan.engine.fsdp.peft_wrap_policy = draft.plan.adapter != Adapter::None;
   if (options.torch_version) draft.plan.torch_version = parse_torch_version(*options.torch_version, "--torch-version");
+  if (options.transformers_version) {
+    draft.plan.transformers_version = parse_transformers_version(*options.transformers_version, "--transformers-version");
+  }
   resolve_model(draft, options);
   Validator(draft).run();
   return draft.plan;

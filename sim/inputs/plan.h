@@ -44,6 +44,15 @@ struct PlanOverride {
   std::optional<std::vector<std::string>> unused_modules;
 };
 
+// Modules a rank leaves out of one step's forward because routing sent them no token (an MoE
+// expert with no token on that rank: sim/verify/moe_routing_check.h builds these). Added to the
+// unused modules of that rank (every rank for -1) and iteration, on top of any override.
+struct RoutedIdle {
+  int rank = -1;
+  int iteration = 0;
+  std::vector<std::string> modules;
+};
+
 // A key of the user's config that hookstream reads no value from, and where it is.
 struct ConfigKeyNote {
   std::string key;
@@ -92,8 +101,23 @@ struct Plan {
   std::vector<std::string> unfrozen_parameters;  // axolotl: regexes of parameters left trainable
   // axolotl's chunked_cross_entropy: the loss is computed over `num_chunks` slices of the tokens, so
   // the full-vocabulary logits (and their fp32 upcast) exist for one slice at a time.
+  // axolotl's sample_packing: several samples packed into each sequence_len row (so every row is
+  // full: micro_batch_size x sequence_len tokens) instead of rows padded to the batch's longest.
+  bool sample_packing = false;
+  // The attention kernel transformers runs, from axolotl's attn_implementation / flex_attention /
+  // flash_attention / sdp_attention / eager_attention (ModelLoader._set_attention_config, that
+  // precedence); unset: transformers' default, "sdpa". "eager" materialises [B, H, S, S] scores.
+  std::string attn_implementation = "sdpa";
+  // axolotl's `rl` (RLType), lowercased; "" for supervised fine-tuning. What TRL's trainer runs per
+  // micro-step: rl_rows_factor() and rl_reference_forward() (sim/cost uses both).
+  std::string rl;
   bool chunked_cross_entropy = false;
   int chunked_cross_entropy_num_chunks = 8;
+
+  // axolotl's trust_remote_code: with an auto_map in config.json, transformers builds the model
+  // from the repository's own modelling code (per-expert MoE modules, sim/inputs/architectures/
+  // per_expert_layout.h).
+  bool trust_remote_code = false;
 
   // --- training (hookstream run): axolotl / HF TrainingArguments names and defaults ------------
   // axolotl's `optimizer` (HF TrainingArguments' optim), as written; sim/cost/optimizer_states.h says
@@ -156,6 +180,12 @@ struct Plan {
   std::map<int, PlanOverride> micro_step_overrides;  // key: micro-step of every iteration (0-based)
   // The PyTorch whose DDP is modelled (hookstream.torch_version, --torch-version).
   TorchVersion torch_version = newest_torch_version();
+  // The transformers that builds the model (hookstream.transformers_version,
+  // --transformers-version): "MAJOR.MINOR". 5.x stores MoE experts as fused [E, ...] tensors, 4.x
+  // as one module per expert (sim/inputs/architectures/per_expert_layout.h).
+  std::string transformers_version = "5.17";
+  // Steps where routing leaves an expert without tokens (the adverse cases of the MoE routing check).
+  std::vector<RoutedIdle> routed_idle;
   // torch.compile of the DDP model (axolotl's torch_compile*, hookstream.optimize_ddp,
   // hookstream.compiled_autograd): which DDP reducer runs (sim/sync/ddp_python_reducer/).
   TorchCompile torch_compile;
@@ -181,6 +211,21 @@ struct Plan {
   std::string offload_protocol_name() const {
     return offload_protocol.value_or(activation_offloading ? "double_buffer_events" : "none");
   }
+  // eager_attention_forward (transformers' modeling_llama.py): softmax(QK^T) in fp32, cast to the
+  // model dtype, both saved for backward; sdpa/flash/flex keep O(S) state (a logsumexp per head).
+  bool eager_attention() const { return attn_implementation == "eager"; }
+  // Preference training runs chosen and rejected through the policy as one concatenated batch
+  // (TRL trl/trainer/dpo_trainer.py DPOTrainer.concatenated_forward; CPOTrainer for axolotl's orpo
+  // and simpo), one grad-enabled call of the (DDP-wrapped) model per micro-step: twice the rows.
+  bool rl_pairs() const { return rl == "dpo" || rl == "ipo" || rl == "orpo" || rl == "simpo"; }
+  int rows_per_micro_step() const { return micro_batch_size * (rl_pairs() ? 2 : 1); }
+  // DPO/IPO also run the reference model under torch.no_grad() on the same rows
+  // (DPOTrainer.compute_ref_log_probs): with an adapter the policy itself inside
+  // null_ref_context() (PeftModel.disable_adapter), else a frozen copy of the base model.
+  bool rl_reference_forward() const { return rl == "dpo" || rl == "ipo"; }
+  bool rl_reference_copy() const { return rl_reference_forward() && adapter == Adapter::None; }
+  // The rl values whose step hookstream models (the others stay in the not-modelled list).
+  bool rl_modelled() const { return rl.empty() || rl_pairs(); }
   bool vision_tower_trainable() const { return train_vision_tower.value_or(adapter == Adapter::None); }
   bool layer_checkpointed(int layer) const;
   bool layer_tiled(int layer) const;  // tiled_mlp on and the layer in tiled_mlp_layers (or it unset)
@@ -190,6 +235,7 @@ struct Plan {
   int sequence_len_for(int rank, int iteration, int micro_step = -1) const;
   int tiled_shards_for(int rank, int iteration, int micro_step = -1) const;  // 1 when tiled_mlp is off
   std::vector<std::string> unused_modules_for(int rank, int iteration, int micro_step = -1) const;
+  int transformers_major() const;  // 4 or 5
 };
 
 struct LoadOptions {
@@ -200,7 +246,11 @@ struct LoadOptions {
   std::optional<std::string> accelerate_config;  // --accelerate-config FILE
   std::vector<std::string> set;           // --set key=value (dotted keys, YAML values)
   std::optional<std::string> torch_version;  // --torch-version (replaces hookstream.torch_version)
+  std::optional<std::string> transformers_version;  // --transformers-version (replaces hookstream.transformers_version)
 };
+
+// "4.57.1" -> "4.57"; throws InputError (at `where`) unless it is a 4.x or 5.x version.
+std::string parse_transformers_version(const std::string& text, const std::string& where);
 
 // Reads, overrides and validates a plan. Throws InputError (one line: file, key or line, expected).
 Plan load_plan(const std::string& path, const LoadOptions& options = {});

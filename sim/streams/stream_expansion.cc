@@ -48,7 +48,8 @@ std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const M
   return shapes;
 }
 
-LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch, const ModelStructure* structure, int layer) {
+LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch, const ModelStructure* structure, int layer,
+                     bool eager_attention) {
   const double tokens = static_cast<double>(sequence_len) * micro_batch;
   const double h = model.hidden_size;
   const double head_dim = model.head_dim > 0 ? model.head_dim : (model.num_attention_heads > 0 ? h / model.num_attention_heads : 0);
@@ -95,6 +96,15 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
   // Two residual adds (read 2, write 1 each); backward accumulates the branch grads the same way.
   cost.residual_bytes = bytes(2 * 3 * h);
   cost.residual_backward_bytes = bytes(2 * 3 * h);
+  if (eager_attention) {
+    // transformers' eager_attention_forward on the full S x S matrix (the causal mask is added, not
+    // skipped): QK^T written (dtype), read by softmax, written fp32, read and cast (dtype), read by
+    // PV: 2 + 2 + 4 + 4 + 2 + 2 bytes per score. Backward: dP written and read, P read in fp32 and
+    // dtype, dS written fp32 and read: about 2 + 2 + 4 + 2 + 4 + 4 + 2.
+    const double scores = double(micro_batch) * model.num_attention_heads * double(sequence_len) * sequence_len;
+    cost.eager_scores_bytes = static_cast<int64_t>(16 * scores);
+    cost.eager_scores_backward_bytes = static_cast<int64_t>(20 * scores);
+  }
   return cost;
 }
 
@@ -195,9 +205,12 @@ class StepExpander {
     devices_.clear();
     for (int d = 0; d < options_.devices_per_process; ++d) devices_.push_back(make_device(rank, d));
     const int sequence = plan_.sequence_len_for(rank, options_.iteration);
-    hidden_bytes_ = layer_cost(plan_.model, sequence, plan_.micro_batch_size).hidden_state_bytes;
+    // Rows per micro-step: micro_batch_size, doubled for preference training (Plan::rl_pairs).
+    hidden_bytes_ = layer_cost(plan_.model, sequence, plan_.rows_per_micro_step()).hidden_state_bytes;
     costs_.clear();
-    for (int layer = 0; layer < layers_; ++layer) costs_.push_back(layer_cost(plan_.model, sequence, plan_.micro_batch_size, &structure_, layer));
+    for (int layer = 0; layer < layers_; ++layer) {
+      costs_.push_back(layer_cost(plan_.model, sequence, plan_.rows_per_micro_step(), &structure_, layer, plan_.eager_attention()));
+    }
     cost_head(sequence);
     shards_ = plan_.tiled_shards_for(rank, options_.iteration);
     for (Device& device : devices_) size_buffers(device);
@@ -240,7 +253,7 @@ class StepExpander {
 
   void cost_head(int sequence) {
     const int64_t hidden = hidden_bytes_;
-    const double tokens = static_cast<double>(sequence) * plan_.micro_batch_size;
+    const double tokens = static_cast<double>(sequence) * plan_.rows_per_micro_step();
     const double vocab = plan_.model.vocab_size;
     const int element = dtype_bytes(plan_.model.torch_dtype);
     const auto trainable = [&](int parameter) { return parameter >= 0 && structure_.parameters[parameter].trainable; };
@@ -408,7 +421,8 @@ class StepExpander {
         } else {
           elementwise_ops(device.current(), layer, "forward", false, {{device.hidden + layer, 0, -1, false}});
           Op& op = add(OpKind::Kernel, device.current(), layer_name(layer, "forward"), "forward", layer);
-          op.flops = costs_[layer].forward_flops();
+          // DPO/IPO: the reference forward (torch.no_grad(), same rows) runs the layer once more.
+          op.flops = costs_[layer].forward_flops() * (plan_.rl_reference_forward() ? 2 : 1);
           op.accesses = {{device.hidden + layer, 0, -1, false}, {device.hidden + layer + 1, 0, -1, true}};
         }
       }
@@ -530,8 +544,10 @@ class StepExpander {
         {"rmsnorm", backward ? cost.rmsnorm_backward_bytes : cost.rmsnorm_bytes},
         {"rope", backward ? cost.rope_backward_bytes : cost.rope_bytes},
         {"silu*up", backward ? cost.silu_mul_backward_bytes : cost.silu_mul_bytes},
-        {"residual add", backward ? cost.residual_backward_bytes : cost.residual_bytes}};
+        {"residual add", backward ? cost.residual_backward_bytes : cost.residual_bytes},
+        {"eager attention scores", backward ? cost.eager_scores_backward_bytes : cost.eager_scores_bytes}};
     for (const auto& [what, bytes] : kernels) {
+      if (bytes <= 0 && std::string(what) == "eager attention scores") continue;  // sdpa/flash/flex: none
       Op& op = add(OpKind::Kernel, stream, layer_name(layer, std::string(what) + suffix), phase, layer);
       op.bytes = bytes;
       op.accesses = reads;

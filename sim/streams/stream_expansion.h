@@ -57,6 +57,9 @@ struct LayerCost {
   int64_t rope_bytes = 0, rope_backward_bytes = 0;
   int64_t silu_mul_bytes = 0, silu_mul_backward_bytes = 0;
   int64_t residual_bytes = 0, residual_backward_bytes = 0;
+  // attn_implementation "eager": the [B, H, S, S] scores go through HBM (QK^T written, softmax in
+  // fp32, cast back, read by PV; backward reads them and writes dP and dS). 0 for sdpa/flash/flex.
+  int64_t eager_scores_bytes = 0, eager_scores_backward_bytes = 0;
 
   double forward_flops() const { return projection_flops + lora_flops + attention_flops; }
   double mlp_forward_flops() const { return mlp_flops + lora_mlp_flops; }
@@ -76,7 +79,7 @@ std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const M
 // Without `structure`: every weight trainable, no adapter (a full fine-tune). With it: decoder
 // layer `layer`'s trainable flags and LoRA pairs.
 LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch,
-                     const ModelStructure* structure = nullptr, int layer = -1);
+                     const ModelStructure* structure = nullptr, int layer = -1, bool eager_attention = false);
 
 EventModel expand_step(const Plan& plan, const ModelStructure& structure, const StreamProtocol& protocol,
                        const ExpansionOptions& options = {});

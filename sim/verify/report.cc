@@ -146,15 +146,23 @@ std::string fix_list_text(const std::vector<VerifiedFix>& fixes, const std::opti
   return out;
 }
 
-// MoE models: how likely a micro-step leaves an expert without tokens on a rank (tokens per rank
-// and micro-step: micro_batch_size x sequence_len, every token through every MoE layer).
-static std::optional<ExpertIdleEstimate> moe_estimate(const VerifyResult& r) {
-  if (r.structure.num_experts <= 0 || r.structure.experts_per_token <= 0 ||
-      r.structure.experts_per_token > r.structure.num_experts) {
-    return std::nullopt;
+// The MoE routing check's line: the layout, the probability, and what the adverse step showed.
+static std::string routing_text(const VerifyResult& r) {
+  const RoutingCheck& c = *r.routing;
+  std::string text = c.summary() + "; tokens per rank and micro-step: " + c.tokens_from;
+  for (const RoutingCase& rc : c.cases) {
+    text += fmt::format("; adverse step ({}: expert {} of layer {} without tokens on rank{} {} in iteration {}): {}",
+                        rc.name, rc.expert, rc.layer, rc.ranks.size() > 1 ? "s" : "",
+                        fmt::join(rc.ranks, ","), rc.iteration,
+                        rc.simulation.ok() ? std::string("OK")
+                                           : std::string(to_string(rc.simulation.findings.front().kind)));
   }
-  return estimate_idle_experts(r.structure.num_experts, r.structure.experts_per_token,
-                               int64_t(r.plan.micro_batch_size) * r.plan.sequence_len);
+  const auto& ds = r.plan.engine.deepspeed;
+  if (c.layout == "per_expert" && ds && ds->zero_stage == 3) {
+    text += "; under ZeRO-3 the usual fix is code, not a key: deepspeed.utils.set_z3_leaf_modules(model, [the sparse "
+            "MoE block class]) before deepspeed.initialize (DeepSpeed PR #4966), which hookstream does not model";
+  }
+  return text;
 }
 
 std::string render_text(const VerifyResult& r, bool colour) {
@@ -226,11 +234,7 @@ std::string render_text(const VerifyResult& r, bool colour) {
                                              plan.torch_compile.compiled_autograd ? "true" : "false", r.simulation.engine));
     }
   }
-  if (const auto moe = moe_estimate(r)) {
-    out += fmt::format("{}moe{}      {}; the experts are fused [E, ...] tensors (transformers 5), one parameter used every "
-                       "step, so no expert is an unused parameter for DDP\n",
-                       s.bold(), s.reset(), describe_idle_experts(*moe));
-  }
+  if (r.routing) out += fmt::format("{}moe{}      {}\n", s.bold(), s.reset(), routing_text(r));
   if (r.ok() && r.simulation.engine == "FSDP2") {
     out += fmt::format("{}OK{}       every rank reduce-scatters the same units with the same gradients, each after all of its "
                        "step's contributions\n",
@@ -295,15 +299,36 @@ nlohmann::json finding_json(const Finding& f) {
 
 nlohmann::json render_json(const VerifyResult& r) {
   nlohmann::json j;
-  if (const auto moe = moe_estimate(r)) {
-    j["moe"] = {{"experts", moe->experts},
-                {"top_k", moe->top_k},
-                {"tokens_per_rank_micro_step", moe->tokens},
-                {"p_expert_idle", moe->p_expert_idle},
-                {"expected_idle_experts", moe->expected_idle},
-                {"p_any_expert_idle", moe->p_any_idle},
-                {"expert_layout", "fused"},
-                {"idle_expert_is_unused_parameter", false}};
+  if (r.routing) {
+    const RoutingCheck& c = *r.routing;
+    nlohmann::json cases = nlohmann::json::array();
+    for (const RoutingCase& rc : c.cases) {
+      cases.push_back({{"name", rc.name},
+                       {"ranks", rc.ranks},
+                       {"iteration", rc.iteration},
+                       {"layer", rc.layer},
+                       {"expert", rc.expert},
+                       {"module", rc.module},
+                       {"parameters", rc.parameters},
+                       {"verdict", rc.simulation.ok() ? "ok" : to_string(rc.simulation.findings.front().kind)}});
+    }
+    j["moe"] = {{"experts", c.estimate.experts},
+                {"top_k", c.estimate.top_k},
+                {"tokens_per_rank_micro_step", c.estimate.tokens},
+                {"tokens_from", c.tokens_from},
+                {"p_expert_idle", c.estimate.p_expert_idle},
+                {"expected_idle_experts", c.estimate.expected_idle},
+                {"p_any_expert_idle", c.estimate.p_any_idle},
+                {"moe_layers", c.moe_layers},
+                {"steps", c.steps},
+                {"steps_from", c.steps_from},
+                {"p_any_expert_idle_in_run", c.p_run},
+                {"threshold", kRoutingThreshold},
+                {"expert_layout", c.layout},
+                {"expert_layout_decided_by", c.decided_by},
+                {"idle_expert_is_unused_parameter", c.layout == "per_expert"},
+                {"adverse_step_simulated", c.simulated},
+                {"adverse_steps", cases}};
   } else {
     j["moe"] = nullptr;
   }

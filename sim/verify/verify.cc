@@ -2,6 +2,7 @@
 
 #include "sim/sync/ddp_python_reducer/python_reducer.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <fstream>
 #include <set>
@@ -48,6 +49,31 @@ int smallest_sequence(const Plan& plan) {
 std::string describe(const Finding& f) {
   std::string where = f.parameter.empty() ? "" : " at " + f.parameter;
   return fmt::format("{}{} (rank {}, iteration {})", to_string(f.kind), where, f.rank, f.iteration);
+}
+
+// What users change when an expert without tokens breaks the step: DDP's unused-parameter search
+// (local_used_map all-reduced, the idle expert marked ready: reducer.cpp), or transformers 5, whose
+// fused [E, ...] expert tensors are used every step (on remote code, also trust_remote_code: false
+// so transformers' own class is built).
+std::vector<VerifiedFix> routing_fixes(const Plan& plan) {
+  std::vector<VerifiedFix> out;
+  if (plan.engine.kind == EngineKind::Ddp && !plan.find_unused_parameters()) {
+    add(out, {{"ddp_find_unused_parameters", "true"}},
+          "DDP searches the graph for unused parameters every step and marks an idle expert's parameters ready, "
+          "so their bucket completes on every rank (costs one graph traversal per step)");
+  }
+  const Plan defaults;
+  // Quoted: an unquoted 5.10 would be the YAML number 5.1.
+  std::vector<FixChange> upgrade{{"hookstream.transformers_version", "\"" + defaults.transformers_version + "\""}};
+  std::string why = "upgrade to transformers " + defaults.transformers_version +
+                    " (pip install 'transformers>=5'): its MoE experts are fused [E, ...] tensors, one parameter "
+                    "used every step whichever experts get tokens";
+  if (plan.trust_remote_code && !plan.model.remote_code_class.empty()) {
+    upgrade.push_back({"trust_remote_code", "false"});
+    why += "; trust_remote_code: false so transformers builds its own class instead of " + plan.model.remote_code_class;
+  }
+  if (plan.transformers_version != defaults.transformers_version || plan.trust_remote_code) add(out, upgrade, why);
+  return out;
 }
 
 }  // namespace
@@ -146,6 +172,8 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
   sim_options.record_steps = options.record_steps;
   sim_options.deduplicate_ranks = options.deduplicate_ranks;
   result.simulation = simulate_gradient_sync(result.plan, result.structure, sim_options);
+  result.routing = check_moe_routing(result.plan, result.structure, sim_options);
+  if (result.routing) merge_routing_findings(*result.routing, result.simulation);
   if (result.ok() || !options.search_fixes) return result;
 
   if (options.cost_fixes) result.cost = predict_cost(result.plan, result.structure, &result.simulation);
@@ -163,6 +191,8 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
     }
     ModelStructure structure = build_model_structure(plan);
     SyncSimulation sim = simulate_gradient_sync(plan, structure);
+    // A fix must also survive the adverse routing step (sim/verify/moe_routing_check.h).
+    if (const auto routing = check_moe_routing(plan, structure)) merge_routing_findings(*routing, sim);
     if (!sim.ok()) {
       if (failure) *failure = describe(sim.findings.front());
       return false;
@@ -178,7 +208,17 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
     return true;
   };
 
-  const std::vector<VerifiedFix> singles = candidate_fixes(result.plan);
+  std::vector<VerifiedFix> singles = candidate_fixes(result.plan);
+  if (result.routing && !result.routing->ok()) {
+    for (VerifiedFix& fix : routing_fixes(result.plan)) {
+      const bool known = std::any_of(singles.begin(), singles.end(), [&](const VerifiedFix& s) {
+        return s.changes.size() == fix.changes.size() &&
+               std::equal(s.changes.begin(), s.changes.end(), fix.changes.begin(),
+                          [](const FixChange& a, const FixChange& b) { return a.key == b.key && a.value == b.value; });
+      });
+      if (!known) singles.push_back(std::move(fix));
+    }
+  }
   for (const auto& fix : singles) {
     std::string failure;
     VerifiedFix verified = fix;

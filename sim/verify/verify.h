@@ -10,6 +10,7 @@
 #include "sim/sync/ddp/ddp_simulation.h"
 #include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
+#include "sim/verify/moe_routing_check.h"
 
 namespace hookstream {
 
@@ -52,6 +53,8 @@ struct VerifyResult {
   std::vector<VerifiedFix> fixes;      // only when the plan fails
   std::vector<RejectedFix> rejected;   // tried, and the simulator showed they do not fix it
   std::optional<PlanCost> cost;        // predicted cost of the plan as given (when fixes are searched)
+  // MoE models: the routing check (its failing adverse step's findings are in `simulation`).
+  std::optional<RoutingCheck> routing;
   bool ok() const { return simulation.ok(); }
 };
 

@@ -42,8 +42,11 @@ TEST_CASE("the key list mirrors axolotl 0.18.0 and marks exactly the keys the lo
   CHECK(schema.keys.at("datasets") == KeyEffect::NoEffect);
   CHECK(schema.keys.at("wandb_project") == KeyEffect::NoEffect);
   CHECK(schema.keys.at("optimizer") == KeyEffect::Modelled);
-  CHECK(schema.keys.at("rl") == KeyEffect::NotModelled);
-  CHECK(schema.keys.at("sample_packing") == KeyEffect::NotModelled);
+  // Modelled since the MoE/attention/rl work (docs/plan-format.md); xformers_attention is not.
+  CHECK(schema.keys.at("rl") == KeyEffect::Modelled);
+  CHECK(schema.keys.at("sample_packing") == KeyEffect::Modelled);
+  CHECK(schema.keys.at("flash_attention") == KeyEffect::Modelled);
+  CHECK(schema.keys.at("xformers_attention") == KeyEffect::NotModelled);
 }
 
 TEST_CASE("every key of axolotl's schema loads and the report lists those not modelled", "[plan][axolotl]") {
@@ -57,15 +60,19 @@ TEST_CASE("every key of axolotl's schema loads and the report lists those not mo
     CHECK(lists(effect == KeyEffect::NoEffect ? plan.no_effect_keys : plan.not_modelled_keys, key));
     ++loaded;
   }
-  CHECK(loaded == 478 - 45 - 1);  // all but the 45 modelled keys and world_size
-  const Plan plan = parse("base_model: tiny-llama\nflash_attention: true\nrl: dpo\ndatasets:\n  - path: x\n"
-                          "wandb_project: p\nsample_packing: true\n");
+  CHECK(loaded == 478 - 53 - 1);  // all but the 53 modelled keys and world_size
+  // flash_attention, rl: dpo and sample_packing are modelled; xformers_attention, an rl type whose
+  // step is not modelled (grpo: generation) and a plugin key are listed.
+  const Plan plan = parse("base_model: tiny-llama\nxformers_attention: true\nflash_attention: true\nrl: grpo\n"
+                          "datasets:\n  - path: x\nwandb_project: p\nsample_packing: true\nliger_rms_norm: true\n");
   REQUIRE(plan.not_modelled_keys.size() == 3);
-  CHECK(plan.not_modelled_keys[0].key == "flash_attention");
+  CHECK(plan.not_modelled_keys[0].key == "xformers_attention");
   CHECK(plan.not_modelled_keys[0].where == "plan.yaml:2");
   CHECK(plan.not_modelled_keys[0].note == "src/axolotl/utils/schemas/config.py:AxolotlInputConfig");
   CHECK(plan.not_modelled_keys[1].key == "rl");
-  CHECK(plan.not_modelled_keys[2].key == "sample_packing");
+  CHECK(plan.not_modelled_keys[1].note.find("grpo") != std::string::npos);
+  CHECK(plan.not_modelled_keys[2].key == "liger_rms_norm");
+  CHECK(parse("base_model: tiny-llama\nrl: dpo\nflash_attention: true\n").not_modelled_keys.empty());
   REQUIRE(plan.no_effect_keys.size() == 2);
   CHECK(plan.no_effect_keys[0].key == "datasets");
   // `key:` with no value is unset, as in axolotl: nothing to list.

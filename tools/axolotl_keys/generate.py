@@ -36,6 +36,8 @@ MODELLED = {
     "device_map", "unfrozen_parameters", "chunked_cross_entropy",
     "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay", "seed", "bf16",
     "max_steps", "optimizer", "torch_compile", "torch_compile_backend", "torch_compile_mode",
+    "trust_remote_code", "sample_packing", "attn_implementation", "flex_attention", "flash_attention",
+    "sdp_attention", "eager_attention", "rl",
     # the engine: which gradient-sync strategy a config runs on
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "context_parallel_size",
     "tensor_parallel_size", "expert_parallel_size", "dp_shard_size", "dp_replicate_size",
@@ -59,7 +61,7 @@ NO_EFFECT = {
     "eot_tokens", "default_system_message", "tokenizer_type", "tokenizer_config",
     "tokenizer_use_fast", "tokenizer_legacy", "tokenizer_use_mistral_common",
     "tokenizer_save_jinja_files", "processor_type", "processor_config", "strict",
-    "trust_remote_code", "model_type", "type_of_model", "model_revision", "revision_of_model",
+    "model_type", "type_of_model", "model_revision", "revision_of_model",
     "hub_model_id", "hub_strategy", "hub_revision", "hub_private_repo", "resume_from_checkpoint",
     "auto_resume_from_checkpoints", "use_tensorboard", "include_tokens_per_second",
     "include_tkps", "train_on_inputs", "group_by_length", "is_preprocess",

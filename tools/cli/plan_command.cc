@@ -18,6 +18,7 @@ struct PlanArgs {
   std::string model;
   DistributedFlags distributed;
   std::string torch_version;
+  std::string transformers_version;
   std::vector<std::string> set;
   std::string gpu;
   double budget_gib = -1;
@@ -95,6 +96,7 @@ int run_plan(const PlanArgs& args) {
   if (!args.model.empty()) load.model_path = args.model;
   args.distributed.apply(load);
   if (!args.torch_version.empty()) load.torch_version = args.torch_version;
+  if (!args.transformers_version.empty()) load.transformers_version = args.transformers_version;
   load.set = args.set;
   PlanSearchOptions options;
   if (!args.gpu.empty()) options.gpu = args.gpu;
@@ -139,6 +141,9 @@ Command register_plan_command(CLI::App& app) {
   args->distributed.add_to(cmd);
   cmd->add_option("--torch-version", args->torch_version,
                   "PyTorch whose DDP is modelled: 1.13 or 2.0 to 2.11 (overrides hookstream.torch_version; default 2.11)");
+  cmd->add_option("--transformers-version", args->transformers_version,
+                  "transformers that builds the model: 4.x builds MoE experts as one module each, 5.x as fused tensors "
+                  "(overrides hookstream.transformers_version; default 5.17)");
   cmd->add_option("--set", args->set, "override a plan key: key=value (dotted keys, YAML values)");
   cmd->add_option("--gpu", args->gpu, "device name (devices/NAME.yaml, aliases such as H100) or spec file");
   cmd->add_option("--budget-gib", args->budget_gib, "device memory budget in GiB (default: the device's capacity)")

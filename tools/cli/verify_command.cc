@@ -23,6 +23,7 @@ struct VerifyArgs {
   std::string model;
   DistributedFlags distributed;
   std::string torch_version;
+  std::string transformers_version;
   std::vector<std::string> set;
   std::string format = "text";
   std::string output;
@@ -54,6 +55,7 @@ int run_verify(const VerifyArgs& args) {
   if (!args.model.empty()) load.model_path = args.model;
   args.distributed.apply(load);
   if (!args.torch_version.empty()) load.torch_version = args.torch_version;
+  if (!args.transformers_version.empty()) load.transformers_version = args.transformers_version;
   load.set = args.set;
   SimulateOptions options;
   options.races_shown = 3;
@@ -90,6 +92,9 @@ Command register_verify_command(CLI::App& app) {
   args->distributed.add_to(cmd);
   cmd->add_option("--torch-version", args->torch_version,
                   "PyTorch whose DDP is modelled: 1.13 or 2.0 to 2.11 (overrides hookstream.torch_version; default 2.11)");
+  cmd->add_option("--transformers-version", args->transformers_version,
+                  "transformers that builds the model: 4.x builds MoE experts as one module each, 5.x as fused tensors "
+                  "(overrides hookstream.transformers_version; default 5.17)");
   cmd->add_option("--set", args->set, "override a plan key: key=value (dotted keys, YAML values)");
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("-o,--output", args->output, "write the report to FILE instead of stdout");

@@ -393,7 +393,7 @@ class Fsdp1Model : public SyncModel {
       add_norm(reads, layer.k_norm, 3);
       add_linear(reads, layer.o, rows);
     }
-    if (!module_unused(unused_, layer.path + ".mlp")) {
+    if (!module_unused(unused_, layer.path + "." + layer.mlp_module)) {
       add_norm(reads, layer.post_attention_norm, 2);
       add_linear(reads, layer.gate, rows);
       add_linear(reads, layer.up, rows);

@@ -116,7 +116,7 @@ Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
   out.units.push_back(Fsdp2Unit{});
   for (const DecoderLayerUse& layer : structure.layers) {
     if (wrap_layers) out.units.push_back(Fsdp2Unit{layer.path, layer.index, false, {}});
-    if (wrap_mlps) out.units.push_back(Fsdp2Unit{layer.path + ".mlp", layer.index, true, {}});
+    if (wrap_mlps) out.units.push_back(Fsdp2Unit{layer.path + "." + layer.mlp_module, layer.index, true, {}});
   }
   out.unit_of.assign(structure.parameters.size(), 0);
   for (size_t p = 0; p < structure.parameters.size(); ++p) {
