@@ -17,30 +17,10 @@ namespace hookstream {
 
 namespace {
 
-std::string where(const std::string& source, const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  if (mark.is_null() || mark.line < 0) return source;
-  return source + ":" + std::to_string(mark.line + 1);
-}
-
-double positive(const std::string& source, const YAML::Node& node, const std::string& key) {
-  double value = 0;
-  bool ok = node.IsScalar();
-  if (ok) {
-    try {
-      value = node.as<double>();
-    } catch (const YAML::Exception&) {
-      ok = false;
-    }
-  }
-  if (!ok || !std::isfinite(value) || value <= 0) throw InputError(where(source, node), "key " + key + ": expected a positive number");
-  return value;
-}
-
 // A list row of exactly `size` entries.
 const YAML::Node& row(const std::string& source, const YAML::Node& node, const std::string& key, size_t size, const char* layout) {
   if (!node.IsSequence() || node.size() != size) {
-    throw InputError(where(source, node), "key " + key + ": expected a row " + layout);
+    throw InputError(yaml_where(source, node), "key " + key + ": expected a row " + layout);
   }
   return node;
 }
@@ -135,76 +115,76 @@ DeviceProfile parse_device_profile(const std::string& yaml_text, const std::stri
   if (!root.IsMap()) throw InputError(source, "expected a mapping with keys device, gemm, sdpa, elementwise, copies, adamw_ns_per_parameter");
   static const std::set<std::string> keys = {"device", "gemm", "sdpa", "elementwise", "copies", "adamw_ns_per_parameter"};
   for (const auto& entry : root) {
-    if (!keys.count(entry.first.Scalar())) throw InputError(where(source, entry.first), "unknown key " + entry.first.Scalar());
+    if (!keys.count(entry.first.Scalar())) throw InputError(yaml_where(source, entry.first), "unknown key " + entry.first.Scalar());
   }
   const auto required = [&](const YAML::Node& owner, const std::string& key) {
     const YAML::Node node = owner[key];
-    if (!node) throw InputError(where(source, owner), "missing key " + key);
+    if (!node) throw InputError(yaml_where(source, owner), "missing key " + key);
     return node;
   };
   DeviceProfile profile;
   profile.source = source;
   const YAML::Node device = required(root, "device");
-  if (!device.IsScalar() || device.Scalar().empty()) throw InputError(where(source, device), "key device: expected a device name");
+  if (!device.IsScalar() || device.Scalar().empty()) throw InputError(yaml_where(source, device), "key device: expected a device name");
   profile.device = device.Scalar();
 
   const YAML::Node gemm = required(root, "gemm");
-  if (!gemm.IsSequence()) throw InputError(where(source, gemm), "key gemm: expected a list of [m, n, k, fwd|dgrad|wgrad, TFLOP/s] rows");
+  if (!gemm.IsSequence()) throw InputError(yaml_where(source, gemm), "key gemm: expected a list of [m, n, k, fwd|dgrad|wgrad, TFLOP/s] rows");
   bool forms[3] = {false, false, false};
   for (const YAML::Node& node : gemm) {
     row(source, node, "gemm", 5, "[m, n, k, fwd|dgrad|wgrad, TFLOP/s]");
     GemmReading reading;
-    reading.m = positive(source, node[0], "gemm m");
-    reading.n = positive(source, node[1], "gemm n");
-    reading.k = positive(source, node[2], "gemm k");
+    reading.m = yaml_number(source, node[0], "gemm m", false);
+    reading.n = yaml_number(source, node[1], "gemm n", false);
+    reading.k = yaml_number(source, node[2], "gemm k", false);
     const std::string form = node[3].IsScalar() ? node[3].Scalar() : "";
     if (form == "fwd") reading.form = GemmForm::Forward;
     else if (form == "dgrad") reading.form = GemmForm::InputGrad;
     else if (form == "wgrad") reading.form = GemmForm::WeightGrad;
-    else throw InputError(where(source, node[3]), "key gemm: expected fwd, dgrad or wgrad as the fourth entry");
-    reading.tflops = positive(source, node[4], "gemm TFLOP/s");
+    else throw InputError(yaml_where(source, node[3]), "key gemm: expected fwd, dgrad or wgrad as the fourth entry");
+    reading.tflops = yaml_number(source, node[4], "gemm TFLOP/s", false);
     forms[static_cast<int>(reading.form)] = true;
     profile.gemm.push_back(reading);
   }
-  if (!forms[0] || !forms[1] || !forms[2]) throw InputError(where(source, gemm), "key gemm: expected rows of each form fwd, dgrad and wgrad");
+  if (!forms[0] || !forms[1] || !forms[2]) throw InputError(yaml_where(source, gemm), "key gemm: expected rows of each form fwd, dgrad and wgrad");
 
   const YAML::Node sdpa = required(root, "sdpa");
   if (!sdpa.IsSequence() || sdpa.size() == 0) {
-    throw InputError(where(source, sdpa), "key sdpa: expected a list of [seq, heads, kv_heads, head_dim, forward TFLOP/s, backward TFLOP/s] rows");
+    throw InputError(yaml_where(source, sdpa), "key sdpa: expected a list of [seq, heads, kv_heads, head_dim, forward TFLOP/s, backward TFLOP/s] rows");
   }
   for (const YAML::Node& node : sdpa) {
     row(source, node, "sdpa", 6, "[seq, heads, kv_heads, head_dim, forward TFLOP/s, backward TFLOP/s]");
     SdpaReading reading;
-    reading.seq = positive(source, node[0], "sdpa seq");
-    reading.heads = positive(source, node[1], "sdpa heads");
-    reading.kv_heads = positive(source, node[2], "sdpa kv_heads");
-    reading.head_dim = positive(source, node[3], "sdpa head_dim");
-    reading.forward_tflops = positive(source, node[4], "sdpa forward TFLOP/s");
-    reading.backward_tflops = positive(source, node[5], "sdpa backward TFLOP/s");
+    reading.seq = yaml_number(source, node[0], "sdpa seq", false);
+    reading.heads = yaml_number(source, node[1], "sdpa heads", false);
+    reading.kv_heads = yaml_number(source, node[2], "sdpa kv_heads", false);
+    reading.head_dim = yaml_number(source, node[3], "sdpa head_dim", false);
+    reading.forward_tflops = yaml_number(source, node[4], "sdpa forward TFLOP/s", false);
+    reading.backward_tflops = yaml_number(source, node[5], "sdpa backward TFLOP/s", false);
     profile.sdpa.push_back(reading);
   }
 
   const YAML::Node elementwise = required(root, "elementwise");
-  if (!elementwise.IsMap()) throw InputError(where(source, elementwise), "key elementwise: expected a mapping of kernel: [forward ns, backward ns]");
+  if (!elementwise.IsMap()) throw InputError(yaml_where(source, elementwise), "key elementwise: expected a mapping of kernel: [forward ns, backward ns]");
   for (const auto& entry : elementwise) {
     const std::string kind = entry.first.Scalar();
-    if (!elementwise_kinds().count(kind)) throw InputError(where(source, entry.first), "unknown key elementwise." + kind);
+    if (!elementwise_kinds().count(kind)) throw InputError(yaml_where(source, entry.first), "unknown key elementwise." + kind);
     row(source, entry.second, "elementwise." + kind, 2, "[forward ns, backward ns] per element");
-    profile.elementwise[kind] = {positive(source, entry.second[0], "elementwise." + kind), positive(source, entry.second[1], "elementwise." + kind)};
+    profile.elementwise[kind] = {yaml_number(source, entry.second[0], "elementwise." + kind, false), yaml_number(source, entry.second[1], "elementwise." + kind, false)};
   }
   for (const std::string& kind : elementwise_kinds()) {
-    if (!profile.elementwise.count(kind)) throw InputError(where(source, elementwise), "missing key elementwise." + kind);
+    if (!profile.elementwise.count(kind)) throw InputError(yaml_where(source, elementwise), "missing key elementwise." + kind);
   }
 
   const YAML::Node copies = required(root, "copies");
-  if (!copies.IsMap()) throw InputError(where(source, copies), "key copies: expected a mapping");
+  if (!copies.IsMap()) throw InputError(yaml_where(source, copies), "key copies: expected a mapping");
   static const std::set<std::string> copy_keys = {"pinned_h2d_gbps", "pinned_d2h_gbps", "d2d_gbps_read_plus_write"};
   for (const auto& entry : copies) {
-    if (!copy_keys.count(entry.first.Scalar())) throw InputError(where(source, entry.first), "unknown key copies." + entry.first.Scalar());
-    positive(source, entry.second, "copies." + entry.first.Scalar());
+    if (!copy_keys.count(entry.first.Scalar())) throw InputError(yaml_where(source, entry.first), "unknown key copies." + entry.first.Scalar());
+    yaml_number(source, entry.second, "copies." + entry.first.Scalar(), false);
   }
-  profile.d2d_gbps_read_plus_write = positive(source, required(copies, "d2d_gbps_read_plus_write"), "copies.d2d_gbps_read_plus_write");
-  profile.adamw_ns_per_parameter = positive(source, required(root, "adamw_ns_per_parameter"), "adamw_ns_per_parameter");
+  profile.d2d_gbps_read_plus_write = yaml_number(source, required(copies, "d2d_gbps_read_plus_write"), "copies.d2d_gbps_read_plus_write", false);
+  profile.adamw_ns_per_parameter = yaml_number(source, required(root, "adamw_ns_per_parameter"), "adamw_ns_per_parameter", false);
   return profile;
 }
 

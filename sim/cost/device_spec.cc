@@ -20,34 +20,9 @@ namespace hookstream {
 
 namespace {
 
-
-std::string where(const std::string& source, const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  if (mark.is_null() || mark.line < 0) return source;
-  return source + ":" + std::to_string(mark.line + 1);
-}
-
-double read_number(const std::string& source, const YAML::Node& node, const std::string& key,
-                   bool allow_zero) {
-  double value = 0;
-  bool ok = node.IsScalar();
-  if (ok) {
-    try {
-      value = node.as<double>();
-    } catch (const YAML::Exception&) {
-      ok = false;
-    }
-  }
-  if (!ok || !std::isfinite(value) || value < 0 || (!allow_zero && value == 0)) {
-    throw InputError(where(source, node), std::string("key ") + key + ": expected a " +
-                                              (allow_zero ? "non-negative" : "positive") + " number");
-  }
-  return value;
-}
-
 double read_fraction(const std::string& source, const YAML::Node& node, const std::string& key) {
-  const double value = read_number(source, node, key, false);
-  if (value > 1) throw InputError(where(source, node), "key " + key + ": expected a fraction in (0, 1]");
+  const double value = yaml_number(source, node, key, false);
+  if (value > 1) throw InputError(yaml_where(source, node), "key " + key + ": expected a fraction in (0, 1]");
   return value;
 }
 
@@ -67,7 +42,7 @@ const std::set<std::string>& known_link_keys() {
 const YAML::Node required(const std::string& source, const YAML::Node& map, const YAML::Node& owner,
                           const std::string& key) {
   const YAML::Node node = map[key];
-  if (!node) throw InputError(where(source, owner), "missing key " + key);
+  if (!node) throw InputError(yaml_where(source, owner), "missing key " + key);
   return node;
 }
 
@@ -84,50 +59,50 @@ DeviceSpec parse_device_spec(const std::string& yaml_text, const std::string& so
   if (!root.IsMap()) throw InputError(source, "expected a mapping of device fields");
   for (const auto& entry : root) {
     const std::string key = entry.first.Scalar();
-    if (!known_keys().count(key)) throw InputError(where(source, entry.first), "unknown key " + key);
+    if (!known_keys().count(key)) throw InputError(yaml_where(source, entry.first), "unknown key " + key);
   }
   DeviceSpec spec;
   spec.source = source;
   const YAML::Node name = required(source, root, root, "name");
-  if (!name.IsScalar() || name.Scalar().empty()) throw InputError(where(source, name), "key name: expected a string");
+  if (!name.IsScalar() || name.Scalar().empty()) throw InputError(yaml_where(source, name), "key name: expected a string");
   spec.name = name.Scalar();
   if (const YAML::Node aliases = root["aliases"]) {
-    if (!aliases.IsSequence()) throw InputError(where(source, aliases), "key aliases: expected a list of names");
+    if (!aliases.IsSequence()) throw InputError(yaml_where(source, aliases), "key aliases: expected a list of names");
     for (const YAML::Node& alias : aliases) {
-      if (!alias.IsScalar()) throw InputError(where(source, alias), "key aliases: expected a list of names");
+      if (!alias.IsScalar()) throw InputError(yaml_where(source, alias), "key aliases: expected a list of names");
       spec.aliases.push_back(alias.Scalar());
     }
   }
   spec.memory_bytes = static_cast<long long>(
-      read_number(source, required(source, root, root, "memory_bytes"), "memory_bytes", false));
-  spec.matrix_tflops = read_number(source, required(source, root, root, "matrix_tflops"), "matrix_tflops", false);
+      yaml_number(source, required(source, root, root, "memory_bytes"), "memory_bytes", false));
+  spec.matrix_tflops = yaml_number(source, required(source, root, root, "matrix_tflops"), "matrix_tflops", false);
   spec.vector_tflops_fp32 =
-      read_number(source, required(source, root, root, "vector_tflops_fp32"), "vector_tflops_fp32", false);
-  spec.hbm_gbps = read_number(source, required(source, root, root, "hbm_gbps"), "hbm_gbps", false);
+      yaml_number(source, required(source, root, root, "vector_tflops_fp32"), "vector_tflops_fp32", false);
+  spec.hbm_gbps = yaml_number(source, required(source, root, root, "hbm_gbps"), "hbm_gbps", false);
   if (root["matrix_efficiency"]) spec.matrix_efficiency = read_fraction(source, root["matrix_efficiency"], "matrix_efficiency");
   if (root["hbm_efficiency"]) spec.hbm_efficiency = read_fraction(source, root["hbm_efficiency"], "hbm_efficiency");
-  spec.nvlink_gbps = read_number(source, required(source, root, root, "nvlink_gbps"), "nvlink_gbps", true);
-  spec.network_gbps = read_number(source, required(source, root, root, "network_gbps"), "network_gbps", false);
+  spec.nvlink_gbps = yaml_number(source, required(source, root, root, "nvlink_gbps"), "nvlink_gbps", true);
+  spec.network_gbps = yaml_number(source, required(source, root, root, "network_gbps"), "network_gbps", false);
 
   const YAML::Node link = required(source, root, root, "host_link");
-  if (!link.IsMap()) throw InputError(where(source, link), "key host_link: expected a mapping");
+  if (!link.IsMap()) throw InputError(yaml_where(source, link), "key host_link: expected a mapping");
   for (const auto& entry : link) {
     const std::string key = entry.first.Scalar();
-    if (!known_link_keys().count(key)) throw InputError(where(source, entry.first), "unknown key host_link." + key);
+    if (!known_link_keys().count(key)) throw InputError(yaml_where(source, entry.first), "unknown key host_link." + key);
   }
   spec.host_link.pcie_gen = static_cast<int>(
-      read_number(source, required(source, link, link, "pcie_gen"), "host_link.pcie_gen", false));
+      yaml_number(source, required(source, link, link, "pcie_gen"), "host_link.pcie_gen", false));
   spec.host_link.pinned_h2d_gbps =
-      read_number(source, required(source, link, link, "pinned_h2d_gbps"), "host_link.pinned_h2d_gbps", false);
+      yaml_number(source, required(source, link, link, "pinned_h2d_gbps"), "host_link.pinned_h2d_gbps", false);
   spec.host_link.pinned_d2h_gbps =
-      read_number(source, required(source, link, link, "pinned_d2h_gbps"), "host_link.pinned_d2h_gbps", false);
+      yaml_number(source, required(source, link, link, "pinned_d2h_gbps"), "host_link.pinned_d2h_gbps", false);
   spec.host_link.pageable_gbps =
-      read_number(source, required(source, link, link, "pageable_gbps"), "host_link.pageable_gbps", false);
+      yaml_number(source, required(source, link, link, "pageable_gbps"), "host_link.pageable_gbps", false);
   if (const YAML::Node measured = link["measured"]) {
     try {
       spec.host_link.measured = measured.as<bool>();
     } catch (const YAML::Exception&) {
-      throw InputError(where(source, measured), "key host_link.measured: expected true or false");
+      throw InputError(yaml_where(source, measured), "key host_link.measured: expected true or false");
     }
   }
   return spec;
