@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "sim/cost/device_profile.h"
 #include "sim/cost/engine_cost.h"
 
 namespace hookstream {
@@ -149,9 +150,15 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
   result.device = find_device_spec(options.gpu.value_or(base.gpu));
   result.budget_bytes = options.budget_gib ? static_cast<int64_t>(*options.budget_gib * 1024 * 1024 * 1024)
                                            : result.device.memory_bytes;
+  if (options.host_budget_gib) result.host_budget_bytes = static_cast<int64_t>(*options.host_budget_gib * 1024 * 1024 * 1024);
   std::optional<Calibration> calibration;
   if (base.calibration) calibration = load_calibration(*base.calibration);
   const Calibration* measured = calibration ? &*calibration : nullptr;
+  const auto file_name = [](const std::string& path) { return path.substr(path.find_last_of('/') + 1); };
+  result.cost_source = result.device.profile
+                           ? "kernel times from the measured device profile devices/profiles/" + file_name(result.device.profile->source)
+                           : "kernel times from the roofline of devices/" + file_name(result.device.source) + " (no measured profile)";
+  if (base.calibration) result.cost_source += ", calibrated by " + *base.calibration;
 
   result.input = measure(base, result.device, measured);
   result.input.verdict = verdict_of(source);
@@ -183,11 +190,16 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
       ++result.over_budget;
       continue;
     }
+    if (result.host_budget_bytes && candidate.host_bytes > *result.host_budget_bytes) {
+      ++result.over_host_budget;
+      continue;
+    }
     fitting.push_back(std::move(candidate));
   }
   std::stable_sort(fitting.begin(), fitting.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
     if (a.tokens_per_second != b.tokens_per_second) return a.tokens_per_second > b.tokens_per_second;
     if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+    if (a.host_bytes != b.host_bytes) return a.host_bytes < b.host_bytes;
     return a.changes.size() < b.changes.size();  // the smallest edit of equal candidates
   });
   std::map<std::string, std::string> verdicts;  // DDP-relevant changes -> verdict
@@ -203,8 +215,22 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     auto it = verdicts.find(ddp_key);
     if (it == verdicts.end()) it = verdicts.emplace(ddp_key, verdict_of(with_changes(source, candidate.changes))).first;
     candidate.verdict = it->second;
-    if (candidate.verdict == "ok") result.best.push_back(candidate);
-    else ++result.failed_verification;
+    if (candidate.verdict != "ok") {
+      ++result.failed_verification;
+      continue;
+    }
+    // Same predicted figures as a candidate already ranked (it has no more changes: ties sort by
+    // edit size): a repeat that differs only in settings with no effect, folded into that one.
+    auto same = std::find_if(result.best.begin(), result.best.end(), [&](const PlanCandidate& kept) {
+      return kept.step_ns == candidate.step_ns && kept.peak_bytes == candidate.peak_bytes &&
+             kept.host_bytes == candidate.host_bytes && kept.copy_hidden_fraction == candidate.copy_hidden_fraction;
+    });
+    if (same != result.best.end()) {
+      same->equivalents.push_back(candidate.changes);
+      ++result.equivalent;
+      continue;
+    }
+    result.best.push_back(candidate);
   }
   if (!result.best.empty()) result.smallest.reset();
   return result;

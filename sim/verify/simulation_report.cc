@@ -131,7 +131,8 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncS
       if (!race_checked_ns) race_checked_ns = schedule_step(streams.step, device, timing).step_ns;
       step_ns = checks.time.schedule.step_ns + (fixed.step_ns - *race_checked_ns);
     }
-    streams.fix_costs[i] = PlanCost{device.name, step_ns * 1e-9, checks.memory.estimate.device_peak.total()};
+    streams.fix_costs[i] = PlanCost{device.name, step_ns * 1e-9, checks.memory.estimate.device_peak.total(),
+                                    checks.memory.estimate.host_peak.total()};
   }
   return checks;
 }
@@ -148,7 +149,8 @@ std::string check_failure(const Checks& checks) {
 }
 
 PlanCost cost_of(const Checks& checks) {
-  return PlanCost{checks.time.device, checks.time.schedule.step_ns * 1e-9, checks.memory.estimate.device_peak.total()};
+  return PlanCost{checks.time.device, checks.time.schedule.step_ns * 1e-9, checks.memory.estimate.device_peak.total(),
+                  checks.memory.estimate.host_peak.total()};
 }
 
 // Plan changes that remove races: a built-in protocol the race checker proves correct.
@@ -274,7 +276,8 @@ void search_check_fixes(SimulationReport& report, const PlanSource& source, cons
 }  // namespace
 
 PlanCost SimulationReport::cost() const {
-  return PlanCost{time.device, time.schedule.step_ns * 1e-9, memory.estimate.device_peak.total()};
+  return PlanCost{time.device, time.schedule.step_ns * 1e-9, memory.estimate.device_peak.total(),
+                  memory.estimate.host_peak.total()};
 }
 
 SimulationReport simulate_plan(const PlanSource& source, const std::string& plan_path, const SimulateOptions& options) {

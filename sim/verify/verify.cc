@@ -82,7 +82,8 @@ std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& str
   try {
     const DeviceSpec device = find_device_spec(plan.gpu);
     const StepPrediction prediction = predict_step(plan, structure, device, nullptr, ddp);
-    return PlanCost{plan.gpu, prediction.schedule.step_ns * 1e-9, prediction.memory.device_peak.total()};
+    return PlanCost{plan.gpu, prediction.schedule.step_ns * 1e-9, prediction.memory.device_peak.total(),
+                    prediction.memory.host_peak.total()};
   } catch (const InputError&) {
     return std::nullopt;
   }

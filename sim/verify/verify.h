@@ -32,6 +32,7 @@ struct PlanCost {
   std::string device;
   double step_seconds = 0;
   int64_t peak_device_bytes = 0;
+  int64_t peak_host_bytes = 0;  // pinned host memory per rank (offloaded checkpoints' slots)
 };
 
 struct VerifiedFix {

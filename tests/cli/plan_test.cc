@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,4 +102,46 @@ TEST_CASE("plan --timeline writes the input plan's step as a Chrome trace", "[cl
   CHECK(slices > 36 * 4);          // every layer's forward, copies and backward at least
   CHECK(flows > 36 * 3);           // record -> wait and wait_stream arrows of the offload protocol
   CHECK(threads.size() >= 3);      // compute, copy and nccl streams
+}
+
+TEST_CASE("plan: candidates with the same predicted figures are listed once, with the ranking and the cost source", "[cli][plan]") {
+  // The long-context base plan (offloaded non-reentrant checkpointing, 16K): doubling the micro-batch
+  // with reentrant or non-reentrant checkpointing costs the same in the models, so the reentrant
+  // variant is folded into the smaller edit instead of being listed as a repeat.
+  const std::string plan = std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-long.yaml";
+  const PlanRun r = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --top 5 --format json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["ranking"].get<std::string>().find("tokens/s") != std::string::npos);
+  CHECK(j["costs"].get<std::string>().find("devices/profiles/H100-SXM.yaml") != std::string::npos);
+  std::set<std::tuple<double, int64_t, int64_t>> figures;
+  int folded = 0;
+  for (const auto& candidate : j["best"]) {
+    const auto key = std::make_tuple(candidate["step_ns"].get<double>(), candidate["peak_bytes"].get<int64_t>(),
+                                     candidate["host_bytes"].get<int64_t>());
+    CHECK(figures.insert(key).second);  // no two listed candidates predict the same figures
+    for (const auto& other : candidate["equivalents"]) {
+      ++folded;
+      CHECK(other.size() >= candidate["changes"].size());  // the listed one is the smallest edit
+    }
+  }
+  CHECK(folded == j["equivalent"].get<int>());
+  CHECK(folded >= 1);
+  const PlanRun text = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --top 5");
+  CHECK(text.out.find("same figures (settings with no predicted effect): ") != std::string::npos);
+  CHECK(text.out.find("ranked by predicted tokens/s") != std::string::npos);
+  CHECK(text.out.find("measured device profile devices/profiles/H100-SXM.yaml") != std::string::npos);
+}
+
+TEST_CASE("plan: a pinned host budget drops candidates whose offload slots do not fit", "[cli][plan]") {
+  const std::string plan = std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-long.yaml";
+  const PlanRun r = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --host-budget-gib 1 --top 10 --format json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["host_budget_bytes"].get<int64_t>() == int64_t{1} << 30);
+  CHECK(j["over_host_budget"].get<int>() > 0);
+  for (const auto& candidate : j["best"]) CHECK(candidate["host_bytes"].get<int64_t>() <= int64_t{1} << 30);
+  const PlanRun text = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --host-budget-gib 1");
+  CHECK(text.out.find("over the host budget") != std::string::npos);
+  CHECK(text.out.find("pinned host budget 1.00 GiB") != std::string::npos);
 }

@@ -22,6 +22,7 @@ struct PlanArgs {
   std::vector<std::string> set;
   std::string gpu;
   double budget_gib = -1;
+  double host_budget_gib = -1;
   int top = 5;
   std::string format = "text";
   std::string output;
@@ -52,29 +53,44 @@ std::string breakdown(const PlanCandidate& c) {
   return text;
 }
 
-std::string set_flags(const PlanCandidate& c) {
-  if (c.changes.empty()) return "(the plan as given)";
+std::string set_flags(const std::vector<FixChange>& changes) {
+  if (changes.empty()) return "(the plan as given)";
   std::string flags;
-  for (const FixChange& change : c.changes) flags += (flags.empty() ? "" : " ") + std::string("--set ") + change.key + "=" + change.value;
+  for (const FixChange& change : changes) flags += (flags.empty() ? "" : " ") + std::string("--set ") + change.key + "=" + change.value;
   return flags;
 }
+std::string set_flags(const PlanCandidate& c) { return set_flags(c.changes); }
+
+nlohmann::json changes_json(const std::vector<FixChange>& changes) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const FixChange& change : changes) list.push_back({{"key", change.key}, {"value", change.value}});
+  return list;
+}
+
+constexpr const char* kRanking =
+    "ranked by predicted tokens/s (highest first), then lower device peak, then less pinned host memory, then fewer "
+    "changes; only candidates within the budget that the verifier passes are listed";
 
 nlohmann::json to_json(const PlanCandidate& c) {
-  nlohmann::json changes = nlohmann::json::array();
-  for (const FixChange& change : c.changes) changes.push_back({{"key", change.key}, {"value", change.value}});
+  const nlohmann::json changes = changes_json(c.changes);
+  nlohmann::json equivalents = nlohmann::json::array();
+  for (const auto& other : c.equivalents) equivalents.push_back(changes_json(other));
   nlohmann::json peak = nlohmann::json::object();
   for (const auto& [category, bytes] : c.peak_breakdown) peak[to_string(category)] = bytes;
   return {{"changes", changes},        {"peak_breakdown", peak},        {"step_ns", c.step_ns},       {"tokens_per_second", c.tokens_per_second},
           {"peak_bytes", c.peak_bytes}, {"peak_at", c.peak_at},       {"host_bytes", c.host_bytes},
-          {"copy_hidden_fraction", c.copy_hidden_fraction}, {"verdict", c.verdict}};
+          {"copy_hidden_fraction", c.copy_hidden_fraction}, {"verdict", c.verdict}, {"equivalents", equivalents}};
 }
 
 std::string render_text(const PlanArgs& args, const PlanSearchResult& r) {
   std::string out = "plan     " + args.plan + " on " + r.device.name + " (" + format_gib(r.device.memory_bytes) +
-                    "), budget " + format_gib(r.budget_bytes) + "\n";
+                    "), budget " + format_gib(r.budget_bytes) +
+                    (r.host_budget_bytes ? ", pinned host budget " + format_gib(*r.host_budget_bytes) : "") + "\n";
   out += "input    " + describe(r.input) + "\n         peak: " + breakdown(r.input) + "\n         verify: " + r.input.verdict + "\n";
   out += "explored " + std::to_string(r.explored) + " candidates: " + std::to_string(r.over_budget) + " over budget, " +
+         (r.host_budget_bytes ? std::to_string(r.over_host_budget) + " over the host budget, " : "") +
          std::to_string(r.failed_verification) + " failed verification" +
+         (r.equivalent ? ", " + std::to_string(r.equivalent) + " with the same figures as a listed one" : "") +
          (r.explored_chunked_loss ? " (logits dominate the peak: chunked cross-entropy explored)" : "") + "\n";
   if (r.best.empty()) {
     out += "none     no candidate fits the budget and passes verification\n";
@@ -86,8 +102,12 @@ std::string render_text(const PlanArgs& args, const PlanSearchResult& r) {
   }
   for (size_t i = 0; i < r.best.size(); ++i) {
     out += std::to_string(i + 1) + ". " + describe(r.best[i]) + "\n   " + set_flags(r.best[i]) + "\n";
+    for (const auto& other : r.best[i].equivalents) {
+      out += "   same figures (settings with no predicted effect): " + set_flags(other) + "\n";
+    }
   }
-  out += "(estimates: roofline kernels and link-bandwidth copies scheduled over the stream protocol; see docs/memory-and-time.md)\n";
+  out += "(" + std::string(kRanking) + ".\n estimates: " + r.cost_source +
+         ", copies at the link's bandwidth, scheduled over the stream protocol; see docs/memory-and-time.md)\n";
   return out;
 }
 
@@ -101,6 +121,7 @@ int run_plan(const PlanArgs& args) {
   PlanSearchOptions options;
   if (!args.gpu.empty()) options.gpu = args.gpu;
   if (args.budget_gib > 0) options.budget_gib = args.budget_gib;
+  if (args.host_budget_gib >= 0) options.host_budget_gib = args.host_budget_gib;
   options.top = args.top;
   const PlanSource source = read_plan_source(args.plan, load);
   if (auto status = report_engine_not_modelled(source, args.format, "")) return *status;
@@ -120,7 +141,12 @@ int run_plan(const PlanArgs& args) {
                         {"budget_bytes", result.budget_bytes}, {"input", to_json(result.input)},
                         {"explored", result.explored}, {"over_budget", result.over_budget},
                         {"failed_verification", result.failed_verification},
-                        {"explored_chunked_loss", result.explored_chunked_loss}, {"best", nlohmann::json::array()}};
+                        {"explored_chunked_loss", result.explored_chunked_loss}, {"equivalent", result.equivalent},
+                        {"ranking", kRanking}, {"costs", result.cost_source}, {"best", nlohmann::json::array()}};
+    if (result.host_budget_bytes) {
+      j["host_budget_bytes"] = *result.host_budget_bytes;
+      j["over_host_budget"] = result.over_host_budget;
+    }
     for (const PlanCandidate& c : result.best) j["best"].push_back(to_json(c));
     if (result.smallest) j["smallest"] = to_json(*result.smallest);
     emit(json_text(j, 2) + "\n", args.output);
@@ -148,6 +174,9 @@ Command register_plan_command(CLI::App& app) {
   cmd->add_option("--gpu", args->gpu, "device name (devices/NAME.yaml, aliases such as H100) or spec file");
   cmd->add_option("--budget-gib", args->budget_gib, "device memory budget in GiB (default: the device's capacity)")
       ->check(CLI::Range(0.001, 1e6));
+  cmd->add_option("--host-budget-gib", args->host_budget_gib,
+                  "pinned host memory the offload slots may take, in GiB (default: no limit; e.g. the machine's free memory)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--top", args->top, "how many candidates to print")->check(CLI::Range(1, 100));
   cmd->add_option("--format", args->format, "text or json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("-o,--output", args->output, "write the report to FILE instead of stdout");

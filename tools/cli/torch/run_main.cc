@@ -21,6 +21,7 @@
 #include "runtime/token_data.h"
 #include "runtime/trainer.h"
 #include "runtime/training_checkpoint.h"
+#include "sim/cost/host_memory.h"
 #include "sim/inputs/input_error.h"
 #include "sim/verify/json_text.h"
 #include "sim/inputs/model_structure.h"
@@ -240,6 +241,20 @@ int run_run(const RunArgs& args) {
     if (args.resume) {
       if (const auto checkpoint = latest_checkpoint(args.checkpoint_dir)) {
         validate_checkpoint(*checkpoint, plan, world_size, /*read_rank_files=*/true);
+      }
+    }
+    // Pinned host slots for offloaded checkpoints: every local rank allocates its own, so the plan's
+    // predicted host peak times the ranks must fit in what the machine has free, or the run would
+    // die in cudaHostAlloc (or by the OOM killer) mid-step. --force skips the check.
+    if (device == "cuda" && plan.activation_offloading && !args.force) {
+      const std::optional<PlanCost> cost = predict_cost(plan, build_model_structure(plan));
+      const std::optional<int64_t> available = read_mem_available();
+      if (cost && available) {
+        const std::string shortfall = pinned_host_shortfall(cost->peak_host_bytes, world_size, *available);
+        if (!shortfall.empty()) {
+          throw InputError(args.plan + ": key activation_offloading", shortfall +
+                                          "; `hookstream plan --host-budget-gib N` finds plans that fit, --force runs it anyway");
+        }
       }
     }
     LaunchOptions launch;
