@@ -29,7 +29,8 @@ def host_used_bytes():
 def search(args, base, row):
     """The fastest candidate of `hookstream plan` for this length (its --set flags), or None (row says why)."""
     plan = subprocess.run([args.hookstream, "plan", args.plan, *base, "--gpu", args.gpu,
-                           "--budget-gib", str(args.budget_gib), "--top", "20", "--format", "json"],
+                           "--budget-gib", str(args.budget_gib), "--host-budget-gib", str(args.host_gib),
+                           "--top", "20", "--format", "json"],
                           capture_output=True, text=True)
     try:
         found = json.loads(plan.stdout)
@@ -37,11 +38,10 @@ def search(args, base, row):
         row.update(status="plan failed", error=(plan.stderr or plan.stdout)[-400:])
         return None
     # The workload is one sequence of N tokens per step: candidates that change the micro-batch
-    # size train another workload (and win on tokens/s); candidates whose pinned host memory
-    # would not fit --host-gib are refused before the run, not by the kernel's OOM killer.
+    # size train another workload (and win on tokens/s). Candidates whose pinned host memory would
+    # not fit --host-gib were dropped by the plan search itself (--host-budget-gib).
     usable = [c for c in found.get("best", [])
-              if not any(ch["key"] == "micro_batch_size" for ch in c["changes"])
-              and c["host_bytes"] <= args.host_gib * 2**30]
+              if not any(ch["key"] == "micro_batch_size" for ch in c["changes"])]
     if not usable:
         row.update(status="no plan fits", smallest=found.get("smallest"), candidates=found.get("best"))
         return None

@@ -210,6 +210,10 @@ int main(int argc, char** argv) {
       p.offload_protocol = "double_buffer_events";
     });
     add("chunked cross-entropy (8)", [&](Plan& p) { p.chunked_cross_entropy = true; });
+    add("chunked cross-entropy (8), lm_head per chunk", [&](Plan& p) {
+      p.chunked_cross_entropy = true;
+      p.chunked_loss_recomputes_lm_head = true;
+    });
     add("offload double_buffer_events, reload OOM injected", [&](Plan& p) {
       p.gradient_checkpointing = true;
       p.activation_offloading = true;

@@ -118,9 +118,12 @@ struct ChunkLossCall : torch::CustomClassHolder {
   c10::ScalarType loss_dtype = c10::kFloat;
 };
 
+// `weight` undefined: `hidden` already holds the chunk's logits (axolotl's chunked_cross_entropy,
+// the full bf16 logits written by one lm_head GEMM; only the upcast and the cross-entropy are
+// recomputed in backward, as axolotl's compiled chunk function saves only its bf16 input).
 at::Tensor chunk_loss_sum(const at::Tensor& hidden, const at::Tensor& weight, const ChunkLossCall& call) {
   // transformers' ForCausalLMLoss upcasts the logits to float32 before the cross-entropy.
-  const at::Tensor logits = at::linear(hidden, weight).to(call.loss_dtype);
+  const at::Tensor logits = (weight.defined() ? at::linear(hidden, weight) : hidden).to(call.loss_dtype);
   return at::cross_entropy_loss(logits, call.labels, /*weight=*/{}, at::Reduction::Sum, kIgnoreIndex) / call.denominator;
 }
 
@@ -157,6 +160,30 @@ struct ChunkLossFunction : torch::autograd::Function<ChunkLossFunction> {
       if (weight.requires_grad()) weight_grad = grads[next++];
     }
     return {hidden_grad, weight_grad, at::Tensor()};
+  }
+};
+
+// axolotl's chunk (hookstream.chunked_loss: logits): the input is a slice of the full logits, so
+// only the upcast and the cross-entropy are recomputed in backward. A Function of its own: LibTorch's
+// custom Functions take no undefined tensor inputs (VariableInfo needs a device).
+struct LogitsChunkLossFunction : torch::autograd::Function<LogitsChunkLossFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, c10::intrusive_ptr<ChunkLossCall> call) {
+    ctx->saved_data["call"] = c10::IValue::make_capsule(call);
+    ctx->save_for_backward({logits});
+    torch::NoGradGuard no_grad;
+    return chunk_loss_sum(logits, at::Tensor(), *call);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    if (!ctx->needs_input_grad(0)) return {at::Tensor(), at::Tensor()};
+    auto call = c10::static_intrusive_pointer_cast<ChunkLossCall>(ctx->saved_data["call"].toCapsule());
+    at::Tensor logits = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor loss;
+    {
+      torch::AutoGradMode enable_grad(true);
+      loss = chunk_loss_sum(logits, at::Tensor(), *call);
+    }
+    return {torch::autograd::grad({loss}, {logits}, {grad_outputs[0]}, false, false, true)[0], at::Tensor()};
   }
 };
 
@@ -459,15 +486,21 @@ struct TrainModel::Impl {
     // unchunked mean gives).
     const at::Tensor valid = flat_labels.ne(kIgnoreIndex).sum();
     const int64_t chunks = std::max(1, plan.chunked_cross_entropy_num_chunks);
-    const auto hidden_chunks = flat_hidden.chunk(chunks, 0);
+    // hookstream.chunked_loss: recompute_lm_head chunks the hidden states and runs the lm_head per
+    // chunk; axolotl's chunked_cross_entropy (the default) chunks the full logits of one lm_head
+    // GEMM (axolotl/monkeypatch/loss/chunked.py: `logits.chunk(num_output_chunks, dim=1)`).
+    const bool per_chunk_head = plan.loss_recomputes_lm_head();
+    const at::Tensor chunked = per_chunk_head ? flat_hidden : at::linear(flat_hidden, weight);
+    const auto input_chunks = chunked.chunk(chunks, 0);
     const auto label_chunks = flat_labels.chunk(chunks, 0);
     at::Tensor total;
-    for (size_t c = 0; c < hidden_chunks.size(); ++c) {
+    for (size_t c = 0; c < input_chunks.size(); ++c) {
       auto call = c10::make_intrusive<ChunkLossCall>();
       call->labels = label_chunks[c];
       call->denominator = valid;
       call->loss_dtype = loss_dtype;
-      const at::Tensor part = ChunkLossFunction::apply(hidden_chunks[c], weight, call);
+      const at::Tensor part = per_chunk_head ? ChunkLossFunction::apply(input_chunks[c], weight, call)
+                                             : LogitsChunkLossFunction::apply(input_chunks[c], call);
       total = total.defined() ? total + part : part;
     }
     return total;

@@ -48,6 +48,12 @@ class Ledger {
 struct LayerActivations {
   std::vector<int64_t> saved_attention;  // elements per token, model dtype
   int64_t saved_attention_fp32 = 0;      // SDPA's logsumexp: one fp32 per head and token
+  // RMSNorm inputs, saved as their float32 upcast: transformers' LlamaRMSNorm (and every copy of it:
+  // Qwen, Mistral, ...) runs `hidden_states.to(torch.float32)`, then `pow(2)` and the multiply by
+  // rsqrt, which both save that fp32 tensor; the bf16 input itself is saved by nothing. Elements per
+  // token of the input, upcast (4 bytes) when the model dtype is narrower. LayerNorm (a norm with a
+  // bias) saves its input in the model dtype instead (native_layer_norm), in saved_attention.
+  int64_t saved_norm_inputs_fp32 = 0;
   // attn_implementation "eager" (transformers' eager_attention_forward): softmax(QK^T) runs in fp32
   // (saved by softmax's backward) and is cast to the model dtype (saved by the PV matmul): a row
   // of S scores per head and token in each. 0 for sdpa/flash/flex.
@@ -56,7 +62,18 @@ struct LayerActivations {
   std::vector<int64_t> saved_mlp;        // untiled MLP
   std::vector<int64_t> saved_tiled_mlp;  // tiled MLP: only its input is saved
   std::vector<int64_t> lora;             // LoRA A outputs (r per targeted projection)
-  std::vector<int64_t> backward_temporaries;       // gradients alive while one layer runs backward
+  // What one layer's backward allocates on top of its saved tensors, by phase (elements per token).
+  // MLP phase, with every saved tensor still alive: dL/dh flowing in, and two intermediate-size
+  // gradients (d(act*up), then d(gate) and d(up)). Measured on an H100 (tools/measure_layer_memory.py,
+  // 2026-11-27, Llama-3.1-8B LoRA layer, 8K-128K): 57,362 B/token above the live tensors, checkpointed
+  // or not = 2 x 14,336 bf16 elements.
+  std::vector<int64_t> mlp_backward_temporaries;
+  // Attention phase, once the MLP's saved tensors are freed: dL/dh, the attention output's grad,
+  // dq/dk/dv, and SDPA's own float32 buffers (model dtype elements here; the fp32 part below).
+  std::vector<int64_t> attention_backward_temporaries;
+  // cuDNN/flash SDPA backward: a float32 dq accumulator and a second q-sized float32 buffer plus one
+  // float32 per head and token; measured 32,896 B/token for 32 heads of 128 = 2 x 4096 x 4 + 32 x 4.
+  int64_t attention_backward_fp32 = 0;
   std::vector<int64_t> mlp_chunk_intermediates;    // gate, up, act(gate), act*up of one token
 };
 
@@ -71,7 +88,13 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
   LayerActivations a;
   // input_layernorm input and output (the output feeds q/k/v), q/k/v after RoPE and the attention
   // output (saved by SDPA; the same tensor is o_proj's input), post_attention_layernorm input.
-  a.saved_attention = {h, h, q, kv, kv, q, h};
+  // RMSNorm inputs (no bias) go to saved_norm_inputs_fp32 as upcast copies; so do the per-head
+  // q_norm / k_norm inputs (Qwen3, OLMo 2), which RMSNorm the q and k projections before RoPE.
+  const bool rms = layer == nullptr || (layer->input_norm_bias < 0 && layer->post_attention_norm_bias < 0);
+  a.saved_attention = rms ? std::vector<int64_t>{h, q, kv, kv, q} : std::vector<int64_t>{h, h, q, kv, kv, q, h};
+  if (rms) a.saved_norm_inputs_fp32 = 2 * h;
+  if (layer != nullptr && layer->q_norm >= 0) a.saved_norm_inputs_fp32 += q;
+  if (layer != nullptr && layer->k_norm >= 0) a.saved_norm_inputs_fp32 += kv;
   a.saved_attention_fp32 = plan.eager_attention() ? 0 : model.num_attention_heads;
   if (plan.eager_attention()) {
     a.saved_scores_fp32 = int64_t(model.num_attention_heads) * row_length;
@@ -89,7 +112,9 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
     }
   }
   // dL/dhidden in and out, dq/dk/dv, and two intermediate-size gradients in the MLP.
-  a.backward_temporaries = {h, h, q, kv, kv};
+  a.mlp_backward_temporaries = {h, inter, inter};
+  a.attention_backward_temporaries = {h, h, q, kv, kv};
+  a.attention_backward_fp32 = plan.eager_attention() ? a.saved_scores_fp32 : 2 * q + model.num_attention_heads;
   a.mlp_chunk_intermediates = {inter, inter, inter, inter};
   return a;
 }
@@ -153,6 +178,10 @@ int64_t stored_weight_bytes(const Parameter& p, const Plan& plan) {
 // torch.compile'd function, whose backward recomputes the softmax from the bf16 chunk: one chunk's
 // fp32 upcast and log-softmax exist at a time, and the loss keeps one fp32 value per token (the
 // per-token loss / log-sum-exp the compiled graph saves).
+// hookstream.chunked_loss: recompute_lm_head (runtime/train_model.cc, ChunkLossFunction): the
+// lm_head runs per chunk with no grad in forward and again, with grad, in backward; only one
+// chunk's bf16 logits, their fp32 upcast and log-softmax exist at a time, and no per-token value
+// is kept between forward and backward (the chunk's hidden states are views of the head inputs).
 int64_t logits_and_loss_bytes(const Plan& plan, int64_t tokens, int64_t dtype, const Ledger& ledger) {
   const int64_t vocab = plan.model.vocab_size;
   const int64_t bf16_logits = ledger.device(vocab * tokens * dtype);
@@ -160,7 +189,9 @@ int64_t logits_and_loss_bytes(const Plan& plan, int64_t tokens, int64_t dtype, c
   const int64_t chunks = std::max(1, plan.chunked_cross_entropy_num_chunks);
   // torch.chunk: ceil(tokens / chunks) per chunk (sequence dim; micro_batch rows share it).
   const int64_t chunk_tokens = (tokens + chunks - 1) / chunks;
-  return bf16_logits + 2 * ledger.device(vocab * chunk_tokens * 4) + ledger.device(tokens * 4);
+  const int64_t one_chunk = 2 * ledger.device(vocab * chunk_tokens * 4);
+  if (plan.loss_recomputes_lm_head()) return ledger.device(vocab * chunk_tokens * dtype) + one_chunk;
+  return bf16_logits + one_chunk + ledger.device(tokens * 4);
 }
 
 // "layer 12 mlp backward chunk 3 of 8" -> "mlp backward"; the names come from
@@ -347,9 +378,26 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   for (int i = 0; i < layers; ++i) {
     const LayerActivations a = layer_activations(plan.model, plan, &structure.layers[i], longest);
     full[i] = sum_tensors(a.saved_attention, shape.dtype) + sum_tensors({a.saved_attention_fp32}, 4) +
+              sum_tensors({a.saved_norm_inputs_fp32}, std::max<int64_t>(4, shape.dtype)) +
               sum_tensors({a.saved_scores}, shape.dtype) + sum_tensors({a.saved_scores_fp32}, 4) +
               sum_tensors(tiled ? a.saved_tiled_mlp : a.saved_mlp, shape.dtype) + sum_tensors(a.lora, shape.dtype);
-    transient[i] = sum_tensors(a.backward_temporaries, shape.dtype);
+    // The larger of the two phases of the layer's backward, as bytes above its full saved set. A
+    // tiled MLP's backward works on one shard of tokens at a time (its intermediates are chunk[i]).
+    const int64_t attention_saved = sum_tensors(a.saved_attention, shape.dtype) + sum_tensors({a.saved_attention_fp32}, 4) +
+                                    sum_tensors({a.saved_norm_inputs_fp32}, std::max<int64_t>(4, shape.dtype)) +
+                                    sum_tensors({a.saved_scores}, shape.dtype) + sum_tensors({a.saved_scores_fp32}, 4);
+    const int64_t attention_phase = attention_saved + sum_tensors(a.attention_backward_temporaries, shape.dtype) +
+                                    sum_tensors({a.attention_backward_fp32}, 4);
+    int64_t mlp_phase = 0;
+    if (tiled) {
+      mlp_phase = ledger.device(a.mlp_backward_temporaries[0] * shape.tokens * shape.dtype);
+      for (size_t t = 1; t < a.mlp_backward_temporaries.size(); ++t) {
+        mlp_phase += ledger.device(a.mlp_backward_temporaries[t] * chunk_tokens * shape.dtype);
+      }
+    } else {
+      mlp_phase = sum_tensors(a.mlp_backward_temporaries, shape.dtype);
+    }
+    transient[i] = std::max<int64_t>(mlp_phase, attention_phase - full[i]);
     if (tiled) {
       for (int64_t e : a.mlp_chunk_intermediates) chunk[i] += ledger.device(e * chunk_tokens * shape.dtype);
     }

@@ -51,14 +51,17 @@ class KernelCosts {
       return chunks_ * (gemm(chunk_tokens, vocab, h_, GemmForm::InputGrad) +
                         (head_trainable ? gemm(chunk_tokens, vocab, h_, GemmForm::WeightGrad) : 0));
     }
-    // The float32 upcast + cross-entropy of one chunk's logits. `hookstream run`'s chunked loss
-    // (runtime/train_model.cc, ChunkLossFunction) keeps no logits: its backward recomputes the
-    // chunk's lm_head GEMM and loss forward before the loss backward.
+    // The float32 upcast + cross-entropy of one chunk's logits. A chunked loss recomputes the
+    // chunk's softmax in backward (axolotl's compiled chunk function saves only its bf16 input;
+    // `hookstream run`'s ChunkLossFunction saves nothing), and with hookstream.chunked_loss:
+    // recompute_lm_head also the chunk's lm_head GEMM, since the full logits are never kept.
     if (starts_with(name, "loss forward")) return profile_.elementwise_ns("cross_entropy", logits_per_chunk, false);
     if (starts_with(name, "loss backward")) {
-      const double recompute = chunks_ > 1 ? gemm(chunk_tokens, vocab, h_, GemmForm::Forward) +
-                                                 profile_.elementwise_ns("cross_entropy", logits_per_chunk, false)
-                                           : 0;
+      const double recompute =
+          plan_.chunked_cross_entropy
+              ? (plan_.loss_recomputes_lm_head() ? gemm(chunk_tokens, vocab, h_, GemmForm::Forward) : 0) +
+                    profile_.elementwise_ns("cross_entropy", logits_per_chunk, false)
+              : 0;
       return recompute + profile_.elementwise_ns("cross_entropy", logits_per_chunk, true);
     }
     if (name == "optimizer step") {

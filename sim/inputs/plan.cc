@@ -74,7 +74,7 @@ const std::vector<std::string>& hookstream_keys() {
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
       "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
       "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version",
-      "optimize_ddp", "compiled_autograd", "transformers_version"};
+      "optimize_ddp", "compiled_autograd", "transformers_version", "chunked_loss"};
   return keys;
 }
 
@@ -683,6 +683,14 @@ class Converter {
     else if (key == "tiled_mlp_weights_as_inputs") plan_.tiled_mlp_weights_as_inputs = read_bool(origin_, value, path);
     else if (key == "tiled_mlp_ds_grad_is_ready") plan_.tiled_mlp_ds_grad_is_ready = read_bool(origin_, value, path);
     else if (key == "z3_leaf_mlp") plan_.z3_leaf_mlp = read_bool(origin_, value, path);
+    else if (key == "chunked_loss") {
+      const std::string text = read_string(origin_, value, path);
+      if (text != "logits" && text != "recompute_lm_head") {
+        throw InputError(origin_.at(value, path) + ": key \"" + path + "\"",
+                         "expected logits (axolotl's chunked_cross_entropy) or recompute_lm_head, got \"" + text + "\"");
+      }
+      plan_.chunked_loss_recomputes_lm_head = text == "recompute_lm_head";
+    }
     else if (key == "enable_input_require_grads") plan_.enable_input_require_grads = read_bool(origin_, value, path);
     else if (key == "train_vision_tower") plan_.train_vision_tower = read_bool(origin_, value, path);
     else if (key == "vision_inputs") plan_.vision_inputs = read_bool(origin_, value, path);
@@ -1458,6 +1466,7 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.tiled_mlp_weights_as_inputs) emit(out, "tiled_mlp_weights_as_inputs", true);
   if (plan.tiled_mlp_ds_grad_is_ready) emit(out, "tiled_mlp_ds_grad_is_ready", *plan.tiled_mlp_ds_grad_is_ready);
   if (plan.z3_leaf_mlp) emit(out, "z3_leaf_mlp", true);
+  if (plan.chunked_loss_recomputes_lm_head) emit(out, "chunked_loss", std::string("recompute_lm_head"));
   if (plan.enable_input_require_grads) emit(out, "enable_input_require_grads", *plan.enable_input_require_grads);
   if (plan.train_vision_tower) emit(out, "train_vision_tower", *plan.train_vision_tower);
   if (plan.vision_inputs != defaults.vision_inputs) emit(out, "vision_inputs", plan.vision_inputs);

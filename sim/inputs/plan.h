@@ -113,6 +113,14 @@ struct Plan {
   std::string rl;
   bool chunked_cross_entropy = false;
   int chunked_cross_entropy_num_chunks = 8;
+  // hookstream.chunked_loss: which chunked loss runs. "logits" (default): axolotl's
+  // chunked_cross_entropy, the lm_head writes the full bf16 logits and the fp32 upcast +
+  // cross-entropy run one chunk at a time. "recompute_lm_head": the lm_head itself runs per chunk
+  // and is recomputed in backward (`hookstream run`'s ChunkLossFunction, torchtune-style custom
+  // code): the full logits never exist, at the cost of a second lm_head GEMM in backward.
+  bool chunked_loss_recomputes_lm_head = false;
+  // The key only applies to a chunked loss (without chunked_cross_entropy there is one chunk).
+  bool loss_recomputes_lm_head() const { return chunked_cross_entropy && chunked_loss_recomputes_lm_head; }
 
   // axolotl's trust_remote_code: with an auto_map in config.json, transformers builds the model
   // from the repository's own modelling code (per-expert MoE modules, sim/inputs/architectures/

@@ -288,6 +288,9 @@ class StepExpander {
       head.loss_chunks = std::max(1, plan_.chunked_cross_entropy_num_chunks);
       head.loss_forward_bytes = static_cast<int64_t>(logits * 2 * element);
       head.loss_backward_bytes = static_cast<int64_t>(logits * 4 * element);
+      // hookstream.chunked_loss: recompute_lm_head (runtime/train_model.cc, ChunkLossFunction):
+      // no logits are kept, so backward first runs each chunk's lm_head GEMM again.
+      if (plan_.loss_recomputes_lm_head()) head.lm_head_backward_flops += head.lm_head_flops;
     }
     cost_vision(head, sequence);
     const OptimizerStates optimizer = optimizer_states(plan_.optimizer);

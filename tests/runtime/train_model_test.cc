@@ -138,6 +138,7 @@ TEST_CASE("train model: checkpointing, offload protocols, tiled MLP and chunked 
                                "hookstream: {tiled_mlp_backward: function_returns_grads, tiled_mlp_weights_as_inputs: true}\n");
     variants.push_back(tiled + "gradient_checkpointing: true\nactivation_offloading: true\n");
     variants.push_back("chunked_cross_entropy: true\nchunked_cross_entropy_num_chunks: 3\n");
+    variants.push_back("chunked_cross_entropy: true\nchunked_cross_entropy_num_chunks: 3\nhookstream:\n  chunked_loss: recompute_lm_head\n");
     variants.push_back("chunked_cross_entropy: true\ngradient_checkpointing: true\nactivation_offloading: true\n");
     for (const std::string& variant : variants) {
       require_same(plain, run(make_plan(c.file, c.adapter + variant)), c.file + " " + c.adapter + "\n" + variant);

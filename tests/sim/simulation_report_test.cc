@@ -131,6 +131,13 @@ TEST_CASE("chunked cross-entropy: one chunk's fp32 tensors, the full bf16 logits
   CHECK(logits(chunked) == device_allocation_bytes(vocab * t * 2) + 2 * device_allocation_bytes(vocab * (t / 8) * 4) +
                                device_allocation_bytes(t * 4));
   CHECK(logits(sixteen) < logits(chunked));
+  // hookstream.chunked_loss: recompute_lm_head: the full logits never exist, one chunk's do.
+  const Plan per_chunk = plan_from(base + "chunked_cross_entropy: true\nhookstream:\n  chunked_loss: recompute_lm_head\n");
+  CHECK(logits(per_chunk) == device_allocation_bytes(vocab * (t / 8) * 2) + 2 * device_allocation_bytes(vocab * (t / 8) * 4));
+  // Without chunking the key has nothing to change.
+  CHECK(logits(plan_from(base + "hookstream:\n  chunked_loss: recompute_lm_head\n")) == logits(stock));
+  CHECK_THROWS_WITH(plan_from(base + "chunked_cross_entropy: true\nhookstream:\n  chunked_loss: fused\n"),
+                    Catch::Contains("hookstream.chunked_loss") && Catch::Contains("recompute_lm_head"));
 
   const ModelStructure structure = build_model_structure(chunked);
   const EventModel step = expand_step(chunked, structure, load_stream_protocol("none"));
