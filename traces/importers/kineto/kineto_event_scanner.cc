@@ -1,5 +1,10 @@
 #include "traces/importers/kineto/kineto_event_scanner.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
@@ -393,30 +398,29 @@ class Stage1Walk {
   Stage1Walk(const std::string& path, const char* bytes, const uint32_t* tokens, uint32_t count, bool has_backslash)
       : path_(path), bytes_(bytes), tokens_(tokens), count_(count), has_backslash_(has_backslash) {}
 
-  // The array '[' elements ']' of tokens [0, count): true when all of it is valid JSON and its
-  // events went to the sink (then the sink's events are the strict scanner's); false: the caller
-  // discards the sink.
+  // Elements of the event array, each followed by ',' (tokens [0, count)): true when all of it
+  // is valid JSON and its events went to the sink (then the sink's events are the strict
+  // scanner's); false: the caller discards the sink.
   bool events(KinetoEventSink& sink, KinetoEvent& e) {
-    if (count_ < 2 || at(0) != '[') return false;
-    uint32_t i = 1;
-    if (at(i) == ']') return i + 1 == count_;
-    for (;;) {
+    uint32_t i = 0;
+    while (i < count_) {
       if (at(i) == '{') {
         if (!event(i, sink, e)) return false;
       } else if (!skip_value(i)) {
         return false;
       }
-      const char c = at(i);
+      if (at(i) != ',') return false;
       ++i;
-      if (c == ']') return i == count_;
-      if (c != ',') return false;
     }
+    return count_ > 0;
   }
 
  private:
   static constexpr size_t kMaxDepth = 1024;  // deeper: the strict scanner's business
 
-  char at(uint32_t i) const { return bytes_[tokens_[i]]; }
+  // The first byte of token i; NUL (no token starts so) past the last token, so the walk never
+  // reads past the chunk.
+  char at(uint32_t i) const { return i < count_ ? bytes_[tokens_[i]] : '\0'; }
 
   static bool is_blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
   // What may follow a scalar: whitespace, or a byte that starts a token of its own (the walk
@@ -701,43 +705,72 @@ struct Stage1Parser {
   }
 };
 
-// `bytes` is one spare byte, then a middle chunk: elements of the event array, each followed by
-// ',' (the strict scanner's proof that the chunk ends at a cut). True when the chunk, as the
-// array '[' elements ']', is valid JSON and its events went to the sink; false (the sink then
-// holds a partial result to discard, `bytes` as it was) leaves the chunk to the strict scanner.
-bool parse_middle_chunk_fast(const std::string& path, ChunkBytes& bytes, Stage1Parser& parser, KinetoEventSink& sink,
-                             KinetoEvent& e) {
-  size_t comma = bytes.size();
-  while (comma > 1 && is_blank(bytes[comma - 1])) --comma;
-  if (comma <= 1 || bytes[--comma] != ',') return false;
-  const size_t size = bytes.size();
-  const size_t length = comma + 1;
+// `text` is a middle chunk: elements of the event array, each followed by ',' (the strict scanner's
+// proof that the chunk ends at a cut), then blanks. True when it is valid JSON and its events went
+// to the sink; false (the sink then holds a partial result to discard) leaves the chunk to the
+// strict scanner. Nothing is written to `text` (it may be the file's read-only mapping), and
+// nothing past its last ',' is read: stage 1 copies the last partial block of 64 bytes to a
+// padded buffer of its own, and the walk stops at the last token.
+bool parse_middle_chunk_fast(const std::string& path, std::string_view text, Stage1Parser& parser,
+                             KinetoEventSink& sink, KinetoEvent& e) {
+  size_t length = text.size();
+  while (length > 0 && is_blank(text[length - 1])) --length;
+  if (length == 0 || text[length - 1] != ',') return false;
   if (length > std::numeric_limits<uint32_t>::max() / 2 || !parser.ready(length)) return false;
-  // simdjson reads up to SIMDJSON_PADDING bytes past the document: blanks here (those after the
-  // last ',' are blanks already). The walk meets the blank after the last token as a token it
-  // rejects, so it never runs past.
-  bytes.reserve(length + simdjson::SIMDJSON_PADDING);
-  std::memset(bytes.data() + size, ' ', length + simdjson::SIMDJSON_PADDING - std::min(size, length + simdjson::SIMDJSON_PADDING));
-  bytes[0] = '[';
-  bytes[comma] = ']';
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  bool parsed = parser.impl->stage1(data, length, simdjson::stage1_mode::regular) == simdjson::SUCCESS;
-  if (parsed) {
-    const bool has_backslash = std::memchr(bytes.data(), '\\', length) != nullptr;
-    Stage1Walk walk(path, bytes.data(), parser.impl->structural_indexes.get(), parser.impl->n_structural_indexes,
-                    has_backslash);
-    parsed = walk.events(sink, e);
-  }
-  bytes[0] = ' ';
-  bytes[comma] = ',';
-  return parsed;
+  const auto* data = reinterpret_cast<const uint8_t*>(text.data());
+  if (parser.impl->stage1(data, length, simdjson::stage1_mode::regular) != simdjson::SUCCESS) return false;
+  const bool has_backslash = std::memchr(text.data(), '\\', length) != nullptr;
+  Stage1Walk walk(path, text.data(), parser.impl->structural_indexes.get(), parser.impl->n_structural_indexes,
+                  has_backslash);
+  return walk.events(sink, e);
 }
 
 #endif  // HOOKSTREAM_WITH_SIMDJSON
 
+// A plain (not gzip) trace file mapped read-only, so its chunks are parsed where the page cache
+// holds them instead of being copied by read(). Empty (false) for a gzip file, an empty one, or
+// one that cannot be mapped (a pipe): those are read.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    unsigned char magic[2] = {0, 0};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 2 && ::pread(fd, magic, 2, 0) == 2 &&
+        !(magic[0] == 0x1f && magic[1] == 0x8b)) {
+      void* data = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+      if (data != MAP_FAILED) {
+        data_ = static_cast<const char*>(data);
+        size_ = static_cast<size_t>(st.st_size);
+      }
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  explicit operator bool() const { return data_ != nullptr; }
+  std::string_view view() const { return std::string_view(data_, size_); }
+  // The pages wholly inside `part` are dropped from this process (they stay in the page cache):
+  // a parsed chunk's bytes do not count in the process's memory.
+  void release(std::string_view part) const {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto first = (reinterpret_cast<uintptr_t>(part.data()) + page - 1) / page * page;
+    const auto last = (reinterpret_cast<uintptr_t>(part.data()) + part.size()) / page * page;
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 struct ChunkJob {
-  // One spare byte (a blank, where the fast path puts the '[' of the array it parses), then the
-  // chunk's bytes.
+  std::string_view text;  // the chunk's bytes: in `bytes`, or in the file's mapping
+  // Read or inflated chunks: one spare byte, then the chunk's bytes.
   ChunkBytes bytes;
   uint64_t start = 0;
   Span span = Span::Whole;
@@ -751,7 +784,7 @@ struct ChunkJob {
 class ParallelScan {
  public:
   ParallelScan(const std::string& path, const KinetoSinkFactory& make_sink, KinetoParallelScan& options)
-      : path_(path), make_sink_(make_sink), options_(options),
+      : path_(path), mapped_(path), make_sink_(make_sink), options_(options),
         chunk_bytes_(std::max<size_t>(options.chunk_bytes, 1)), threads_(std::max(1, options.threads)),
         fast_path_(options.fast_path) {}
 
@@ -781,6 +814,7 @@ class ParallelScan {
   // Reads the file into chunks cut between elements and hands them to the workers; false when no
   // cut is found in 8 chunks' worth of bytes (no newlines between events) or a worker failed.
   bool produce(std::string& why) {
+    if (mapped_) return produce_mapped(why);
     // No inflate thread: the workers parse on the other cores while this thread inflates (or
     // reads) straight into the chunk buffers.
     GzipReader reader(path_, GzipReader::kDefaultBlockBytes, InflateEngine::Fastest, /*inflate_thread=*/false);
@@ -818,7 +852,7 @@ class ParallelScan {
         ChunkBytes rest = spare();
         rest.append(data.data() + cut, data.size() - cut);
         data.resize(cut);
-        if (!emit(std::move(data), start, /*last=*/false)) {
+        if (!emit(std::move(data), {}, start, /*last=*/false)) {
           why = failure_;
           return false;
         }
@@ -832,8 +866,43 @@ class ParallelScan {
         return false;
       }
     }
-    emit(std::move(data), start, /*last=*/true);
+    emit(std::move(data), {}, start, /*last=*/true);
     return true;
+  }
+
+  // produce() for a mapped file: the same cuts, found in the mapping, the chunks left where they are.
+  bool produce_mapped(std::string& why) {
+    const std::string_view all = mapped_.view();
+    constexpr size_t kBlock = GzipReader::kDefaultBlockBytes;
+    const size_t first = all.find_first_not_of(" \t\r\n\xEF\xBB\xBF");
+    size_t resume = 0;  // where to look for the next cut
+    if (first == std::string::npos || all[first] == '{') {
+      // The first cut comes after the "traceEvents" key (see produce()); without one, one chunk.
+      resume = first == std::string::npos ? std::string::npos : all.find("\"traceEvents\"");
+      if (resume == std::string::npos) return emit({}, all, 0, /*last=*/true);
+    }
+    size_t start = 0;
+    for (;;) {
+      const size_t from = std::max(resume, start + chunk_bytes_);
+      if (from >= all.size()) break;
+      // No cut within eight chunks' worth: the read path gives up there too.
+      const size_t window = std::min(all.size(), start + 8 * chunk_bytes_ + kBlock);
+      size_t unused;
+      const size_t cut = find_cut(all.substr(0, window), from, unused);
+      if (cut == std::string::npos) {
+        if (window == all.size()) break;
+        why = "no place to cut between events in " + std::to_string(window - start) + " bytes from byte " +
+              std::to_string(start);
+        return false;
+      }
+      if (!emit({}, all.substr(start, cut - start), start, /*last=*/false)) {
+        why = failure_;
+        return false;
+      }
+      start = cut;
+      resume = 0;
+    }
+    return emit({}, all.substr(start), start, /*last=*/true);
   }
 
   ChunkBytes spare() {
@@ -851,7 +920,8 @@ class ParallelScan {
     return bytes;
   }
 
-  bool emit(ChunkBytes&& bytes, uint64_t start, bool last) {
+  // A chunk: read into `bytes` (a spare byte, then the chunk), or `mapped` (bytes empty).
+  bool emit(ChunkBytes&& bytes, std::string_view mapped, uint64_t start, bool last) {
     std::unique_lock<std::mutex> lock(mutex_);
     const size_t index = jobs_.size();
     options_.chunks = static_cast<int>(index + 1);
@@ -864,6 +934,7 @@ class ParallelScan {
     if (failed_) return false;
     ChunkJob& job = jobs_.emplace_back();
     job.bytes = std::move(bytes);
+    job.text = job.bytes.size() > 0 ? job.bytes.view().substr(1) : mapped;
     job.start = start;
     job.span = index == 0 ? (last ? Span::Whole : Span::First) : (last ? Span::Last : Span::Middle);
     lock.unlock();
@@ -896,8 +967,9 @@ class ParallelScan {
           failed_ = true;
           failure_ = "chunk at byte " + std::to_string(job->start) + " did not parse on its own";
         }
-        spares_.push_back(std::move(job->bytes));
+        if (job->bytes.capacity() > 0) spares_.push_back(std::move(job->bytes));
         job->bytes = ChunkBytes();
+        if (mapped_) mapped_.release(job->text);
       }
       space_.notify_one();
       ready_.notify_all();
@@ -909,7 +981,7 @@ class ParallelScan {
     try {
       job.sink = make_sink_();
       KinetoEvent event;
-      if (!parse_middle_chunk_fast(path_, job.bytes, parser, *job.sink, event)) return false;  // parse() makes a new sink
+      if (!parse_middle_chunk_fast(path_, job.text, parser, *job.sink, event)) return false;  // parse() makes a new sink
     } catch (...) {
       job.failed = true;  // the sink's own failure: the single-threaded scan meets it again
       return true;
@@ -923,7 +995,7 @@ class ParallelScan {
   void parse(ChunkJob& job, bool rethrow) {
     try {
       job.sink = make_sink_();
-      ChunkSource source(path_, job.bytes.view().substr(1));
+      ChunkSource source(path_, job.text);
       KinetoScanner scanner(source, *job.sink, job.span, job.start);
       job.info = scanner.run();
       job.end = scanner.end();
@@ -989,6 +1061,7 @@ class ParallelScan {
   }
 
   const std::string& path_;
+  const MappedFile mapped_;  // a plain file's bytes; the chunks of a gzip file are inflated into buffers
   const KinetoSinkFactory& make_sink_;
   KinetoParallelScan& options_;
   const size_t chunk_bytes_;
