@@ -418,9 +418,10 @@ class Stage1Walk {
  private:
   static constexpr size_t kMaxDepth = 1024;  // deeper: the strict scanner's business
 
-  // The first byte of token i; NUL (no token starts so) past the last token, so the walk never
-  // reads past the chunk.
-  char at(uint32_t i) const { return i < count_ ? bytes_[tokens_[i]] : '\0'; }
+  // The first byte of token i. Past the last token (the chunk's last ','), stage 1's index says
+  // the chunk's end, where a blank lies (parse_middle_chunk_fast checks): no token starts so, and
+  // every step of the walk rejects it before it could read further.
+  char at(uint32_t i) const { return bytes_[tokens_[i]]; }
 
   static bool is_blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
   // What may follow a scalar: whitespace, or a byte that starts a token of its own (the walk
@@ -715,7 +716,8 @@ bool parse_middle_chunk_fast(const std::string& path, std::string_view text, Sta
                              KinetoEventSink& sink, KinetoEvent& e) {
   size_t length = text.size();
   while (length > 0 && is_blank(text[length - 1])) --length;
-  if (length == 0 || text[length - 1] != ',') return false;
+  // A cut follows a newline, so a blank follows the last ',': the walk's end mark (Stage1Walk::at).
+  if (length == 0 || length == text.size() || text[length - 1] != ',') return false;
   if (length > std::numeric_limits<uint32_t>::max() / 2 || !parser.ready(length)) return false;
   const auto* data = reinterpret_cast<const uint8_t*>(text.data());
   if (parser.impl->stage1(data, length, simdjson::stage1_mode::regular) != simdjson::SUCCESS) return false;
