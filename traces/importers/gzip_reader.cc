@@ -433,8 +433,8 @@ size_t GzipReader::read(char* out, size_t capacity) {
     if (done < capacity && plain_pending_ == 0 && !plain_eof_) {
       const ssize_t got = read_fully(fd_, out + done, capacity - done);
       if (got < 0) {
-        throw InputError(path_, "read error at byte " + std::to_string(handed_out_ + done) + " (" + std::strerror(errno) +
-                                    ")");
+        throw InputError(path_, "read error at byte " + std::to_string(handed_out_ + done) + " (" +
+                                    std::strerror(errno) + ")");
       }
       plain_eof_ = static_cast<size_t>(got) < capacity - done;
       done += static_cast<size_t>(got);

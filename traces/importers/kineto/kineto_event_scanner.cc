@@ -831,7 +831,9 @@ class ParallelScan {
     size_t key_from = 0;
     for (;;) {
       const size_t before = data.size();
-      if (before + kBlock > data.capacity()) data.reserve(std::max(before + kBlock, data.capacity() + data.capacity() / 2));
+      if (before + kBlock > data.capacity()) {
+        data.reserve(std::max(before + kBlock, data.capacity() + data.capacity() / 2));
+      }
       const size_t n = reader.read(data.data() + before, kBlock);
       data.resize(before + n);
       if (n == 0) break;
@@ -983,7 +985,8 @@ class ParallelScan {
     try {
       job.sink = make_sink_();
       KinetoEvent event;
-      if (!parse_middle_chunk_fast(path_, job.text, parser, *job.sink, event)) return false;  // parse() makes a new sink
+      // False: parse() makes a new sink for the strict scanner.
+      if (!parse_middle_chunk_fast(path_, job.text, parser, *job.sink, event)) return false;
     } catch (...) {
       job.failed = true;  // the sink's own failure: the single-threaded scan meets it again
       return true;
