@@ -145,13 +145,38 @@ class GzipReader::Inflater {
  public:
   // `whole_file`: the first read reached the end of the file. Such a file (alexnet's trace: 25 kB)
   // inflates on the calling thread, in less time than starting a thread takes.
-  Inflater(int fd, std::vector<unsigned char> first_input, size_t block_bytes, InflateEngine engine, bool whole_file)
+  // `threaded` false: no thread either; read() inflates into the caller's buffer.
+  Inflater(int fd, std::vector<unsigned char> first_input, size_t block_bytes, InflateEngine engine, bool whole_file,
+           bool threaded = true)
       : fd_(fd), input_(std::move(first_input)), decoder_(make_decoder(engine)),
-        blocks_(whole_file ? 1 : kRingBlocks), sizes_(blocks_.size(), 0), block_bytes_(block_bytes) {
+        blocks_(whole_file || !threaded ? 1 : kRingBlocks), sizes_(blocks_.size(), 0), block_bytes_(block_bytes) {
     in_len_ = input_.size();
     input_.resize(std::max(input_.size(), kCompressedChunkBytes));
     in_ = input_.data();
-    if (!whole_file) thread_ = std::thread([this] { run(); });
+    if (!whole_file && threaded) thread_ = std::thread([this] { run(); });
+  }
+
+  bool threaded() const { return thread_.joinable(); }
+
+  // Without a thread: inflates into out[0, capacity). An error is thrown on the call after the
+  // one that handed out the good bytes before it (`offset`: the bytes handed out before this call).
+  size_t read(unsigned char* out, size_t capacity, const std::string& path, uint64_t offset) {
+    if (finished_) {
+      if (!error_.empty()) {
+        throw InputError(path, "corrupt or truncated gzip data at decompressed byte " + std::to_string(offset) + " (" +
+                                   error_ + ")");
+      }
+      return 0;
+    }
+    bool end = false;
+    std::string error;
+    const size_t n = inflate_into(out, capacity, end, error);
+    if (end || !error.empty()) {
+      finished_ = true;
+      error_ = error;
+      if (n == 0) return read(out, capacity, path, offset);
+    }
+    return n;
   }
 
   ~Inflater() {
@@ -324,7 +349,8 @@ const char* GzipReader::engine_name(InflateEngine engine) {
   return engine_available(InflateEngine::Fastest) && engine == InflateEngine::Fastest ? "isa-l igzip" : "zlib";
 }
 
-GzipReader::GzipReader(const std::string& path, size_t block_bytes, InflateEngine engine) : path_(path) {
+GzipReader::GzipReader(const std::string& path, size_t block_bytes, InflateEngine engine, bool inflate_thread)
+    : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw InputError(path, std::string("cannot open (") + std::strerror(errno) + ")");
   plain_block_.resize(std::max<size_t>(block_bytes, 2));  // two bytes at least, to see the gzip magic
@@ -341,13 +367,13 @@ GzipReader::GzipReader(const std::string& path, size_t block_bytes, InflateEngin
     std::vector<char>().swap(plain_block_);
     try {
       inflater_ = std::make_unique<Inflater>(fd_, std::move(first), block_bytes, engine,
-                                             static_cast<size_t>(n) < plain_block_size);
+                                             static_cast<size_t>(n) < plain_block_size, inflate_thread);
     } catch (...) {
       ::close(fd_);
       throw;
     }
   } else {
-    plain_pending_ = static_cast<size_t>(n);
+    plain_pending_ = plain_sniffed_ = static_cast<size_t>(n);
     plain_eof_ = static_cast<size_t>(n) < plain_block_.size();
   }
 }
@@ -375,6 +401,47 @@ std::string_view GzipReader::next_block() {
   }
   handed_out_ += n;
   return std::string_view(plain_block_.data(), n);
+}
+
+size_t GzipReader::read(char* out, size_t capacity) {
+  size_t done = 0;
+  if (inflater_ && !inflater_->threaded()) {
+    done = inflater_->read(reinterpret_cast<unsigned char*>(out), capacity, path_, handed_out_);
+  } else if (inflater_) {
+    while (done < capacity) {
+      if (unread_.empty()) {
+        unread_ = next_block();  // counts the block as handed out: taken back, counted as copied
+        handed_out_ -= unread_.size();
+        if (unread_.empty()) break;
+      }
+      const size_t n = std::min(unread_.size(), capacity - done);
+      std::memcpy(out + done, unread_.data(), n);
+      unread_.remove_prefix(n);
+      done += n;
+      handed_out_ += n;
+    }
+    return done;
+  } else {
+    // The bytes read while sniffing the gzip magic first, then read() straight into `out`.
+    if (plain_pending_ > 0) {
+      const size_t n = std::min(plain_pending_, capacity);
+      const size_t first = plain_sniffed_ - plain_pending_;
+      std::memcpy(out, plain_block_.data() + first, n);
+      plain_pending_ -= n;
+      done = n;
+    }
+    if (done < capacity && plain_pending_ == 0 && !plain_eof_) {
+      const ssize_t got = read_fully(fd_, out + done, capacity - done);
+      if (got < 0) {
+        throw InputError(path_, "read error at byte " + std::to_string(handed_out_ + done) + " (" +
+                                    std::strerror(errno) + ")");
+      }
+      plain_eof_ = static_cast<size_t>(got) < capacity - done;
+      done += static_cast<size_t>(got);
+    }
+  }
+  handed_out_ += done;
+  return done;
 }
 
 }  // namespace hookstream

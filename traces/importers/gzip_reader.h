@@ -29,8 +29,10 @@ class GzipReader final : public BlockSource {
   static constexpr size_t kDefaultBlockBytes = size_t{1} << 18;
   static constexpr size_t kRingBlocks = 4;
 
+  // `inflate_thread` false: gzip is inflated on the calling thread, by read() straight into the
+  // caller's buffer (the Kineto scanner's chunks, parsed on other threads meanwhile).
   explicit GzipReader(const std::string& path, size_t block_bytes = kDefaultBlockBytes,
-                      InflateEngine engine = InflateEngine::Fastest);
+                      InflateEngine engine = InflateEngine::Fastest, bool inflate_thread = true);
   ~GzipReader();
   GzipReader(const GzipReader&) = delete;
   GzipReader& operator=(const GzipReader&) = delete;
@@ -46,6 +48,12 @@ class GzipReader final : public BlockSource {
   // until the next call (the block then goes back to the ring).
   std::string_view next_block() override;
 
+  // Fills out[0, capacity) with the next decompressed bytes, as many as the file has; 0 at its end.
+  // Plain files are read and gzip inflated into `out` itself (a reader with an inflate thread
+  // copies from its ring). The errors of next_block(), thrown once the good bytes before the fault
+  // are handed out. Not to be mixed with next_block() on one reader.
+  size_t read(char* out, size_t capacity);
+
   // Decompressed bytes handed out so far (the offset of the first byte of the next block).
   uint64_t offset() const { return handed_out_; }
 
@@ -56,8 +64,10 @@ class GzipReader final : public BlockSource {
   int fd_ = -1;
   std::vector<char> plain_block_;  // plain files: the block handed out last
   size_t plain_pending_ = 0;       // bytes read while sniffing the gzip magic, not yet handed out
+  size_t plain_sniffed_ = 0;       // of which there were (read() hands them out from the front)
   bool plain_eof_ = false;
   std::unique_ptr<Inflater> inflater_;
+  std::string_view unread_;  // read() with an inflate thread: what is left of the block taken last
   uint64_t handed_out_ = 0;
 };
 

@@ -366,9 +366,22 @@ bool JsonCursor::scan_number(std::string_view& text) {
 JsonNumber JsonCursor::read_number() {
   std::string_view text;
   const bool is_float = scan_number(text);
+  return json_number_from_text(text, is_float);
+}
+
+JsonNumber json_number_from_text(std::string_view text, bool is_float) {
   const char* first = text.data();
   const char* last = first + text.size();
   JsonNumber n;
+  // Up to 18 digits always fit int64: summed here, as from_chars would (a trace's ids and
+  // microseconds are nearly all such integers).
+  if (!is_float && text.size() <= 18) {
+    const bool negative = *first == '-';
+    int64_t value = 0;
+    for (const char* p = first + (negative ? 1 : 0); p < last; ++p) value = value * 10 + (*p - '0');
+    n.integer = negative ? -value : value;
+    return n;
+  }
   if (!is_float) {
     if (std::from_chars(first, last, n.integer).ec == std::errc()) return n;
     if (text[0] != '-' && std::from_chars(first, last, n.unsigned_integer).ec == std::errc()) {

@@ -32,6 +32,10 @@ struct JsonNumber {
   double floating = 0;
 };
 
+// The value of a number `text` that is valid JSON (the grammar of JsonCursor::read_number, within
+// double's range), as read_number gives it; `is_float`: it has a fraction or an exponent.
+JsonNumber json_number_from_text(std::string_view text, bool is_float);
+
 class JsonCursor {
  public:
   // `first_offset`: the offset in the whole decompressed stream of the source's first byte, so a

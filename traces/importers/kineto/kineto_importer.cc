@@ -314,8 +314,11 @@ class KinetoAssembler {
         calls_.push_back(Call{c.correlation, handle, start, role, c.tid});
       }
     }
-    std::stable_sort(calls_.begin(), calls_.end(),
-                     [](const Call& a, const Call& b) { return a.correlation < b.correlation; });
+    // Calls come in time order, and so, nearly always, in correlation order: then nothing moves.
+    const auto by_correlation = [](const Call& a, const Call& b) { return a.correlation < b.correlation; };
+    if (!std::is_sorted(calls_.begin(), calls_.end(), by_correlation)) {
+      std::stable_sort(calls_.begin(), calls_.end(), by_correlation);
+    }
     // PyTorch runs a CUDA backward on the autograd engine's own device thread
     // (torch/csrc/autograd/engine.cpp, Engine::start_device_threads / thread_main), while forward
     // and optimizer run on the thread that called them. So in a trace without phase ranges, GPU
