@@ -199,10 +199,17 @@ std::string render_text(const VerifyResult& r, bool colour) {
     const std::string stage3 = ds.zero_stage == 3 ? fmt::format(", stage3_param_persistence_threshold={}, MLP leaf modules={}",
                                                                 zero_persistence_threshold(plan), plan.z3_leaf_mlp ? "yes" : "no")
                                                   : "";
-    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}{}; {} (overlap_comm={}, reduce_bucket_size={}{})\n",
-                       s.bold(), s.reset(), ckpt, tiled,
-                       plan.tiled_mlp ? fmt::format(" with ds_grad_is_ready={}", plan.tiled_mlp_ds_grad_is_ready.value_or(true)) : "",
-                       r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false", bucket, stage3);
+    if (ds.zero_stage == 0) {
+      // sim/sync/zero/zero0_model.h: no ZeRO optimizer, so none of the bucket settings apply.
+      out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; {} (no ZeRO optimizer: no gradient hooks; "
+                         "engine.backward all-reduces every trainable gradient at the accumulation boundary)\n",
+                         s.bold(), s.reset(), ckpt, tiled, r.simulation.engine);
+    } else {
+      out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}{}; {} (overlap_comm={}, reduce_bucket_size={}{})\n",
+                         s.bold(), s.reset(), ckpt, tiled,
+                         plan.tiled_mlp ? fmt::format(" with ds_grad_is_ready={}", plan.tiled_mlp_ds_grad_is_ready.value_or(true)) : "",
+                         r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false", bucket, stage3);
+    }
   } else if (plan.engine.kind == EngineKind::Fsdp1) {
     // sim/sync/fsdp1: flat parameters per unit, no buckets.
     out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP1 units {}; use_orig_params={}; FSDP1 of PyTorch {}\n",
