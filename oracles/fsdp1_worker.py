@@ -203,6 +203,12 @@ def run_plan(out_dir, rank, world, seed, timeout, store, index):
     report = {"rank": rank, "world_size": world, "torch_version": torch.__version__,
               "use_orig_params": use_orig_params, "error": None, "events": [], "iterations": [], "units": []}
     refs = reference_grads(s, seed, rank)
+    # The plan's TORCH_DISTRIBUTED_DEBUG (hookstream.torch_distributed_debug), set per plan: the
+    # process group reads it when it is created (DETAIL wraps it in ProcessGroupWrapper) and FSDP1
+    # when it is constructed (_ExecOrderData._checking_order).
+    level = fsdp_flags.get("distributed_debug", "DETAIL")
+    dist.set_debug_level(getattr(dist.DebugLevel, level))
+    report["distributed_debug"] = level
     barrier(store, f"ready-{index}", world)  # the process group's short timeout starts when all are here
     dist.init_process_group("gloo", store=dist.PrefixStore(f"plan-{index}", store), rank=rank,
                             world_size=world, timeout=timeout)
@@ -258,7 +264,10 @@ def run_plan(out_dir, rank, world, seed, timeout, store, index):
             text = error_text(e)
             report["error"] = {"text": text, "type": type(e).__name__, "phase": phase, "iteration": it,
                                "micro_step": micro,
-                               "hang": "timed out" in text.lower() or "mismatch between collectives" in text}
+                               # A Gloo collective mismatch: a timeout, ProcessGroupWrapper's check, or the
+                               # peer aborting on Gloo's size check ("Connection reset by peer" here).
+                               "hang": "timed out" in text.lower() or "mismatch between collectives" in text
+                               or "Connection reset by peer" in text}
         if record["completed"] and "grads" in refs[it] and not use_orig_params:
             # summon_full_params(with_grads=True) needs use_orig_params: not compared here.
             record["gradients_skipped"] = "use_orig_params=False"

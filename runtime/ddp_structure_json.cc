@@ -79,7 +79,8 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
                   {"gradient_as_bucket_view", plan.gradient_as_bucket_view},
                   {"bucket_cap_mb", plan.ddp_bucket_cap_mb ? Json(*plan.ddp_bucket_cap_mb) : Json(nullptr)}};
   // FSDP1 oracle (oracles/fsdp1_worker.py): accelerate 1.15 defaults use_orig_params to false.
-  j["fsdp1"] = Json{{"use_orig_params", plan.engine.fsdp.use_orig_params.value_or(false)}};
+  j["fsdp1"] = Json{{"use_orig_params", plan.engine.fsdp.use_orig_params.value_or(false)},
+                    {"distributed_debug", plan.torch_distributed_debug}};
   // torch.compile and torch._dynamo.config for oracles/ddp_worker.py (docs/ddp-compile.md).
   j["compile"] = Json{{"torch_compile", plan.torch_compile.enabled},
                       {"backend", plan.torch_compile.backend},

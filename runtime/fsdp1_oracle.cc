@@ -27,6 +27,15 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
+// The line Gloo's enforce printed before the process aborted on a collective mismatch, or "".
+std::string gloo_abort_text(const std::string& log) {
+  const size_t at = log.find("Is there a distributed collective mismatch in your code?");
+  if (at == std::string::npos) return "";
+  const size_t begin = log.rfind("[enforce fail at ", at);
+  return log.substr(begin == std::string::npos ? at : begin, at - (begin == std::string::npos ? at : begin)) +
+         "Is there a distributed collective mismatch in your code?";
+}
+
 Fsdp1RankObservation classify(const nlohmann::json& report) {
   Fsdp1RankObservation o;
   o.rank = report.value("rank", 0);
@@ -138,12 +147,16 @@ std::vector<std::vector<Fsdp1RankObservation>> run_fsdp1_oracle(const std::vecto
         Fsdp1RankObservation o;
         o.rank = rank;
         const ProcessOutcome& p = outcomes[static_cast<size_t>(rank)];
+        const fs::path log = root / ("batch-" + std::to_string(next) + "-rank-" + std::to_string(rank) + ".log");
         if (!p.exited && p.signal == 11) {
           o.verdict = "engine_error";
           o.text = "Fatal Python error: Segmentation fault";
+        } else if (const std::string mismatch = gloo_abort_text(read_text(log)); !p.exited && p.signal == 6 && !mismatch.empty()) {
+          // Gloo's size check failed inside a collective (gloo/transport/tcp/pair.cc): std::terminate.
+          o.verdict = "collective_mismatch";
+          o.text = mismatch;
         } else {
           o.text = p.killed_at_deadline ? "killed at the batch deadline" : "exited without a report";
-          const fs::path log = root / ("batch-" + std::to_string(next) + "-rank-" + std::to_string(rank) + ".log");
           const std::string tail = read_text(log);
           o.text += ": " + tail.substr(tail.size() > 2000 ? tail.size() - 2000 : 0);
         }
@@ -152,7 +165,7 @@ std::vector<std::vector<Fsdp1RankObservation>> run_fsdp1_oracle(const std::vecto
     }
     if (first_missing == plans.size()) break;
     bool any_crash = false;
-    for (const auto& p : outcomes) any_crash = any_crash || (!p.exited && p.signal == 11);
+    for (const auto& p : outcomes) any_crash = any_crash || (!p.exited && (p.signal == 11 || p.signal == 6));
     if (!any_crash) {
       // Not a crash the engine gave: the remaining plans stay unobserved ("no_report").
       for (size_t i = first_missing + 1; i < plans.size(); ++i) out[i].assign(static_cast<size_t>(world), Fsdp1RankObservation{});

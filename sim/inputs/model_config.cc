@@ -321,6 +321,15 @@ std::string to_string(DType dtype) {
 
 int dtype_bytes(DType dtype) { return dtype == DType::Float32 ? 4 : 2; }
 
+const char* c10_scalar_type_name(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "Float";
+    case DType::Float16: return "Half";
+    case DType::BFloat16: return "BFloat16";
+  }
+  return "Float";
+}
+
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
   const json root = parse_input_json(json_text, source);
   if (!root.is_object()) throw InputError(source, "expected a JSON object (a Hugging Face config.json), got " + shown(root));

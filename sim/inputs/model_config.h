@@ -16,6 +16,8 @@ enum class DType { Float32, BFloat16, Float16 };
 
 std::string to_string(DType dtype);
 int dtype_bytes(DType dtype);
+// The name c10 prints for the dtype (c10::toString(ScalarType)): "Float", "BFloat16", "Half".
+const char* c10_scalar_type_name(DType dtype);
 
 // Which Qwen-VL vision tower a config describes: the three share the block layout (norm1, norm2,
 // attn.qkv, attn.proj, mlp) and a 2-layer patch merger, and differ in names, biases and norms.

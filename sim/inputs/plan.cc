@@ -74,7 +74,8 @@ const std::vector<std::string>& hookstream_keys() {
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
       "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
       "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version",
-      "optimize_ddp", "compiled_autograd", "transformers_version", "chunked_loss"};
+      "optimize_ddp", "compiled_autograd", "transformers_version", "torch_distributed_debug",
+      "chunked_loss"};
   return keys;
 }
 
@@ -691,6 +692,7 @@ class Converter {
       }
       plan_.chunked_loss_recomputes_lm_head = text == "recompute_lm_head";
     }
+    else if (key == "torch_distributed_debug") plan_.torch_distributed_debug = distributed_debug(value, path);
     else if (key == "enable_input_require_grads") plan_.enable_input_require_grads = read_bool(origin_, value, path);
     else if (key == "train_vision_tower") plan_.train_vision_tower = read_bool(origin_, value, path);
     else if (key == "vision_inputs") plan_.vision_inputs = read_bool(origin_, value, path);
@@ -759,6 +761,16 @@ class Converter {
     if (name == "per_chunk_backward") return TiledBackward::BackwardPerChunk;
     if (name == "grad_then_backward") return TiledBackward::GradThenBackward;
     if (name == "function_returns_grads") return TiledBackward::FunctionReturnsGrads;
+    fail_type(origin_, value, path, expected);
+  }
+
+  // c10d debug.cpp loadDebugLevelFromEnvironment: the value upper-cased, one of OFF, INFO, DETAIL.
+  std::string distributed_debug(const YAML::Node& value, const std::string& path) {
+    const std::string expected = "OFF, INFO or DETAIL (the environment variable TORCH_DISTRIBUTED_DEBUG)";
+    if (!value.IsScalar()) fail_type(origin_, value, path, expected);
+    std::string name = value.Scalar();
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    if (name == "OFF" || name == "INFO" || name == "DETAIL") return name;
     fail_type(origin_, value, path, expected);
   }
 
@@ -1467,6 +1479,9 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.tiled_mlp_ds_grad_is_ready) emit(out, "tiled_mlp_ds_grad_is_ready", *plan.tiled_mlp_ds_grad_is_ready);
   if (plan.z3_leaf_mlp) emit(out, "z3_leaf_mlp", true);
   if (plan.chunked_loss_recomputes_lm_head) emit(out, "chunked_loss", std::string("recompute_lm_head"));
+  if (plan.torch_distributed_debug != defaults.torch_distributed_debug) {
+    emit(out, "torch_distributed_debug", plan.torch_distributed_debug);
+  }
   if (plan.enable_input_require_grads) emit(out, "enable_input_require_grads", *plan.enable_input_require_grads);
   if (plan.train_vision_tower) emit(out, "train_vision_tower", *plan.train_vision_tower);
   if (plan.vision_inputs != defaults.vision_inputs) emit(out, "vision_inputs", plan.vision_inputs);

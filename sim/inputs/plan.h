@@ -159,6 +159,12 @@ struct Plan {
   // gradients of parameters the block did not use (deepspeed/runtime/zero/stage3.py
   // create_reduce_and_remove_grad_hooks, reduce_leaf_module_grads). Ignored by other engines.
   bool z3_leaf_mlp = false;
+  // The environment variable TORCH_DISTRIBUTED_DEBUG of the training processes: "OFF" (torch's
+  // default when it is unset), "INFO" or "DETAIL". DETAIL wraps every process group in
+  // ProcessGroupWrapper (c10d/ProcessGroupWrapper.cpp: each collective's op type, shapes and dtypes
+  // are compared across ranks first) and turns on FSDP1's forward-order check
+  // (fsdp/_exec_order_utils.py _check_order). Read by the FSDP1 model (docs/engines/fsdp1.md).
+  std::string torch_distributed_debug = "OFF";
   // PEFT/HF `model.enable_input_require_grads()`: the embedding output requires grad even when the
   // embedding is frozen, so the first reentrant checkpoint has a backward.
   // Unset: true with an adapter (PEFT's PeftModel calls it when gradient checkpointing is on),

@@ -205,7 +205,7 @@ RankRun run_rank(const Plan& plan, const ModelStructure& structure, int rank, Sy
 }
 
 SyncSimulation simulate_with_model(const Plan& plan, const ModelStructure& structure, const SyncModelFactory& make,
-                                   const SyncSimulationOptions& options) {
+                                   const SyncSimulationOptions& options, const CollectivePairing& pairing) {
   SyncSimulation result;
   result.rank_classes = rank_classes(plan, options.deduplicate_ranks);
   std::vector<RankRun> runs;
@@ -222,7 +222,8 @@ SyncSimulation simulate_with_model(const Plan& plan, const ModelStructure& struc
     per_class.push_back(std::move(run.findings));
     for (Finding& w : run.warnings) result.warnings.push_back(std::move(w));
   }
-  const std::vector<Finding> mismatches = collective_mismatch_findings(result.rank_classes, logs);
+  const std::vector<Finding> mismatches = pairing ? pairing(result.rank_classes, logs, per_class)
+                                                 : collective_mismatch_findings(result.rank_classes, logs);
   merge_class_findings(result.rank_classes, std::move(per_class), mismatches, result.findings);
   sort_findings(result.findings);
   sort_findings(result.warnings);

@@ -33,8 +33,16 @@ std::string task_text(const GraphTaskInfo& task);
 
 using SyncModelFactory = std::function<std::unique_ptr<SyncModel>(int rank)>;
 
+// How the ranks' collective logs meet: per class, the finding that stops it there (kind Ok: none).
+// May add silent findings to `per_class`. The default, collective_mismatch_findings, takes the first
+// difference of `Collective::what` as a hang; FSDP1 pairs collective by collective as the process
+// group does (sim/sync/fsdp1/fsdp1_pairing.h).
+using CollectivePairing = std::function<std::vector<Finding>(
+    const std::vector<std::vector<int>>& classes, const std::vector<CollectiveLog>& logs,
+    std::vector<std::vector<Finding>>& per_class)>;
+
 // Runs one model per rank class, compares collectives across classes and merges the findings.
 SyncSimulation simulate_with_model(const Plan& plan, const ModelStructure& structure, const SyncModelFactory& make,
-                                   const SyncSimulationOptions& options);
+                                   const SyncSimulationOptions& options, const CollectivePairing& pairing = {});
 
 }  // namespace hookstream

@@ -38,8 +38,17 @@ struct StepPosition {
 // One collective an engine issues; ranks must issue identical sequences (a rank that issues one the
 // others do not blocks until the process group's timeout).
 struct Collective {
+  Collective() = default;
+  Collective(std::string what_, int64_t bytes_) : what(std::move(what_)), bytes(bytes_) {}
   std::string what;  // "allreduce bucket 2 (3 params, 6144 bytes)", "reduce_scatter model.layers.3 (5 params)"
   int64_t bytes = 0;
+  // What the process group itself sees, for engines whose ranks are paired collective by collective
+  // (FSDP1: sim/sync/fsdp1/fsdp1_pairing.h); empty for engines compared by `what` alone.
+  std::string op;               // the c10d OpType, as CollectiveFingerPrint prints it ("ALLGATHER")
+  std::vector<int64_t> shape;   // the fingerprinted tensors' shape (the first tensor's, as printed)
+  std::vector<std::string> dtypes;  // one c10 ScalarType name per fingerprinted tensor ("Float")
+  std::string payload;          // what the data is: equal fingerprints, different payloads pair silently
+  Phase phase = Phase::Backward;
   bool operator==(const Collective& other) const { return what == other.what && bytes == other.bytes; }
 };
 

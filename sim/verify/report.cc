@@ -199,18 +199,29 @@ std::string render_text(const VerifyResult& r, bool colour) {
     const std::string stage3 = ds.zero_stage == 3 ? fmt::format(", stage3_param_persistence_threshold={}, MLP leaf modules={}",
                                                                 zero_persistence_threshold(plan), plan.z3_leaf_mlp ? "yes" : "no")
                                                   : "";
-    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}{}; {} (overlap_comm={}, reduce_bucket_size={}{})\n",
-                       s.bold(), s.reset(), ckpt, tiled,
-                       plan.tiled_mlp ? fmt::format(" with ds_grad_is_ready={}", plan.tiled_mlp_ds_grad_is_ready.value_or(true)) : "",
-                       r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false", bucket, stage3);
+    if (ds.zero_stage == 0) {
+      // sim/sync/zero/zero0_model.h: no ZeRO optimizer, so none of the bucket settings apply.
+      out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; {} (no ZeRO optimizer: no gradient hooks; "
+                         "engine.backward all-reduces every trainable gradient at the accumulation boundary)\n",
+                         s.bold(), s.reset(), ckpt, tiled, r.simulation.engine);
+    } else {
+      out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}{}; {} (overlap_comm={}, reduce_bucket_size={}{})\n",
+                         s.bold(), s.reset(), ckpt, tiled,
+                         plan.tiled_mlp ? fmt::format(" with ds_grad_is_ready={}", plan.tiled_mlp_ds_grad_is_ready.value_or(true)) : "",
+                         r.simulation.engine, ds.overlap_comm_or_default() ? "true" : "false", bucket, stage3);
+    }
   } else if (plan.engine.kind == EngineKind::Fsdp1) {
     // sim/sync/fsdp1: flat parameters per unit, no buckets.
-    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP1 units {}; use_orig_params={}; FSDP1 of PyTorch {}\n",
+    // The debug level decides how ranks that run different units fail (docs/engines/fsdp1.md):
+    // say which one the verdict assumed.
+    out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP1 units {}; use_orig_params={}; FSDP1 of PyTorch {}; "
+                       "TORCH_DISTRIBUTED_DEBUG={} (hookstream.torch_distributed_debug)\n",
                        s.bold(), s.reset(), ckpt, tiled,
                        plan.engine.fsdp.transformer_layer_cls_to_wrap.empty()
                            ? std::string("decoder layers")
                            : fmt::format("{}", fmt::join(plan.engine.fsdp.transformer_layer_cls_to_wrap, ",")),
-                       plan.engine.fsdp.use_orig_params.value_or(false) ? "true" : "false", plan.torch_version.text());
+                       plan.engine.fsdp.use_orig_params.value_or(false) ? "true" : "false", plan.torch_version.text(),
+                       plan.torch_distributed_debug);
   } else if (r.simulation.engine == "FSDP2") {
     // sim/sync/fsdp2: no buckets, no find_unused_parameters; the units and resharding decide.
     out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP2 units {}; reshard_after_forward={}; "
@@ -337,6 +348,8 @@ nlohmann::json render_json(const VerifyResult& r) {
   j["model"] = r.plan.base_model.empty() ? r.plan.model.source : r.plan.base_model;
   j["world_size"] = r.plan.world_size;
   j["iterations"] = r.plan.iterations;
+  // TORCH_DISTRIBUTED_DEBUG the verdict assumed (FSDP1 reads it: docs/engines/fsdp1.md).
+  j["torch_distributed_debug"] = r.plan.torch_distributed_debug;
   j["trainable_parameters"] = r.structure.ddp_parameters.size();
   nlohmann::json buckets = nlohmann::json::array();
   for (const auto& b : r.simulation.initial_buckets.buckets) buckets.push_back(b);

@@ -135,6 +135,27 @@ TEST_CASE("a DeepSpeed example names the ZeRO stage from its JSON and is simulat
         std::string::npos);
 }
 
+TEST_CASE("an axolotl config with a stage-0 DeepSpeed JSON gets a DeepSpeed ZeRO-0 verdict", "[cli][axolotl][zero]") {
+  // DeepSpeed without a ZeRO optimizer (sim/sync/zero/zero0_model.h): a verify result, with the
+  // engine named, never engine_not_modelled.
+  const fs::path file = corpus("axolotl-examples/eaft_eaft-example.yml");
+  hookstream::test::TempDir root("hookstream-axolotl-zero0-" + std::to_string(getpid()));
+  fs::create_directories(root.path() / "deepspeed_configs");
+  std::ofstream(root.path() / "deepspeed_configs/zero0.json")
+      << R"({"zero_optimization": {"stage": 0}, "bf16": {"enabled": true}, "gradient_accumulation_steps": "auto",
+             "train_micro_batch_size_per_gpu": "auto"})";
+  const auto r = verify_in(root, "'" + file.string() + "' --model '" + kModel +
+                                     "' --world-size 2 --set deepspeed=deepspeed_configs/zero0.json --format json");
+  INFO(r.out);
+  REQUIRE(r.exit_code <= 1);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK_FALSE(j.contains("verdict"));
+  CHECK(j["engine"]["name"] == "DeepSpeed ZeRO-0");
+  CHECK(j["engine"]["zero_stage"] == 0);
+  CHECK(j["engine"]["modelled"] == true);
+  CHECK(j["checks"]["ddp"] == true);
+}
+
 TEST_CASE("a DDP example gets a real DDP verdict and lists its keys hookstream does not model", "[cli][axolotl]") {
   const fs::path file = corpus("axolotl-examples/llama-3_qlora.yml");
   const auto r = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --world-size 2 --format json");

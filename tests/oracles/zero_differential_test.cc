@@ -1,4 +1,4 @@
-// The differential test against real DeepSpeed ZeRO-1/2/3 (0.19.8, CPU accelerator, Gloo, one
+// The differential tests against real DeepSpeed ZeRO-0/1/2/3 (0.19.8, CPU accelerator, Gloo, one
 // process per rank; oracles/zero_worker.py): the named plans of tests/plans/zero and random plans
 // from fixed seeds run through the simulator (sim/sync/zero/) and through deepspeed.initialize on
 // the same tiny model (under ZeRO-3 with every parameter used inside its module's call). Per rank:
@@ -94,6 +94,31 @@ std::string random_zero3_plan(random_plans::Random& rng) {
   return y + "hookstream:\n" + hs;
 }
 
+// Stage 0 (no ZeRO optimizer): the knobs that break ZeRO-1/2/3 (tiled MLP without ds_grad_is_ready,
+// reentrant checkpoint twice, idle MLPs or layers on one rank, accumulation, LoRA).
+std::string random_zero0_plan(random_plans::Random& rng) {
+  std::string y = fmt::format("base_model: tiny-llama\nsequence_len: {}\nmicro_batch_size: 1\n", rng.pick(std::vector<int>{8, 16}));
+  std::string hs = fmt::format("  world_size: {}\n  iterations: 2\n", rng.pick(std::vector<int>{2, 2, 3}));
+  if (rng.chance(0.3)) y += "adapter: lora\nlora_r: 2\nlora_target_modules: [q_proj, up_proj, down_proj]\n";
+  const std::string checkpoint = rng.pick(std::vector<std::string>{"off", "reentrant", "non_reentrant"});
+  if (checkpoint != "off") {
+    y += fmt::format("gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: {}\n",
+                     checkpoint == "reentrant" ? "true" : "false");
+    if (rng.chance(0.3)) hs += fmt::format("  checkpoint_twice_layers: [{}]\n", rng.below(4));
+  }
+  if (rng.chance(0.5)) {
+    y += fmt::format("tiled_mlp: true\ntiled_mlp_num_shards: {}\n", 1 + rng.below(3));
+    hs += fmt::format("  tiled_mlp_ds_grad_is_ready: {}\n", rng.chance(0.5) ? "true" : "false");
+  }
+  if (rng.chance(0.4)) y += "gradient_accumulation_steps: 2\n";
+  y += "deepspeed:\n  zero_optimization:\n    stage: 0\n";
+  if (rng.chance(0.4)) {
+    hs += fmt::format("  rank_overrides:\n    1:\n      unused_modules: [model.layers.{}{}]\n", rng.below(4),
+                      rng.pick(std::vector<std::string>{"", ".mlp", ".mlp.gate_proj"}));
+  }
+  return y + "hookstream:\n" + hs;
+}
+
 Case make_case(const std::string& name, const std::string& yaml) {
   Case c;
   c.name = name;
@@ -170,14 +195,81 @@ VerdictKind observed_kind(const nlohmann::json& report) {
   return VerdictKind::EngineError;
 }
 
+// Runs every case through real DeepSpeed (one worker process) and compares per rank; returns
+// {plans where real DeepSpeed failed, rank verdicts agreeing, ranks}.
+struct Tally {
+  int failing = 0;
+  int agree = 0;
+  int ranks = 0;
+};
+
+Tally run_and_compare(const std::vector<Case>& cases) {
+  hookstream::test::TempDir dir(fmt::format("zero-differential-{}", ::getpid()));
+  std::string command = fmt::format("{}/oracles/run.sh {} {}/oracles/zero_worker.py --collective-timeout-ms 3000",
+                                    HOOKSTREAM_SOURCE_DIR, HOOKSTREAM_ORACLE_PYTHON, HOOKSTREAM_SOURCE_DIR);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const fs::path out = dir.path() / fmt::format("{:02}", i);
+    fs::create_directories(out);
+    std::ofstream(out / "structure.json") << ddp_structure_json(cases[i].plan, cases[i].structure);
+    command += " " + out.string();
+  }
+  command += " > " + (dir.path() / "worker.log").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  INFO(read_file(dir.path() / "worker.log").substr(0, 4000));
+  REQUIRE(status == 0);
+
+  Tally tally;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    bool any_finding = false;
+    for (int rank = 0; rank < c.plan.world_size; ++rank) {
+      const fs::path report_path = dir.path() / fmt::format("{:02}", i) / fmt::format("zero-rank-{}.json", rank);
+      const nlohmann::json report = nlohmann::json::parse(read_file(report_path));
+      const nlohmann::json error = report.contains("error") ? report["error"] : nlohmann::json();
+      const Finding predicted = first_for_rank(c.simulation, rank);
+      ++tally.ranks;
+      const VerdictKind observed = observed_kind(report);
+      // No DYNAMIC_SECTION: Catch2 re-runs the whole test case (and so the oracle) per section.
+      INFO(c.name << " rank " << rank << "\n" << c.yaml << "\nobserved: " << error.dump() << "\npredicted: "
+                  << to_string(predicted.kind) << " " << predicted.parameter << " it " << predicted.iteration << " micro "
+                  << predicted.micro_step << "\n" << predicted.error_text);
+      CHECK(to_string(predicted.kind) == std::string(to_string(observed)));
+      if ((observed == VerdictKind::GradientReducedTwice || observed == VerdictKind::EngineError) &&
+          predicted.kind == observed) {
+        CHECK(predicted.error_text == observed_text(error));  // ZeRO-1/2: names the parameter, exact wording
+        CHECK(predicted.iteration == error.value("iteration", -1));
+        CHECK(predicted.micro_step == error.value("micro_step", -1));
+        if (observed == VerdictKind::GradientReducedTwice && c.plan.engine.deepspeed->zero_stage == 3) {
+          CHECK(predicted.parameter == duplicated_in_last_bucket(report));
+        }
+      }
+      if (observed == VerdictKind::WrongGradient && predicted.kind == observed) {
+        const std::vector<std::string> wrong = wrong_gradients(report);
+        CHECK(std::find(wrong.begin(), wrong.end(), predicted.parameter) != wrong.end());
+      }
+      if (predicted.kind == observed) ++tally.agree;
+      any_finding = any_finding || observed != VerdictKind::Ok;
+    }
+    if (any_finding) ++tally.failing;
+  }
+  return tally;
+}
+
+std::vector<Case> named_cases(bool stage0) {
+  std::vector<Case> cases;
+  for (const auto& entry : fs::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/zero")) {
+    if (entry.path().extension() != ".yaml") continue;
+    Case c = make_case(entry.path().filename().string(), read_file(entry.path()));
+    if ((c.plan.engine.deepspeed->zero_stage == 0) == stage0) cases.push_back(std::move(c));
+  }
+  std::sort(cases.begin(), cases.end(), [](const Case& a, const Case& b) { return a.name < b.name; });
+  return cases;
+}
+
 }  // namespace
 
 TEST_CASE("DeepSpeed ZeRO-1/2/3: the simulator agrees with real DeepSpeed 0.19.8 per rank", "[differential][zero]") {
-  std::vector<Case> cases;
-  for (const auto& entry : fs::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/zero")) {
-    if (entry.path().extension() == ".yaml") cases.push_back(make_case(entry.path().filename().string(), read_file(entry.path())));
-  }
-  std::sort(cases.begin(), cases.end(), [](const Case& a, const Case& b) { return a.name < b.name; });
+  std::vector<Case> cases = named_cases(false);
   const size_t named = cases.size();
   random_plans::Random rng(20261125);
   for (int i = 0; cases.size() < named + 20 && i < 200; ++i) {
@@ -204,55 +296,28 @@ TEST_CASE("DeepSpeed ZeRO-1/2/3: the simulator agrees with real DeepSpeed 0.19.8
   REQUIRE(zero3 >= 40);
   REQUIRE(cases.size() >= 80);
 
-  hookstream::test::TempDir dir(fmt::format("zero-differential-{}", ::getpid()));
-  std::string command = fmt::format("{}/oracles/run.sh {} {}/oracles/zero_worker.py --collective-timeout-ms 3000",
-                                    HOOKSTREAM_SOURCE_DIR, HOOKSTREAM_ORACLE_PYTHON, HOOKSTREAM_SOURCE_DIR);
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const fs::path out = dir.path() / fmt::format("{:02}", i);
-    fs::create_directories(out);
-    std::ofstream(out / "structure.json") << ddp_structure_json(cases[i].plan, cases[i].structure);
-    command += " " + out.string();
-  }
-  command += " > " + (dir.path() / "worker.log").string() + " 2>&1";
-  const int status = std::system(command.c_str());
-  INFO(read_file(dir.path() / "worker.log").substr(0, 4000));
-  REQUIRE(status == 0);
+  const Tally tally = run_and_compare(cases);
+  WARN("ZeRO differential: " << cases.size() << " plans (" << named << " named), " << tally.failing
+                            << " where real DeepSpeed failed; rank verdicts agreeing: " << tally.agree << " of " << tally.ranks);
+  CHECK(tally.failing >= 8);
+}
 
-  int agree = 0, failing = 0, ranks = 0;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const Case& c = cases[i];
-    bool any_finding = false;
-    for (int rank = 0; rank < c.plan.world_size; ++rank) {
-      const fs::path report_path = dir.path() / fmt::format("{:02}", i) / fmt::format("zero-rank-{}.json", rank);
-      const nlohmann::json report = nlohmann::json::parse(read_file(report_path));
-      const nlohmann::json error = report.contains("error") ? report["error"] : nlohmann::json();
-      const Finding predicted = first_for_rank(c.simulation, rank);
-      ++ranks;
-      const VerdictKind observed = observed_kind(report);
-      // No DYNAMIC_SECTION: Catch2 re-runs the whole test case (and so the oracle) per section.
-      INFO(c.name << " rank " << rank << "\n" << c.yaml << "\nobserved: " << error.dump() << "\npredicted: "
-                  << to_string(predicted.kind) << " " << predicted.parameter << " it " << predicted.iteration << " micro "
-                  << predicted.micro_step << "\n" << predicted.error_text);
-      CHECK(to_string(predicted.kind) == std::string(to_string(observed)));
-      if ((observed == VerdictKind::GradientReducedTwice || observed == VerdictKind::EngineError) &&
-          predicted.kind == observed) {
-        CHECK(predicted.error_text == observed_text(error));  // ZeRO-1/2: names the parameter, exact wording
-        CHECK(predicted.iteration == error.value("iteration", -1));
-        CHECK(predicted.micro_step == error.value("micro_step", -1));
-        if (observed == VerdictKind::GradientReducedTwice && c.plan.engine.deepspeed->zero_stage == 3) {
-          CHECK(predicted.parameter == duplicated_in_last_bucket(report));
-        }
-      }
-      if (observed == VerdictKind::WrongGradient && predicted.kind == observed) {
-        const std::vector<std::string> wrong = wrong_gradients(report);
-        CHECK(std::find(wrong.begin(), wrong.end(), predicted.parameter) != wrong.end());
-      }
-      if (predicted.kind == observed) ++agree;
-      any_finding = any_finding || observed != VerdictKind::Ok;
+TEST_CASE("DeepSpeed ZeRO-0: the simulator agrees with real DeepSpeed 0.19.8 per rank", "[differential][zero]") {
+  // Stage 0 has no gradient hook; the named plans are the positions that fail ZeRO-1/2/3.
+  std::vector<Case> cases = named_cases(true);
+  const size_t named = cases.size();
+  random_plans::Random rng(20261128);
+  for (int i = 0; cases.size() < named + 12 && i < 200; ++i) {
+    try {
+      cases.push_back(make_case(fmt::format("random-zero0-{}.yaml", i), random_zero0_plan(rng)));
+    } catch (const InputError&) {
+      continue;
     }
-    if (any_finding) ++failing;
   }
-  WARN("ZeRO differential: " << cases.size() << " plans (" << named << " named), " << failing
-                            << " where real DeepSpeed failed; rank verdicts agreeing: " << agree << " of " << ranks);
-  CHECK(failing >= 8);
+  REQUIRE(named >= 8);
+  for (const Case& c : cases) REQUIRE(c.simulation.engine == "DeepSpeed ZeRO-0");
+  const Tally tally = run_and_compare(cases);
+  WARN("ZeRO-0 differential: " << cases.size() << " plans (" << named << " named), " << tally.failing
+                              << " where real DeepSpeed failed; rank verdicts agreeing: " << tally.agree << " of " << tally.ranks);
+  CHECK(tally.agree == tally.ranks);
 }

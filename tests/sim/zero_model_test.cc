@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sim/inputs/input_error.h"
+#include "sim/inputs/model_config.h"
 #include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
 #include "sim/sync/sync_simulation.h"
@@ -87,13 +88,42 @@ TEST_CASE("ZeRO-2: a reentrant checkpoint run twice reduces its parameters twice
   CHECK(twice.findings.front().layer == 1);
 }
 
-TEST_CASE("ZeRO-0 is not modelled, ZeRO-3 is. A stage outside 0-3 is bad input", "[zero]") {
+TEST_CASE("ZeRO-0 and ZeRO-3 are modelled. A stage outside 0-3 is bad input", "[zero]") {
   const auto engine_of = [](const std::string& stage) {
     return parse_plan("base_model: tiny-llama\ndeepspeed:\n  zero_optimization:\n    stage: " + stage + "\n", "z.yaml").engine;
   };
-  CHECK_FALSE(gradient_sync_modelled(engine_of("0")));
+  CHECK(gradient_sync_modelled(engine_of("0")));
   CHECK(gradient_sync_modelled(engine_of("3")));
   CHECK_THROWS_AS(parse_plan("base_model: tiny-llama\ndeepspeed:\n  zero_optimization:\n    stage: 4\n", "z.yaml"), InputError);
   CHECK_THROWS_AS(parse_plan("base_model: tiny-llama\ndeepspeed:\n  zero_optimization:\n    stage: 2\n    overlap_comm: 3\n", "z.yaml"),
                   InputError);
+}
+
+TEST_CASE("ZeRO-0: no gradient hook; one all-reduce of every trainable gradient at the accumulation boundary", "[zero]") {
+  // What fails ZeRO-1/2 (a tiled MLP without ds_grad_is_ready, a reentrant checkpoint twice, a
+  // rank that skips an MLP) passes: AccumulateGrad sums, and gradients a rank lacks are zero-filled.
+  const std::string checkpoint = "gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: true\n";
+  const SyncSimulation tiled = simulate("    stage: 0\n", kTiled, "  tiled_mlp_ds_grad_is_ready: false\n");
+  CHECK(tiled.engine == "DeepSpeed ZeRO-0");
+  CHECK(tiled.ok());
+  CHECK(simulate("    stage: 0\n", checkpoint, "  checkpoint_twice_layers: [1]\n").ok());
+  CHECK(simulate("    stage: 0\n", "", "  rank_overrides:\n    1:\n      unused_modules: [model.layers.2]\n").ok());
+  const std::string yaml =
+      "base_model: tiny-llama\nsequence_len: 8\nmicro_batch_size: 1\ngradient_accumulation_steps: 2\ndeepspeed:\n  "
+      "zero_optimization:\n    stage: 0\nhookstream:\n  world_size: 2\n  iterations: 1\n";
+  const Plan plan = parse_plan(yaml, "zero0.yaml");
+  const ModelStructure structure = build_model_structure(plan);
+  SyncSimulationOptions options;
+  options.record_steps = true;
+  const SyncSimulation sim = simulate_gradient_sync(plan, structure, options);
+  int64_t trainable = 0;
+  for (const Parameter& p : structure.parameters) trainable += p.trainable ? p.numel() * dtype_bytes(p.dtype) : 0;
+  for (const StepTrace& step : sim.steps) {
+    if (step.micro_step == 0) {
+      CHECK(step.collectives.empty());  // no communication inside gradient accumulation
+    } else {
+      REQUIRE(step.collectives.size() == 1);
+      CHECK(step.collectives.front().bytes == trainable);
+    }
+  }
 }

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "sim/inputs/model_config.h"
+#include "sim/sync/fsdp1/fsdp1_pairing.h"
 #include "sim/sync/rank_run.h"
 
 namespace hookstream {
@@ -34,13 +35,17 @@ bool under(const std::string& name, const std::string& prefix) {
   return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 && name[prefix.size()] == '.';
 }
 
-// The compute dtype's size: the unsharded FlatParameter's dtype (the trainable parameters').
-int compute_itemsize(const ModelStructure& structure) {
+// The FlatParameter's dtype (the trainable parameters').
+DType compute_dtype_of(const ModelStructure& structure) {
   for (const Parameter& p : structure.parameters) {
-    if (p.trainable) return dtype_bytes(p.dtype);
+    if (p.trainable) return p.dtype;
   }
-  return structure.parameters.empty() ? 4 : dtype_bytes(structure.parameters.front().dtype);
+  return structure.parameters.empty() ? DType::Float32 : structure.parameters.front().dtype;
 }
+
+int compute_itemsize(const ModelStructure& structure) { return dtype_bytes(compute_dtype_of(structure)); }
+
+const char* compute_dtype(const ModelStructure& structure) { return c10_scalar_type_name(compute_dtype_of(structure)); }
 
 }  // namespace
 
@@ -113,6 +118,8 @@ class Fsdp1Model : public SyncModel {
     // accelerate 1.15 FullyShardedDataParallelPlugin: FSDP_USE_ORIG_PARAMS defaults to false for FSDP1.
     use_orig_params_ = plan.engine.fsdp.use_orig_params.value_or(false);
     itemsize_ = compute_itemsize(structure);
+    dtype_ = compute_dtype(structure);
+    checking_order_ = plan.torch_distributed_debug == "DETAIL";
     unit_of_param_.assign(structure.parameters.size(), -1);
     accumulator_of_.resize(structure.parameters.size());
     for (size_t u = 0; u < units_.size(); ++u) {
@@ -157,7 +164,9 @@ class Fsdp1Model : public SyncModel {
       check_unsharded(engine, u, first_reads_of_layer(units_[static_cast<size_t>(u)].layer), call);
       return input;
     }
-    // _pre_forward -> _unshard: all-gather the FlatParameter unless it is unsharded already.
+    // _pre_forward -> record_pre_forward -> _check_order, then _unshard: all-gather the
+    // FlatParameter unless it is unsharded already.
+    check_order(u);
     unshard(u, "forward");
     state_[static_cast<size_t>(u)].handle = HandleState::Forward;
     return input;
@@ -267,12 +276,43 @@ class Fsdp1Model : public SyncModel {
     return -1;
   }
 
+  // _exec_order_utils.py _check_order: with TORCH_DISTRIBUTED_DEBUG=DETAIL, in the first iteration
+  // (until the first post-backward final callback calls next_iter), every unit's pre-forward
+  // all-gathers the number of handles it unshards (always 1), then their indices, and compares them
+  // across ranks (sim/sync/fsdp1/fsdp1_pairing.cc).
+  void check_order(int u) {
+    if (!checking_order_ || exec_order_iteration_ > 0) return;
+    const Fsdp1Unit& unit = units_[static_cast<size_t>(u)];
+    for (const char* what : {"number of handles", "handle index"}) {
+      Collective c;
+      c.what = fmt::format("forward-order check: all_gather_into_tensor of the {} ({})", what, unit.display());
+      c.bytes = 4;
+      c.op = "_ALLGATHER_BASE";
+      c.shape = {1};
+      c.dtypes = {"Int"};
+      c.payload = std::string(what) == "handle index" ? kExecOrderIndexPayload + unit.display() : "1";
+      c.phase = Phase::Forward;
+      issue(std::move(c));
+    }
+  }
+
   void unshard(int u, const char* where) {
     UnitState& s = state_[static_cast<size_t>(u)];
     if (s.unsharded) return;
     s.unsharded = true;
     const Fsdp1Unit& unit = units_[static_cast<size_t>(u)];
-    issue(Collective{fmt::format("all_gather {} ({})", unit.display(), where), unit.shard_numel * plan_.world_size * itemsize_});
+    Collective c;
+    c.what = fmt::format("all_gather {} ({})", unit.display(), where);
+    c.bytes = unit.shard_numel * plan_.world_size * itemsize_;
+    // _flat_param.py _all_gather_flat_param: a CPU FlatParameter goes through dist.all_gather
+    // (OpType ALLGATHER, fingerprinted by its input, the shard); on CUDA it is
+    // all_gather_into_tensor (_ALLGATHER_BASE) with the same input.
+    c.op = "ALLGATHER";
+    c.shape = {unit.shard_numel};
+    c.dtypes = {dtype_};
+    c.payload = unit.display();
+    c.phase = std::string(where) == "forward" ? Phase::Forward : Phase::Backward;
+    issue(std::move(c));
   }
 
   void pre_backward(AutogradEngine& engine, int u) {
@@ -320,10 +360,21 @@ class Fsdp1Model : public SyncModel {
     s.unsharded = false;
     if (!position_.synced) return;  // no_sync(): keep the unsharded gradient
     const Fsdp1Unit& unit = units_[static_cast<size_t>(u)];
-    issue(Collective{fmt::format("reduce_scatter {}", unit.display()), unit.shard_numel * plan_.world_size * itemsize_});
+    // _runtime_utils.py _reduce_grad: dist.reduce_scatter_tensor(new_sharded_grad, padded_unsharded_grad),
+    // fingerprinted as {input, output} (ProcessGroupWrapper::_reduce_scatter_base), shown by the input.
+    Collective c;
+    c.what = fmt::format("reduce_scatter {}", unit.display());
+    c.bytes = unit.shard_numel * plan_.world_size * itemsize_;
+    c.op = "_REDUCE_SCATTER_BASE";
+    c.shape = {unit.shard_numel * plan_.world_size};
+    c.dtypes = {dtype_, dtype_};
+    c.payload = unit.display();
+    c.phase = Phase::Backward;
+    issue(std::move(c));
   }
 
   void final_callback() {
+    ++exec_order_iteration_;  // _exec_order_data.next_iter()
     // _post_backward_final_callback: _catch_all_reshard frees units whose post-backward hook
     // did not run (their output did not reach the loss); _finalize_params resets the states.
     for (UnitState& s : state_) {
@@ -471,6 +522,9 @@ class Fsdp1Model : public SyncModel {
   bool use_orig_params_ = true;
   int itemsize_ = 2;
   bool callback_queued_ = false;
+  const char* dtype_ = "Float";
+  bool checking_order_ = false;   // _ExecOrderData._checking_order: debug level DETAIL
+  int exec_order_iteration_ = 0;  // _ExecOrderData._iter: backward final callbacks so far
 };
 
 }  // namespace
@@ -481,8 +535,20 @@ SyncSimulation simulate_fsdp1(const Plan& plan, const ModelStructure& structure,
   // "The size of tensor a (16) must match the size of tensor b (0) ...").
   SyncSimulationOptions per_rank = options;
   per_rank.deduplicate_ranks = false;
+  Fsdp1PairingInputs pairing;
+  pairing.distributed_debug = plan.torch_distributed_debug;
+  pairing.use_orig_params = plan.engine.fsdp.use_orig_params.value_or(false);
+  for (const Fsdp1Unit& unit : fsdp1_units(plan, structure)) {
+    std::vector<std::string>& names = pairing.fqns_of_unit[unit.display()];
+    for (int p : unit.params) names.push_back(structure.parameters[static_cast<size_t>(p)].name);
+    pairing.flat_param_of_unit[unit.display()] = unit.name.empty() ? "_flat_param (root unit)" : unit.name + "._flat_param";
+  }
   return simulate_with_model(
-      plan, structure, [&](int rank) { return std::make_unique<Fsdp1Model>(plan, structure, rank); }, per_rank);
+      plan, structure, [&](int rank) { return std::make_unique<Fsdp1Model>(plan, structure, rank); }, per_rank,
+      [&](const std::vector<std::vector<int>>& classes, const std::vector<CollectiveLog>& logs,
+          std::vector<std::vector<Finding>>& per_class) {
+        return pair_fsdp1_collectives(classes, logs, per_class, pairing);
+      });
 }
 
 }  // namespace hookstream

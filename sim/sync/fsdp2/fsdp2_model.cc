@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "sim/inputs/model_config.h"
 #include "sim/sync/rank_run.h"
 
 namespace hookstream {
@@ -378,13 +379,7 @@ std::string quoted(const std::string& text, size_t from) {
 
 const char* c10_dtype(const ModelStructure& structure) {
   for (const Parameter& p : structure.parameters) {
-    if (!p.trainable) continue;
-    switch (p.dtype) {
-      case DType::Float32: return "Float";
-      case DType::Float16: return "Half";
-      case DType::BFloat16: return "BFloat16";
-      
-    }
+    if (p.trainable) return c10_scalar_type_name(p.dtype);
   }
   return "Float";
 }

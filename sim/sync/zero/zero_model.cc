@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "sim/sync/rank_run.h"
+#include "sim/sync/zero/zero0_model.h"
 #include "sim/sync/zero/zero3_model.h"
 #include "sim/sync/zero/zero_common.h"
 
@@ -154,11 +155,12 @@ class ZeroModel : public SyncModel {
 
 bool zero_stage_modelled(const Engine& engine) {
   return engine.kind == EngineKind::DeepSpeed && engine.deepspeed &&
-         engine.deepspeed->zero_stage >= 1 && engine.deepspeed->zero_stage <= 3;
+         engine.deepspeed->zero_stage >= 0 && engine.deepspeed->zero_stage <= 3;
 }
 
 std::unique_ptr<SyncModel> make_zero_model(const Plan& plan, const ModelStructure& structure, int rank) {
   (void)rank;  // every rank runs the same rules; its schedule comes from the plan through the driver
+  if (plan.engine.deepspeed->zero_stage == 0) return make_zero0_model(plan, structure);
   return std::make_unique<ZeroModel>(plan, structure);
 }
 

@@ -6,7 +6,8 @@
 // epilogue that flushes the bucket, queued on the graph task of the first hook
 // (deepspeed/runtime/base_optimizer.py BackwardHookStateManager.queue_post_backward_callback).
 // What real DeepSpeed 0.19.8 did on CPU for these rules is in docs/engines/deepspeed-zero.md
-// (oracles/zero_worker.py). Stage 3 is its own model (zero3_model.h); simulate_zero routes to it.
+// (oracles/zero_worker.py). Stage 3 is its own model (zero3_model.h), and so is stage 0, the engine
+// without a ZeRO optimizer (zero0_model.h); simulate_zero routes to them.
 #pragma once
 
 #include <memory>
@@ -18,7 +19,7 @@
 
 namespace hookstream {
 
-// Whether the plan's DeepSpeed stage is modelled (1 and 2 here, 3 in zero3_model.h; 0 is not).
+// Whether the plan's DeepSpeed stage is modelled (1 and 2 here, 3 in zero3_model.h, 0 in zero0_model.h).
 bool zero_stage_modelled(const Engine& engine);
 
 std::unique_ptr<SyncModel> make_zero_model(const Plan& plan, const ModelStructure& structure, int rank);
