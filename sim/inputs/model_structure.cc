@@ -377,9 +377,13 @@ class StructureBuilder {
   // (peft/tuners/lora/layer.py registers base_layer first, then lora_A, lora_B). A Conv3d (Qwen-VL's
   // patch embedding) gets lora_A with the conv's kernel and lora_B with a 1x1x1 kernel
   // (peft/tuners/lora/layer.py _ConvNd.update_layer).
+  // `transposed`: transformers' Conv1D (GPT-2), whose weight is [in, out]; bitsandbytes turns it
+  // into a Linear4bit/Linear8bitLt with the weight transposed to [out, in] first
+  // (transformers/integrations/bitsandbytes.py replace_with_bnb_linear), and PEFT's lora_A/lora_B
+  // take in/out from the transposed weight (peft/tuners/lora/layer.py).
   LinearUse linear(const std::string& module, const std::string& leaf, int64_t in, int64_t out,
                    bool bias, int layer, const std::string& group, bool full_trainable,
-                   bool quantizable, const std::vector<int64_t>& conv_kernel = {}) {
+                   bool quantizable, const std::vector<int64_t>& conv_kernel = {}, bool transposed = false) {
     LinearUse use;
     use.name = leaf;
     const std::string path = module.empty() ? leaf : module + "." + leaf;
@@ -387,6 +391,7 @@ class StructureBuilder {
     const bool quantized = quantizable && (plan_.load_in_4bit || plan_.load_in_8bit);
     const bool adapter_on = plan_.adapter != Adapter::None;
     std::vector<int64_t> weight_shape{out, in};
+    if (transposed && !quantized) weight_shape = {in, out};
     weight_shape.insert(weight_shape.end(), conv_kernel.begin(), conv_kernel.end());
     if (is_lora_target(path)) {
       std::vector<int64_t> a_shape{plan_.lora_r, in}, b_shape{out, plan_.lora_r};
@@ -440,6 +445,11 @@ class StructureBuilder {
       case MoeLayers::None: return false;
       case MoeLayers::All: return true;
       case MoeLayers::FirstKDense: return i >= value("first_k_dense_replace", 0);
+      case MoeLayers::LayerTypes: {
+        const auto& types = plan_.model.mlp_layer_types;
+        if (i < static_cast<int>(types.size())) return types[static_cast<size_t>(i)] == "sparse";
+        return i >= value("first_k_dense_replace", 0);
+      }
       case MoeLayers::SparseStep: {
         // Qwen2MoeDecoderLayer: (layer_idx not in mlp_only_layers) and num_experts > 0 and
         // (layer_idx + 1) % decoder_sparse_step == 0.
@@ -481,6 +491,7 @@ class StructureBuilder {
         break;
       case ModuleRole::AttentionOther: layer.attention_other.push_back(use); break;
       case ModuleRole::MlpOther: case ModuleRole::PreFeedforwardNorm: case ModuleRole::PostFeedforwardNorm:
+      case ModuleRole::EmbedOther: case ModuleRole::FinalNorm:  // top-level roles; in a layer, "other"
         layer.mlp_other.push_back(use);
         break;
     }
@@ -542,6 +553,31 @@ class StructureBuilder {
     for (size_t j = 0; j < specs.size(); ++j) place(layer, specs[j]->role, uses[j]);
   }
 
+  // A Linear, Conv1D, Norm or Embedding module of the table at `full` (a Tensor is built by tensors()).
+  LinearUse module_of(const ModuleSpec& module, const std::string& full, int layer, const std::string& group) {
+    const bool full_ft = plan_.adapter == Adapter::None;
+    const size_t dot = full.rfind('.');
+    const std::string parent = dot == std::string::npos ? "" : full.substr(0, dot);
+    const std::string leaf = full.substr(dot + 1);
+    const bool bias = evaluate_flag(module.bias, values_);
+    LinearUse use;
+    use.name = leaf;
+    switch (module.kind) {
+      case ModuleKind::Linear: case ModuleKind::Conv1D:
+        return linear(parent, leaf, dim(module.in), dim(module.shape), bias, layer, group, true, true, {},
+                      module.kind == ModuleKind::Conv1D);
+      case ModuleKind::Embedding:
+        note(full, ModuleType::Embedding);
+        use.weight = add(full, "weight", dims(module.shape), full_ft, layer, group);
+        return use;
+      case ModuleKind::Norm: case ModuleKind::Tensor:
+        use.weight = add(full, "weight", dims(module.shape), full_ft, layer, group);
+        if (bias) use.bias = add(full, "bias", dims(module.shape), full_ft, layer, group);
+        return use;
+    }
+    return use;
+  }
+
   void build() {
     const ModelConfig& m = plan_.model;
     const ArchitectureSpec* spec = architecture_of(m);
@@ -554,7 +590,19 @@ class StructureBuilder {
 
     const std::string embed = text_path(spec->embed);
     note(embed, ModuleType::Embedding);
-    out_.embed = add(embed, "weight", {m.vocab_size, m.hidden_size}, full_ft, -1, "embed");
+    const int64_t embed_width = dim(spec->embed_width);
+    out_.embed = add(embed, "weight", {m.vocab_size, embed_width}, full_ft, -1, "embed");
+    out_.head_module = spec->head;
+    for (const ModuleSpec& extra : spec->embed_extras) {
+      if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
+      const LinearUse use = module_of(extra, text_path(extra.path), -1, extra.role == ModuleRole::FinalNorm ? "final_norm" : "embed");
+      if (extra.role == ModuleRole::FinalNorm) {
+        out_.final_norm = use.weight;
+        out_.final_norm_bias = use.bias;
+      } else {
+        out_.embed_other.push_back(use);
+      }
+    }
     for (int i = 0; i < m.num_hidden_layers; ++i) {
       DecoderLayerUse layer;
       layer.index = i;
@@ -569,13 +617,13 @@ class StructureBuilder {
       }
       layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) + (shared ? dim(spec->shared_expert_width) : 0)
                                   : dim("intermediate_size");
+      // "moe" / "dense" are terms of a module's condition, true by this layer's MoE rule.
+      std::map<std::string, double> layer_values = values_;
+      layer_values["moe"] = layer.moe ? 1 : 0;
+      layer_values["dense"] = layer.moe ? 0 : 1;
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
-        if (module.when == "moe" ? !layer.moe
-            : module.when == "dense" ? layer.moe
-            : !module.when.empty() && !evaluate_flag(module.when, values_)) {
-          continue;
-        }
+        if (!module.when.empty() && !evaluate_flag(module.when, layer_values)) continue;
         present.push_back(&module);
       }
       bool experts_built = false;
@@ -589,9 +637,7 @@ class StructureBuilder {
           continue;
         }
         const std::string full = path + "." + module.path;
-        const size_t dot = full.rfind('.');
-        const std::string parent = full.substr(0, dot), leaf = full.substr(dot + 1);
-        const bool bias = evaluate_flag(module.bias, values_);
+        const std::string parent = full.substr(0, full.rfind('.'));
         if (module.kind == ModuleKind::Tensor) {
           // Bare nn.Parameters of one module (the experts' tensors, a router's weight and bias) are
           // listed together: a ParamWrapper around any of them renames all of them.
@@ -604,15 +650,7 @@ class StructureBuilder {
           k = end - 1;
           continue;
         }
-        LinearUse use;
-        use.name = leaf;
-        if (module.kind == ModuleKind::Linear) {
-          use = linear(parent, leaf, dim(module.in), dim(module.shape), bias, i, "decoder", true, true);
-        } else {
-          use.weight = add(full, "weight", dims(module.shape), full_ft, i, "decoder");
-          if (bias) use.bias = add(full, "bias", dims(module.shape), full_ft, i, "decoder");
-        }
-        place(layer, module.role, use);
+        place(layer, module.role, module_of(module, full, i, "decoder"));
       }
       out_.layers.push_back(std::move(layer));
     }
@@ -632,7 +670,7 @@ class StructureBuilder {
       if (head_bias) out_.lm_head_bias = add(spec->head, "bias", {m.vocab_size}, full_ft, -1, "head");
     } else {
       // bitsandbytes keeps the output embedding in 16 bit (llm_int8_skip_modules), so never quantized.
-      const LinearUse head = linear("", spec->head, m.hidden_size, m.vocab_size, head_bias, -1, "head", true, false);
+      const LinearUse head = linear("", spec->head, embed_width, m.vocab_size, head_bias, -1, "head", true, false);
       out_.lm_head = head.weight;
       out_.lm_head_bias = head.bias;
     }
