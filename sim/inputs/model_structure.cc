@@ -445,6 +445,11 @@ class StructureBuilder {
       case MoeLayers::None: return false;
       case MoeLayers::All: return true;
       case MoeLayers::FirstKDense: return i >= value("first_k_dense_replace", 0);
+      case MoeLayers::Interval: {
+        const int interval = static_cast<int>(value("moe_layer_interval", 1));
+        const double end = value("moe_layer_end_index", -1);
+        return interval > 0 && (i + 1) % interval == 0 && i >= value("moe_layer_start_index", 0) && (end < 0 || i <= end);
+      }
       case MoeLayers::LayerTypes: {
         const auto& types = plan_.model.mlp_layer_types;
         if (i < static_cast<int>(types.size())) return types[static_cast<size_t>(i)] == "sparse";
@@ -520,7 +525,7 @@ class StructureBuilder {
     for (const ModuleSpec* t : specs) {
       LinearUse use;
       use.name = t->path.substr(t->path.rfind('.') + 1);
-      use.weight = add(base, use.name, dims(t->shape), full_ft, index, "decoder");
+      use.weight = add(base, use.name, dims(t->shape), full_ft && !t->frozen, index, "decoder");
       uses.push_back(use);
     }
     int wrapper = 0;

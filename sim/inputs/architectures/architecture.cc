@@ -29,6 +29,11 @@ ModuleSpec norm(std::string path, R role, std::string shape = "hidden_size", std
 ModuleSpec tensor(std::string path, R role, std::string shape, std::string when = "") {
   return ModuleSpec{std::move(path), K::Tensor, role, "", std::move(shape), "", std::move(when)};
 }
+ModuleSpec frozen_tensor(std::string path, std::string shape, std::string when = "") {
+  ModuleSpec spec{std::move(path), K::Tensor, R::MlpOther, "", std::move(shape), "", std::move(when)};
+  spec.frozen = true;
+  return spec;
+}
 // transformers' Conv1D(nf=out, nx=in) (pytorch_utils.py): weight [in, out], always a bias.
 ModuleSpec conv1d(std::string path, R role, std::string in, std::string out) {
   return ModuleSpec{std::move(path), K::Conv1D, role, std::move(in), std::move(out), "1", ""};
@@ -313,6 +318,27 @@ std::vector<ArchitectureSpec> build_table() {
     a.attribute_map = {{"num_heads", "num_attention_heads"}, {"num_layers", "num_hidden_layers"}};
     a.defaults = {{"tie_word_embeddings", 1}, {"max_position_embeddings", 2048}};
     a.source = "transformers/models/gpt_neo/modeling_gpt_neo.py";
+    add(a);
+  }
+  {  // OpenAI GPT (OpenAIGPTModel): tokens_embed, positions_embed, h; a post-norm Block registers attn
+     // (c_attn, c_proj: Conv1D), ln_1, mlp (c_fc, c_proj of 4 * n_embd: MLP(4 * nx)), ln_2. No final
+     // norm; lm_head tied by default.
+    ArchitectureSpec a;
+    a.model_type = "openai-gpt";
+    a.embed = "transformer.tokens_embed";
+    a.embed_extras = {embedding("transformer.positions_embed", "max_position_embeddings,hidden_size")};
+    a.layers = "transformer.h";
+    a.layer = {conv1d("attn.c_attn", R::QKV, "hidden_size", "3*hidden_size"),
+               conv1d("attn.c_proj", R::O, "hidden_size", "hidden_size"),
+               norm("ln_1", R::InputNorm, "hidden_size", "1"),
+               conv1d("mlp.c_fc", R::Up, "hidden_size", "4*hidden_size"),
+               conv1d("mlp.c_proj", R::Down, "4*hidden_size", "hidden_size"),
+               norm("ln_2", R::PostAttentionNorm, "hidden_size", "1")};
+    a.final_norm = "";
+    a.attribute_map = gpt2_keys;
+    a.defaults = {{"tie_word_embeddings", 1}, {"max_position_embeddings", 512}};
+    a.derived = {{"intermediate_size", "4*hidden_size"}};
+    a.source = "transformers/models/openai/modeling_openai.py";
     add(a);
   }
   {  // GPT-J: one ln_1 (parallel attention + MLP), k/v/q/out_proj without bias, fc_in/fc_out with
@@ -868,6 +894,44 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/granitemoeshared/modeling_granitemoeshared.py";
     add(a);
   }
+  {  // PhiMoE: Llama attention (attention_bias), PhimoeTopKRouter (an nn.Linear H -> E, so LoRA's
+     // all-linear reaches it) then fused experts in every layer; LayerNorms with bias, a final norm with
+     // bias, lm_head_bias on the head. No PEFT v4 conversion.
+    ArchitectureSpec a;
+    a.model_type = "phimoe";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.router", R::Router, "hidden_size", "num_local_experts"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*intermediate_size,hidden_size"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,intermediate_size"),
+                       norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+                       norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1")}});
+    a.final_norm_bias = "1";
+    a.head_bias = "lm_head_bias";
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_local_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.expert_width = "intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"num_local_experts", 16}, {"num_experts_per_tok", 2}};
+    a.source = "transformers/models/phimoe/modeling_phimoe.py";
+    add(a);
+  }
+  {  // Mellum: Qwen3-MoE's layer (q/k norms over head_dim; experts then gate) where mlp_layer_types
+     // says "sparse" (MellumConfig: all sparse by default), MellumMLP of intermediate_size elsewhere.
+    ArchitectureSpec a;
+    a.model_type = "mellum";
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size", "", "dense"),
+                      fused_experts("mlp", "gate", false, "num_local_experts", "moe_intermediate_size", "moe"), kLlamaNorms});
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "num_local_experts";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["mellum"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 0}};
+    a.source = "transformers/models/mellum/modeling_mellum.py";
+    add(a);
+  }
   {  // Cohere2-MoE: Cohere 2's parallel layer (one input_layernorm, weight only, registered last)
      // with a sparse block where mlp_layer_types says "sparse": gate (Cohere2MoeTopKRouter), fused
      // experts, and shared_experts of width intermediate_size * num_shared_experts when that is not
@@ -890,6 +954,87 @@ std::vector<ArchitectureSpec> build_table() {
     a.defaults = {{"tie_word_embeddings", 1}, {"num_experts", 8}, {"num_experts_per_tok", 2}, {"num_shared_experts", 0}};
     a.derived = {{"prefix_dense_intermediate_size", "intermediate_size"}};
     a.source = "transformers/models/cohere2_moe/modeling_cohere2_moe.py";
+    add(a);
+  }
+  {  // ERNIE-4.5-MoE: use_bias on attention, the dense MLP, shared experts and lm_head; the sparse
+     // block (where Interval says) registers gate (Ernie4_5_MoeTopKRouter: weight [E, H], then its
+     // moe_statics.e_score_correction_bias [1, E] with requires_grad=False), experts, shared_experts
+     // (moe_intermediate_size * moe_num_shared_experts, absent at 0); norms last.
+    ArchitectureSpec a;
+    a.model_type = "ernie4_5_moe";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "moe_intermediate_size*moe_num_shared_experts", "use_bias",
+                                            "moe&moe_num_shared_experts");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("use_bias", "use_bias"), swiglu("mlp", "intermediate_size", "use_bias", "dense"),
+                      {tensor("mlp.gate.weight", R::Router, "moe_num_experts,hidden_size", "moe"),
+                       frozen_tensor("mlp.gate.moe_statics.e_score_correction_bias", "1,moe_num_experts", "moe"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "moe_num_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "moe_num_experts,hidden_size,moe_intermediate_size", "moe")},
+                      shared, kLlamaNorms});
+    a.head_bias = "use_bias";
+    a.moe = MoeLayers::Interval;
+    a.experts_key = "moe_num_experts";
+    a.top_k_key = "moe_k";
+    a.attribute_map = {{"num_experts", "moe_num_experts"}, {"num_experts_per_tok", "moe_k"}};
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_intermediate_size*moe_num_shared_experts";
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["ernie4_5_moe"]
+    a.defaults = {{"tie_word_embeddings", 1}, {"moe_num_shared_experts", 2}, {"moe_layer_start_index", 1},
+                  {"moe_layer_end_index", -1}, {"moe_layer_interval", 1}};
+    a.source = "transformers/models/ernie4_5_moe/modeling_ernie4_5_moe.py";
+    add(a);
+  }
+  {  // AFMoE: q/k norms over head_dim and an output gate self_attn.gate_proj [heads * head_dim, H]
+     // (AfmoeAttention); four norms before the MLP (AfmoeDecoderLayer); dense MLP below
+     // num_dense_layers, else AfmoeSparseMoeBlock: expert_bias [E] (requires_grad=False, the block's
+     // own parameter, so first), router.gate (nn.Linear H -> E), shared_experts, experts.
+    ArchitectureSpec a;
+    a.model_type = "afmoe";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "moe_intermediate_size*num_shared_experts", "",
+                                            "moe&num_shared_experts");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm,
+                      {linear("self_attn.gate_proj", R::AttentionOther, "hidden_size", kQ)},
+                      kLlamaNorms,
+                      {norm("pre_mlp_layernorm", R::PreFeedforwardNorm), norm("post_mlp_layernorm", R::PostFeedforwardNorm)},
+                      swiglu("mlp", "intermediate_size", "", "dense"),
+                      {frozen_tensor("mlp.expert_bias", "num_experts", "moe"),
+                       linear("mlp.router.gate", R::Router, "hidden_size", "num_experts", "", "moe")},
+                      shared,
+                      {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_experts,hidden_size,moe_intermediate_size", "moe")}});
+    a.moe = MoeLayers::FirstKDense;
+    a.experts_key = "num_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.attribute_map = {{"num_dense_layers", "first_k_dense_replace"}, {"num_local_experts", "num_experts"}};
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_intermediate_size*num_shared_experts";
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["afmoe"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"num_shared_experts", 2}};
+    a.source = "transformers/models/afmoe/modeling_afmoe.py";
+    add(a);
+  }
+  {  // Aria's text decoder: Llama attention and norms around AriaTextMoELayer in every layer:
+     // router.weight [E, H], experts.fc1.weight [E, H, 2I] and experts.fc2.weight [E, I, H]
+     // (AriaGroupedExpertsGemm stores [groups, in, out]), shared_experts (AriaSharedExpertsMLP,
+     // width intermediate_size * moe_num_shared_experts). No PEFT v4 conversion.
+    ArchitectureSpec a;
+    a.model_type = "aria_text";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "intermediate_size*moe_num_shared_experts", "mlp_bias");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.router", R::Router, "hidden_size", "moe_num_experts"),
+                       tensor("mlp.experts.fc1.weight", R::ExpertsGateUp, "moe_num_experts,hidden_size,2*intermediate_size"),
+                       tensor("mlp.experts.fc2.weight", R::ExpertsDown, "moe_num_experts,intermediate_size,hidden_size")},
+                      shared, kLlamaNorms});
+    a.moe = MoeLayers::All;
+    a.experts_key = "moe_num_experts";
+    a.top_k_key = "moe_topk";
+    a.experts_transposed = true;
+    a.expert_width = "intermediate_size";
+    a.shared_expert_width = "intermediate_size*moe_num_shared_experts";
+    a.defaults = {{"tie_word_embeddings", 0}, {"moe_num_experts", 8}, {"moe_topk", 2}, {"moe_num_shared_experts", 2}};
+    a.source = "transformers/models/aria/modeling_aria.py";
     add(a);
   }
   {  // DeepSeek-V2/V3: multi-head latent attention (q_lora_rank null -> a plain q_proj), dense MLP in
@@ -955,6 +1100,28 @@ std::vector<ArchitectureSpec> build_table() {
     a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["solar_open"]
     a.defaults = {{"tie_word_embeddings", 0}, {"n_shared_experts", 1}};
     a.source = "transformers/models/solar_open/modeling_solar_open.py";
+    add(a);
+    // EXAONE-MoE: EXAONE 4's attention (no biases, q/k norms over head_dim) with DeepSeek-V3's block
+    // (experts, gate, shared_experts) where mlp_layer_types says "sparse" (ExaoneMoeConfig builds the
+    // list from first_k_dense_replace, default 1); its keys are num_experts / num_shared_experts.
+    a.model_type = "exaone_moe";
+    a.layer = moe_layer(concat({attention("", ""), kQkNorm}), "");
+    a.moe = MoeLayers::LayerTypes;
+    a.attribute_map = {{"num_experts", "n_routed_experts"}, {"num_shared_experts", "n_shared_experts"},
+                       {"num_local_experts", "n_routed_experts"}};
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["exaone_moe"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}};
+    a.source = "transformers/models/exaone_moe/modeling_exaone_moe.py";
+    add(a);
+    // GLM-4-MoE-Lite: DeepSeek-V3's layer (MLA, q_lora_rank default 768) where mlp_layer_types says
+    // "sparse" (Glm4MoeLiteConfig: all but layer 0 by default).
+    a.model_type = "glm4_moe_lite";
+    a.layer = moe_layer(mla, "");
+    a.moe = MoeLayers::LayerTypes;
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}};
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["glm4_moe_lite"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"q_lora_rank", 768}};
+    a.source = "transformers/models/glm4_moe_lite/modeling_glm4_moe_lite.py";
     add(a);
   }
   return t;

@@ -60,6 +60,9 @@ struct ModuleSpec {
   // false), "key=value" for a string key, "a==b" / "a!=b" comparing numeric keys or integers,
   // joined with "&" (and) and "|" (or, binds looser): Falcon's norms depend on three keys.
   std::string when;
+  // A Tensor created with requires_grad=False (ERNIE-4.5-MoE's e_score_correction_bias, AFMoE's
+  // expert_bias): listed by named_parameters(), never trainable, so never in DDP's list.
+  bool frozen = false;
 };
 
 // Which decoder layers have a sparse MoE block instead of the dense MLP.
@@ -71,6 +74,9 @@ enum class MoeLayers {
   // Cohere2-MoE: mlp_layer_types[i] == "sparse"; without the list, the config class writes one from
   // first_k_dense_replace (Cohere2MoeConfig.__post_init__), so FirstKDense decides.
   LayerTypes,
+  // ERNIE-4.5-MoE (Ernie4_5_MoeDecoderLayer): (i + 1) % moe_layer_interval == 0 and
+  // moe_layer_start_index <= i <= moe_layer_end_index (-1: the last layer).
+  Interval,
 };
 
 struct ArchitectureSpec {
