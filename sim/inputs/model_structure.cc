@@ -318,6 +318,14 @@ class StructureBuilder {
       : plan_(plan), out_(out), matcher_(matcher), catalog_(catalog), param_catalog_(param_catalog),
         values_(structure_values(plan.model)) {
     prefix_ = plan.adapter == Adapter::None ? "" : "base_model.model.";
+    if (const ArchitectureSpec* spec = architecture_of(plan.model)) {
+      for (std::string pattern : spec->keep_in_fp32_strict) {
+        for (size_t star = pattern.find('*'); star != std::string::npos; star = pattern.find('*', star + 2)) {
+          pattern.replace(star, 1, ".*");
+        }
+        keep_fp32_.emplace_back(pattern);
+      }
+    }
     for (const auto& pattern : plan.unfrozen_parameters) {
       try {
         unfrozen_.emplace_back(pattern);
@@ -337,6 +345,12 @@ class StructureBuilder {
     p.name = p.module + "." + leaf;
     p.shape = std::move(shape);
     p.dtype = plan_.model.torch_dtype;
+    if (p.dtype != DType::Float32) {
+      const std::string unprefixed = module + "." + leaf;
+      for (const std::regex& re : keep_fp32_) {
+        if (std::regex_search(unprefixed, re)) p.dtype = DType::Float32;
+      }
+    }
     p.quantized = quantized;
     p.layer = layer;
     p.group = group;
@@ -839,6 +853,7 @@ class StructureBuilder {
   std::set<std::string> seen_;
   std::string prefix_;
   std::vector<std::regex> unfrozen_;
+  std::vector<std::regex> keep_fp32_;  // ArchitectureSpec::keep_in_fp32_strict
 };
 
 }  // namespace

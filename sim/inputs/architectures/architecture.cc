@@ -972,6 +972,7 @@ std::vector<ArchitectureSpec> build_table() {
                        tensor("mlp.experts.down_proj", R::ExpertsDown, "moe_num_experts,hidden_size,moe_intermediate_size", "moe")},
                       shared, kLlamaNorms});
     a.head_bias = "use_bias";
+    a.keep_in_fp32_strict = {"gate.weight", "moe_statics"};  // Ernie4_5_MoePreTrainedModel
     a.moe = MoeLayers::Interval;
     a.experts_key = "moe_num_experts";
     a.top_k_key = "moe_k";

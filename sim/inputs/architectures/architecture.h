@@ -113,6 +113,12 @@ struct ArchitectureSpec {
   // transformers' attribute_map of the config class: alias -> the key the table's expressions use
   // (Qwen3MoeConfig reads a config.json "num_experts" as num_local_experts).
   std::map<std::string, std::string> attribute_map;
+  // The model class's _keep_in_fp32_modules_strict: parameters whose name (no PEFT prefix) a pattern
+  // finds (regular-expression search, `*` as `.*`; transformers core_model_loading.py
+  // build_glob_alternation) stay float32 in a bf16/fp16 model (PreTrainedModel._get_dtype_plan).
+  // ERNIE-4.5-MoE keeps its router in float32. (_keep_in_fp32_modules applies to fp16 checkpoints
+  // loaded by from_pretrained only, not to _from_config; not described.)
+  std::vector<std::string> keep_in_fp32_strict;
   // Config-class defaults (transformers' *Config.__init__) for keys a config.json may omit.
   std::map<std::string, double> defaults;
   // Keys the config class (or the modelling code) derives when a config.json omits them or writes
