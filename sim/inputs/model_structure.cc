@@ -346,7 +346,11 @@ class StructureBuilder {
     p.shape = std::move(shape);
     p.dtype = plan_.model.torch_dtype;
     if (p.dtype != DType::Float32) {
-      const std::string unprefixed = module + "." + leaf;
+      // The plan is made before PEFT wraps anything: the name without PEFT's ".base_layer".
+      std::string unprefixed = module + "." + leaf;
+      for (size_t at = unprefixed.find(".base_layer"); at != std::string::npos; at = unprefixed.find(".base_layer")) {
+        unprefixed.erase(at, 11);
+      }
       for (const std::regex& re : keep_fp32_) {
         if (std::regex_search(unprefixed, re)) p.dtype = DType::Float32;
       }
@@ -407,7 +411,20 @@ class StructureBuilder {
     std::vector<int64_t> weight_shape{out, in};
     if (transposed && !quantized) weight_shape = {in, out};
     weight_shape.insert(weight_shape.end(), conv_kernel.begin(), conv_kernel.end());
-    if (is_lora_target(path)) {
+    // target_parameters reaching an nn.Linear's weight (PEFT's v4 -> v5 MoE conversion maps "gate" to
+    // "gate.weight", which names AFMoE's router.gate Linear): a lora.ParamWrapper, not a lora.Linear -
+    // base_layer.weight, then lora_A [r, in] and lora_B [out, r] (peft/tuners/lora/layer.py ParamWrapper).
+    const int parameter_rank = matcher_ != nullptr && conv_kernel.empty() ? matcher_->parameter_rank(path + ".weight") : 0;
+    if (parameter_rank > 0 && !is_lora_target(path)) {
+      use.weight = add(path + ".base_layer", "weight", weight_shape, false, layer, group, quantized);
+      if (bias) use.bias = add(path + ".base_layer", "bias", {out}, false, layer, group);
+      use.lora_a = add(path + ".lora_A.default", "weight", {parameter_rank, in}, true, layer, group);
+      use.lora_b = add(path + ".lora_B.default", "weight", {out, parameter_rank}, true, layer, group);
+      for (int index : {use.lora_a, use.lora_b}) {
+        out_.parameters[static_cast<size_t>(index)].adapter = true;
+        out_.parameters[static_cast<size_t>(index)].dtype = DType::Float32;
+      }
+    } else if (is_lora_target(path)) {
       std::vector<int64_t> a_shape{plan_.lora_r, in}, b_shape{out, plan_.lora_r};
       a_shape.insert(a_shape.end(), conv_kernel.begin(), conv_kernel.end());
       for (size_t i = 0; i < conv_kernel.size(); ++i) b_shape.push_back(1);
@@ -528,9 +545,21 @@ class StructureBuilder {
     const bool full_ft = plan_.adapter == Adapter::None;
     std::vector<int> ranks;
     int wrappers = 0;
+    // Tensors of the module's children follow its own (ERNIE-4.5-MoE's gate.moe_statics): a
+    // ParamWrapper around the module moves them under its base_layer too.
+    const std::string first_parent = specs.front()->path.substr(0, specs.front()->path.rfind('.'));
+    auto child_of = [&](const ModuleSpec* t) {
+      return t->path.substr(0, t->path.rfind('.')).substr(first_parent.size());  // "" or ".moe_statics"
+    };
     for (const ModuleSpec* t : specs) {
       const std::string leaf = t->path.substr(t->path.rfind('.') + 1);
-      ranks.push_back(matcher_ != nullptr ? matcher_->parameter_rank(module + "." + leaf) : 0);
+      const std::string name = module + child_of(t) + "." + leaf;
+      const int rank = matcher_ != nullptr ? matcher_->parameter_rank(name) : 0;
+      if (rank > 0 && !child_of(t).empty()) {
+        throw InputError(matcher_->where(), "lora_target_parameters reaches " + name +
+                                                ", a parameter of a child of a wrapped module; hookstream does not model nested ParamWrappers");
+      }
+      ranks.push_back(rank);
       if (ranks.back() > 0) ++wrappers;
     }
     std::string base = module;
@@ -539,7 +568,7 @@ class StructureBuilder {
     for (const ModuleSpec* t : specs) {
       LinearUse use;
       use.name = t->path.substr(t->path.rfind('.') + 1);
-      use.weight = add(base, use.name, dims(t->shape), full_ft && !t->frozen, index, "decoder");
+      use.weight = add(base + child_of(t), use.name, dims(t->shape), full_ft && !t->frozen, index, "decoder");
       uses.push_back(use);
     }
     int wrapper = 0;
@@ -661,8 +690,10 @@ class StructureBuilder {
           // Bare nn.Parameters of one module (the experts' tensors, a router's weight and bias) are
           // listed together: a ParamWrapper around any of them renames all of them.
           size_t end = k + 1;
-          while (end < present.size() && present[end]->kind == ModuleKind::Tensor &&
-                 present[end]->path.substr(0, present[end]->path.rfind('.')) == module.path.substr(0, module.path.rfind('.'))) {
+          const std::string owner = module.path.substr(0, module.path.rfind('.'));
+          while (end < present.size() && present[end]->kind == ModuleKind::Tensor) {
+            const std::string next = present[end]->path.substr(0, present[end]->path.rfind('.'));
+            if (next != owner && next.rfind(owner + ".", 0) != 0) break;  // the module's own, or its children's
             ++end;
           }
           tensors(layer, *spec, parent, std::vector<const ModuleSpec*>(present.begin() + k, present.begin() + end), i);
