@@ -618,6 +618,17 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/helium/modeling_helium.py";
     add(a);
   }
+  {  // Granite SWA: Granite's layer with attention sinks, a bare parameter [heads] of self_attn
+     // (registered after o_proj, listed first: a module's own parameters precede its children's);
+     // tied by default (GraniteSWAConfig). Sliding-window layers change no shape.
+    ArchitectureSpec a;
+    a.model_type = "granite_swa";
+    a.layer = concat({{tensor("self_attn.sinks", R::AttentionOther, "num_attention_heads")},
+                      attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/granite_swa/modeling_granite_swa.py";
+    add(a);
+  }
   {  // Apertus: q/k norms over head_dim (ApertusAttention), a 2-layer MLP whose xIELU activation has
      // two parameters of shape [1] (ApertusMLP: act_fn = XIELUActivation when hidden_act is "xielu",
      // transformers/activations.py), and the pre-norms named attention_layernorm/feedforward_layernorm.
@@ -886,6 +897,13 @@ std::vector<ArchitectureSpec> build_table() {
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/granitemoe/modeling_granitemoe.py";
     add(a);
+    // GraniteMoE SWA: the same layer with attention sinks first (GraniteMoeSWAAttention).
+    const std::vector<ModuleSpec> granitemoe_layer = a.layer;
+    a.model_type = "granitemoe_swa";
+    a.layer = concat({{tensor("self_attn.sinks", R::AttentionOther, "num_attention_heads")}, granitemoe_layer});
+    a.source = "transformers/models/granitemoe_swa/modeling_granitemoe_swa.py";
+    add(a);
+    a.layer = granitemoe_layer;
     a.model_type = "granitemoeshared";
     a.layer = concat({a.layer,
                       {linear("shared_mlp.input_linear", R::MlpOther, "hidden_size", "2*shared_intermediate_size", "", "shared_intermediate_size"),
@@ -930,6 +948,26 @@ std::vector<ArchitectureSpec> build_table() {
     a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["mellum"]
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 0}};
     a.source = "transformers/models/mellum/modeling_mellum.py";
+    add(a);
+  }
+  {  // HY-V3 (HYV3DecoderLayer): Qwen3's attention (attention_bias, q/k norms over head_dim); where
+     // mlp_layer_types says "sparse" (HYV3Config: all but layer 0 by default) HYV3MoE registers gate
+     // (a bare weight [E, H]), experts, shared_experts (moe_intermediate_size * num_shared_experts;
+     // e_score_correction_bias is a buffer); dense layers keep HYV3MLP (mlp_bias).
+    ArchitectureSpec a;
+    a.model_type = "hy_v3";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "moe_intermediate_size*num_shared_experts", "mlp_bias", "moe");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size", "mlp_bias", "dense"),
+                      fused_experts("mlp", "gate", true, "num_experts", "moe_intermediate_size", "moe"), shared, kLlamaNorms});
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "num_experts";
+    a.attribute_map = {{"num_local_experts", "num_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_intermediate_size*num_shared_experts";
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"num_shared_experts", 1}};
+    a.source = "transformers/models/hy_v3/modeling_hy_v3.py";
     add(a);
   }
   {  // Cohere2-MoE: Cohere 2's parallel layer (one input_layernorm, weight only, registered last)
