@@ -669,6 +669,9 @@ class StructureBuilder {
       std::map<std::string, double> layer_values = values_;
       layer_values["moe"] = layer.moe ? 1 : 0;
       layer_values["dense"] = layer.moe ? 0 : 1;
+      // "last_layer": GPT-NeoX-Japanese gives only its last layer's attention a dense_bias
+      // (GPTNeoXJapaneseLayer: use_bias=layer_number == num_hidden_layers - 1).
+      layer_values["last_layer"] = i == m.num_hidden_layers - 1 ? 1 : 0;
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
         if (!module.when.empty() && !evaluate_flag(module.when, layer_values)) continue;

@@ -390,6 +390,28 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/gpt_neox/modeling_gpt_neox.py";
     add(a);
   }
+  {  // GPT-NeoX-Japanese: GPT-NeoX's norms-first layer without biases on its Linears; the last layer's
+     // attention has a bare dense_bias [hidden] (its own parameter, so before query_key_value); the MLP
+     // is hidden * intermediate_multiple_size wide; the head embed_out is tied by default.
+    ArchitectureSpec a;
+    a.model_type = "gpt_neox_japanese";
+    a.embed = "gpt_neox_japanese.embed_in";
+    a.layers = "gpt_neox_japanese.layers";
+    a.layer = {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+               norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1"),
+               tensor("attention.dense_bias", R::AttentionOther, "hidden_size", "last_layer"),
+               linear("attention.query_key_value", R::QKV, "hidden_size", "3*hidden_size"),
+               linear("attention.dense", R::O, "hidden_size", "hidden_size"),
+               linear("mlp.dense_h_to_4h", R::Up, "hidden_size", "intermediate_size"),
+               linear("mlp.dense_4h_to_h", R::Down, "intermediate_size", "hidden_size")};
+    a.final_norm = "gpt_neox_japanese.final_layer_norm";
+    a.final_norm_bias = "1";
+    a.head = "embed_out";
+    a.defaults = {{"tie_word_embeddings", 1}, {"intermediate_multiple_size", 4}};
+    a.derived = {{"intermediate_size", "intermediate_multiple_size*hidden_size"}};
+    a.source = "transformers/models/gpt_neox_japanese/modeling_gpt_neox_japanese.py";
+    add(a);
+  }
   {  // Falcon (FalconAttention, FalconDecoderLayer): query_key_value is
      // [(2 * num_kv_heads + heads) * head_dim] with new_decoder_architecture, [hidden + 2 * head_dim]
      // with multi_query, else [3 * hidden]; `bias` on every Linear. Norms after the MLP: without
