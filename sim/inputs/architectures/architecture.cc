@@ -273,6 +273,7 @@ std::vector<ArchitectureSpec> build_table() {
      // add_cross_attention adds crossattention + ln_cross_attn, not described: refused.
     ArchitectureSpec a;
     a.model_type = "gpt2";
+    a.layer_class = "GPT2Block";
     a.embed = "transformer.wte";
     a.embed_extras = {embedding("transformer.wpe", "max_position_embeddings,hidden_size")};
     a.layers = "transformer.h";
@@ -293,6 +294,7 @@ std::vector<ArchitectureSpec> build_table() {
     // GPTBigCode: GPT-2's block with nn.Linear instead of Conv1D; multi_query (the default) gives
     // one k/v head: c_attn [hidden + 2 * head_dim, hidden] (GPTBigCodeAttention).
     a.model_type = "gpt_bigcode";
+    a.layer_class = "GPTBigCodeBlock";
     a.layer = {norm("ln_1", R::InputNorm, "hidden_size", "1"),
                linear("attn.c_attn", R::QKV, "hidden_size", "hidden_size+2*head_dim", "1", "multi_query"),
                linear("attn.c_attn", R::QKV, "hidden_size", "3*hidden_size", "1", "!multi_query"),
@@ -306,6 +308,7 @@ std::vector<ArchitectureSpec> build_table() {
     // GPT-Neo: GPTNeoSelfAttention registers k_proj, v_proj, q_proj (no bias), out_proj (bias)
     // under attn.attention; intermediate_size None -> 4 * hidden_size (GPTNeoBlock).
     a.model_type = "gpt_neo";
+    a.layer_class = "GPTNeoBlock";
     a.layer = {norm("ln_1", R::InputNorm, "hidden_size", "1"),
                linear("attn.attention.k_proj", R::K, "hidden_size", "hidden_size"),
                linear("attn.attention.v_proj", R::V, "hidden_size", "hidden_size"),
@@ -325,6 +328,7 @@ std::vector<ArchitectureSpec> build_table() {
      // norm; lm_head tied by default.
     ArchitectureSpec a;
     a.model_type = "openai-gpt";
+    a.layer_class = "Block";
     a.embed = "transformer.tokens_embed";
     a.embed_extras = {embedding("transformer.positions_embed", "max_position_embeddings,hidden_size")};
     a.layers = "transformer.h";
@@ -345,6 +349,7 @@ std::vector<ArchitectureSpec> build_table() {
      // bias, ln_f, and a biased lm_head (GPTJForCausalLM). CodeGen: the same with a fused qkv_proj.
     ArchitectureSpec a;
     a.model_type = "gptj";
+    a.layer_class = "GPTJBlock";
     a.embed = "transformer.wte";
     a.layers = "transformer.h";
     const std::vector<ModuleSpec> mlp = {linear("mlp.fc_in", R::Up, "hidden_size", "intermediate_size", "1"),
@@ -364,6 +369,7 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/gptj/modeling_gptj.py";
     add(a);
     a.model_type = "codegen";
+    a.layer_class = "CodeGenBlock";
     a.layer = concat({{norm("ln_1", R::InputNorm, "hidden_size", "1"),
                        linear("attn.qkv_proj", R::QKV, "hidden_size", "3*hidden_size"),
                        linear("attn.out_proj", R::O, "hidden_size", "hidden_size")},
@@ -376,6 +382,7 @@ std::vector<ArchitectureSpec> build_table() {
      // use_parallel_residual changes no parameter (GPTNeoXLayer).
     ArchitectureSpec a;
     a.model_type = "gpt_neox";
+    a.layer_class = "GPTNeoXLayer";
     a.embed = "gpt_neox.embed_in";
     a.layers = "gpt_neox.layers";
     a.layer = {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
@@ -395,6 +402,7 @@ std::vector<ArchitectureSpec> build_table() {
      // is hidden * intermediate_multiple_size wide; the head embed_out is tied by default.
     ArchitectureSpec a;
     a.model_type = "gpt_neox_japanese";
+    a.layer_class = "GPTNeoXJapaneseLayer";
     a.embed = "gpt_neox_japanese.embed_in";
     a.layers = "gpt_neox_japanese.layers";
     a.layer = {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
@@ -451,6 +459,7 @@ std::vector<ArchitectureSpec> build_table() {
      // of 4 * hidden (BloomMLP hard-codes it), every Linear and LayerNorm biased (BloomBlock).
     ArchitectureSpec a;
     a.model_type = "bloom";
+    a.layer_class = "BloomBlock";
     a.embed = "transformer.word_embeddings";
     a.embed_extras = {norm("transformer.word_embeddings_layernorm", R::EmbedOther, "hidden_size", "1")};
     a.layers = "transformer.h";
@@ -472,6 +481,7 @@ std::vector<ArchitectureSpec> build_table() {
      // biases anywhere (MptBlock sets the LayerNorms' bias to None; MptMLP hard-codes 4 * hidden).
     ArchitectureSpec a;
     a.model_type = "mpt";
+    a.layer_class = "MptBlock";
     a.embed = "transformer.wte";
     a.layers = "transformer.blocks";
     a.layer = {norm("norm_1", R::InputNorm),
@@ -559,6 +569,7 @@ std::vector<ArchitectureSpec> build_table() {
      // lm_head tied with a bias of its own (CTRLLMHeadModel: nn.Linear(n_embd, vocab, bias=True)).
     ArchitectureSpec a;
     a.model_type = "ctrl";
+    a.layer_class = "EncoderLayer";
     a.embed = "transformer.w";
     a.layers = "transformer.h";
     a.layer = {linear("multi_head_attention.Wq", R::Q, "hidden_size", "hidden_size", "1"),

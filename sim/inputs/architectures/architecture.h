@@ -89,6 +89,10 @@ struct ArchitectureSpec {
   // project_in and final_layer_norm), in registration order.
   std::vector<ModuleSpec> embed_extras;
   std::string layers = "model.layers";
+  // The decoder layer's class when it is not <Model>DecoderLayer (the model's _no_split_modules:
+  // GPT2Block, GPTNeoXLayer, BloomBlock, CTRL's EncoderLayer): what fsdp_config's
+  // transformer_layer_cls_to_wrap names (sim/sync/fsdp2/fsdp2_units.cc).
+  std::string layer_class;
   std::vector<ModuleSpec> layer;
   std::string final_norm = "model.norm";  // "" when the final norm has no parameters (OLMo)
   std::string final_norm_bias;            // as ModuleSpec::bias
