@@ -242,15 +242,18 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/stablelm/modeling_stablelm.py";
     add(a);
   }
-  {  // Phi (phi-1/1.5/2): biased q/k/v/dense, fc1/fc2 MLP, parallel block with one LayerNorm,
+  {  // Phi (phi-1/1.5/2): biased q/k/v/dense, optional q/k LayerNorms, fc1/fc2 MLP, parallel block with one LayerNorm,
      // final_layernorm, and a biased lm_head.
     ArchitectureSpec a;
     a.model_type = "phi";
-    a.unmodelled_flags = {"qk_layernorm"};
+    // qk_layernorm: q_layernorm / k_layernorm, nn.LayerNorm(hidden_size // heads) with bias, after
+    // dense (PhiAttention.__init__).
     a.layer = {linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "1"),
                linear("self_attn.k_proj", R::K, "hidden_size", kKV, "1"),
                linear("self_attn.v_proj", R::V, "hidden_size", kKV, "1"),
                linear("self_attn.dense", R::O, kQ, "hidden_size", "1"),
+               norm("self_attn.q_layernorm", R::AttentionOther, "head_dim", "1", "qk_layernorm"),
+               norm("self_attn.k_layernorm", R::AttentionOther, "head_dim", "1", "qk_layernorm"),
                linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "1"),
                linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "1"),
                norm("input_layernorm", R::InputNorm, "hidden_size", "1")};
