@@ -703,6 +703,14 @@ class StructureBuilder {
           k = end - 1;
           continue;
         }
+        if (!module.repeat.empty()) {
+          const size_t at = full.find("{i}");
+          for (int64_t r = 0; r < dim(module.repeat); ++r) {
+            const std::string copy = full.substr(0, at) + std::to_string(r) + full.substr(at + 3);
+            place(layer, module.role, module_of(module, copy, i, "decoder"));
+          }
+          continue;
+        }
         place(layer, module.role, module_of(module, full, i, "decoder"));
       }
       out_.layers.push_back(std::move(layer));

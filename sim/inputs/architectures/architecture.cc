@@ -230,11 +230,15 @@ std::vector<ArchitectureSpec> build_table() {
     add(a);
   }
   {  // StableLM: use_qkv_bias on q/k/v, nn.LayerNorm (with bias); use_parallel_residual drops the
-     // post_attention_layernorm. qk_layernorm (a ModuleList of per-head LayerNorms) is refused below.
+     // post_attention_layernorm. qk_layernorm: StableLmLayerNormPerHead, a ModuleList `norms` of one
+     // bias-free LayerNorm(head_dim) per query head (q_layernorm) and per key/value head (k_layernorm).
     ArchitectureSpec a;
     a.model_type = "stablelm";
-    a.unmodelled_flags = {"qk_layernorm"};
-    a.layer = concat({attention("use_qkv_bias", ""), swiglu("mlp", "intermediate_size"),
+    ModuleSpec q_norms = norm("self_attn.q_layernorm.norms.{i}", R::AttentionOther, "head_dim", "", "qk_layernorm");
+    q_norms.repeat = "num_attention_heads";
+    ModuleSpec k_norms = norm("self_attn.k_layernorm.norms.{i}", R::AttentionOther, "head_dim", "", "qk_layernorm");
+    k_norms.repeat = "num_key_value_heads";
+    a.layer = concat({attention("use_qkv_bias", ""), {q_norms, k_norms}, swiglu("mlp", "intermediate_size"),
                       {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
                        norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1", "!use_parallel_residual")}});
     a.final_norm_bias = "1";

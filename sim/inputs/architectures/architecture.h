@@ -63,6 +63,9 @@ struct ModuleSpec {
   // A Tensor created with requires_grad=False (ERNIE-4.5-MoE's e_score_correction_bias, AFMoE's
   // expert_bias): listed by named_parameters(), never trainable, so never in DDP's list.
   bool frozen = false;
+  // A ModuleList of identical modules: `repeat` (an expression) copies, "{i}" in the path replaced by
+  // 0, 1, ... (StableLM's per-head q_layernorm.norms.{i}). Not for Tensor modules.
+  std::string repeat;
 };
 
 // Which decoder layers have a sparse MoE block instead of the dense MLP.
