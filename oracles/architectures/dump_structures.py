@@ -40,7 +40,13 @@ def full_size(case):
     """Parameter count and bytes of the model at transformers' default depth (the case's other
     overrides kept): checks the per-layer rules (MoE layer selection) over a whole real-size model."""
     overrides = {k: v for k, v in case.get("overrides", {}).items() if k != "num_hidden_layers"}
-    config = make_config({**case, "overrides": overrides})
+    config = make_config({**case, "overrides": {k: v for k, v in overrides.items() if not isinstance(v, list)}})
+    # A per-layer list (mlp_layer_types) written for the reduced depth goes on with its last entry
+    # (["dense", "sparse"] -> dense, then sparse): what hookstream reads past the end of the list.
+    text = config.get_text_config()
+    for key, value in overrides.items():
+        if isinstance(value, list):
+            setattr(text, key, value + value[-1:] * (text.num_hidden_layers - len(value)))
     model = build({**case, "lora": None}, config)
     params = list(model.parameters())
     return {

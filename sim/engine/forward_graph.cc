@@ -31,6 +31,9 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       hidden = engine_.fresh_leaf("inputs_embeds (requires_grad_)");
       hidden.data = data;
     }
+    // Position embeddings and the norm or projection after the token embedding (GPT-2 wpe, BLOOM
+    // word_embeddings_layernorm, OPT project_in): applied to the embedded tokens before layer 0.
+    if (!model_.embed_other.empty()) hidden = others(model_.embed_other, hidden, "embed");
     std::vector<SimTensor> deepstack;
     if (!model_.vision_blocks.empty() && plan_.vision_inputs) {
       SimTensor image = vision_tower(deepstack);

@@ -360,28 +360,6 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     }
   }
 
-  config.hidden_size = reader.positive_int("hidden_size");
-  // Required unless every layer is MoE (below): SolarOpenConfig has no intermediate_size at all.
-  const std::optional<int> intermediate_size = reader.optional_positive_int("intermediate_size");
-  config.num_hidden_layers = reader.positive_int("num_hidden_layers");
-  config.num_attention_heads = reader.positive_int("num_attention_heads");
-  config.num_key_value_heads =
-      reader.optional_positive_int("num_key_value_heads").value_or(config.num_attention_heads);
-  config.vocab_size = reader.positive_int("vocab_size");
-  // transformers floors: LlamaAttention (and every decoder modelled after it) takes
-  // getattr(config, "head_dim", hidden_size // num_attention_heads), so GLM-4-MoE's 4096 / 96 heads
-  // is 96 heads of 42 (q_proj [4032, 4096]), not an error.
-  config.head_dim = reader.optional_positive_int("head_dim").value_or(config.hidden_size / config.num_attention_heads);
-  if (config.head_dim <= 0) {
-    reader.fail("num_attention_heads",
-                "expected at most hidden_size " + std::to_string(config.hidden_size) + " (or an explicit head_dim)",
-                std::to_string(config.num_attention_heads));
-  }
-  if (config.num_attention_heads % config.num_key_value_heads != 0) {
-    reader.fail("num_key_value_heads",
-                "expected a divisor of num_attention_heads " + std::to_string(config.num_attention_heads),
-                std::to_string(config.num_key_value_heads));
-  }
   std::string decoder_type = config.model_type;
   if (reader.has_text_config()) {
     std::string nested = reader.optional_string(root["text_config"], "model_type", "text_config.model_type");
@@ -396,6 +374,42 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     for (const std::string& type : modelled_model_types()) known += (known.empty() ? "" : ", ") + type;
     reader.fail(decoder_type == config.model_type ? "model_type" : "text_config.model_type",
                 "hookstream cannot model this architecture yet (it models " + known + ")", shown(json(decoder_type)));
+  }
+  // transformers' attribute_map: GPT-2 writes n_embd / n_layer / n_head for hidden_size /
+  // num_hidden_layers / num_attention_heads (GPT2Config.attribute_map); the standard key wins.
+  auto aliased_int = [&](const std::string& key) -> std::optional<int> {
+    if (std::optional<int> value = reader.optional_positive_int(key)) return value;
+    for (const auto& [alias, target] : spec->attribute_map) {
+      if (target != key) continue;
+      if (std::optional<int> value = reader.optional_positive_int(alias)) return value;
+    }
+    return std::nullopt;
+  };
+  auto required_int = [&](const std::string& key) {
+    if (std::optional<int> value = aliased_int(key)) return *value;
+    return reader.positive_int(key);  // throws, naming the standard key
+  };
+  config.hidden_size = required_int("hidden_size");
+  // Required unless every layer is MoE (below): SolarOpenConfig has no intermediate_size at all.
+  const std::optional<int> intermediate_size = aliased_int("intermediate_size");
+  config.num_hidden_layers = required_int("num_hidden_layers");
+  config.num_attention_heads = required_int("num_attention_heads");
+  config.num_key_value_heads =
+      aliased_int("num_key_value_heads").value_or(config.num_attention_heads);
+  config.vocab_size = required_int("vocab_size");
+  // transformers floors: LlamaAttention (and every decoder modelled after it) takes
+  // getattr(config, "head_dim", hidden_size // num_attention_heads), so GLM-4-MoE's 4096 / 96 heads
+  // is 96 heads of 42 (q_proj [4032, 4096]), not an error.
+  config.head_dim = aliased_int("head_dim").value_or(config.hidden_size / config.num_attention_heads);
+  if (config.head_dim <= 0) {
+    reader.fail("num_attention_heads",
+                "expected at most hidden_size " + std::to_string(config.hidden_size) + " (or an explicit head_dim)",
+                std::to_string(config.num_attention_heads));
+  }
+  if (config.num_attention_heads % config.num_key_value_heads != 0) {
+    reader.fail("num_key_value_heads",
+                "expected a divisor of num_attention_heads " + std::to_string(config.num_attention_heads),
+                std::to_string(config.num_key_value_heads));
   }
   config.decoder_type = spec->model_type;
   // Numeric and boolean keys: top level first, text_config over it (get_text_config()). A key
@@ -430,6 +444,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   for (const auto& [key, value] : spec->defaults) {
     if (nulls.count(key) == 0) config.values.emplace(key, value);
   }
+  // Keys derived when absent or null (GPT2Block: inner_dim = n_inner or 4 * hidden_size). The
+  // required keys read above go in first, under their standard names.
+  config.values.emplace("hidden_size", config.hidden_size);
+  config.values.emplace("num_attention_heads", config.num_attention_heads);
+  for (const auto& [key, expression] : spec->derived) {
+    if (config.values.count(key) == 0) config.values[key] = static_cast<double>(evaluate_shape(expression, config.values, source).at(0));
+  }
   {
     std::string dotted;
     if (const json* only = reader.find("mlp_only_layers", &dotted)) {
@@ -439,9 +460,20 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         config.mlp_only_layers.push_back(index.get<int>());
       }
     }
+    if (const json* types = reader.find("mlp_layer_types", &dotted)) {
+      if (!types->is_array()) reader.fail(dotted, "expected a list of \"dense\" / \"sparse\"", shown(*types));
+      for (const json& type : *types) {
+        if (!type.is_string() || (type != "dense" && type != "sparse")) {
+          reader.fail(dotted, "expected a list of \"dense\" / \"sparse\"", shown(type));
+        }
+        config.mlp_layer_types.push_back(type.get<std::string>());
+      }
+    }
   }
   if (intermediate_size) {
     config.intermediate_size = *intermediate_size;
+  } else if (auto derived = config.values.find("intermediate_size"); derived != config.values.end() && derived->second > 0) {
+    config.intermediate_size = static_cast<int>(derived->second);
   } else if (spec->moe == MoeLayers::All) {
     // No dense MLP anywhere: the width a token's MLP is costed at is one routed expert's.
     config.intermediate_size = static_cast<int>(evaluate_shape(spec->expert_width, config.values, source).at(0));

@@ -64,6 +64,8 @@ struct ModelConfig {
   std::map<std::string, double> values;
   // Qwen2-MoE/Qwen3-MoE `mlp_only_layers`: layers that keep a dense MLP.
   std::vector<int> mlp_only_layers;
+  // `mlp_layer_types` ("dense" / "sparse" per layer; Cohere2-MoE, DeepSeek-V3.2, EXAONE-MoE).
+  std::vector<std::string> mlp_layer_types;
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_hidden_layers = 0;

@@ -318,6 +318,14 @@ class StructureBuilder {
       : plan_(plan), out_(out), matcher_(matcher), catalog_(catalog), param_catalog_(param_catalog),
         values_(structure_values(plan.model)) {
     prefix_ = plan.adapter == Adapter::None ? "" : "base_model.model.";
+    if (const ArchitectureSpec* spec = architecture_of(plan.model)) {
+      for (std::string pattern : spec->keep_in_fp32_strict) {
+        for (size_t star = pattern.find('*'); star != std::string::npos; star = pattern.find('*', star + 2)) {
+          pattern.replace(star, 1, ".*");
+        }
+        keep_fp32_.emplace_back(pattern);
+      }
+    }
     for (const auto& pattern : plan.unfrozen_parameters) {
       try {
         unfrozen_.emplace_back(pattern);
@@ -337,6 +345,16 @@ class StructureBuilder {
     p.name = p.module + "." + leaf;
     p.shape = std::move(shape);
     p.dtype = plan_.model.torch_dtype;
+    if (p.dtype != DType::Float32) {
+      // The plan is made before PEFT wraps anything: the name without PEFT's ".base_layer".
+      std::string unprefixed = module + "." + leaf;
+      for (size_t at = unprefixed.find(".base_layer"); at != std::string::npos; at = unprefixed.find(".base_layer")) {
+        unprefixed.erase(at, 11);
+      }
+      for (const std::regex& re : keep_fp32_) {
+        if (std::regex_search(unprefixed, re)) p.dtype = DType::Float32;
+      }
+    }
     p.quantized = quantized;
     p.layer = layer;
     p.group = group;
@@ -377,9 +395,13 @@ class StructureBuilder {
   // (peft/tuners/lora/layer.py registers base_layer first, then lora_A, lora_B). A Conv3d (Qwen-VL's
   // patch embedding) gets lora_A with the conv's kernel and lora_B with a 1x1x1 kernel
   // (peft/tuners/lora/layer.py _ConvNd.update_layer).
+  // `transposed`: transformers' Conv1D (GPT-2), whose weight is [in, out]; bitsandbytes turns it
+  // into a Linear4bit/Linear8bitLt with the weight transposed to [out, in] first
+  // (transformers/integrations/bitsandbytes.py replace_with_bnb_linear), and PEFT's lora_A/lora_B
+  // take in/out from the transposed weight (peft/tuners/lora/layer.py).
   LinearUse linear(const std::string& module, const std::string& leaf, int64_t in, int64_t out,
                    bool bias, int layer, const std::string& group, bool full_trainable,
-                   bool quantizable, const std::vector<int64_t>& conv_kernel = {}) {
+                   bool quantizable, const std::vector<int64_t>& conv_kernel = {}, bool transposed = false) {
     LinearUse use;
     use.name = leaf;
     const std::string path = module.empty() ? leaf : module + "." + leaf;
@@ -387,8 +409,22 @@ class StructureBuilder {
     const bool quantized = quantizable && (plan_.load_in_4bit || plan_.load_in_8bit);
     const bool adapter_on = plan_.adapter != Adapter::None;
     std::vector<int64_t> weight_shape{out, in};
+    if (transposed && !quantized) weight_shape = {in, out};
     weight_shape.insert(weight_shape.end(), conv_kernel.begin(), conv_kernel.end());
-    if (is_lora_target(path)) {
+    // target_parameters reaching an nn.Linear's weight (PEFT's v4 -> v5 MoE conversion maps "gate" to
+    // "gate.weight", which names AFMoE's router.gate Linear): a lora.ParamWrapper, not a lora.Linear -
+    // base_layer.weight, then lora_A [r, in] and lora_B [out, r] (peft/tuners/lora/layer.py ParamWrapper).
+    const int parameter_rank = matcher_ != nullptr && conv_kernel.empty() ? matcher_->parameter_rank(path + ".weight") : 0;
+    if (parameter_rank > 0 && !is_lora_target(path)) {
+      use.weight = add(path + ".base_layer", "weight", weight_shape, false, layer, group, quantized);
+      if (bias) use.bias = add(path + ".base_layer", "bias", {out}, false, layer, group);
+      use.lora_a = add(path + ".lora_A.default", "weight", {parameter_rank, in}, true, layer, group);
+      use.lora_b = add(path + ".lora_B.default", "weight", {out, parameter_rank}, true, layer, group);
+      for (int index : {use.lora_a, use.lora_b}) {
+        out_.parameters[static_cast<size_t>(index)].adapter = true;
+        out_.parameters[static_cast<size_t>(index)].dtype = DType::Float32;
+      }
+    } else if (is_lora_target(path)) {
       std::vector<int64_t> a_shape{plan_.lora_r, in}, b_shape{out, plan_.lora_r};
       a_shape.insert(a_shape.end(), conv_kernel.begin(), conv_kernel.end());
       for (size_t i = 0; i < conv_kernel.size(); ++i) b_shape.push_back(1);
@@ -440,6 +476,16 @@ class StructureBuilder {
       case MoeLayers::None: return false;
       case MoeLayers::All: return true;
       case MoeLayers::FirstKDense: return i >= value("first_k_dense_replace", 0);
+      case MoeLayers::Interval: {
+        const int interval = static_cast<int>(value("moe_layer_interval", 1));
+        const double end = value("moe_layer_end_index", -1);
+        return interval > 0 && (i + 1) % interval == 0 && i >= value("moe_layer_start_index", 0) && (end < 0 || i <= end);
+      }
+      case MoeLayers::LayerTypes: {
+        const auto& types = plan_.model.mlp_layer_types;
+        if (i < static_cast<int>(types.size())) return types[static_cast<size_t>(i)] == "sparse";
+        return i >= value("first_k_dense_replace", 0);
+      }
       case MoeLayers::SparseStep: {
         // Qwen2MoeDecoderLayer: (layer_idx not in mlp_only_layers) and num_experts > 0 and
         // (layer_idx + 1) % decoder_sparse_step == 0.
@@ -481,6 +527,7 @@ class StructureBuilder {
         break;
       case ModuleRole::AttentionOther: layer.attention_other.push_back(use); break;
       case ModuleRole::MlpOther: case ModuleRole::PreFeedforwardNorm: case ModuleRole::PostFeedforwardNorm:
+      case ModuleRole::EmbedOther: case ModuleRole::FinalNorm:  // top-level roles; in a layer, "other"
         layer.mlp_other.push_back(use);
         break;
     }
@@ -498,9 +545,21 @@ class StructureBuilder {
     const bool full_ft = plan_.adapter == Adapter::None;
     std::vector<int> ranks;
     int wrappers = 0;
+    // Tensors of the module's children follow its own (ERNIE-4.5-MoE's gate.moe_statics): a
+    // ParamWrapper around the module moves them under its base_layer too.
+    const std::string first_parent = specs.front()->path.substr(0, specs.front()->path.rfind('.'));
+    auto child_of = [&](const ModuleSpec* t) {
+      return t->path.substr(0, t->path.rfind('.')).substr(first_parent.size());  // "" or ".moe_statics"
+    };
     for (const ModuleSpec* t : specs) {
       const std::string leaf = t->path.substr(t->path.rfind('.') + 1);
-      ranks.push_back(matcher_ != nullptr ? matcher_->parameter_rank(module + "." + leaf) : 0);
+      const std::string name = module + child_of(t) + "." + leaf;
+      const int rank = matcher_ != nullptr ? matcher_->parameter_rank(name) : 0;
+      if (rank > 0 && !child_of(t).empty()) {
+        throw InputError(matcher_->where(), "lora_target_parameters reaches " + name +
+                                                ", a parameter of a child of a wrapped module; hookstream does not model nested ParamWrappers");
+      }
+      ranks.push_back(rank);
       if (ranks.back() > 0) ++wrappers;
     }
     std::string base = module;
@@ -509,7 +568,7 @@ class StructureBuilder {
     for (const ModuleSpec* t : specs) {
       LinearUse use;
       use.name = t->path.substr(t->path.rfind('.') + 1);
-      use.weight = add(base, use.name, dims(t->shape), full_ft, index, "decoder");
+      use.weight = add(base + child_of(t), use.name, dims(t->shape), full_ft && !t->frozen, index, "decoder");
       uses.push_back(use);
     }
     int wrapper = 0;
@@ -542,6 +601,31 @@ class StructureBuilder {
     for (size_t j = 0; j < specs.size(); ++j) place(layer, specs[j]->role, uses[j]);
   }
 
+  // A Linear, Conv1D, Norm or Embedding module of the table at `full` (a Tensor is built by tensors()).
+  LinearUse module_of(const ModuleSpec& module, const std::string& full, int layer, const std::string& group) {
+    const bool full_ft = plan_.adapter == Adapter::None;
+    const size_t dot = full.rfind('.');
+    const std::string parent = dot == std::string::npos ? "" : full.substr(0, dot);
+    const std::string leaf = full.substr(dot + 1);
+    const bool bias = evaluate_flag(module.bias, values_);
+    LinearUse use;
+    use.name = leaf;
+    switch (module.kind) {
+      case ModuleKind::Linear: case ModuleKind::Conv1D:
+        return linear(parent, leaf, dim(module.in), dim(module.shape), bias, layer, group, true, true, {},
+                      module.kind == ModuleKind::Conv1D);
+      case ModuleKind::Embedding:
+        note(full, ModuleType::Embedding);
+        use.weight = add(full, "weight", dims(module.shape), full_ft, layer, group);
+        return use;
+      case ModuleKind::Norm: case ModuleKind::Tensor:
+        use.weight = add(full, "weight", dims(module.shape), full_ft, layer, group);
+        if (bias) use.bias = add(full, "bias", dims(module.shape), full_ft, layer, group);
+        return use;
+    }
+    return use;
+  }
+
   void build() {
     const ModelConfig& m = plan_.model;
     const ArchitectureSpec* spec = architecture_of(m);
@@ -554,7 +638,19 @@ class StructureBuilder {
 
     const std::string embed = text_path(spec->embed);
     note(embed, ModuleType::Embedding);
-    out_.embed = add(embed, "weight", {m.vocab_size, m.hidden_size}, full_ft, -1, "embed");
+    const int64_t embed_width = dim(spec->embed_width);
+    out_.embed = add(embed, "weight", {m.vocab_size, embed_width}, full_ft, -1, "embed");
+    out_.head_module = spec->head;
+    for (const ModuleSpec& extra : spec->embed_extras) {
+      if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
+      const LinearUse use = module_of(extra, text_path(extra.path), -1, extra.role == ModuleRole::FinalNorm ? "final_norm" : "embed");
+      if (extra.role == ModuleRole::FinalNorm) {
+        out_.final_norm = use.weight;
+        out_.final_norm_bias = use.bias;
+      } else {
+        out_.embed_other.push_back(use);
+      }
+    }
     for (int i = 0; i < m.num_hidden_layers; ++i) {
       DecoderLayerUse layer;
       layer.index = i;
@@ -569,13 +665,16 @@ class StructureBuilder {
       }
       layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) + (shared ? dim(spec->shared_expert_width) : 0)
                                   : dim("intermediate_size");
+      // "moe" / "dense" are terms of a module's condition, true by this layer's MoE rule.
+      std::map<std::string, double> layer_values = values_;
+      layer_values["moe"] = layer.moe ? 1 : 0;
+      layer_values["dense"] = layer.moe ? 0 : 1;
+      // "last_layer": GPT-NeoX-Japanese gives only its last layer's attention a dense_bias
+      // (GPTNeoXJapaneseLayer: use_bias=layer_number == num_hidden_layers - 1).
+      layer_values["last_layer"] = i == m.num_hidden_layers - 1 ? 1 : 0;
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
-        if (module.when == "moe" ? !layer.moe
-            : module.when == "dense" ? layer.moe
-            : !module.when.empty() && !evaluate_flag(module.when, values_)) {
-          continue;
-        }
+        if (!module.when.empty() && !evaluate_flag(module.when, layer_values)) continue;
         present.push_back(&module);
       }
       bool experts_built = false;
@@ -589,30 +688,30 @@ class StructureBuilder {
           continue;
         }
         const std::string full = path + "." + module.path;
-        const size_t dot = full.rfind('.');
-        const std::string parent = full.substr(0, dot), leaf = full.substr(dot + 1);
-        const bool bias = evaluate_flag(module.bias, values_);
+        const std::string parent = full.substr(0, full.rfind('.'));
         if (module.kind == ModuleKind::Tensor) {
           // Bare nn.Parameters of one module (the experts' tensors, a router's weight and bias) are
           // listed together: a ParamWrapper around any of them renames all of them.
           size_t end = k + 1;
-          while (end < present.size() && present[end]->kind == ModuleKind::Tensor &&
-                 present[end]->path.substr(0, present[end]->path.rfind('.')) == module.path.substr(0, module.path.rfind('.'))) {
+          const std::string owner = module.path.substr(0, module.path.rfind('.'));
+          while (end < present.size() && present[end]->kind == ModuleKind::Tensor) {
+            const std::string next = present[end]->path.substr(0, present[end]->path.rfind('.'));
+            if (next != owner && next.rfind(owner + ".", 0) != 0) break;  // the module's own, or its children's
             ++end;
           }
           tensors(layer, *spec, parent, std::vector<const ModuleSpec*>(present.begin() + k, present.begin() + end), i);
           k = end - 1;
           continue;
         }
-        LinearUse use;
-        use.name = leaf;
-        if (module.kind == ModuleKind::Linear) {
-          use = linear(parent, leaf, dim(module.in), dim(module.shape), bias, i, "decoder", true, true);
-        } else {
-          use.weight = add(full, "weight", dims(module.shape), full_ft, i, "decoder");
-          if (bias) use.bias = add(full, "bias", dims(module.shape), full_ft, i, "decoder");
+        if (!module.repeat.empty()) {
+          const size_t at = full.find("{i}");
+          for (int64_t r = 0; r < dim(module.repeat); ++r) {
+            const std::string copy = full.substr(0, at) + std::to_string(r) + full.substr(at + 3);
+            place(layer, module.role, module_of(module, copy, i, "decoder"));
+          }
+          continue;
         }
-        place(layer, module.role, use);
+        place(layer, module.role, module_of(module, full, i, "decoder"));
       }
       out_.layers.push_back(std::move(layer));
     }
@@ -632,7 +731,7 @@ class StructureBuilder {
       if (head_bias) out_.lm_head_bias = add(spec->head, "bias", {m.vocab_size}, full_ft, -1, "head");
     } else {
       // bitsandbytes keeps the output embedding in 16 bit (llm_int8_skip_modules), so never quantized.
-      const LinearUse head = linear("", spec->head, m.hidden_size, m.vocab_size, head_bias, -1, "head", true, false);
+      const LinearUse head = linear("", spec->head, embed_width, m.vocab_size, head_bias, -1, "head", true, false);
       out_.lm_head = head.weight;
       out_.lm_head_bias = head.bias;
     }
@@ -796,6 +895,7 @@ class StructureBuilder {
   std::set<std::string> seen_;
   std::string prefix_;
   std::vector<std::regex> unfrozen_;
+  std::vector<std::regex> keep_fp32_;  // ArchitectureSpec::keep_in_fp32_strict
 };
 
 }  // namespace

@@ -102,6 +102,10 @@ struct ModelStructure {
   // Qwen3-VL DeepStack: merger k's output is added to the hidden state after decoder layer k.
   std::vector<VisionMergerUse> vision_deepstack_mergers;
   int embed = -1;
+  // Parameters between the token embedding and the layers (ArchitectureSpec::embed_extras): GPT-2's
+  // wpe, BLOOM's word_embeddings_layernorm, OPT's embed_positions and project_in/out.
+  std::vector<LinearUse> embed_other;
+  std::string head_module = "lm_head";  // the output head's module (BioGPT: output_projection)
   std::vector<DecoderLayerUse> layers;
   int final_norm = -1, final_norm_bias = -1;  // -1: a final norm without parameters (OLMo)
   int lm_head = -1;  // == embed when tie_word_embeddings (the same tensor)

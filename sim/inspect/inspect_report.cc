@@ -160,7 +160,7 @@ InspectReport inspect_plan(const Plan& plan) {
     row.parameter = &p;
     row.ddp_index = p.ddp_index;
     const bool tied = static_cast<int>(i) == structure.embed && structure.lm_head == structure.embed;
-    if (tied) row.tied_names.push_back((plan.adapter == Adapter::None ? "" : kPeftPrefix) + "lm_head.weight");
+    if (tied) row.tied_names.push_back((plan.adapter == Adapter::None ? "" : kPeftPrefix) + structure.head_module + ".weight");
     if (p.ddp_index >= 0) {
       row.initial_bucket = initial_bucket[static_cast<size_t>(p.ddp_index)];
       row.bucket = bucket[static_cast<size_t>(p.ddp_index)];

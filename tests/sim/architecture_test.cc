@@ -157,11 +157,37 @@ TEST_CASE("the architecture table is the list of modelled model types", "[archit
   // Qwen2-VL's and Qwen2.5-VL's decoders are Qwen2's (their towers: VisionLayout).
   CHECK(find_architecture("qwen2_vl")->model_type == "qwen2");
   CHECK(find_architecture("qwen2_5_vl")->model_type == "qwen2");
-  CHECK(find_architecture("falcon") == nullptr);
-  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "falcon", "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "falcon/config.json"),
-                    Catch::Contains("falcon/config.json") && Catch::Contains("key \"model_type\"") &&
-                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"falcon\""));
+  // A type transformers knows and the table does not describe is refused, never built as a Llama.
+  CHECK(find_architecture("jetmoe") == nullptr);
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "jetmoe", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "jetmoe/config.json"),
+                    Catch::Contains("jetmoe/config.json") && Catch::Contains("key \"model_type\"") &&
+                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"jetmoe\""));
+  // A config class's own key names (GPT2Config.attribute_map: n_embd, n_layer, n_head) are read.
+  const ModelConfig gpt2 = parse_model_config(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4,
+      "vocab_size": 100, "n_positions": 32})", "gpt2/config.json");
+  CHECK(gpt2.hidden_size == 64);
+  CHECK(gpt2.num_hidden_layers == 3);
+  CHECK(gpt2.num_attention_heads == 4);
+  CHECK(gpt2.intermediate_size == 256);  // n_inner absent: 4 * n_embd (GPT2Block)
+}
+
+TEST_CASE("module conditions: keys, negation, comparisons, and/or", "[architecture]") {
+  const std::map<std::string, double> values{{"parallel_attn", 1}, {"new_decoder_architecture", 0},
+                                             {"num_ln_in_parallel_attn", 2}, {"hidden_act=xielu", 1}};
+  CHECK(evaluate_flag("parallel_attn", values));
+  CHECK_FALSE(evaluate_flag("!parallel_attn", values));
+  CHECK_FALSE(evaluate_flag("missing", values));
+  CHECK(evaluate_flag("!missing", values));
+  CHECK(evaluate_flag("hidden_act=xielu", values));
+  CHECK(evaluate_flag("num_ln_in_parallel_attn==2", values));
+  CHECK_FALSE(evaluate_flag("num_ln_in_parallel_attn!=2", values));
+  CHECK(evaluate_flag("missing!=2", values));  // a key the config lacks compares as 0
+  CHECK(evaluate_flag("missing==0", values));
+  CHECK_FALSE(evaluate_flag("parallel_attn&new_decoder_architecture", values));
+  CHECK(evaluate_flag("parallel_attn&new_decoder_architecture|num_ln_in_parallel_attn==2", values));
+  CHECK_FALSE(evaluate_flag("new_decoder_architecture|missing", values));
+  CHECK_FALSE(evaluate_flag("", values));
 }
 
 TEST_CASE("shape expressions: sums of products of config keys", "[architecture]") {

@@ -3,6 +3,9 @@
 // its verified fix in fsdp_config. tests/runtime/fsdp2_differential_test.cc holds these against
 // real fully_shard.
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include "sim/inputs/input_error.h"
 #include "sim/verify/verify.h"
@@ -41,6 +44,21 @@ TEST_CASE("FSDP2: a wrap class the model lacks is one line naming the key's line
           "(expected its decoder layer LlamaDecoderLayer or its MLP class)");
   }
   CHECK(run(plan("LlamaDecoderLayer", "")).ok());
+}
+
+TEST_CASE("FSDP2: a GPT-style decoder is wrapped by its own layer class (GPT2Block)", "[fsdp2]") {
+  // GPT2Model's layers are GPT2Block (_no_split_modules), not <Model>DecoderLayer.
+  const std::filesystem::path config =
+      std::filesystem::temp_directory_path() / ("hookstream-fsdp2-gpt2-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(config) << R"({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_layer": 2,
+      "n_head": 4, "vocab_size": 100, "n_positions": 32, "torch_dtype": "float32"})";
+  std::string text = plan("GPT2Block", "");
+  text.replace(text.find("tiny-llama"), 10, config.string());
+  CHECK(run(text).ok());
+  std::string wrong = plan("GPT2DecoderLayer", "");
+  wrong.replace(wrong.find("tiny-llama"), 10, config.string());
+  CHECK_THROWS_WITH(run(wrong), Catch::Contains("expected its decoder layer GPT2Block or its MLP class"));
+  std::filesystem::remove(config);
 }
 
 TEST_CASE("FSDP2: rank-divergent unused parameters are a reduce-scatter mismatch with DETAIL's text", "[fsdp2]") {

@@ -29,6 +29,18 @@ ModuleSpec norm(std::string path, R role, std::string shape = "hidden_size", std
 ModuleSpec tensor(std::string path, R role, std::string shape, std::string when = "") {
   return ModuleSpec{std::move(path), K::Tensor, role, "", std::move(shape), "", std::move(when)};
 }
+ModuleSpec frozen_tensor(std::string path, std::string shape, std::string when = "") {
+  ModuleSpec spec{std::move(path), K::Tensor, R::MlpOther, "", std::move(shape), "", std::move(when)};
+  spec.frozen = true;
+  return spec;
+}
+// transformers' Conv1D(nf=out, nx=in) (pytorch_utils.py): weight [in, out], always a bias.
+ModuleSpec conv1d(std::string path, R role, std::string in, std::string out) {
+  return ModuleSpec{std::move(path), K::Conv1D, role, std::move(in), std::move(out), "1", ""};
+}
+ModuleSpec embedding(std::string path, std::string shape, std::string when = "") {
+  return ModuleSpec{std::move(path), K::Embedding, R::EmbedOther, "", std::move(shape), "", std::move(when)};
+}
 
 const std::string kQ = "num_attention_heads*head_dim";
 const std::string kKV = "num_key_value_heads*head_dim";
@@ -218,11 +230,15 @@ std::vector<ArchitectureSpec> build_table() {
     add(a);
   }
   {  // StableLM: use_qkv_bias on q/k/v, nn.LayerNorm (with bias); use_parallel_residual drops the
-     // post_attention_layernorm. qk_layernorm (a ModuleList of per-head LayerNorms) is refused below.
+     // post_attention_layernorm. qk_layernorm: StableLmLayerNormPerHead, a ModuleList `norms` of one
+     // bias-free LayerNorm(head_dim) per query head (q_layernorm) and per key/value head (k_layernorm).
     ArchitectureSpec a;
     a.model_type = "stablelm";
-    a.unmodelled_flags = {"qk_layernorm"};
-    a.layer = concat({attention("use_qkv_bias", ""), swiglu("mlp", "intermediate_size"),
+    ModuleSpec q_norms = norm("self_attn.q_layernorm.norms.{i}", R::AttentionOther, "head_dim", "", "qk_layernorm");
+    q_norms.repeat = "num_attention_heads";
+    ModuleSpec k_norms = norm("self_attn.k_layernorm.norms.{i}", R::AttentionOther, "head_dim", "", "qk_layernorm");
+    k_norms.repeat = "num_key_value_heads";
+    a.layer = concat({attention("use_qkv_bias", ""), {q_norms, k_norms}, swiglu("mlp", "intermediate_size"),
                       {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
                        norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1", "!use_parallel_residual")}});
     a.final_norm_bias = "1";
@@ -230,15 +246,18 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/stablelm/modeling_stablelm.py";
     add(a);
   }
-  {  // Phi (phi-1/1.5/2): biased q/k/v/dense, fc1/fc2 MLP, parallel block with one LayerNorm,
+  {  // Phi (phi-1/1.5/2): biased q/k/v/dense, optional q/k LayerNorms, fc1/fc2 MLP, parallel block with one LayerNorm,
      // final_layernorm, and a biased lm_head.
     ArchitectureSpec a;
     a.model_type = "phi";
-    a.unmodelled_flags = {"qk_layernorm"};
+    // qk_layernorm: q_layernorm / k_layernorm, nn.LayerNorm(hidden_size // heads) with bias, after
+    // dense (PhiAttention.__init__).
     a.layer = {linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "1"),
                linear("self_attn.k_proj", R::K, "hidden_size", kKV, "1"),
                linear("self_attn.v_proj", R::V, "hidden_size", kKV, "1"),
                linear("self_attn.dense", R::O, kQ, "hidden_size", "1"),
+               norm("self_attn.q_layernorm", R::AttentionOther, "head_dim", "1", "qk_layernorm"),
+               norm("self_attn.k_layernorm", R::AttentionOther, "head_dim", "1", "qk_layernorm"),
                linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "1"),
                linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "1"),
                norm("input_layernorm", R::InputNorm, "hidden_size", "1")};
@@ -247,6 +266,352 @@ std::vector<ArchitectureSpec> build_table() {
     a.head_bias = "1";
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/phi/modeling_phi.py";
+    add(a);
+  }
+
+  // ---- GPT-style layouts outside model.layers (transformer.h, gpt_neox.layers, model.decoder.layers):
+  // LayerNorms with bias, learned position embeddings, fused or k/v/q-ordered attention, 2-layer MLPs.
+  // Their config classes spell the standard keys their own way (attribute_map: n_embd, n_layer, ...).
+  const std::map<std::string, std::string> gpt2_keys = {
+      {"n_embd", "hidden_size"}, {"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"},
+      {"n_positions", "max_position_embeddings"}, {"n_inner", "intermediate_size"}};
+  {  // GPT2Model: wte, wpe, h (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj; all
+     // Conv1D with bias), ln_f; lm_head tied by default. inner_dim = n_inner or 4 * n_embd (GPT2Block).
+     // add_cross_attention adds crossattention + ln_cross_attn, not described: refused.
+    ArchitectureSpec a;
+    a.model_type = "gpt2";
+    a.layer_class = "GPT2Block";
+    a.embed = "transformer.wte";
+    a.embed_extras = {embedding("transformer.wpe", "max_position_embeddings,hidden_size")};
+    a.layers = "transformer.h";
+    a.layer = {norm("ln_1", R::InputNorm, "hidden_size", "1"),
+               conv1d("attn.c_attn", R::QKV, "hidden_size", "3*hidden_size"),
+               conv1d("attn.c_proj", R::O, "hidden_size", "hidden_size"),
+               norm("ln_2", R::PostAttentionNorm, "hidden_size", "1"),
+               conv1d("mlp.c_fc", R::Up, "hidden_size", "intermediate_size"),
+               conv1d("mlp.c_proj", R::Down, "intermediate_size", "hidden_size")};
+    a.final_norm = "transformer.ln_f";
+    a.final_norm_bias = "1";
+    a.unmodelled_flags = {"add_cross_attention"};
+    a.attribute_map = gpt2_keys;
+    a.defaults = {{"tie_word_embeddings", 1}, {"max_position_embeddings", 1024}};
+    a.derived = {{"intermediate_size", "4*hidden_size"}};
+    a.source = "transformers/models/gpt2/modeling_gpt2.py";
+    add(a);
+    // GPTBigCode: GPT-2's block with nn.Linear instead of Conv1D; multi_query (the default) gives
+    // one k/v head: c_attn [hidden + 2 * head_dim, hidden] (GPTBigCodeAttention).
+    a.model_type = "gpt_bigcode";
+    a.layer_class = "GPTBigCodeBlock";
+    a.layer = {norm("ln_1", R::InputNorm, "hidden_size", "1"),
+               linear("attn.c_attn", R::QKV, "hidden_size", "hidden_size+2*head_dim", "1", "multi_query"),
+               linear("attn.c_attn", R::QKV, "hidden_size", "3*hidden_size", "1", "!multi_query"),
+               linear("attn.c_proj", R::O, "hidden_size", "hidden_size", "1"),
+               norm("ln_2", R::PostAttentionNorm, "hidden_size", "1"),
+               linear("mlp.c_fc", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.c_proj", R::Down, "intermediate_size", "hidden_size", "1")};
+    a.defaults = {{"tie_word_embeddings", 1}, {"max_position_embeddings", 1024}, {"multi_query", 1}};
+    a.source = "transformers/models/gpt_bigcode/modeling_gpt_bigcode.py";
+    add(a);
+    // GPT-Neo: GPTNeoSelfAttention registers k_proj, v_proj, q_proj (no bias), out_proj (bias)
+    // under attn.attention; intermediate_size None -> 4 * hidden_size (GPTNeoBlock).
+    a.model_type = "gpt_neo";
+    a.layer_class = "GPTNeoBlock";
+    a.layer = {norm("ln_1", R::InputNorm, "hidden_size", "1"),
+               linear("attn.attention.k_proj", R::K, "hidden_size", "hidden_size"),
+               linear("attn.attention.v_proj", R::V, "hidden_size", "hidden_size"),
+               linear("attn.attention.q_proj", R::Q, "hidden_size", "hidden_size"),
+               linear("attn.attention.out_proj", R::O, "hidden_size", "hidden_size", "1"),
+               norm("ln_2", R::PostAttentionNorm, "hidden_size", "1"),
+               linear("mlp.c_fc", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.c_proj", R::Down, "intermediate_size", "hidden_size", "1")};
+    a.unmodelled_flags = {};
+    a.attribute_map = {{"num_heads", "num_attention_heads"}, {"num_layers", "num_hidden_layers"}};
+    a.defaults = {{"tie_word_embeddings", 1}, {"max_position_embeddings", 2048}};
+    a.source = "transformers/models/gpt_neo/modeling_gpt_neo.py";
+    add(a);
+  }
+  {  // OpenAI GPT (OpenAIGPTModel): tokens_embed, positions_embed, h; a post-norm Block registers attn
+     // (c_attn, c_proj: Conv1D), ln_1, mlp (c_fc, c_proj of 4 * n_embd: MLP(4 * nx)), ln_2. No final
+     // norm; lm_head tied by default.
+    ArchitectureSpec a;
+    a.model_type = "openai-gpt";
+    a.layer_class = "Block";
+    a.embed = "transformer.tokens_embed";
+    a.embed_extras = {embedding("transformer.positions_embed", "max_position_embeddings,hidden_size")};
+    a.layers = "transformer.h";
+    a.layer = {conv1d("attn.c_attn", R::QKV, "hidden_size", "3*hidden_size"),
+               conv1d("attn.c_proj", R::O, "hidden_size", "hidden_size"),
+               norm("ln_1", R::InputNorm, "hidden_size", "1"),
+               conv1d("mlp.c_fc", R::Up, "hidden_size", "4*hidden_size"),
+               conv1d("mlp.c_proj", R::Down, "4*hidden_size", "hidden_size"),
+               norm("ln_2", R::PostAttentionNorm, "hidden_size", "1")};
+    a.final_norm = "";
+    a.attribute_map = gpt2_keys;
+    a.defaults = {{"tie_word_embeddings", 1}, {"max_position_embeddings", 512}};
+    a.derived = {{"intermediate_size", "4*hidden_size"}};
+    a.source = "transformers/models/openai/modeling_openai.py";
+    add(a);
+  }
+  {  // GPT-J: one ln_1 (parallel attention + MLP), k/v/q/out_proj without bias, fc_in/fc_out with
+     // bias, ln_f, and a biased lm_head (GPTJForCausalLM). CodeGen: the same with a fused qkv_proj.
+    ArchitectureSpec a;
+    a.model_type = "gptj";
+    a.layer_class = "GPTJBlock";
+    a.embed = "transformer.wte";
+    a.layers = "transformer.h";
+    const std::vector<ModuleSpec> mlp = {linear("mlp.fc_in", R::Up, "hidden_size", "intermediate_size", "1"),
+                                         linear("mlp.fc_out", R::Down, "intermediate_size", "hidden_size", "1")};
+    a.layer = concat({{norm("ln_1", R::InputNorm, "hidden_size", "1"),
+                       linear("attn.k_proj", R::K, "hidden_size", "hidden_size"),
+                       linear("attn.v_proj", R::V, "hidden_size", "hidden_size"),
+                       linear("attn.q_proj", R::Q, "hidden_size", "hidden_size"),
+                       linear("attn.out_proj", R::O, "hidden_size", "hidden_size")},
+                      mlp});
+    a.final_norm = "transformer.ln_f";
+    a.final_norm_bias = "1";
+    a.head_bias = "1";
+    a.attribute_map = gpt2_keys;
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.derived = {{"intermediate_size", "4*hidden_size"}};
+    a.source = "transformers/models/gptj/modeling_gptj.py";
+    add(a);
+    a.model_type = "codegen";
+    a.layer_class = "CodeGenBlock";
+    a.layer = concat({{norm("ln_1", R::InputNorm, "hidden_size", "1"),
+                       linear("attn.qkv_proj", R::QKV, "hidden_size", "3*hidden_size"),
+                       linear("attn.out_proj", R::O, "hidden_size", "hidden_size")},
+                      mlp});
+    a.source = "transformers/models/codegen/modeling_codegen.py";
+    add(a);
+  }
+  {  // GPT-NeoX: both LayerNorms first, then attention.query_key_value / attention.dense
+     // (attention_bias, default true) and mlp.dense_h_to_4h / dense_4h_to_h (always biased);
+     // use_parallel_residual changes no parameter (GPTNeoXLayer).
+    ArchitectureSpec a;
+    a.model_type = "gpt_neox";
+    a.layer_class = "GPTNeoXLayer";
+    a.embed = "gpt_neox.embed_in";
+    a.layers = "gpt_neox.layers";
+    a.layer = {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+               norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1"),
+               linear("attention.query_key_value", R::QKV, "hidden_size", "3*hidden_size", "attention_bias"),
+               linear("attention.dense", R::O, "hidden_size", "hidden_size", "attention_bias"),
+               linear("mlp.dense_h_to_4h", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.dense_4h_to_h", R::Down, "intermediate_size", "hidden_size", "1")};
+    a.final_norm = "gpt_neox.final_layer_norm";
+    a.final_norm_bias = "1";
+    a.defaults = {{"tie_word_embeddings", 0}, {"attention_bias", 1}};
+    a.source = "transformers/models/gpt_neox/modeling_gpt_neox.py";
+    add(a);
+  }
+  {  // GPT-NeoX-Japanese: GPT-NeoX's norms-first layer without biases on its Linears; the last layer's
+     // attention has a bare dense_bias [hidden] (its own parameter, so before query_key_value); the MLP
+     // is hidden * intermediate_multiple_size wide; the head embed_out is tied by default.
+    ArchitectureSpec a;
+    a.model_type = "gpt_neox_japanese";
+    a.layer_class = "GPTNeoXJapaneseLayer";
+    a.embed = "gpt_neox_japanese.embed_in";
+    a.layers = "gpt_neox_japanese.layers";
+    a.layer = {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+               norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1"),
+               tensor("attention.dense_bias", R::AttentionOther, "hidden_size", "last_layer"),
+               linear("attention.query_key_value", R::QKV, "hidden_size", "3*hidden_size"),
+               linear("attention.dense", R::O, "hidden_size", "hidden_size"),
+               linear("mlp.dense_h_to_4h", R::Up, "hidden_size", "intermediate_size"),
+               linear("mlp.dense_4h_to_h", R::Down, "intermediate_size", "hidden_size")};
+    a.final_norm = "gpt_neox_japanese.final_layer_norm";
+    a.final_norm_bias = "1";
+    a.head = "embed_out";
+    a.defaults = {{"tie_word_embeddings", 1}, {"intermediate_multiple_size", 4}};
+    a.derived = {{"intermediate_size", "intermediate_multiple_size*hidden_size"}};
+    a.source = "transformers/models/gpt_neox_japanese/modeling_gpt_neox_japanese.py";
+    add(a);
+  }
+  {  // Falcon (FalconAttention, FalconDecoderLayer): query_key_value is
+     // [(2 * num_kv_heads + heads) * head_dim] with new_decoder_architecture, [hidden + 2 * head_dim]
+     // with multi_query, else [3 * hidden]; `bias` on every Linear. Norms after the MLP: without
+     // parallel_attn post_attention_layernorm then input_layernorm; with it ln_attn + ln_mlp when
+     // num_ln_in_parallel_attn is 2 (None counts as 2 under new_decoder_architecture), else one
+     // input_layernorm. ALiBi has no parameter.
+    ArchitectureSpec a;
+    a.model_type = "falcon";
+    a.embed = "transformer.word_embeddings";
+    a.layers = "transformer.h";
+    const std::string two = "parallel_attn&num_ln_in_parallel_attn==2|parallel_attn&new_decoder_architecture&!num_ln_in_parallel_attn";
+    const std::string one = "!parallel_attn|parallel_attn&num_ln_in_parallel_attn!=2&!new_decoder_architecture|"
+                            "parallel_attn&num_ln_in_parallel_attn!=2&num_ln_in_parallel_attn";
+    a.layer = {linear("self_attention.query_key_value", R::QKV, "hidden_size",
+                      "num_attention_heads*head_dim+2*num_kv_heads*head_dim", "bias", "new_decoder_architecture"),
+               linear("self_attention.query_key_value", R::QKV, "hidden_size", "hidden_size+2*head_dim", "bias",
+                      "!new_decoder_architecture&multi_query"),
+               linear("self_attention.query_key_value", R::QKV, "hidden_size", "3*hidden_size", "bias",
+                      "!new_decoder_architecture&!multi_query"),
+               linear("self_attention.dense", R::O, "hidden_size", "hidden_size", "bias"),
+               linear("mlp.dense_h_to_4h", R::Up, "hidden_size", "ffn_hidden_size", "bias"),
+               linear("mlp.dense_4h_to_h", R::Down, "ffn_hidden_size", "hidden_size", "bias"),
+               norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1", "!parallel_attn"),
+               norm("input_layernorm", R::InputNorm, "hidden_size", "1", one),
+               norm("ln_attn", R::InputNorm, "hidden_size", "1", two),
+               norm("ln_mlp", R::PostAttentionNorm, "hidden_size", "1", two)};
+    a.final_norm = "transformer.ln_f";
+    a.final_norm_bias = "1";
+    a.attribute_map = {{"n_embed", "hidden_size"}};  // FalconConfig.__post_init__: n_embed kwarg
+    a.defaults = {{"tie_word_embeddings", 1}, {"parallel_attn", 1}, {"multi_query", 1}};
+    a.derived = {{"num_kv_heads", "num_attention_heads"}, {"ffn_hidden_size", "4*hidden_size"},
+                 {"intermediate_size", "ffn_hidden_size"}};
+    a.source = "transformers/models/falcon/modeling_falcon.py";
+    add(a);
+  }
+  {  // BLOOM: word_embeddings_layernorm after the embedding; query_key_value [3 * hidden] and an MLP
+     // of 4 * hidden (BloomMLP hard-codes it), every Linear and LayerNorm biased (BloomBlock).
+    ArchitectureSpec a;
+    a.model_type = "bloom";
+    a.layer_class = "BloomBlock";
+    a.embed = "transformer.word_embeddings";
+    a.embed_extras = {norm("transformer.word_embeddings_layernorm", R::EmbedOther, "hidden_size", "1")};
+    a.layers = "transformer.h";
+    a.layer = {norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+               linear("self_attention.query_key_value", R::QKV, "hidden_size", "3*hidden_size", "1"),
+               linear("self_attention.dense", R::O, "hidden_size", "hidden_size", "1"),
+               norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1"),
+               linear("mlp.dense_h_to_4h", R::Up, "hidden_size", "4*hidden_size", "1"),
+               linear("mlp.dense_4h_to_h", R::Down, "4*hidden_size", "hidden_size", "1")};
+    a.final_norm = "transformer.ln_f";
+    a.final_norm_bias = "1";
+    a.attribute_map = {{"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"}, {"n_embed", "hidden_size"}};
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.derived = {{"intermediate_size", "4*hidden_size"}};
+    a.source = "transformers/models/bloom/modeling_bloom.py";
+    add(a);
+  }
+  {  // MPT: blocks (norm_1, attn.Wqkv, attn.out_proj, norm_2, ffn.up_proj, ffn.down_proj), no
+     // biases anywhere (MptBlock sets the LayerNorms' bias to None; MptMLP hard-codes 4 * hidden).
+    ArchitectureSpec a;
+    a.model_type = "mpt";
+    a.layer_class = "MptBlock";
+    a.embed = "transformer.wte";
+    a.layers = "transformer.blocks";
+    a.layer = {norm("norm_1", R::InputNorm),
+               linear("attn.Wqkv", R::QKV, "hidden_size", "3*hidden_size"),
+               linear("attn.out_proj", R::O, "hidden_size", "hidden_size"),
+               norm("norm_2", R::PostAttentionNorm),
+               linear("ffn.up_proj", R::Up, "hidden_size", "4*hidden_size"),
+               linear("ffn.down_proj", R::Down, "4*hidden_size", "hidden_size")};
+    a.final_norm = "transformer.norm_f";
+    a.attribute_map = {{"d_model", "hidden_size"}, {"n_heads", "num_attention_heads"}, {"n_layers", "num_hidden_layers"}};
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.derived = {{"intermediate_size", "4*hidden_size"}};
+    a.source = "transformers/models/mpt/modeling_mpt.py";
+    add(a);
+  }
+  // The fairseq-style decoder layer of OPT, BioGPT and XGLM: self_attn.k_proj, v_proj, q_proj,
+  // out_proj, self_attn_layer_norm, fc1, fc2, final_layer_norm (OPTDecoderLayer, BioGptDecoderLayer,
+  // XGLMDecoderLayer). `bias`/`affine` are OPT's enable_bias / layer_norm_elementwise_affine.
+  const auto fairseq_layer = [](const std::string& bias, const std::string& affine) {
+    return std::vector<ModuleSpec>{
+        linear("self_attn.k_proj", R::K, "hidden_size", "hidden_size", bias),
+        linear("self_attn.v_proj", R::V, "hidden_size", "hidden_size", bias),
+        linear("self_attn.q_proj", R::Q, "hidden_size", "hidden_size", bias),
+        linear("self_attn.out_proj", R::O, "hidden_size", "hidden_size", bias),
+        norm("self_attn_layer_norm", R::InputNorm, "hidden_size", "1", affine),
+        linear("fc1", R::Up, "hidden_size", "intermediate_size", bias),
+        linear("fc2", R::Down, "intermediate_size", "hidden_size", bias),
+        norm("final_layer_norm", R::PostAttentionNorm, "hidden_size", "1", affine)};
+  };
+  {  // OPT: OPTDecoder registers embed_tokens [vocab, word_embed_proj_dim], embed_positions
+     // (max_position_embeddings + 2 rows: OPTLearnedPositionalEmbedding's offset), project_out and
+     // project_in when word_embed_proj_dim != hidden_size, final_layer_norm when do_layer_norm_before
+     // and not _remove_final_layer_norm - all before the layers. lm_head is [vocab, word_embed_proj_dim].
+    ArchitectureSpec a;
+    a.model_type = "opt";
+    a.embed = "model.decoder.embed_tokens";
+    a.embed_width = "word_embed_proj_dim";
+    const std::string projected = "word_embed_proj_dim!=hidden_size";
+    a.embed_extras = {embedding("model.decoder.embed_positions", "max_position_embeddings+2,hidden_size"),
+                      linear("model.decoder.project_out", R::EmbedOther, "hidden_size", "word_embed_proj_dim", "", projected),
+                      linear("model.decoder.project_in", R::EmbedOther, "word_embed_proj_dim", "hidden_size", "", projected),
+                      norm("model.decoder.final_layer_norm", R::FinalNorm, "hidden_size", "1",
+                           "do_layer_norm_before&!_remove_final_layer_norm&layer_norm_elementwise_affine")};
+    a.layers = "model.decoder.layers";
+    a.layer = fairseq_layer("enable_bias", "layer_norm_elementwise_affine");
+    a.final_norm = "";
+    a.attribute_map = {{"ffn_dim", "intermediate_size"}};
+    a.defaults = {{"tie_word_embeddings", 1}, {"enable_bias", 1}, {"do_layer_norm_before", 1},
+                  {"layer_norm_elementwise_affine", 1}, {"max_position_embeddings", 2048}};
+    a.derived = {{"word_embed_proj_dim", "hidden_size"}};
+    a.source = "transformers/models/opt/modeling_opt.py";
+    add(a);
+    // BioGPT: the same layer with biases, embed_positions (offset 2) after embed_tokens, a final
+    // layer_norm after the layers, and the head named output_projection (BioGptForCausalLM).
+    a.model_type = "biogpt";
+    a.embed = "biogpt.embed_tokens";
+    a.embed_width = "hidden_size";
+    a.embed_extras = {embedding("biogpt.embed_positions", "max_position_embeddings+2,hidden_size")};
+    a.layers = "biogpt.layers";
+    a.layer = fairseq_layer("1", "");
+    a.final_norm = "biogpt.layer_norm";
+    a.final_norm_bias = "1";
+    a.head = "output_projection";
+    a.attribute_map = {};
+    a.defaults = {{"tie_word_embeddings", 1}, {"max_position_embeddings", 1024}};
+    a.derived = {};
+    a.source = "transformers/models/biogpt/modeling_biogpt.py";
+    add(a);
+    // XGLM: sinusoidal positions (a buffer), the same layer with biases, model.layer_norm.
+    a.model_type = "xglm";
+    a.embed = "model.embed_tokens";
+    a.embed_extras = {};
+    a.layers = "model.layers";
+    a.final_norm = "model.layer_norm";
+    a.head = "lm_head";
+    a.unmodelled_flags = {"add_cross_attention"};
+    a.attribute_map = {{"d_model", "hidden_size"}, {"attention_heads", "num_attention_heads"},
+                       {"num_layers", "num_hidden_layers"}, {"ffn_dim", "intermediate_size"}};
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/xglm/modeling_xglm.py";
+    add(a);
+  }
+  {  // CTRL: w (the embedding; positions are a sinusoidal buffer), h (multi_head_attention.Wq/Wk/Wv/
+     // dense, ffn = Sequential(Linear, ReLU, Linear), layernorm1, layernorm2; all biased), layernorm;
+     // lm_head tied with a bias of its own (CTRLLMHeadModel: nn.Linear(n_embd, vocab, bias=True)).
+    ArchitectureSpec a;
+    a.model_type = "ctrl";
+    a.layer_class = "EncoderLayer";
+    a.embed = "transformer.w";
+    a.layers = "transformer.h";
+    a.layer = {linear("multi_head_attention.Wq", R::Q, "hidden_size", "hidden_size", "1"),
+               linear("multi_head_attention.Wk", R::K, "hidden_size", "hidden_size", "1"),
+               linear("multi_head_attention.Wv", R::V, "hidden_size", "hidden_size", "1"),
+               linear("multi_head_attention.dense", R::O, "hidden_size", "hidden_size", "1"),
+               linear("ffn.0", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("ffn.2", R::Down, "intermediate_size", "hidden_size", "1"),
+               norm("layernorm1", R::InputNorm, "hidden_size", "1"),
+               norm("layernorm2", R::PostAttentionNorm, "hidden_size", "1")};
+    a.final_norm = "transformer.layernorm";
+    a.final_norm_bias = "1";
+    a.head_bias = "1";
+    a.attribute_map = {{"n_embd", "hidden_size"}, {"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"},
+                       {"dff", "intermediate_size"}};
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/ctrl/modeling_ctrl.py";
+    add(a);
+  }
+  {  // Persimmon: query_key_value [3 * hidden] and dense (biased), per-head q/k LayerNorms over
+     // head_dim (with bias) when qk_layernorm, then the MLP and both LayerNorms (PersimmonDecoderLayer).
+    ArchitectureSpec a;
+    a.model_type = "persimmon";
+    a.layer = {linear("self_attn.query_key_value", R::QKV, "hidden_size", "3*hidden_size", "1"),
+               linear("self_attn.dense", R::O, "hidden_size", "hidden_size", "1"),
+               norm("self_attn.q_layernorm", R::AttentionOther, "head_dim", "1", "qk_layernorm"),
+               norm("self_attn.k_layernorm", R::AttentionOther, "head_dim", "1", "qk_layernorm"),
+               linear("mlp.dense_h_to_4h", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.dense_4h_to_h", R::Down, "intermediate_size", "hidden_size", "1"),
+               norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+               norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1")};
+    a.final_norm = "model.final_layernorm";
+    a.final_norm_bias = "1";
+    a.defaults = {{"tie_word_embeddings", 0}, {"qk_layernorm", 1}};
+    a.source = "transformers/models/persimmon/modeling_persimmon.py";
     add(a);
   }
 
@@ -291,6 +656,17 @@ std::vector<ArchitectureSpec> build_table() {
                       swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/helium/modeling_helium.py";
+    add(a);
+  }
+  {  // Granite SWA: Granite's layer with attention sinks, a bare parameter [heads] of self_attn
+     // (registered after o_proj, listed first: a module's own parameters precede its children's);
+     // tied by default (GraniteSWAConfig). Sliding-window layers change no shape.
+    ArchitectureSpec a;
+    a.model_type = "granite_swa";
+    a.layer = concat({{tensor("self_attn.sinks", R::AttentionOther, "num_attention_heads")},
+                      attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/granite_swa/modeling_granite_swa.py";
     add(a);
   }
   {  // Apertus: q/k norms over head_dim (ApertusAttention), a 2-layer MLP whose xIELU activation has
@@ -561,12 +937,183 @@ std::vector<ArchitectureSpec> build_table() {
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/granitemoe/modeling_granitemoe.py";
     add(a);
+    // GraniteMoE SWA: the same layer with attention sinks first (GraniteMoeSWAAttention).
+    const std::vector<ModuleSpec> granitemoe_layer = a.layer;
+    a.model_type = "granitemoe_swa";
+    a.layer = concat({{tensor("self_attn.sinks", R::AttentionOther, "num_attention_heads")}, granitemoe_layer});
+    a.source = "transformers/models/granitemoe_swa/modeling_granitemoe_swa.py";
+    add(a);
+    a.layer = granitemoe_layer;
     a.model_type = "granitemoeshared";
     a.layer = concat({a.layer,
                       {linear("shared_mlp.input_linear", R::MlpOther, "hidden_size", "2*shared_intermediate_size", "", "shared_intermediate_size"),
                        linear("shared_mlp.output_linear", R::MlpOther, "shared_intermediate_size", "hidden_size", "", "shared_intermediate_size")}});
     a.shared_expert_width = "shared_intermediate_size";
     a.source = "transformers/models/granitemoeshared/modeling_granitemoeshared.py";
+    add(a);
+  }
+  {  // PhiMoE: Llama attention (attention_bias), PhimoeTopKRouter (an nn.Linear H -> E, so LoRA's
+     // all-linear reaches it) then fused experts in every layer; LayerNorms with bias, a final norm with
+     // bias, lm_head_bias on the head. No PEFT v4 conversion.
+    ArchitectureSpec a;
+    a.model_type = "phimoe";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.router", R::Router, "hidden_size", "num_local_experts"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*intermediate_size,hidden_size"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,intermediate_size"),
+                       norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+                       norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1")}});
+    a.final_norm_bias = "1";
+    a.head_bias = "lm_head_bias";
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_local_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.expert_width = "intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"num_local_experts", 16}, {"num_experts_per_tok", 2}};
+    a.source = "transformers/models/phimoe/modeling_phimoe.py";
+    add(a);
+  }
+  {  // Mellum: Qwen3-MoE's layer (q/k norms over head_dim; experts then gate) where mlp_layer_types
+     // says "sparse" (MellumConfig: all sparse by default), MellumMLP of intermediate_size elsewhere.
+    ArchitectureSpec a;
+    a.model_type = "mellum";
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size", "", "dense"),
+                      fused_experts("mlp", "gate", false, "num_local_experts", "moe_intermediate_size", "moe"), kLlamaNorms});
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "num_local_experts";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["mellum"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 0}};
+    a.source = "transformers/models/mellum/modeling_mellum.py";
+    add(a);
+  }
+  {  // HY-V3 (HYV3DecoderLayer): Qwen3's attention (attention_bias, q/k norms over head_dim); where
+     // mlp_layer_types says "sparse" (HYV3Config: all but layer 0 by default) HYV3MoE registers gate
+     // (a bare weight [E, H]), experts, shared_experts (moe_intermediate_size * num_shared_experts;
+     // e_score_correction_bias is a buffer); dense layers keep HYV3MLP (mlp_bias).
+    ArchitectureSpec a;
+    a.model_type = "hy_v3";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "moe_intermediate_size*num_shared_experts", "mlp_bias", "moe");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size", "mlp_bias", "dense"),
+                      fused_experts("mlp", "gate", true, "num_experts", "moe_intermediate_size", "moe"), shared, kLlamaNorms});
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "num_experts";
+    a.attribute_map = {{"num_local_experts", "num_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_intermediate_size*num_shared_experts";
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"num_shared_experts", 1}};
+    a.source = "transformers/models/hy_v3/modeling_hy_v3.py";
+    add(a);
+  }
+  {  // Cohere2-MoE: Cohere 2's parallel layer (one input_layernorm, weight only, registered last)
+     // with a sparse block where mlp_layer_types says "sparse": gate (Cohere2MoeTopKRouter), fused
+     // experts, and shared_experts of width intermediate_size * num_shared_experts when that is not
+     // 0; "dense" layers keep Cohere2MoeMLP of prefix_dense_intermediate_size (None: intermediate_size).
+    ArchitectureSpec a;
+    a.model_type = "cohere2_moe";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "intermediate_size*num_shared_experts", "", "moe&num_shared_experts");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      swiglu("mlp", "prefix_dense_intermediate_size", "", "dense"),
+                      fused_experts("mlp", "gate", true, "num_experts", "intermediate_size", "moe"), shared,
+                      {norm("input_layernorm", R::InputNorm)}});
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "num_experts";
+    a.attribute_map = {{"num_local_experts", "num_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "intermediate_size";
+    a.shared_expert_width = "intermediate_size*num_shared_experts";
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["cohere2_moe"]
+    a.defaults = {{"tie_word_embeddings", 1}, {"num_experts", 8}, {"num_experts_per_tok", 2}, {"num_shared_experts", 0}};
+    a.derived = {{"prefix_dense_intermediate_size", "intermediate_size"}};
+    a.source = "transformers/models/cohere2_moe/modeling_cohere2_moe.py";
+    add(a);
+  }
+  {  // ERNIE-4.5-MoE: use_bias on attention, the dense MLP, shared experts and lm_head; the sparse
+     // block (where Interval says) registers gate (Ernie4_5_MoeTopKRouter: weight [E, H], then its
+     // moe_statics.e_score_correction_bias [1, E] with requires_grad=False), experts, shared_experts
+     // (moe_intermediate_size * moe_num_shared_experts, absent at 0); norms last.
+    ArchitectureSpec a;
+    a.model_type = "ernie4_5_moe";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "moe_intermediate_size*moe_num_shared_experts", "use_bias",
+                                            "moe&moe_num_shared_experts");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("use_bias", "use_bias"), swiglu("mlp", "intermediate_size", "use_bias", "dense"),
+                      {tensor("mlp.gate.weight", R::Router, "moe_num_experts,hidden_size", "moe"),
+                       frozen_tensor("mlp.gate.moe_statics.e_score_correction_bias", "1,moe_num_experts", "moe"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "moe_num_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "moe_num_experts,hidden_size,moe_intermediate_size", "moe")},
+                      shared, kLlamaNorms});
+    a.head_bias = "use_bias";
+    a.keep_in_fp32_strict = {"gate.weight", "moe_statics"};  // Ernie4_5_MoePreTrainedModel
+    a.moe = MoeLayers::Interval;
+    a.experts_key = "moe_num_experts";
+    a.top_k_key = "moe_k";
+    a.attribute_map = {{"num_experts", "moe_num_experts"}, {"num_experts_per_tok", "moe_k"}};
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_intermediate_size*moe_num_shared_experts";
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["ernie4_5_moe"]
+    a.defaults = {{"tie_word_embeddings", 1}, {"moe_num_shared_experts", 2}, {"moe_layer_start_index", 1},
+                  {"moe_layer_end_index", -1}, {"moe_layer_interval", 1}};
+    a.source = "transformers/models/ernie4_5_moe/modeling_ernie4_5_moe.py";
+    add(a);
+  }
+  {  // AFMoE: q/k norms over head_dim and an output gate self_attn.gate_proj [heads * head_dim, H]
+     // (AfmoeAttention); four norms before the MLP (AfmoeDecoderLayer); dense MLP below
+     // num_dense_layers, else AfmoeSparseMoeBlock: expert_bias [E] (requires_grad=False, the block's
+     // own parameter, so first), router.gate (nn.Linear H -> E), shared_experts, experts.
+    ArchitectureSpec a;
+    a.model_type = "afmoe";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "moe_intermediate_size*num_shared_experts", "",
+                                            "moe&num_shared_experts");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm,
+                      {linear("self_attn.gate_proj", R::AttentionOther, "hidden_size", kQ)},
+                      kLlamaNorms,
+                      {norm("pre_mlp_layernorm", R::PreFeedforwardNorm), norm("post_mlp_layernorm", R::PostFeedforwardNorm)},
+                      swiglu("mlp", "intermediate_size", "", "dense"),
+                      {frozen_tensor("mlp.expert_bias", "num_experts", "moe"),
+                       linear("mlp.router.gate", R::Router, "hidden_size", "num_experts", "", "moe")},
+                      shared,
+                      {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_experts,hidden_size,moe_intermediate_size", "moe")}});
+    a.moe = MoeLayers::FirstKDense;
+    a.experts_key = "num_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.attribute_map = {{"num_dense_layers", "first_k_dense_replace"}, {"num_local_experts", "num_experts"}};
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_intermediate_size*num_shared_experts";
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["afmoe"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"num_shared_experts", 2}};
+    a.source = "transformers/models/afmoe/modeling_afmoe.py";
+    add(a);
+  }
+  {  // Aria's text decoder: Llama attention and norms around AriaTextMoELayer in every layer:
+     // router.weight [E, H], experts.fc1.weight [E, H, 2I] and experts.fc2.weight [E, I, H]
+     // (AriaGroupedExpertsGemm stores [groups, in, out]), shared_experts (AriaSharedExpertsMLP,
+     // width intermediate_size * moe_num_shared_experts). No PEFT v4 conversion.
+    ArchitectureSpec a;
+    a.model_type = "aria_text";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "intermediate_size*moe_num_shared_experts", "mlp_bias");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.router", R::Router, "hidden_size", "moe_num_experts"),
+                       tensor("mlp.experts.fc1.weight", R::ExpertsGateUp, "moe_num_experts,hidden_size,2*intermediate_size"),
+                       tensor("mlp.experts.fc2.weight", R::ExpertsDown, "moe_num_experts,intermediate_size,hidden_size")},
+                      shared, kLlamaNorms});
+    a.moe = MoeLayers::All;
+    a.experts_key = "moe_num_experts";
+    a.top_k_key = "moe_topk";
+    a.experts_transposed = true;
+    a.expert_width = "intermediate_size";
+    a.shared_expert_width = "intermediate_size*moe_num_shared_experts";
+    a.defaults = {{"tie_word_embeddings", 0}, {"moe_num_experts", 8}, {"moe_topk", 2}, {"moe_num_shared_experts", 2}};
+    a.source = "transformers/models/aria/modeling_aria.py";
     add(a);
   }
   {  // DeepSeek-V2/V3: multi-head latent attention (q_lora_rank null -> a plain q_proj), dense MLP in
@@ -632,6 +1179,28 @@ std::vector<ArchitectureSpec> build_table() {
     a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["solar_open"]
     a.defaults = {{"tie_word_embeddings", 0}, {"n_shared_experts", 1}};
     a.source = "transformers/models/solar_open/modeling_solar_open.py";
+    add(a);
+    // EXAONE-MoE: EXAONE 4's attention (no biases, q/k norms over head_dim) with DeepSeek-V3's block
+    // (experts, gate, shared_experts) where mlp_layer_types says "sparse" (ExaoneMoeConfig builds the
+    // list from first_k_dense_replace, default 1); its keys are num_experts / num_shared_experts.
+    a.model_type = "exaone_moe";
+    a.layer = moe_layer(concat({attention("", ""), kQkNorm}), "");
+    a.moe = MoeLayers::LayerTypes;
+    a.attribute_map = {{"num_experts", "n_routed_experts"}, {"num_shared_experts", "n_shared_experts"},
+                       {"num_local_experts", "n_routed_experts"}};
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["exaone_moe"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}};
+    a.source = "transformers/models/exaone_moe/modeling_exaone_moe.py";
+    add(a);
+    // GLM-4-MoE-Lite: DeepSeek-V3's layer (MLA, q_lora_rank default 768) where mlp_layer_types says
+    // "sparse" (Glm4MoeLiteConfig: all but layer 0 by default).
+    a.model_type = "glm4_moe_lite";
+    a.layer = moe_layer(mla, "");
+    a.moe = MoeLayers::LayerTypes;
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}};
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["glm4_moe_lite"]
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"q_lora_rank", 768}};
+    a.source = "transformers/models/glm4_moe_lite/modeling_glm4_moe_lite.py";
     add(a);
   }
   return t;
@@ -718,14 +1287,42 @@ std::vector<long long> evaluate_shape(const std::string& expressions, const std:
   return dims;
 }
 
-bool evaluate_flag(const std::string& flag, const std::map<std::string, double>& values) {
-  if (flag.empty()) return false;
-  if (flag == "1") return true;
-  const bool negate = flag[0] == '!';
-  const std::string key = negate ? flag.substr(1) : flag;
+namespace {
+
+// One side of a comparison: an integer, or a numeric config key (0 when the config lacks it).
+double operand(std::string_view text, const std::map<std::string, double>& values) {
+  if (!text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-')) {
+    return std::stod(std::string(text));
+  }
+  auto it = values.find(std::string(text));
+  return it == values.end() ? 0 : it->second;
+}
+
+bool evaluate_term(std::string_view term, const std::map<std::string, double>& values) {
+  if (term.empty()) return false;
+  if (term == "1") return true;
+  for (std::string_view op : {std::string_view("=="), std::string_view("!=")}) {
+    const size_t at = term.find(op);
+    if (at == std::string_view::npos) continue;
+    const bool equal = operand(term.substr(0, at), values) == operand(term.substr(at + 2), values);
+    return op == "==" ? equal : !equal;
+  }
+  const bool negate = term[0] == '!';
+  const std::string key(negate ? term.substr(1) : term);
   auto it = values.find(key);
   const bool value = it != values.end() && it->second != 0;
   return negate ? !value : value;
+}
+
+}  // namespace
+
+bool evaluate_flag(const std::string& flag, const std::map<std::string, double>& values) {
+  for (std::string_view any : split_pieces(flag, '|')) {
+    bool all = true;
+    for (std::string_view term : split_pieces(any, '&')) all = all && evaluate_term(term, values);
+    if (all && !any.empty()) return true;
+  }
+  return false;
 }
 
 }  // namespace hookstream

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hookstream {
@@ -27,12 +28,21 @@ enum class ModuleRole {
   MlpOther,            // shared experts, shared-expert gate
   InputNorm, PostAttentionNorm,
   PreFeedforwardNorm, PostFeedforwardNorm,  // Gemma 2/3, OLMo-2
+  // Outside the layers (ArchitectureSpec::embed_extras): learned position embeddings, a norm or
+  // projection right after the token embedding (GPT-2 wpe, BLOOM word_embeddings_layernorm, OPT
+  // project_in/out), and a final norm registered before the layers (OPT's decoder.final_layer_norm).
+  EmbedOther, FinalNorm,
 };
 
 enum class ModuleKind {
   Linear,  // nn.Linear(in, out): weight [out, in] (+ bias [out])
   Norm,    // RMSNorm/LayerNorm: weight [shape] (+ bias [shape] for LayerNorm with bias)
   Tensor,  // a bare nn.Parameter registered on its module (expert tensors, attention sinks)
+  // transformers.pytorch_utils.Conv1D(out, in) (GPT-2): weight [in, out] (+ bias [out]). PEFT treats
+  // it as a linear layer ("all-linear" includes it; lora_A [r, in], lora_B [out, r] with
+  // fan_in_fan_out, peft/tuners/lora/model.py _create_new_module).
+  Conv1D,
+  Embedding,  // nn.Embedding: weight [shape] (learned position embeddings)
 };
 
 struct ModuleSpec {
@@ -45,9 +55,17 @@ struct ModuleSpec {
   // architecture's defaults say otherwise). Tensor: the bias is a sibling tensor `<leaf>_bias`
   // whose shape drops the weight's middle dimension (gpt_oss gate_up_proj_bias [E, 2I]).
   std::string bias;
-  // When the module exists: "" always; "moe"/"dense" by the architecture's MoE layer rule; else a
-  // boolean config key that must be true ("!key": must be false), or "key=value" for a string key.
+  // When the module exists: "" always; "moe"/"dense" by the architecture's MoE layer rule (also a
+  // term of a longer condition: "moe&num_shared_experts"); else a condition as evaluate_flag reads it: a boolean config key that must be true ("!key": must be
+  // false), "key=value" for a string key, "a==b" / "a!=b" comparing numeric keys or integers,
+  // joined with "&" (and) and "|" (or, binds looser): Falcon's norms depend on three keys.
   std::string when;
+  // A Tensor created with requires_grad=False (ERNIE-4.5-MoE's e_score_correction_bias, AFMoE's
+  // expert_bias): listed by named_parameters(), never trainable, so never in DDP's list.
+  bool frozen = false;
+  // A ModuleList of identical modules: `repeat` (an expression) copies, "{i}" in the path replaced by
+  // 0, 1, ... (StableLM's per-head q_layernorm.norms.{i}). Not for Tensor modules.
+  std::string repeat;
 };
 
 // Which decoder layers have a sparse MoE block instead of the dense MLP.
@@ -56,13 +74,28 @@ enum class MoeLayers {
   All,            // Mixtral, gpt-oss
   FirstKDense,    // DeepSeek-V2/V3: layers >= first_k_dense_replace (modeling_deepseek_v3.py)
   SparseStep,     // Qwen2-MoE/Qwen3-MoE: not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+  // Cohere2-MoE: mlp_layer_types[i] == "sparse"; without the list, the config class writes one from
+  // first_k_dense_replace (Cohere2MoeConfig.__post_init__), so FirstKDense decides.
+  LayerTypes,
+  // ERNIE-4.5-MoE (Ernie4_5_MoeDecoderLayer): (i + 1) % moe_layer_interval == 0 and
+  // moe_layer_start_index <= i <= moe_layer_end_index (-1: the last layer).
+  Interval,
 };
 
 struct ArchitectureSpec {
   std::string model_type;
   std::vector<std::string> aliases;  // other model_types with the same text decoder (VL text parts)
   std::string embed = "model.embed_tokens";
+  std::string embed_width = "hidden_size";  // OPT: word_embed_proj_dim (the head has that width too)
+  // Modules registered after the token embedding and before the layers, with full paths (GPT-2's
+  // transformer.wpe, BLOOM's word_embeddings_layernorm, OPT's embed_positions, project_out,
+  // project_in and final_layer_norm), in registration order.
+  std::vector<ModuleSpec> embed_extras;
   std::string layers = "model.layers";
+  // The decoder layer's class when it is not <Model>DecoderLayer (the model's _no_split_modules:
+  // GPT2Block, GPTNeoXLayer, BloomBlock, CTRL's EncoderLayer): what fsdp_config's
+  // transformer_layer_cls_to_wrap names (sim/sync/fsdp2/fsdp2_units.cc).
+  std::string layer_class;
   std::vector<ModuleSpec> layer;
   std::string final_norm = "model.norm";  // "" when the final norm has no parameters (OLMo)
   std::string final_norm_bias;            // as ModuleSpec::bias
@@ -87,8 +120,17 @@ struct ArchitectureSpec {
   // transformers' attribute_map of the config class: alias -> the key the table's expressions use
   // (Qwen3MoeConfig reads a config.json "num_experts" as num_local_experts).
   std::map<std::string, std::string> attribute_map;
+  // The model class's _keep_in_fp32_modules_strict: parameters whose name (no PEFT prefix) a pattern
+  // finds (regular-expression search, `*` as `.*`; transformers core_model_loading.py
+  // build_glob_alternation) stay float32 in a bf16/fp16 model (PreTrainedModel._get_dtype_plan).
+  // ERNIE-4.5-MoE keeps its router in float32. (_keep_in_fp32_modules applies to fp16 checkpoints
+  // loaded by from_pretrained only, not to _from_config; not described.)
+  std::vector<std::string> keep_in_fp32_strict;
   // Config-class defaults (transformers' *Config.__init__) for keys a config.json may omit.
   std::map<std::string, double> defaults;
+  // Keys the config class (or the modelling code) derives when a config.json omits them or writes
+  // null, as shape expressions evaluated in order (GPT-2: n_inner None -> 4 * n_embd).
+  std::vector<std::pair<std::string, std::string>> derived;
   // What the description was checked against (see tests/sim/architectures/).
   std::string source;
 };
@@ -103,7 +145,8 @@ std::vector<std::string> modelled_model_types();
 // `values` holds the config's numeric keys; a key it lacks throws InputError naming `source`.
 std::vector<long long> evaluate_shape(const std::string& expressions, const std::map<std::string, double>& values,
                                       const std::string& source);
-// A boolean config flag ("" false, "1" true, "key" or "!key").
+// A condition ("" false, "1" true, "key", "!key", "key=value", "a==b", "a!=b", joined by "&" and
+// "|"); a key the config lacks is false, or 0 in a comparison.
 bool evaluate_flag(const std::string& flag, const std::map<std::string, double>& values);
 
 }  // namespace hookstream

@@ -145,9 +145,9 @@ CheckpointComparison compare_with_checkpoint(const ModelStructure& structure, co
   std::vector<CheckpointDifference> extra;
   for (const auto& [name, tensor] : layout.tensors) {
     if (std::binary_search(built.begin(), built.end(), name)) continue;
-    // Tied: lm_head is the embedding; a checkpoint that stores it anyway is re-tied on load
+    // Tied: the head (lm_head; BioGPT output_projection, GPT-NeoX-Japanese embed_out) is the embedding; a checkpoint that stores it anyway is re-tied on load
     // (PreTrainedModel.tie_weights, _tied_weights_keys).
-    if (config.tie_word_embeddings && name == "lm_head.weight") continue;
+    if (config.tie_word_embeddings && name == structure.head_module + ".weight") continue;
     extra.push_back({name, "not built by hookstream", "", tensor.has_header ? shape_text(tensor.shape) + " in " + tensor.file : "in " + tensor.file});
   }
   for (auto* list : {&missing, &extra, &shapes}) {

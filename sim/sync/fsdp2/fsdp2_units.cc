@@ -4,6 +4,7 @@
 #include <cctype>
 #include <fmt/format.h>
 
+#include "sim/inputs/architectures/architecture.h"
 #include "sim/inputs/input_error.h"
 
 namespace hookstream {
@@ -65,7 +66,14 @@ bool under(const std::string& path, const std::string& unit) {
 
 }  // namespace
 
+// The table's class name where the layer is not <Model>DecoderLayer (GPT2Block, GPTNeoXLayer, ...).
+std::string table_layer_class(const Plan& plan) {
+  const ArchitectureSpec* spec = find_architecture(plan.model.decoder_type);
+  return spec != nullptr ? spec->layer_class : "";
+}
+
 std::string fsdp2_decoder_layer_class(const Plan& plan) {
+  if (const std::string named = table_layer_class(plan); !named.empty()) return named;
   const std::string arch = plan.model.architecture;
   for (const char* suffix : {"ForCausalLM", "ForConditionalGeneration"}) {
     if (ends_with(arch, suffix)) return arch.substr(0, arch.size() - std::string(suffix).size()) + "DecoderLayer";
@@ -99,7 +107,10 @@ Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
     const auto at = fsdp.where.find("transformer_layer_cls_to_wrap");
     const std::string where = at != fsdp.where.end() ? at->second : plan.source + ": fsdp_config.transformer_layer_cls_to_wrap";
     for (const std::string& name : fsdp.transformer_layer_cls_to_wrap) {
-      if (is_class(prefixes, name, "DecoderLayer")) {
+      // A layer class the table names is the only one (GPT-2 has GPT2Block, no GPT2DecoderLayer:
+      // accelerate's get_module_class_from_name finds nothing and fails).
+      const std::string named = table_layer_class(plan);
+      if (named.empty() ? is_class(prefixes, name, "DecoderLayer") : name == named) {
         wrap_layers = true;
       } else if (is_class(prefixes, name, "MLP")) {
         wrap_mlps = true;
