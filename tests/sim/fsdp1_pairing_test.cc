@@ -118,7 +118,7 @@ TEST_CASE("FSDP1: the forward-order check runs in the first iteration only", "[f
   CHECK(f.error_text.find("Op type: ALLGATHERvs _REDUCE_SCATTER_BASE") != std::string::npos);
 }
 
-TEST_CASE("hookstream.torch_distributed_debug: OFF, INFO or DETAIL; anything else is bad input", "[fsdp1][plan]") {
+TEST_CASE("hookstream.torch_distributed_debug: OFF, INFO or DETAIL, anything else is bad input", "[fsdp1][plan]") {
   CHECK(parse_plan("base_model: tiny-llama\nhookstream:\n  torch_distributed_debug: detail\n", "p.yaml").torch_distributed_debug ==
         "DETAIL");
   CHECK(parse_plan("base_model: tiny-llama\n", "p.yaml").torch_distributed_debug == "OFF");

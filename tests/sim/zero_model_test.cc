@@ -99,7 +99,7 @@ TEST_CASE("ZeRO-0 and ZeRO-3 are modelled. A stage outside 0-3 is bad input", "[
                   InputError);
 }
 
-TEST_CASE("ZeRO-0: no gradient hook; one all-reduce of every trainable gradient at the accumulation boundary", "[zero]") {
+TEST_CASE("ZeRO-0: no gradient hook, one all-reduce of every trainable gradient at the accumulation boundary", "[zero]") {
   // What fails ZeRO-1/2 (a tiled MLP without ds_grad_is_ready, a reentrant checkpoint twice, a
   // rank that skips an MLP) passes: AccumulateGrad sums, and gradients a rank lacks are zero-filled.
   const std::string checkpoint = "gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: true\n";
