@@ -265,9 +265,11 @@ def run_plan(out_dir, rank, world, seed, timeout, store, index):
             report["error"] = {"text": text, "type": type(e).__name__, "phase": phase, "iteration": it,
                                "micro_step": micro,
                                # A Gloo collective mismatch: a timeout, ProcessGroupWrapper's check, or the
-                               # peer aborting on Gloo's size check ("Connection reset by peer" here).
+                               # peer aborting on Gloo's size check, which this rank reads as "Connection
+                               # reset by peer" or "Connection closed by peer" depending on where its own
+                               # read or write stood (both seen; runtime/oracle_findings.cc lists both).
                                "hang": "timed out" in text.lower() or "mismatch between collectives" in text
-                               or "Connection reset by peer" in text}
+                               or "Connection reset by peer" in text or "Connection closed by peer" in text}
         if record["completed"] and "grads" in refs[it] and not use_orig_params:
             # summon_full_params(with_grads=True) needs use_orig_params: not compared here.
             record["gradients_skipped"] = "use_orig_params=False"

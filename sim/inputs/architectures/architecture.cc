@@ -20,26 +20,26 @@ using R = ModuleRole;
 
 ModuleSpec linear(std::string path, R role, std::string in, std::string out, std::string bias = "",
                   std::string when = "") {
-  return ModuleSpec{std::move(path), K::Linear, role, std::move(in), std::move(out), std::move(bias), std::move(when)};
+  return ModuleSpec{std::move(path), K::Linear, role, std::move(in), std::move(out), std::move(bias), std::move(when), /*frozen=*/false, /*repeat=*/""};
 }
 ModuleSpec norm(std::string path, R role, std::string shape = "hidden_size", std::string bias = "",
                 std::string when = "") {
-  return ModuleSpec{std::move(path), K::Norm, role, "", std::move(shape), std::move(bias), std::move(when)};
+  return ModuleSpec{std::move(path), K::Norm, role, "", std::move(shape), std::move(bias), std::move(when), /*frozen=*/false, /*repeat=*/""};
 }
 ModuleSpec tensor(std::string path, R role, std::string shape, std::string when = "") {
-  return ModuleSpec{std::move(path), K::Tensor, role, "", std::move(shape), "", std::move(when)};
+  return ModuleSpec{std::move(path), K::Tensor, role, "", std::move(shape), "", std::move(when), /*frozen=*/false, /*repeat=*/""};
 }
 ModuleSpec frozen_tensor(std::string path, std::string shape, std::string when = "") {
-  ModuleSpec spec{std::move(path), K::Tensor, R::MlpOther, "", std::move(shape), "", std::move(when)};
+  ModuleSpec spec{std::move(path), K::Tensor, R::MlpOther, "", std::move(shape), "", std::move(when), /*frozen=*/false, /*repeat=*/""};
   spec.frozen = true;
   return spec;
 }
 // transformers' Conv1D(nf=out, nx=in) (pytorch_utils.py): weight [in, out], always a bias.
 ModuleSpec conv1d(std::string path, R role, std::string in, std::string out) {
-  return ModuleSpec{std::move(path), K::Conv1D, role, std::move(in), std::move(out), "1", ""};
+  return ModuleSpec{std::move(path), K::Conv1D, role, std::move(in), std::move(out), "1", "", /*frozen=*/false, /*repeat=*/""};
 }
 ModuleSpec embedding(std::string path, std::string shape, std::string when = "") {
-  return ModuleSpec{std::move(path), K::Embedding, R::EmbedOther, "", std::move(shape), "", std::move(when)};
+  return ModuleSpec{std::move(path), K::Embedding, R::EmbedOther, "", std::move(shape), "", std::move(when), /*frozen=*/false, /*repeat=*/""};
 }
 
 const std::string kQ = "num_attention_heads*head_dim";
