@@ -74,7 +74,9 @@ class TrainModel {
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
 
   // One micro-step's forward: mean cross-entropy over the labels that are not -100 (labels are the
-  // inputs shifted by the caller), chunked over tokens when plan.chunked_cross_entropy, divided by
+  // inputs shifted by the caller), chunked over tokens when plan.chunked_cross_entropy (the full
+  // logits sliced, as axolotl does, or with hookstream.chunked_loss: recompute_lm_head the lm_head
+  // run per chunk and recomputed in backward), divided by
   // gradient_accumulation_steps as HF Trainer does. A float32 scalar that requires grad.
   // input_ids, labels: [micro_batch_size, sequence_len] int64 on the model's device.
   at::Tensor loss(const at::Tensor& input_ids, const at::Tensor& labels, const TrainPosition& position);
