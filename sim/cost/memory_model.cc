@@ -377,15 +377,13 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   int64_t offloaded_host = 0;
   for (int i = 0; i < layers; ++i) {
     const LayerActivations a = layer_activations(plan.model, plan, &structure.layers[i], longest);
-    full[i] = sum_tensors(a.saved_attention, shape.dtype) + sum_tensors({a.saved_attention_fp32}, 4) +
-              sum_tensors({a.saved_norm_inputs_fp32}, std::max<int64_t>(4, shape.dtype)) +
-              sum_tensors({a.saved_scores}, shape.dtype) + sum_tensors({a.saved_scores_fp32}, 4) +
-              sum_tensors(tiled ? a.saved_tiled_mlp : a.saved_mlp, shape.dtype) + sum_tensors(a.lora, shape.dtype);
-    // The larger of the two phases of the layer's backward, as bytes above its full saved set. A
-    // tiled MLP's backward works on one shard of tokens at a time (its intermediates are chunk[i]).
+    // Saved by the attention half (with both norms' inputs), then the whole layer.
     const int64_t attention_saved = sum_tensors(a.saved_attention, shape.dtype) + sum_tensors({a.saved_attention_fp32}, 4) +
                                     sum_tensors({a.saved_norm_inputs_fp32}, std::max<int64_t>(4, shape.dtype)) +
                                     sum_tensors({a.saved_scores}, shape.dtype) + sum_tensors({a.saved_scores_fp32}, 4);
+    full[i] = attention_saved + sum_tensors(tiled ? a.saved_tiled_mlp : a.saved_mlp, shape.dtype) + sum_tensors(a.lora, shape.dtype);
+    // The larger of the two phases of the layer's backward, as bytes above its full saved set. A
+    // tiled MLP's backward works on one shard of tokens at a time (its intermediates are chunk[i]).
     const int64_t attention_phase = attention_saved + sum_tensors(a.attention_backward_temporaries, shape.dtype) +
                                     sum_tensors({a.attention_backward_fp32}, 4);
     int64_t mlp_phase = 0;
