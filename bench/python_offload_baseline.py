@@ -9,16 +9,27 @@ tokens, in one of three modes:
   none          no checkpointing                                   (reference for (a))
   checkpoint    torch.utils.checkpoint(use_reentrant=False)/layer  (reference for (b))
   save_on_cpu   the same inside torch.autograd.graph.save_on_cpu(pin_memory=True)   -> (e)
+  torchtune_offload  the same checkpointing inside torchtune's OffloadActivations (its defaults:
+                pinned memory, a second CUDA stream, max_fwd_stash_size 5, min_offload_size 1024),
+                as torchtune's LoRA recipes run it: the decoder's forward under the context, the
+                output head and loss outside it (get_act_offloading_ctx_manager wraps the head in
+                a NoOpManager). axolotl's `activation_offloading: true` runs TRL's copy of this class.
 
 Prints one JSON object: median step time, tokens/s and peak allocated memory. Used by
-tools/gpu_check.sh; nothing is downloaded.
+tools/gpu_check.sh and tools/gpu_runtime.sh; nothing is downloaded (torchtune_offload needs the
+wheels of bench/anchor-wheels.txt in --wheels, fetched by `tools/gpu_build.sh --fetch`).
 """
 import argparse
+import contextlib
 import json
 import math
+import os
 import statistics
 import sys
+import tempfile
 import time
+import types
+import zipfile
 
 import torch
 import torch.nn.functional as F
@@ -113,7 +124,12 @@ class Model(torch.nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def forward(self, ids, labels, mode, chunks):
+    def forward(self, ids, labels, mode, chunks, decoder_context=contextlib.nullcontext):
+        with decoder_context():
+            x = self.decoder(ids, mode)
+        return self.loss(x, labels, chunks)
+
+    def decoder(self, ids, mode):
         x = self.embed(ids)
         if mode != "none":
             x.requires_grad_(True)  # PEFT's enable_input_require_grads
@@ -123,6 +139,9 @@ class Model(torch.nn.Module):
                 x = layer(x, cos, sin)
             else:
                 x = checkpoint(layer, x, cos, sin, use_reentrant=False)
+        return x
+
+    def loss(self, x, labels, chunks):
         x = self.norm(x)
         # Chunked cross-entropy: each chunk's logits recomputed in backward (checkpointed), so the
         # full-vocabulary logits exist for one chunk at a time.
@@ -135,10 +154,35 @@ class Model(torch.nn.Module):
         return total / (target != -100).sum()
 
 
+def torchtune_offload_activations(wheels):
+    """torchtune's OffloadActivations class, imported from its wheel (bench/anchor-wheels.txt).
+
+    The wheels are unpacked into a temporary directory and only torchtune/training/
+    _activation_offloading.py and what it imports (torchao's NF4Tensor, torchtune.modules,
+    torchtune.utils) are loaded: the packages `torchtune` and `torchtune.training` are entered as
+    bare namespaces, because their __init__ files import the dataset and config stack (datasets,
+    omegaconf, tokenizers) that the GPU machines lack and that activation offloading never uses.
+    The class itself is torchtune's code, unchanged."""
+    files = sorted(f for f in os.listdir(wheels) if f.endswith(".whl") and f.split("-")[0] in ("torchtune", "torchao"))
+    if len({f.split("-")[0] for f in files}) != 2:
+        raise SystemExit(f"python_offload_baseline: torchtune and torchao wheels expected in {wheels}, found {files}")
+    site = tempfile.mkdtemp(prefix="hookstream-anchor-")
+    for f in files:
+        with zipfile.ZipFile(os.path.join(wheels, f)) as z:
+            z.extractall(site)
+    sys.path.insert(0, site)
+    for name in ("torchtune", "torchtune.training"):
+        package = types.ModuleType(name)
+        package.__path__ = [os.path.join(site, *name.split("."))]
+        sys.modules[name] = package
+    from torchtune.training._activation_offloading import OffloadActivations
+    return OffloadActivations, files
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
-    ap.add_argument("--mode", choices=["none", "checkpoint", "save_on_cpu"], required=True)
+    ap.add_argument("--mode", choices=["none", "checkpoint", "save_on_cpu", "torchtune_offload"], required=True)
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
@@ -147,7 +191,12 @@ def main():
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--trace", help="after the timed steps, one more step under torch.profiler (CPU and CUDA "
                     "activities), written as a Chrome trace to this file (for `hookstream replay`)")
+    ap.add_argument("--wheels", default=".wheels", help="directory with the torchtune and torchao wheels (torchtune_offload)")
     args = ap.parse_args()
+    anchor = {}
+    if args.mode == "torchtune_offload":
+        OffloadActivations, wheel_files = torchtune_offload_activations(args.wheels)
+        anchor = {"wheels": wheel_files}
     with open(args.config) as f:
         cfg = json.load(f)
     cfg = cfg.get("text_config", cfg)
@@ -178,6 +227,12 @@ def main():
         if args.mode == "save_on_cpu":
             with torch.autograd.graph.save_on_cpu(pin_memory=True):
                 loss = model(inputs, labels, args.mode, args.chunks)
+        elif args.mode == "torchtune_offload":
+            # One context per step, as the recipe holds one (it is re-entered each step; its
+            # tracker is empty after every backward).
+            if step == 0:
+                offload = OffloadActivations()
+            loss = model(inputs, labels, args.mode, args.chunks, decoder_context=lambda: offload)
         else:
             loss = model(inputs, labels, args.mode, args.chunks)
         loss.backward()
@@ -198,7 +253,7 @@ def main():
     print(json.dumps({
         "mode": args.mode, "seq": args.seq, "steps": args.steps, "step_s": step_s,
         "step_s_all": times, "tokens_per_s": args.seq / step_s, "peak_gib": max(peaks) / 2**30,
-        "loss": losses, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+        "loss": losses, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(), **anchor,
     }))
 
 

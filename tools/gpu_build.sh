@@ -5,7 +5,8 @@
 # ISA-L) come as Debian 12 packages in $HOOKSTREAM_DEBS (default: .debs/ in the checkout, filled on
 # a Debian machine by `tools/gpu_build.sh --fetch`), unpacked into a private prefix, never into /.
 #
-#   tools/gpu_build.sh --fetch        # on the Debian dev machine: download the .debs into .debs/
+#   tools/gpu_build.sh --fetch        # on the Debian dev machine: download the .debs into .debs/ and
+#                                     # the anchor wheels of bench/anchor-wheels.txt into .wheels/
 #   tools/gpu_build.sh [BUILD_DIR]    # on the GPU machine: unpack, configure, build (default build-gpu)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +19,12 @@ if [[ "${1:-}" == "--fetch" ]]; then
   mkdir -p "$debs"
   (cd "$debs" && apt-get download "${packages[@]}")
   echo "hookstream: ${#packages[@]} packages in $debs"
+  # The benchmark anchors' wheels (torchtune's OffloadActivations), with the oracle venv's pip when
+  # the set-up made one (tools/setup.sh --oracles), else the system's.
+  pip=("$here/build/oracle-venv/bin/python" -m pip)
+  [[ -x "$here/build/oracle-venv/bin/python" ]] || pip=(python3 -m pip)
+  "${pip[@]}" download --no-deps --quiet -r "$here/bench/anchor-wheels.txt" -d "$here/.wheels"
+  echo "hookstream: anchor wheels in $here/.wheels: $(ls "$here/.wheels" | tr '\n' ' ')"
   exit 0
 fi
 

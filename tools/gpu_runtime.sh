@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 22 on one GPU machine, in one call: builds hookstream against the PyTorch wheel's LibTorch
 # (tools/gpu_build.sh), then at 8K tokens (Llama-3.1-8B shape, LoRA r=16, bench/plans/llama8b-lora-8k-*)
-# PyTorch eager (bench/python_offload_baseline.py: none, checkpoint, checkpoint + save_on_cpu) and
+# PyTorch eager (bench/python_offload_baseline.py: none, checkpoint, checkpoint + save_on_cpu,
+# checkpoint + torchtune's OffloadActivations from the wheels in .wheels, carried) and
 # `hookstream run` ((a) none, (b) checkpoint, (d) double-buffered offload), each eager/hookstream pair
 # run back to back; one profiled step of eager (a) and two of hookstream (a), replayed
 # (`hookstream replay --format json`); then the long-context ladder (bench/long_context.py) until
@@ -64,6 +65,9 @@ if [[ $eight == 1 ]]; then
   log "eager none / hookstream none"; py none; hsrun none bench/plans/llama8b-lora-8k-none.yaml
   log "hookstream checkpoint / eager checkpoint"; hsrun checkpoint bench/plans/llama8b-lora-8k-checkpoint.yaml; py checkpoint
   log "eager save_on_cpu / hookstream offload_double"; py save_on_cpu; hsrun offload_double bench/plans/llama8b-lora-8k-offload_double.yaml
+  # torchtune's OffloadActivations (bench/anchor-wheels.txt, carried in .wheels) over the same
+  # checkpointing: the anchor of issue 22 item 4.
+  log "eager torchtune_offload"; py torchtune_offload --wheels "$here/.wheels"
   for v in $variants; do  # name=plan-suffix:--set k=v,...
     name=${v%%=*}; rest=${v#*=}; plan=${rest%%:*}; sets=${rest#*:}
     log "hookstream $name"; hsrun "$name" "bench/plans/llama8b-lora-8k-$plan.yaml" $(echo "$sets" | tr ',' '\n' | sed 's/^/--set /')
