@@ -31,6 +31,7 @@ struct RangeStart : torch::autograd::Function<RangeStart> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto range = range_of(ctx);
+    if (range->on_open) range->on_open();
     range->open = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
     if (range->open->isActive()) range->open->before(range->name);
     return {grads[0], at::Tensor()};

@@ -7,6 +7,7 @@
 // with no profiler or callback attached they cost one thread-local check.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,9 @@ struct BackwardRange : torch::CustomClassHolder {
   explicit BackwardRange(std::string n) : name(std::move(n)) {}
   std::string name;
   std::unique_ptr<at::RecordFunction> open;  // between the two markers' backward
+  // Called when the range opens (the layer's backward starts), whether or not a profiler listens:
+  // TrainModel records which layer's backward runs, for the report of a failure there.
+  std::function<void()> on_open;
 };
 at::Tensor mark_backward_range_end(const at::Tensor& input, const c10::intrusive_ptr<BackwardRange>& range);
 at::Tensor mark_backward_range_start(const at::Tensor& output, const c10::intrusive_ptr<BackwardRange>& range);

@@ -7,6 +7,8 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/version.h>
 #endif
@@ -32,6 +34,13 @@ void cuda_reset_peak_memory(c10::Device device) { c10::cuda::CUDACachingAllocato
 int64_t cuda_peak_memory_bytes(c10::Device device) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+}
+
+int64_t cuda_total_memory_bytes(c10::Device device) {
+  const c10::cuda::CUDAGuard guard(device);
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+  return static_cast<int64_t>(total);
 }
 
 at::Tensor cuda_rng_state(c10::Device device) {
@@ -82,6 +91,7 @@ int cuda_device_count() { return 0; }
 void cuda_synchronize(c10::Device) { no_cuda(); }
 void cuda_reset_peak_memory(c10::Device) { no_cuda(); }
 int64_t cuda_peak_memory_bytes(c10::Device) { no_cuda(); }
+int64_t cuda_total_memory_bytes(c10::Device) { no_cuda(); }
 at::Tensor cuda_rng_state(c10::Device) { no_cuda(); }
 void set_cuda_rng_state(c10::Device, const at::Tensor&) { no_cuda(); }
 c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_process_group(const c10::intrusive_ptr<c10d::Store>&, int, int,

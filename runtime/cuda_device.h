@@ -22,6 +22,8 @@ void cuda_synchronize(c10::Device device);
 void cuda_reset_peak_memory(c10::Device device);
 // The caching allocator's peak of allocated bytes since the last reset (torch.cuda.max_memory_allocated).
 int64_t cuda_peak_memory_bytes(c10::Device device);
+// The device's memory (cudaMemGetInfo's total), what an out-of-memory report compares with.
+int64_t cuda_total_memory_bytes(c10::Device device);
 at::Tensor cuda_rng_state(c10::Device device);
 void set_cuda_rng_state(c10::Device device, const at::Tensor& state);
 

@@ -144,6 +144,13 @@ TrainResult run_rank(const Plan& plan, const RankEnvironment& environment, Train
       throw RankFailure(fmt::format("rank {}: stopping at {}: rank {} vanished ({} failed: {})", environment.rank,
                                     where, ranks_text(vanished), failure.phase, text));
     }
+    if (failure.out_of_memory) {
+      const std::string position = failure.out_of_memory->position.empty() ? "" : ", " + failure.out_of_memory->position;
+      RankFailure oom(fmt::format("rank {}: out of device memory at {}, micro-step {} ({}{}): {}", environment.rank, where,
+                                  failure.micro_step, failure.phase, position, text));
+      oom.out_of_memory = failure.out_of_memory;
+      throw oom;
+    }
     throw RankFailure(fmt::format("rank {}: error at {}, micro-step {} ({}): {}", environment.rank, where,
                                   failure.micro_step, failure.phase, text));
   }

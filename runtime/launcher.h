@@ -36,7 +36,12 @@ constexpr const char* kLaunchedVariable = "HOOKSTREAM_RUN_LAUNCHED";
 // A rank's failure, as the one line to print ("rank 0: rank 1 vanished at step 2 (...)").
 struct RankFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
+  std::optional<OutOfMemoryReport> out_of_memory;  // the device ran out of memory (the rank's own failure)
 };
+
+// A rank's exit status when it failed because the device ran out of memory (docs/run.md): the
+// launcher then falls back to a plan predicted to need less.
+constexpr int kOutOfMemoryExitCode = 3;
 
 // Runs this process as `environment.rank`: TCPStore rendezvous at MASTER_ADDR:MASTER_PORT (rank 0
 // hosts it), liveness monitor (runtime/rank_liveness.h), Gloo (CPU) or NCCL (CUDA, multicast off)

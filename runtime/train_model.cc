@@ -1,6 +1,7 @@
 #include "runtime/train_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 
@@ -199,6 +200,19 @@ struct TrainModel::Impl {
   ParameterTable params;
   c10::ScalarType adapter_dtype = c10::kFloat;
   std::unique_ptr<ActivationOffload> offload;
+
+  // Where the work last was (position_text()). Atomics: the forward writes them on the caller's
+  // thread, a layer's backward on the autograd engine's device thread; the trainer reads them after
+  // backward has returned or thrown.
+  enum class Where : int { None, Embedding, LayerForward, LayerBackward, LossHead };
+  std::atomic<int> where{static_cast<int>(Where::None)};
+  std::atomic<int> where_layer{-1};
+  std::atomic<bool> oom_armed{false};
+
+  void mark(Where w, int layer = -1) {
+    where_layer.store(layer);
+    where.store(static_cast<int>(w));
+  }
 
   Impl(const Plan& p, const TrainModelOptions& o) : plan(p), options(o), structure(build_model_structure(p)) {
     check_runnable();
@@ -512,6 +526,7 @@ struct TrainModel::Impl {
                                   shape_text(input_ids.sizes()) + " and " + shape_text(labels.sizes()));
     }
     const StepView step = step_view(position);
+    mark(Where::Embedding);
     at::Tensor hidden = at::embedding(params[structure.embed], input_ids);
     // PEFT's enable_input_require_grads(): a forward hook on the input embeddings doing
     // output.requires_grad_(True), so that a reentrant checkpoint over frozen embeddings has a backward.
@@ -522,7 +537,17 @@ struct TrainModel::Impl {
     for (const DecoderLayerUse& layer : structure.layers) {
       if (step.skipped(layer.path)) continue;
       ScopedAnnotation forward_range(layer_annotation("forward", layer.index));
+      mark(Where::LayerForward, layer.index);
       auto backward_range = c10::make_intrusive<BackwardRange>(layer_annotation("backward", layer.index));
+      backward_range->on_open = [this, index = layer.index] {
+        mark(Where::LayerBackward, index);
+        if (oom_armed.exchange(false)) {
+          // The allocator's exception type; no request size in the text, so that the fallback's
+          // evidence (runtime/trainer.h OutOfMemoryReport) holds nothing but what the rank measured.
+          throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                      "CUDA out of memory (injected: oom-rank)");
+        }
+      };
       hidden = mark_backward_range_end(hidden, backward_range);
       const int count = plan.checkpoint_count(layer.index, position.rank, position.iteration, position.micro_step);
       LayerFunction fn = [this, &layer, step, cos_sin](const at::Tensor& x, const ParameterTable& table) {
@@ -551,6 +576,7 @@ struct TrainModel::Impl {
       }
       hidden = mark_backward_range_start(hidden, backward_range);
     }
+    mark(Where::LossHead);
     hidden = rms_norm(hidden, structure.final_norm, params);
     return head_loss(hidden, labels) / static_cast<double>(std::max(1, plan.gradient_accumulation_steps));
   }
@@ -582,6 +608,21 @@ std::vector<std::pair<std::string, at::Tensor>> TrainModel::named_parameters() c
 at::Tensor TrainModel::loss(const at::Tensor& input_ids, const at::Tensor& labels, const TrainPosition& position) {
   return impl_->loss(input_ids, labels, position);
 }
+
+std::string TrainModel::position_text() const {
+  using Where = Impl::Where;
+  const int layer = impl_->where_layer.load();
+  switch (static_cast<Where>(impl_->where.load())) {
+    case Where::None: return "";
+    case Where::Embedding: return "embedding";
+    case Where::LayerForward: return "layer " + std::to_string(layer) + " forward";
+    case Where::LayerBackward: return "layer " + std::to_string(layer) + " backward";
+    case Where::LossHead: return "loss head";
+  }
+  return "";
+}
+
+void TrainModel::inject_out_of_memory_in_next_backward() { impl_->oom_armed.store(true); }
 
 OffloadStats TrainModel::take_offload_stats() {
   if (!impl_->offload) return OffloadStats();

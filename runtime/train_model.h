@@ -83,6 +83,16 @@ class TrainModel {
 
   OffloadStats take_offload_stats();
 
+  // Where the model's work last was, for the report of a failure (an out-of-memory error names the
+  // layer): "layer 17 forward", "layer 17 backward" (its recomputation included), "loss head",
+  // "embedding"; empty before the first forward.
+  std::string position_text() const;
+
+  // Test hook (`hookstream run --inject-fault oom-rank=R@step=S`): the next backward of a decoder
+  // layer (the last layer's, the first to run) throws c10::OutOfMemoryError, as the caching
+  // allocator does, once.
+  void inject_out_of_memory_in_next_backward();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

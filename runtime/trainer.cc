@@ -40,16 +40,28 @@ FaultInjection parse_fault_injection(const std::string& text) {
     fault.kind = FaultInjection::Kind::ReloadOom;
     return fault;
   }
-  static const std::regex rank_at_step("(exit|kill)-rank=([0-9]+)@step=([0-9]+)");
+  static const std::regex rank_at_step("(exit|kill|oom)-rank=([0-9]+)@step=([0-9]+)");
   std::smatch match;
   if (!std::regex_match(text, match, rank_at_step)) {
-    throw InputError("--inject-fault", "expected exit-rank=R@step=S, kill-rank=R@step=S or reload-oom, got \"" +
+    throw InputError("--inject-fault", "expected exit-rank=R@step=S, kill-rank=R@step=S, oom-rank=R@step=S or reload-oom, got \"" +
                                            text + "\"");
   }
-  fault.kind = match[1].str() == "exit" ? FaultInjection::Kind::ExitRank : FaultInjection::Kind::KillRank;
+  const std::string kind = match[1].str();
+  fault.kind = kind == "exit" ? FaultInjection::Kind::ExitRank
+               : kind == "kill" ? FaultInjection::Kind::KillRank
+                                : FaultInjection::Kind::OomRank;
   fault.rank = std::stoi(match[2].str());
   fault.step = std::stoi(match[3].str());
   return fault;
+}
+
+int64_t requested_bytes_in(const std::string& text) {
+  static const std::regex tried("Tried to allocate ([0-9]+(\\.[0-9]+)?) (bytes|KiB|MiB|GiB)");
+  std::smatch match;
+  if (!std::regex_search(text, match, tried)) return 0;
+  const std::string unit = match[3].str();
+  const double scale = unit == "GiB" ? 1024.0 * 1024 * 1024 : unit == "MiB" ? 1024.0 * 1024 : unit == "KiB" ? 1024.0 : 1.0;
+  return static_cast<int64_t>(std::stod(match[1].str()) * scale);
 }
 
 std::string plan_relative_path(const Plan& plan, const std::string& path) {
@@ -103,8 +115,9 @@ uint64_t parameter_digest(const std::vector<at::Tensor>& params) {
   return hash;
 }
 
-void inject_fault_if_due(const FaultInjection& fault, int rank, int step) {
+void inject_fault_if_due(const FaultInjection& fault, int rank, int step, TrainModel& model) {
   if (fault.rank != rank || fault.step != step) return;
+  if (fault.kind == FaultInjection::Kind::OomRank) model.inject_out_of_memory_in_next_backward();
   if (fault.kind == FaultInjection::Kind::ExitRank) {
     std::fprintf(stderr, "hookstream: rank %d: --inject-fault: exiting with status 1 at step %d\n", rank, step);
     std::fflush(stderr);
@@ -189,7 +202,7 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
   int micro_step = 0;
   try {
     for (; step < options.steps; ++step) {
-      inject_fault_if_due(options.fault, rank, step);
+      inject_fault_if_due(options.fault, rank, step, model);
       const Clock::time_point start = Clock::now();
       if (cuda) cuda_reset_peak_memory(device);
       double loss_sum = 0;
@@ -276,7 +289,20 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
-    throw TrainingFailure(exception_text(e), step, micro_step, phase);
+    TrainingFailure failure(exception_text(e), step, micro_step, phase);
+    // The autograd engine rethrows the exception its worker thread caught, type and all
+    // (torch/csrc/autograd/engine.cpp, GraphTask::set_exception / std::rethrow_exception).
+    if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) {
+      OutOfMemoryReport report;
+      if (phase == "forward" || phase == "backward") report.position = model.position_text();
+      report.requested_bytes = requested_bytes_in(failure.what());
+      if (cuda) {
+        report.peak_allocated_bytes = cuda_peak_memory_bytes(device);
+        report.device_total_bytes = cuda_total_memory_bytes(device);
+      }
+      failure.out_of_memory = report;
+    }
+    throw failure;
   }
   result.last_step = step;
   if (!result.interrupted) {

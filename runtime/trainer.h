@@ -20,13 +20,15 @@ namespace hookstream {
 
 // Test hooks (`hookstream run --inject-fault`, docs/run.md): make one rank fail on purpose.
 struct FaultInjection {
-  enum class Kind { None, ExitRank, KillRank, ReloadOom };
+  enum class Kind { None, ExitRank, KillRank, ReloadOom, OomRank };
   Kind kind = Kind::None;
   int rank = -1;  // ExitRank/KillRank: the rank that fails
   int step = 0;   // ... at the start of this optimizer step (0-based)
 };
 // "exit-rank=R@step=S" (the rank exits with status 1), "kill-rank=R@step=S" (SIGKILL, a crash),
-// "reload-oom" (TrainModelOptions::inject_reload_oom). Throws InputError for anything else.
+// "reload-oom" (TrainModelOptions::inject_reload_oom), "oom-rank=R@step=S" (rank R's first layer
+// backward in step S throws c10::OutOfMemoryError, TrainModel::inject_out_of_memory_in_next_backward).
+// Throws InputError for anything else.
 FaultInjection parse_fault_injection(const std::string& text);
 
 struct StepMetrics {
@@ -77,6 +79,19 @@ struct TrainResult {
   bool replicas_identical = false;
 };
 
+// What a rank knew when the device ran out of memory (c10::OutOfMemoryError, raised by the caching
+// allocator), for the report and for `hookstream run`'s fallback to a plan that needs less.
+struct OutOfMemoryReport {
+  std::string position;             // TrainModel::position_text() in forward/backward, else empty
+  int64_t requested_bytes = 0;      // the allocation that failed ("Tried to allocate X"); 0: not said
+  int64_t peak_allocated_bytes = 0; // CUDA: the allocator's peak in this step before the failure
+  int64_t device_total_bytes = 0;   // CUDA: the device's memory
+};
+
+// Bytes of the caching allocator's "Tried to allocate 1.95 GiB" (format_size in
+// c10/cuda/CUDACachingAllocator.cpp: bytes, KiB, MiB, GiB); 0 when the text has none.
+int64_t requested_bytes_in(const std::string& out_of_memory_text);
+
 // Where a failure happened, for the one-line report naming the rank.
 struct TrainingFailure : std::runtime_error {
   TrainingFailure(const std::string& what, int step, int micro_step, std::string phase)
@@ -84,6 +99,7 @@ struct TrainingFailure : std::runtime_error {
   int step;
   int micro_step;
   std::string phase;  // "forward", "backward", "optimizer", "collective", "checkpoint"
+  std::optional<OutOfMemoryReport> out_of_memory;  // set when the error was c10::OutOfMemoryError
 };
 
 // Trains. Errors from the model, the Reducer or a collective are rethrown as TrainingFailure;

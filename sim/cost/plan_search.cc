@@ -53,7 +53,7 @@ std::string effective_value(const Plan& plan, const std::string& key) {
 
 // Every combination of the explored settings, each as a full list of --set changes.
 // `chunking`: also try axolotl's chunked cross-entropy (when the logits dominate the peak).
-std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool chunking) {
+std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool chunking, bool keep_micro_batch) {
   struct Mode {
     std::vector<FixChange> changes;
   };
@@ -87,7 +87,8 @@ std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool ch
   const std::set<double> bucket_caps = ddp ? std::set<double>{plan.ddp_bucket_cap_mb.value_or(25.0), 100.0}
                                            : std::set<double>{plan.ddp_bucket_cap_mb.value_or(25.0)};
   const std::vector<std::string> reshards = fsdp ? std::vector<std::string>{"true", "false"} : std::vector<std::string>{""};
-  const std::set<int> micro_batches = {plan.micro_batch_size, 2 * plan.micro_batch_size};
+  const std::set<int> micro_batches = keep_micro_batch ? std::set<int>{plan.micro_batch_size}
+                                                       : std::set<int>{plan.micro_batch_size, 2 * plan.micro_batch_size};
   std::vector<std::string> losses = {plan.chunked_cross_entropy ? "true" : "false"};
   if (chunking && !plan.chunked_cross_entropy) losses.push_back("true");
   std::vector<std::vector<FixChange>> settings;
@@ -175,7 +176,7 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     largest = std::max(largest, bytes);
   }
   result.explored_chunked_loss = logits > 0 && (4 * logits >= result.input.peak_bytes || logits == largest);
-  for (const std::vector<FixChange>& settings : candidate_settings(base, result.explored_chunked_loss)) {
+  for (const std::vector<FixChange>& settings : candidate_settings(base, result.explored_chunked_loss, options.keep_micro_batch)) {
     const Plan plan = parse_plan(source.yaml_text, source.source, with_changes(source, settings).options);
     PlanCandidate candidate = measure(plan, result.device, measured);
     for (const FixChange& change : settings) {

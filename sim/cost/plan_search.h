@@ -22,6 +22,9 @@ struct PlanSearchOptions {
   std::optional<double> budget_gib;    // unset: the device's capacity
   std::optional<double> host_budget_gib;  // pinned host memory (offload slots); unset: no limit
   int top = 5;                         // how many passing candidates to return
+  // Only settings that leave what is trained unchanged (the micro-batch size stays): `hookstream
+  // run`'s fallback after running out of memory must not change the user's batch.
+  bool keep_micro_batch = false;
 };
 
 struct PlanCandidate {

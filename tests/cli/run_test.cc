@@ -156,6 +156,37 @@ TEST_CASE("run: a rank that dies makes the others stop with a message naming it"
   CHECK(seconds < 60);  // before the collective timeout: the heartbeat named the rank
 }
 
+TEST_CASE("run: a rank out of device memory is reported with where it was, and the run falls back", "[cli][run]") {
+  const std::string plan = kSource + "/tests/plans/run/tiny-no-checkpoint.yaml";
+  const auto dir = scratch("oom");
+  const auto r = run_binary("run " + plan + " --steps 3 --device cpu --inject-fault oom-rank=1@step=1 --timeout 60 --json " +
+                            (dir / "summary.json").string());
+  INFO(r.out);
+  // The rank names the step and the layer whose backward ran out: the last layer's runs first.
+  CHECK(r.out.find("hookstream: rank 1: out of device memory at step 2, micro-step 0 (backward, layer 3 backward)") !=
+        std::string::npos);
+  CHECK(r.out.find("hookstream: rank 1 exited with status 3") != std::string::npos);
+  // The fallback: predicted below the failed plan, the micro-batch kept, shown as a patch to the file.
+  CHECK(r.out.find("hookstream: falling back to the fastest verified plan predicted under") != std::string::npos);
+  CHECK(r.out.find("+gradient_checkpointing: true") != std::string::npos);
+  CHECK(r.out.find("micro_batch_size: 4") == std::string::npos);
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json summary = read_json(dir / "summary.json");
+  CHECK(summary["last_step"] == 3);
+  bool checkpointing = false;
+  for (const auto& change : summary["applied_fix"]) checkpointing = checkpointing || change == "gradient_checkpointing=true";
+  CHECK(checkpointing);
+  // Nothing left behind by the ranks' reports.
+  for (const auto& entry : fs::directory_iterator(fs::temp_directory_path())) {
+    CHECK(entry.path().filename().string().rfind("hookstream-oom-", 0) != 0);
+  }
+
+  const auto stop = run_binary("run " + plan + " --steps 3 --device cpu --inject-fault oom-rank=0@step=0 --timeout 60 --no-oom-fallback");
+  INFO(stop.out);
+  CHECK(stop.exit_code == 3);
+  CHECK(stop.out.find("falling back") == std::string::npos);
+}
+
 TEST_CASE("run: SIGINT to the launcher stops every rank, exit 130, no partial files", "[cli][run]") {
   const auto dir = scratch("sigint");
   const fs::path log = dir / "log.txt";

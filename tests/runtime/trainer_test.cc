@@ -101,8 +101,21 @@ TEST_CASE("fault injection hooks parse, and anything else is an input error", "[
   CHECK(exit.step == 2);
   CHECK(parse_fault_injection("kill-rank=0@step=0").kind == FaultInjection::Kind::KillRank);
   CHECK(parse_fault_injection("reload-oom").kind == FaultInjection::Kind::ReloadOom);
+  const FaultInjection oom = parse_fault_injection("oom-rank=1@step=3");
+  CHECK(oom.kind == FaultInjection::Kind::OomRank);
+  CHECK(oom.rank == 1);
+  CHECK(oom.step == 3);
   CHECK(parse_fault_injection("").kind == FaultInjection::Kind::None);
   CHECK_THROWS_AS(parse_fault_injection("exit-rank=one"), InputError);
+}
+
+TEST_CASE("the failed request of an out-of-memory text, in the caching allocator's units", "[trainer]") {
+  // c10/cuda/CUDACachingAllocator.cpp's message, as PyTorch 2.x words it.
+  CHECK(requested_bytes_in("CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total capacity of 79.19 GiB of "
+                           "which 1.02 GiB is free.") == static_cast<int64_t>(1.95 * 1024 * 1024 * 1024));
+  CHECK(requested_bytes_in("Tried to allocate 512.00 MiB.") == int64_t(512) << 20);
+  CHECK(requested_bytes_in("Tried to allocate 20 bytes") == 20);
+  CHECK(requested_bytes_in("CUDA out of memory (injected: oom-rank)") == 0);
 }
 
 TEST_CASE("one rank trains under the real Reducer, the loss falls, and a resumed run repeats it bit for bit",

@@ -31,8 +31,11 @@ Command register_run_command(CLI::App& app) {
   cmd->add_option("--json", args->json, "write the JSON summary to FILE instead of stdout");
   cmd->add_option("--timeout", args->timeout_seconds, "seconds for rendezvous, collectives and a vanished rank");
   cmd->add_option("--inject-fault", args->inject_fault,
-                  "test hook: exit-rank=R@step=S, kill-rank=R@step=S or reload-oom (docs/run.md)");
+                  "test hook: exit-rank=R@step=S, kill-rank=R@step=S, oom-rank=R@step=S or reload-oom (docs/run.md)");
+  cmd->add_flag("--no-oom-fallback", args->no_oom_fallback,
+                "when a rank runs out of device memory, stop (exit 3) instead of relaunching with a plan predicted to need less");
   cmd->add_option("--applied-fix", args->applied_fix, "(set by the launcher for its ranks)")->group("");
+  cmd->add_option("--oom-report", args->oom_report, "(set by the launcher for its ranks)")->group("");
   return Command{cmd, [args] { return call_torch_command("hookstream_run_main", args.get()); }};
 }
 #endif

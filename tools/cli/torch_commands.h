@@ -29,6 +29,10 @@ struct RunArgs {
   int timeout_seconds = 300;
   // From the launcher to its ranks: the fix it verified and applied (already in --set), for the summary.
   std::vector<std::string> applied_fix;
+  bool no_oom_fallback = false;
+  // From the launcher to its ranks: where a rank that runs out of device memory writes what it saw
+  // (PATH.rank{r}.json), for the fallback.
+  std::string oom_report;
 };
 
 struct OracleArgs {

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -21,7 +23,10 @@
 #include "runtime/token_data.h"
 #include "runtime/trainer.h"
 #include "runtime/training_checkpoint.h"
+#include "sim/cost/device_spec.h"
 #include "sim/cost/host_memory.h"
+#include "sim/cost/oom_fallback.h"
+#include "sim/cost/plan_search.h"
 #include "sim/inputs/input_error.h"
 #include "sim/verify/json_text.h"
 #include "sim/inputs/model_structure.h"
@@ -134,8 +139,19 @@ std::string prediction_table(const nlohmann::json& summary) {
   return text;
 }
 
-std::vector<std::string> rank_arguments(const RunArgs& args, const std::vector<std::string>& set, int steps,
-                                        const std::string& device, const std::vector<FixChange>& applied) {
+// What the ranks of one launch are told beyond the user's flags: the --set changes in force, the
+// fix or fallback applied, whether to resume, the fault to inject (the first launch only).
+struct LaunchPlan {
+  std::vector<std::string> set;
+  std::vector<FixChange> applied;
+  bool resume = false;
+  std::string inject_fault;
+  std::string oom_report;
+};
+
+std::vector<std::string> rank_arguments(const RunArgs& args, const LaunchPlan& launch, int steps, const std::string& device) {
+  const std::vector<std::string>& set = launch.set;
+  const std::vector<FixChange>& applied = launch.applied;
   std::vector<std::string> out = {"run", args.plan, "--steps", std::to_string(steps), "--device", device,
                                   "--timeout", std::to_string(args.timeout_seconds)};
   if (!args.model.empty()) out.insert(out.end(), {"--model", args.model});
@@ -144,13 +160,80 @@ std::vector<std::string> rank_arguments(const RunArgs& args, const std::vector<s
     out.insert(out.end(), {"--checkpoint-dir", args.checkpoint_dir, "--checkpoint-every",
                            std::to_string(args.checkpoint_every)});
   }
-  if (args.resume) out.push_back("--resume");
+  if (launch.resume) out.push_back("--resume");
   if (!args.trace.empty()) out.insert(out.end(), {"--trace", args.trace});
   if (!args.json.empty()) out.insert(out.end(), {"--json", args.json});
-  if (!args.inject_fault.empty()) out.insert(out.end(), {"--inject-fault", args.inject_fault});
+  if (!launch.inject_fault.empty()) out.insert(out.end(), {"--inject-fault", launch.inject_fault});
+  if (!launch.oom_report.empty()) out.insert(out.end(), {"--oom-report", launch.oom_report});
   if (args.force) out.push_back("--force");
   for (const FixChange& c : applied) out.insert(out.end(), {"--applied-fix", c.key + "=" + c.value});
   return out;
+}
+
+std::string oom_report_path(const std::string& base, int rank) { return base + ".rank" + std::to_string(rank) + ".json"; }
+
+void write_oom_report(const std::string& base, int rank, const OutOfMemoryReport& report) {
+  if (base.empty()) return;
+  const nlohmann::json j = {{"position", report.position},
+                            {"requested_bytes", report.requested_bytes},
+                            {"peak_allocated_bytes", report.peak_allocated_bytes},
+                            {"device_total_bytes", report.device_total_bytes}};
+  std::ofstream(oom_report_path(base, rank)) << j.dump() << "\n";
+}
+
+// The reports the ranks of the last launch wrote (removed once read).
+std::vector<OutOfMemoryEvidence> take_oom_reports(const std::string& base, int world_size) {
+  std::vector<OutOfMemoryEvidence> evidence;
+  for (int rank = 0; rank < world_size; ++rank) {
+    const std::string path = oom_report_path(base, rank);
+    std::ifstream in(path);
+    if (!in) continue;
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      evidence.push_back({j.value("requested_bytes", int64_t{0}), j.value("peak_allocated_bytes", int64_t{0}),
+                          j.value("device_total_bytes", int64_t{0})});
+    }
+    std::filesystem::remove(path);
+  }
+  return evidence;
+}
+
+// After a launch whose ranks ran out of device memory: the fastest verified plan predicted under
+// the budget the evidence leaves (sim/cost/oom_fallback.h), as --set changes on top of `launch`,
+// printed as a patch to the user's file. Empty when none fits (then said why).
+std::optional<std::vector<FixChange>> oom_fallback(const RunArgs& args, LoadOptions load, const LaunchPlan& launch,
+                                                   const std::vector<OutOfMemoryEvidence>& evidence) {
+  load.set = launch.set;
+  const PlanSource source = read_plan_source(args.plan, load);
+  const Plan plan = load_plan(args.plan, load);
+  const std::optional<PlanCost> cost = predict_cost(plan, build_model_structure(plan));
+  if (!cost) {
+    std::cerr << "hookstream: no memory prediction for this plan's device: no fallback\n";
+    return std::nullopt;
+  }
+  const int64_t capacity = find_device_spec(cost->device).memory_bytes;
+  const FallbackBudget budget = oom_fallback_budget(cost->peak_device_bytes, capacity, evidence);
+  PlanSearchOptions options;
+  options.budget_gib = static_cast<double>(budget.budget_bytes) / double(int64_t(1) << 30);
+  options.top = 1;
+  options.keep_micro_batch = true;
+  const PlanSearchResult found = search_plans(source, options);
+  std::cerr << fmt::format("hookstream: the plan was predicted to peak at {} on {}; the ranks needed at least {:.2f}x that\n",
+                           format_bytes(cost->peak_device_bytes), cost->device, budget.shortfall_ratio);
+  if (found.best.empty()) {
+    std::cerr << fmt::format("hookstream: no verified plan is predicted under {} (hookstream plan {} --budget-gib {:.1f}): "
+                             "no fallback\n",
+                             format_bytes(budget.budget_bytes), args.plan, *options.budget_gib);
+    return std::nullopt;
+  }
+  const PlanCandidate& best = found.best.front();
+  VerifiedFix as_fix;
+  as_fix.changes = best.changes;
+  std::cerr << fmt::format("hookstream: falling back to the fastest verified plan predicted under {} (peak {} at {}, "
+                           "step {:.3f} s); in your file:\n{}",
+                           format_bytes(budget.budget_bytes), format_bytes(best.peak_bytes), best.peak_at,
+                           best.step_ns * 1e-9, fix_patch(as_fix, source.yaml_text, args.plan));
+  return best.changes;
 }
 
 int run_run(const RunArgs& args) {
@@ -259,12 +342,36 @@ int run_run(const RunArgs& args) {
     }
     LaunchOptions launch;
     launch.executable = "/proc/self/exe";
-    launch.args = rank_arguments(args, set, steps, device, applied);
     launch.nproc = world_size;
     if (device == "cuda") launch.environment = nccl_multicast_off_environment();
-    std::cerr << fmt::format("hookstream: training {} on {} {} rank{} for {} steps\n", args.plan, world_size, device,
-                             world_size == 1 ? "" : "s", steps);
-    return launch_ranks(launch);
+    LaunchPlan ranks{set, applied, args.resume, args.inject_fault,
+                     (std::filesystem::temp_directory_path() / fmt::format("hookstream-oom-{}", getpid())).string()};
+    // A plan that ran out of device memory is relaunched, at most this often, with the fastest
+    // plan predicted to need less; each fallback is predicted strictly below the one before.
+    constexpr int kMaxFallbacks = 3;
+    for (int fallback = 0;; ++fallback) {
+      launch.args = rank_arguments(args, ranks, steps, device);
+      std::cerr << fmt::format("hookstream: training {} on {} {} rank{} for {} steps\n", args.plan, world_size, device,
+                               world_size == 1 ? "" : "s", steps);
+      const int status = launch_ranks(launch);
+      const std::vector<OutOfMemoryEvidence> evidence = take_oom_reports(ranks.oom_report, world_size);
+      // The first rank to fail may be a peer of the one that ran out (its collective broke): any
+      // rank's report counts.
+      const bool out_of_memory = status == kOutOfMemoryExitCode || !evidence.empty();
+      if (!out_of_memory || args.no_oom_fallback || fallback == kMaxFallbacks) {
+        return out_of_memory ? kOutOfMemoryExitCode : status;
+      }
+      const std::optional<std::vector<FixChange>> changes = oom_fallback(args, load, ranks, evidence);
+      if (!changes) return status;
+      for (const FixChange& c : *changes) {
+        ranks.set.push_back(c.key + "=" + c.value);
+        ranks.applied.push_back(c);
+      }
+      // The fallback trains from step 0: a checkpoint of the plan that failed does not match the
+      // new plan's fingerprint (runtime/plan_fingerprint.h), and the test hook fires once.
+      ranks.resume = false;
+      ranks.inject_fault.clear();
+    }
   }
 
   const bool rank0 = environment->rank == 0;
@@ -290,6 +397,10 @@ int run_run(const RunArgs& args) {
   } catch (const RankFailure& failure) {
     if (tty && rank0) std::cerr << "\r\033[K";
     std::cerr << "hookstream: " << failure.what() << "\n";
+    if (failure.out_of_memory) {
+      write_oom_report(args.oom_report, environment->rank, *failure.out_of_memory);
+      return kOutOfMemoryExitCode;
+    }
     return 1;
   }
   if (tty && rank0) std::cerr << "\r\033[K" << std::flush;
