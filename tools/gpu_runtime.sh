@@ -10,7 +10,10 @@
 # Results: ./out/gpu-runtime, and in $OUT (device tool): results.tgz and the two traces (.json.gz).
 #
 #   tools/gpu_runtime.sh [--steps N] [--lengths 16384,32768,...] [--deadline S] [--traces "e:h ..."]
-#                        [--variants "name=plan:k=v,... ..."] [--no-traces] [--no-8k]
+#                        [--variants "name=plan:k=v,... ..."] [--no-traces] [--no-8k] [--oom-check]
+# --oom-check: a real out-of-memory error and `hookstream run`'s fallback (docs/run.md): the 8K
+# plan without checkpointing at a length whose activations cannot fit the device (16K on an H100,
+# 32K on an H200), 2 steps; the log is oom-fallback.log.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -18,7 +21,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 out=$here/out/gpu-runtime
 rm -rf "$out"; mkdir -p "$out"
 [[ -n "${OUT:-}" ]] && trap 'tar czf "$OUT/results.tgz" --exclude="trace-*.json*" -C "$out" .; cp "$out"/trace-*.json.gz "$OUT"/ 2>/dev/null' EXIT
-steps=6 long_steps=2 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants=""
+steps=6 long_steps=2 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants="" oom=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps=$2; shift ;;
@@ -29,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --variants) variants=$2; shift ;;  # "name=plan:key=value,key=value ..." extra hookstream runs
     --no-traces) traces="" ;;
     --no-8k) eight=0 ;;
+    --oom-check) oom=1 ;;
     *) echo "gpu_runtime.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -94,6 +98,15 @@ for f in sorted(glob.glob(f"{out}/run-*.json")):
     print(f"hookstream {name:17s} {hs_s:.4f} s  {peak:.2f} GiB  {vs}  pred {h['predicted']['step_seconds']:.3f} s "
           f"{h['predicted']['peak_memory_bytes'] / 2**30:.2f} GiB")
 PY
+fi
+
+if [[ $oom == 1 ]]; then
+  oom_len=16384; [[ $gpu == H200 ]] && oom_len=32768
+  log "out of memory and fallback: llama8b-lora-8k-none at $oom_len tokens"
+  "$hs" run bench/plans/llama8b-lora-8k-none.yaml --device cuda --nproc 1 --steps 2 --set hookstream.gpu=$gpu \
+    --set sequence_len=$oom_len --json "$out/run-oom-fallback.json" > "$out/oom-fallback.log" 2>&1
+  echo "exit status $?" >> "$out/oom-fallback.log"
+  grep -E "out of device memory|predicted to peak|falling back|^[-+][a-z]|^step|exit status" "$out/oom-fallback.log"
 fi
 
 for pair in $traces; do
