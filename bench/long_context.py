@@ -78,7 +78,9 @@ def main():
             break
         # One loss chunk per ~1024 tokens, as at 8K (8 chunks): hookstream run computes each chunk's
         # logits on their own and recomputes them in backward, so the chunk count bounds the logits.
-        base = ["--set", f"sequence_len={n}", "--set", f"chunked_cross_entropy_num_chunks={max(8, n // 1024)}"]
+        # hookstream.gpu: the run's own predicted-vs-measured lines are then for the device searched.
+        base = ["--set", f"sequence_len={n}", "--set", f"chunked_cross_entropy_num_chunks={max(8, n // 1024)}",
+                "--set", f"hookstream.gpu={args.gpu}"]
         row = {"seq": n}
         if args.settings:
             flags = list(base)
