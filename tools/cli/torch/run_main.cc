@@ -218,8 +218,13 @@ std::optional<std::vector<FixChange>> oom_fallback(const RunArgs& args, LoadOpti
   options.top = 1;
   options.keep_micro_batch = true;
   const PlanSearchResult found = search_plans(source, options);
-  std::cerr << fmt::format("hookstream: the plan was predicted to peak at {} on {}; the ranks needed at least {:.2f}x that\n",
-                           format_bytes(cost->peak_device_bytes), cost->device, budget.shortfall_ratio);
+  if (cost->peak_device_bytes > capacity) {
+    std::cerr << fmt::format("hookstream: the plan was predicted to peak at {}, more than the {}'s {}\n",
+                             format_bytes(cost->peak_device_bytes), cost->device, format_bytes(capacity));
+  } else {
+    std::cerr << fmt::format("hookstream: the plan was predicted to peak at {} on {}; the ranks needed at least {:.2f}x that\n",
+                             format_bytes(cost->peak_device_bytes), cost->device, budget.shortfall_ratio);
+  }
   if (found.best.empty()) {
     std::cerr << fmt::format("hookstream: no verified plan is predicted under {} (hookstream plan {} --budget-gib {:.1f}): "
                              "no fallback\n",
