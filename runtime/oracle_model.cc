@@ -9,6 +9,7 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/tiled_mlp.h"
+#include "runtime/vision_tower.h"
 
 namespace hookstream {
 
@@ -77,8 +78,7 @@ Batch OracleModel::make_batch(const StepPosition& position) const {
     const VisionTowerConfig& v = *plan_.model.vision;
     const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
     const int64_t merged_tokens = std::min<int64_t>(2, seq);
-    const int64_t features = int64_t(v.in_channels) * v.temporal_patch_size * v.patch_size * v.patch_size;
-    b.pixels = at::randn({merged_tokens * merge, features}, gen, at::kFloat);
+    b.pixels = at::randn({merged_tokens * merge, vision_patch_features(v)}, gen, at::kFloat);
   }
   return b;
 }
@@ -178,58 +178,14 @@ at::Tensor OracleModel::decoder_layer(const at::Tensor& x, const DecoderLayerUse
 
 at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p, const StepView& step,
                                std::vector<at::Tensor>& deepstack) const {
-  const VisionTowerConfig& v = *plan_.model.vision;
-  // Qwen2.5-VL's norms are RMSNorms (Qwen2_5_VLRMSNorm, eps 1e-6); the other towers' LayerNorms.
-  auto layer_norm = [&](const at::Tensor& x, int weight, int bias) {
-    if (v.layout == VisionLayout::Qwen25VL) return rms_norm(x, weight, p);
-    return at::layer_norm(x, {x.size(-1)}, weight >= 0 ? p[weight] : at::Tensor(), bias >= 0 ? p[bias] : at::Tensor());
+  VisionTowerOps ops;
+  ops.linear = [&](const at::Tensor& x, const LinearUse& use) { return linear(x, use, p, step); };
+  ops.rms_norm = [&](const at::Tensor& x, int weight) { return rms_norm(x, weight, p); };
+  ops.attention = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+    return at::matmul(at::softmax(scores, -1), v);
   };
-  const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
-  // Qwen3VLVisionPatchMerger: the final merger normalises each patch, then concatenates
-  // spatial_merge_size^2 patches; DeepStack mergers (use_postshuffle_norm) concatenate first.
-  auto merger = [&](const at::Tensor& x, int norm_weight, int norm_bias, const LinearUse& fc1, const LinearUse& fc2,
-                    bool postshuffle) {
-    at::Tensor merged = postshuffle ? layer_norm(x.reshape({x.size(0) / merge, x.size(1) * merge}), norm_weight, norm_bias)
-                                    : layer_norm(x, norm_weight, norm_bias).reshape({x.size(0) / merge, x.size(1) * merge});
-    return linear(at::gelu(linear(merged, fc1, p, step)), fc2, p, step);
-  };
-  at::Tensor x = linear(pixels, structure_.vision_patch_embed, p, step);  // [patches, hidden]
-  if (structure_.vision_pos_embed >= 0) {
-    // Qwen3-VL adds interpolated learned position embeddings: a lookup into pos_embed.weight.
-    const int64_t table = structure_.parameters[structure_.vision_pos_embed].shape[0];
-    x = x + p[structure_.vision_pos_embed].index_select(0, at::arange(x.size(0), at::kLong).remainder(table));
-  }
-  const int64_t heads = v.num_heads > 0 ? v.num_heads : 1;
-  const int64_t head_dim = v.hidden_size / heads;
-  for (const VisionBlockUse& block : structure_.vision_blocks) {
-    if (step.skipped(block.path)) continue;
-    const int64_t patches = x.size(0);
-    const at::Tensor qkv = linear(layer_norm(x, block.norm1_weight, block.norm1_bias), block.qkv, p, step)
-                               .view({patches, 3, heads, head_dim})
-                               .permute({1, 2, 0, 3});  // [3, heads, patches, head_dim]
-    const at::Tensor scores = at::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
-    const at::Tensor context = at::matmul(at::softmax(scores, -1), qkv[2]).permute({1, 0, 2}).reshape({patches, -1});
-    x = x + linear(context, block.proj, p, step);
-    const at::Tensor n2 = layer_norm(x, block.norm2_weight, block.norm2_bias);
-    at::Tensor hidden;
-    switch (v.layout) {
-      case VisionLayout::Qwen3VL: hidden = at::gelu(linear(n2, block.fc1, p, step)); break;
-      case VisionLayout::Qwen2VL: {  // VisionMlp with hidden_act "quick_gelu": x * sigmoid(1.702 x)
-        const at::Tensor up = linear(n2, block.fc1, p, step);
-        hidden = up * at::sigmoid(1.702 * up);
-        break;
-      }
-      case VisionLayout::Qwen25VL:  // Qwen2_5_VLMLP: silu(gate(x)) * up(x)
-        hidden = at::silu(linear(n2, block.gate, p, step)) * linear(n2, block.fc1, p, step);
-        break;
-    }
-    x = x + linear(hidden, block.fc2, p, step);
-    for (const VisionMergerUse& ds : structure_.vision_deepstack_mergers) {
-      if (ds.block == block.index) deepstack.push_back(merger(x, ds.norm_weight, ds.norm_bias, ds.fc1, ds.fc2, true));
-    }
-  }
-  return merger(x, structure_.vision_merger_norm_weight, structure_.vision_merger_norm_bias, structure_.vision_merger_fc1,
-                structure_.vision_merger_fc2, false);
+  return vision_tower_forward(structure_, *plan_.model.vision, p, step, pixels, ops, deepstack);
 }
 
 at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position, HookRecorder* recorder) const {
@@ -251,11 +207,6 @@ at::Tensor OracleModel::forward(const Batch& batch, const StepPosition& position
   if (plan_.input_require_grads() && !hidden.requires_grad()) hidden.requires_grad_(true);
 
   // Visual tokens are added at the first positions (the image positions of the batch).
-  auto add_at_image_positions = [seq](const at::Tensor& h, const at::Tensor& image) {
-    const int64_t tokens = std::min<int64_t>(image.size(0), seq);
-    const at::Tensor head = h.narrow(1, 0, tokens) + image.narrow(0, 0, tokens).unsqueeze(0);
-    return tokens < seq ? at::cat({head, h.narrow(1, tokens, seq - tokens)}, 1) : head;
-  };
   std::vector<at::Tensor> deepstack;
   if (batch.pixels.defined() && !structure_.vision_blocks.empty() && !step.skipped("model.visual")) {
     const at::Tensor image = vision(batch.pixels, p, step, deepstack);  // [merged tokens, hidden]

@@ -21,6 +21,7 @@
 #include "runtime/rope.h"
 #include "runtime/safetensors.h"
 #include "runtime/tiled_mlp.h"
+#include "runtime/vision_tower.h"
 #include "sim/inputs/input_error.h"
 
 namespace hookstream {
@@ -204,7 +205,7 @@ struct TrainModel::Impl {
   // Where the work last was (position_text()). Atomics: the forward writes them on the caller's
   // thread, a layer's backward on the autograd engine's device thread; the trainer reads them after
   // backward has returned or thrown.
-  enum class Where : int { None, Embedding, LayerForward, LayerBackward, LossHead };
+  enum class Where : int { None, Embedding, Vision, LayerForward, LayerBackward, LossHead };
   std::atomic<int> where{static_cast<int>(Where::None)};
   std::atomic<int> where_layer{-1};
   std::atomic<bool> oom_armed{false};
@@ -242,9 +243,10 @@ struct TrainModel::Impl {
                        "quantized (bitsandbytes 4/8-bit) base weights are not supported by hookstream run; "
                        "expected false (train the base in bf16 with a LoRA adapter instead)");
     }
-    if (!structure.vision_blocks.empty() && plan.vision_inputs) {
+    if (!structure.vision_blocks.empty() && plan.vision_inputs && !vision_tower_supported(*plan.model.vision)) {
       throw InputError(key("hookstream.vision_inputs"),
-                       "hookstream run trains the text decoder only; the vision tower cannot run: expected false");
+                       "hookstream run computes the Qwen2-VL, Qwen2.5-VL and Qwen3-VL vision towers only; expected false "
+                       "(train the text decoder without images)");
     }
     if (plan.device_map != DeviceMap::PerRank) {
       throw InputError(key("device_map"), "hookstream run places one full replica per rank; expected no device_map");
@@ -302,7 +304,10 @@ struct TrainModel::Impl {
       if (p.adapter && !lora_a) {
         t = at::zeros(p.shape, draw);
       } else if (lora_a) {
-        const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape[1]));
+        // fan_in: every input element of the module (a conv's in_channels x kernel), as kaiming_uniform_.
+        int64_t fan_in = 1;
+        for (size_t d = 1; d < p.shape.size(); ++d) fan_in *= p.shape[d];
+        const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
         t = at::empty(p.shape, draw).uniform_(-bound, bound, gen);
       } else if (p.shape.size() == 1 && name.find("norm") != std::string::npos) {
         t = at::ones(p.shape, draw);
@@ -375,15 +380,22 @@ struct TrainModel::Impl {
       sizes.back() = structure.parameters[use.weight].shape[0];
       return at::zeros(sizes, x.options());
     }
-    at::Tensor y = at::linear(x, p[use.weight], use.bias >= 0 ? p[use.bias] : at::Tensor());
+    // A convolution whose kernel equals its stride (the vision tower's Conv3d patch embedding) is,
+    // on flattened patches, a linear map with the kernel flattened; so are PEFT's LoRA pair on it
+    // (lora_A: the conv's kernel; lora_B: a 1x1x1 kernel, peft/tuners/lora/layer.py _ConvNd).
+    auto matrix = [&](int index) {
+      const at::Tensor& w = p[index];
+      return w.dim() > 2 ? w.reshape({w.size(0), -1}) : w;
+    };
+    at::Tensor y = at::linear(x, matrix(use.weight), use.bias >= 0 ? p[use.bias] : at::Tensor());
     if (lora_active(structure, use, step)) {
       const double scale = plan.lora_alpha / static_cast<double>(plan.lora_r);
       if (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) {
-        const at::Tensor a = at::linear(x, p[use.lora_a].to(x.scalar_type()));
-        y = y + at::linear(a, p[use.lora_b].to(x.scalar_type())) * scale;
+        const at::Tensor a = at::linear(x, matrix(use.lora_a).to(x.scalar_type()));
+        y = y + at::linear(a, matrix(use.lora_b).to(x.scalar_type())) * scale;
       } else {
         const at::Tensor adapter_input = x.to(p[use.lora_a].scalar_type());
-        y = (y + at::linear(at::linear(adapter_input, p[use.lora_a]), p[use.lora_b]) * scale).to(x.scalar_type());
+        y = (y + at::linear(at::linear(adapter_input, matrix(use.lora_a)), matrix(use.lora_b)) * scale).to(x.scalar_type());
       }
     }
     return y;
@@ -520,6 +532,37 @@ struct TrainModel::Impl {
     return total;
   }
 
+  // The vision tower over one synthetic image of min(hookstream.vision_tokens, sequence) merged
+  // tokens (the size the time and memory models cost), its pixels drawn from the seed and the
+  // position so that every run sees the same images. Runs without checkpointing, as the simulator
+  // expands it (sim/engine/forward_graph.cc).
+  at::Tensor vision(const TrainPosition& position, const StepView& step, int64_t seq, c10::ScalarType dtype,
+                    std::vector<at::Tensor>& deepstack) {
+    mark(Where::Vision);
+    const VisionTowerConfig& v = *plan.model.vision;
+    const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
+    const int64_t tokens = std::max<int64_t>(1, std::min<int64_t>(plan.vision_tokens, seq));
+    at::Generator gen = generator(mix(options.seed ^ 0x1a9eULL) + uint64_t(position.rank) * 1000003ULL +
+                                  uint64_t(position.iteration) * 1009ULL + uint64_t(position.micro_step));
+    const at::Tensor pixels =
+        at::empty({tokens * merge, vision_patch_features(v)}, at::TensorOptions().dtype(at::kFloat).device(options.device))
+            .normal_(0.0, 1.0, gen)
+            .to(dtype);
+    VisionTowerOps ops;
+    ops.linear = [&](const at::Tensor& x, const LinearUse& use) { return linear(x, use, params, step); };
+    ops.rms_norm = [&](const at::Tensor& x, int weight) { return rms_norm(x, weight, params); };
+    ops.attention = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      // Every patch of the image attends to every other (the tower's cu_seqlens span one image).
+#if TORCH_VERSION_MAJOR >= 2
+      return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)).squeeze(0);
+#else
+      return std::get<0>(at::_scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), {}, 0.0, false, false))
+          .squeeze(0);
+#endif
+    };
+    return vision_tower_forward(structure, v, params, step, pixels, ops, deepstack);
+  }
+
   at::Tensor loss(const at::Tensor& input_ids, const at::Tensor& labels, const TrainPosition& position) {
     if (input_ids.dim() != 2 || labels.sizes() != input_ids.sizes()) {
       throw std::invalid_argument("TrainModel::loss: expected input_ids and labels of one shape [batch, sequence], got " +
@@ -533,6 +576,13 @@ struct TrainModel::Impl {
     if (plan.input_require_grads() && !hidden.requires_grad()) hidden.requires_grad_(true);
     const auto cos_sin = rope(input_ids.size(1), hidden.scalar_type());
     if (offload) offload->begin_micro_step();
+
+    // The image: its merged tokens are added at the first positions, Qwen3-VL's DeepStack features
+    // after the first decoder layers (Qwen3VLTextModel.forward), as the oracle model does.
+    std::vector<at::Tensor> deepstack;
+    if (!structure.vision_blocks.empty() && plan.vision_inputs && !step.skipped("model.visual")) {
+      hidden = add_at_image_positions(hidden, vision(position, step, input_ids.size(1), hidden.scalar_type(), deepstack));
+    }
 
     for (const DecoderLayerUse& layer : structure.layers) {
       if (step.skipped(layer.path)) continue;
@@ -575,6 +625,9 @@ struct TrainModel::Impl {
         }
       }
       hidden = mark_backward_range_start(hidden, backward_range);
+      if (layer.index < static_cast<int>(deepstack.size())) {
+        hidden = add_at_image_positions(hidden, deepstack[static_cast<size_t>(layer.index)]);
+      }
     }
     mark(Where::LossHead);
     hidden = rms_norm(hidden, structure.final_norm, params);
@@ -615,6 +668,7 @@ std::string TrainModel::position_text() const {
   switch (static_cast<Where>(impl_->where.load())) {
     case Where::None: return "";
     case Where::Embedding: return "embedding";
+    case Where::Vision: return "vision tower";
     case Where::LayerForward: return "layer " + std::to_string(layer) + " forward";
     case Where::LayerBackward: return "layer " + std::to_string(layer) + " backward";
     case Where::LossHead: return "loss head";

@@ -57,9 +57,9 @@ struct OffloadStats {
 
 class TrainModel {
  public:
-  // Throws InputError (sim/inputs/input_error.h) for what the runtime cannot run (a vision tower that the
-  // plan uses, a config that is not decoder-only, a safetensors file with missing or mis-shaped
-  // tensors), naming the file and the key/tensor.
+  // Throws InputError (sim/inputs/input_error.h) for what the runtime cannot run (a vision tower
+  // the plan uses that is not a Qwen-VL one, a config that is not decoder-only, a safetensors file
+  // with missing or mis-shaped tensors), naming the file and the key/tensor.
   TrainModel(const Plan& plan, const TrainModelOptions& options);
   ~TrainModel();
   TrainModel(const TrainModel&) = delete;

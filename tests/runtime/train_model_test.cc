@@ -348,13 +348,6 @@ TEST_CASE("safetensors: missing, mis-shaped, wrongly typed tensors and damaged f
 }
 
 TEST_CASE("train model: what the runtime cannot run is an input error naming the plan key", "[train_model]") {
-  LoadOptions load;
-  const std::string vl = "base_model: tiny-vl\nsequence_len: 8\n";
-  REQUIRE_THROWS_WITH(TrainModel(parse_plan(vl, "vl.yaml", load), double_options()),
-                      Catch::Contains("vl.yaml") && Catch::Contains("hookstream.vision_inputs"));
-  // Without images the text decoder of a vision-language model trains.
-  TrainModel text_only(parse_plan(vl + "hookstream: {vision_inputs: false}\n", "vl.yaml", load), double_options());
-  CHECK(!text_only.ddp_parameters().empty());
   REQUIRE_THROWS_WITH(TrainModel(make_plan("tiny-llama-tied.json", "adapter: qlora\nload_in_4bit: true\nlora_target_linear: true\n"),
                                  double_options()),
                       Catch::Contains("load_in_4bit"));
@@ -363,6 +356,40 @@ TEST_CASE("train model: what the runtime cannot run is an input error naming the
   yarn.model.rope_type = "yarn";
   REQUIRE_THROWS_WITH(TrainModel(yarn, double_options()),
                       Catch::Contains("rope_scaling.rope_type") && Catch::Contains("yarn") && Catch::Contains(yarn.model.source));
+}
+
+TEST_CASE("train model: a vision-language plan runs its vision tower, DeepStack included", "[train_model]") {
+  LoadOptions load;
+  const std::string vl = "base_model: tiny-vl\nsequence_len: 8\nmicro_batch_size: 2\nadapter: lora\nlora_r: 4\nlora_alpha: 8\n"
+                         "lora_target_linear: true\n";
+  const Plan images = parse_plan(vl + "hookstream: {vision_tokens: 3}\n", "vl.yaml", load);
+  const Plan text_only = parse_plan(vl + "hookstream: {vision_inputs: false}\n", "vl.yaml", load);
+  const Result with = run(images);
+  const Result without = run(text_only);
+  CHECK(with.loss != without.loss);  // the image tokens take part
+  CHECK(run(images).loss == with.loss);  // the same images in every run
+  // Every adapter of the tower (patch embedding, blocks, both mergers) and of the text model has a
+  // gradient: the tower's output reaches the loss through the image positions and, for the
+  // DeepStack merger, after decoder layer 0.
+  int tower = 0;
+  for (const auto& [name, grad] : with.grads) {
+    INFO(name);
+    REQUIRE(grad.defined());
+    CHECK(grad.abs().sum().item<double>() > 0);
+    tower += name.find(".visual.") != std::string::npos;
+  }
+  CHECK(tower > 0);
+  CHECK(with.grads.count("base_model.model.model.visual.deepstack_merger_list.0.linear_fc1.lora_B.default.weight") == 1);
+  for (const auto& [name, grad] : without.grads) {
+    if (name.find(".visual.") != std::string::npos) CHECK(!grad.defined());  // no image, no tower
+  }
+  // Checkpointed decoder layers (the tower runs outside them) give the same loss and gradients.
+  const Result checkpointed = run(parse_plan(vl + "gradient_checkpointing: true\nhookstream: {vision_tokens: 3}\n", "vl.yaml", load));
+  CHECK(checkpointed.loss == Approx(with.loss).epsilon(1e-12));
+  for (const auto& [name, grad] : with.grads) {
+    INFO(name);
+    CHECK(at::allclose(checkpointed.grads.at(name), grad, 1e-10, 1e-12));
+  }
 }
 
 TEST_CASE("train model: an out-of-memory second reload buffer falls back to single_buffer once", "[train_model]") {
