@@ -289,22 +289,26 @@ ScheduledReplay schedule_replay_in_place(StepReplay& replay, size_t keep_segment
   const auto policy = replay.model.ops.size() >= kSecondThreadOps ? std::launch::async : std::launch::deferred;
   std::future<DependencyEdges> edges_later =
       std::async(policy, [&model = std::as_const(replay.model)] { return dependency_edges(model); });
-  OpTimes times;
-  try {
-    times = replay_times(replay.model);
-  } catch (...) {
-    edges_later.wait();  // the other thread still reads replay.model
-    throw;
-  }
+  ScheduledReplay out;
   std::optional<DependencyEdges> edges;
   std::string unavailable;
-  try {
-    edges = edges_later.get();
-  } catch (const std::runtime_error& error) {
-    unavailable = error.what();
+  {
+    // The times live only until they are written into the ops: freed before the critical path,
+    // whose arrays come at the analysis's peak of memory (fresh pages are zeroed by the kernel).
+    OpTimes times;
+    try {
+      times = replay_times(replay.model);
+    } catch (...) {
+      edges_later.wait();  // the other thread still reads replay.model
+      throw;
+    }
+    try {
+      edges = edges_later.get();
+    } catch (const std::runtime_error& error) {
+      unavailable = error.what();
+    }
+    out.schedule = schedule_from_times(std::move(replay.model), times);
   }
-  ScheduledReplay out;
-  out.schedule = schedule_from_times(std::move(replay.model), times);
   replay.model = EventModel{};
   out.critical = critical_path_report(out.schedule, replay, edges ? &*edges : nullptr, unavailable, keep_segments);
   return out;

@@ -22,6 +22,7 @@ std::vector<StreamIdleGap> stream_idle_gaps(const EventModel& model, double cons
   // Markers (NVTX / user annotations) are ranges, not calls.
   struct Launched {
     int op;
+    double start;   // the op's own start, held here so the sort reads no op (a cache miss per compare)
     double launch;  // the call's start; < 0: no call (HTA: ts_runtime missing)
   };
   std::map<int, std::vector<Launched>> by_stream;
@@ -30,15 +31,14 @@ std::vector<StreamIdleGap> stream_idle_gaps(const EventModel& model, double cons
     const Op& op = model.ops[i];
     if (is_gpu_work(op)) {
       const auto call = last_call.find(op.rank);
-      by_stream[op.stream].push_back({i, op.correlation >= 0 && call != last_call.end() ? call->second : -1.0});
+      by_stream[op.stream].push_back({i, op.start_ns, op.correlation >= 0 && call != last_call.end() ? call->second : -1.0});
     } else if (op.kind != OpKind::Marker) {
       last_call[op.rank] = op.start_ns;  // event records and stream waits are calls too
     }
   }
   std::vector<StreamIdleGap> gaps;
   for (auto& [stream, ops] : by_stream) {
-    std::stable_sort(ops.begin(), ops.end(),
-                     [&](const Launched& a, const Launched& b) { return model.ops[a.op].start_ns < model.ops[b.op].start_ns; });
+    std::stable_sort(ops.begin(), ops.end(), [](const Launched& a, const Launched& b) { return a.start < b.start; });
     double previous_end = model.ops[ops[0].op].start_ns + std::max(0.0, model.ops[ops[0].op].duration_ns);
     for (size_t k = 1; k < ops.size(); ++k) {
       const Op& op = model.ops[ops[k].op];
