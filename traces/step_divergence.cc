@@ -25,15 +25,18 @@ StepDivergence explain_step_divergence(const EventModel& trace, const RecordedSt
   StepDivergence d;
   // The step's first op in the trace's issue order, and its start, per rank.
   std::map<int, std::pair<int, double>> first_of_rank;  // rank -> (trace index, start)
+  std::pair<int, double>* current = nullptr;  // the entry of the op before's rank (ops come rank by rank)
+  int current_rank = 0;
   for (size_t i = 0; i < step.model.ops.size(); ++i) {
     const int origin = i < step.origin.size() ? step.origin[i] : -1;
     if (origin < 0) continue;
     const Op& op = step.model.ops[i];
-    auto [it, added] = first_of_rank.try_emplace(op.rank, origin, op.start_ns);
-    if (!added) {
-      it->second.first = std::min(it->second.first, origin);
-      it->second.second = std::min(it->second.second, op.start_ns);
+    if (current == nullptr || op.rank != current_rank) {
+      current = &first_of_rank.try_emplace(op.rank, origin, op.start_ns).first->second;
+      current_rank = op.rank;
     }
+    current->first = std::min(current->first, origin);
+    current->second = std::min(current->second, op.start_ns);
   }
   // Work queued before the step, per (rank, device).
   std::map<std::pair<int, int>, std::pair<double, int64_t>> behind;  // -> (ns, ops)
