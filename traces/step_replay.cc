@@ -192,6 +192,8 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
   std::map<std::string, int> label_id;
   std::map<OpGroup, int> group_label;
   std::vector<int> kind_label;
+  OpGroup last_group;
+  int last_group_label = -1;
   const auto intern = [&](std::string label) {
     const auto [it, added] = label_id.emplace(std::move(label), static_cast<int>(labels.size()));
     if (added) labels.push_back(it->first);
@@ -206,9 +208,13 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
       if (kind_label[k] < 0) kind_label[k] = intern(kind == OpKind::HostCompute ? "host work" : to_string(kind));
       return kind_label[k];
     }
+    // Consecutive path ops mostly share a group (a run of kernels): the last one is checked first.
+    if (last_group_label >= 0 && group == last_group) return last_group_label;
     const auto found = group_label.find(group);
-    if (found != group_label.end()) return found->second;
-    return group_label[group] = intern(group.label());
+    const int label = found != group_label.end() ? found->second : group_label[group] = intern(group.label());
+    last_group = group;
+    last_group_label = label;
+    return label;
   };
   std::vector<Text> stream_names(model.streams.size());
   for (size_t s = 0; s < model.streams.size(); ++s) stream_names[s] = Text(model.streams[s].name);
@@ -297,9 +303,13 @@ ScheduledReplay schedule_replay_in_place(StepReplay& replay, size_t keep_segment
   {
     // The times live only until they are written into the ops: freed before the critical path,
     // whose arrays come at the analysis's peak of memory (fresh pages are zeroed by the kernel).
+    // The figures only read the model, so they are worked out while the DAG (the longer of the
+    // two on a long step) is still being built; the times go into the ops once it is done.
     OpTimes times;
+    Schedule figures;
     try {
       times = replay_times(replay.model);
+      figures = schedule_figures(replay.model, times);
     } catch (...) {
       edges_later.wait();  // the other thread still reads replay.model
       throw;
@@ -309,7 +319,7 @@ ScheduledReplay schedule_replay_in_place(StepReplay& replay, size_t keep_segment
     } catch (const std::runtime_error& error) {
       unavailable = error.what();
     }
-    out.schedule = schedule_from_times(std::move(replay.model), times);
+    out.schedule = schedule_from_times(std::move(replay.model), times, std::move(figures));
   }
   replay.model = EventModel{};
   out.critical = critical_path_report(out.schedule, replay, edges ? &*edges : nullptr, unavailable, keep_segments);
