@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replay_vs_hta import floor_of, timed  # noqa: E402  (the same timing and floor as the HTA table)
+from replay_vs_hta import check_table, floor_of, timed  # noqa: E402  (the same timing, floor and table check)
 
 
 def main():
@@ -42,6 +42,8 @@ def main():
                 wall, cpu, rss, _ = timed([getattr(args, which), "replay", path])
                 runs[which].append((wall, cpu, rss))
         floor_ms = floor_of(args.replay_bench, path)["floor_s"] * 1e3
+        if floor_ms <= 0:  # replay_bench claims none for a file not in the importers' layouts
+            sys.exit(f"replay_ab: {path}: replay_bench --floor gives no floor for it")
         cells = {}
         for which, figures in runs.items():
             walls = [w * 1e3 for w, _, _ in figures]
@@ -56,6 +58,7 @@ def main():
         lines.append(f"| {os.path.basename(path)} | {args.runs} | {b['cpu']} | {a['cpu']} | {b['wall']} | {a['wall']} | "
                      f"{b['rss']} / {a['rss']} | {floor_ms:.1f} | {b['ratio']} | {a['ratio']} |")
         print(lines[-1], file=sys.stderr, flush=True)
+    check_table(lines)
     load_after = os.getloadavg()
     print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Load average (1 / 5 / 15 min): "
           f"{load_before[0]:.1f} / {load_before[1]:.1f} / {load_before[2]:.1f} before, "
