@@ -60,8 +60,8 @@ StepDivergence explain_step_divergence(const EventModel& trace, const RecordedSt
   }
   // Waits the trace does not tie to a stream or event, late GPU starts and launch-bound idle time,
   // walking the step in issue order (a GPU op follows the call that launched it). Streams and
-  // events are the model's indices, so their figures sit in vectors; a map look-up per op was most
-  // of this walk's time on long steps (x64 nsys: 297 k ops).
+  // events are the model's indices, so their figures sit in vectors rather than maps looked up per
+  // op (x64 nsys: 297 k ops; the walk took 14 -> 12 ms CPU).
   struct Latest {
     bool seen = false;
     double ns = 0;

@@ -25,8 +25,8 @@ std::vector<StreamIdleGap> stream_idle_gaps(const EventModel& model, double cons
     double start;   // the op's own start, held here so the sort reads no op (a cache miss per compare)
     double launch;  // the call's start; < 0: no call (HTA: ts_runtime missing)
   };
-  // Per stream index (GPU work has a stream of the model), taken in stream order below; a map
-  // look-up per op was this pass's cost on long traces.
+  // Per stream index (GPU work has a stream of the model), taken in stream order below, instead
+  // of a map look-up per op of a long trace.
   std::vector<std::vector<Launched>> by_stream(model.streams.size());
   std::map<int, double> last_call;  // rank -> start of its last host call
   for (int i = 0; i < static_cast<int>(model.ops.size()); ++i) {

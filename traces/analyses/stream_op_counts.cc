@@ -9,8 +9,8 @@ namespace hookstream {
 std::vector<StreamOpCounts> analyse_stream_op_counts(const EventModel& model) {
   std::vector<StreamOpCounts> result(model.streams.size());
   for (size_t s = 0; s < result.size(); ++s) result[s].stream = static_cast<int>(s);
-  // Kinds are counted in a plain array per stream and become the map at the end: a map insertion
-  // per op was this pass's cost on long traces.
+  // Kinds are counted in a plain array per stream and become the map at the end, instead of a map
+  // look-up per op of a long trace.
   constexpr size_t kKinds = static_cast<size_t>(OpKind::Marker) + 1;
   std::vector<std::array<int64_t, kKinds>> by_kind(result.size(), std::array<int64_t, kKinds>{});
   for (const Op& op : model.ops) {
