@@ -109,15 +109,33 @@ struct RangeContents {
   std::map<int, int> streams;  // real stream -> GPU ops launched inside
 };
 
+// A rank's ops in issue order, and its markers apart: markers are few (none in an nsys export
+// without NVTX, ~2% of a Kineto trace's ops), and the step ranges, the labels and whether any range
+// is open are all read from them, so those questions cost no pass over the rank's ops (a pass over
+// a long trace's ops reads ~40-60 MB).
+struct RankOps {
+  std::vector<int> ops;
+  std::vector<int> markers;
+};
+
 class StepExtractor {
  public:
   StepExtractor(const EventModel& trace, const StepSelection& selection) : trace_(trace), selection_(selection) {}
 
   RecordedStep run() {
-    std::map<int, std::vector<int>> ops_of_rank;
-    for (int i = 0; i < static_cast<int>(trace_.ops.size()); ++i) ops_of_rank[trace_.ops[i].rank].push_back(i);
-    for (const Op& op : trace_.ops) {
-      if (op.kind == OpKind::Marker && is_runtime_annotation(op.name) && !step_number(op.name)) step_.annotated = true;
+    std::map<int, RankOps> ops_of_rank;
+    RankOps* current = nullptr;  // ops come rank by rank (trace_builder.h): one map look-up per rank change
+    int current_rank = 0;
+    for (int i = 0; i < static_cast<int>(trace_.ops.size()); ++i) {
+      const Op& op = trace_.ops[i];
+      if (current == nullptr || op.rank != current_rank) {
+        current = &ops_of_rank[op.rank];
+        current_rank = op.rank;
+      }
+      current->ops.push_back(i);
+      if (op.kind != OpKind::Marker) continue;
+      current->markers.push_back(i);
+      if (is_runtime_annotation(op.name) && !step_number(op.name)) step_.annotated = true;
     }
     step_.model.ops.reserve(trace_.ops.size());
     step_.groups.reserve(trace_.ops.size());
@@ -127,24 +145,29 @@ class StepExtractor {
     step_.model.events = trace_.events;
     step_.model.source = trace_.source;
     if (selection_.step < 0) choose_default_step(ops_of_rank);
-    for (const auto& [rank, ops] : ops_of_rank) {
-      const auto [begin, end] = window(rank, ops);
+    for (const auto& [rank, of_rank] : ops_of_rank) {
+      const auto [begin, end] = window(rank, of_rank.markers);
       contents_.clear();
-      walk(ops, begin, end, /*emit=*/false);
+      // The first walk only fills contents_ for the ranges it meets: a rank whose markers are all
+      // step ranges has none, and skips it.
+      if (std::any_of(of_rank.markers.begin(), of_rank.markers.end(),
+                      [&](int i) { return !step_number(trace_.ops[i].name); })) {
+        walk(of_rank.ops, begin, end, /*emit=*/false);
+      }
       map_streams(rank);
-      walk(ops, begin, end, /*emit=*/true);
+      walk(of_rank.ops, begin, end, /*emit=*/true);
     }
     finish();
     return std::move(step_);
   }
 
  private:
-  // The host-time window of the selected step on this rank (the whole trace without step ranges).
-  std::pair<double, double> window(int rank, const std::vector<int>& ops) {
+  // The host-time window of the selected step on this rank (the whole trace without step ranges),
+  // from the rank's markers.
+  std::pair<double, double> window(int rank, const std::vector<int>& markers) {
     std::vector<std::tuple<int, double, double>> steps;
-    for (int i : ops) {
+    for (int i : markers) {
       const Op& op = trace_.ops[i];
-      if (op.kind != OpKind::Marker) continue;
       if (auto n = step_number(op.name)) steps.emplace_back(*n, op.start_ns, op.start_ns + std::max(0.0, op.duration_ns));
     }
     if (steps.empty()) {
@@ -170,9 +193,9 @@ class StepExtractor {
       }
     }
     if (step_.step_label.empty()) {
-      for (int i : ops) {
+      for (int i : markers) {
         const Op& op = trace_.ops[i];
-        if (op.kind == OpKind::Marker && op.start_ns == std::get<1>(*chosen) && step_number(op.name) == std::get<0>(*chosen)) {
+        if (op.start_ns == std::get<1>(*chosen) && step_number(op.name) == std::get<0>(*chosen)) {
           step_.step_label = op.name;
           break;
         }
@@ -189,7 +212,7 @@ class StepExtractor {
   // launched inside it (for ranks whose steps launch no GPU work, as in CPU traces: a length is
   // enough). The default is the highest step number that every rank with steps recorded complete;
   // when there is none, the last one as before. Leaving a later step out is said in the notes.
-  void choose_default_step(const std::map<int, std::vector<int>>& ops_of_rank) {
+  void choose_default_step(const std::map<int, RankOps>& ops_of_rank) {
     struct StepRange {
       double start = 0, end = 0;
       int64_t gpu_ops = 0;
@@ -197,11 +220,10 @@ class StepExtractor {
     std::map<int, int> complete_on;  // step number -> ranks where it is complete
     std::map<int, std::string> why_partial;
     int ranks_with_steps = 0, last_recorded = -1;
-    for (const auto& [rank, ops] : ops_of_rank) {
+    for (const auto& [rank, of_rank] : ops_of_rank) {
       std::map<int, StepRange> steps;
-      for (int i : ops) {
+      for (int i : of_rank.markers) {
         const Op& op = trace_.ops[i];
-        if (op.kind != OpKind::Marker) continue;
         if (auto n = step_number(op.name)) steps[*n] = {op.start_ns, op.start_ns + std::max(0.0, op.duration_ns), 0};
       }
       if (steps.empty()) continue;
@@ -216,7 +238,7 @@ class StepExtractor {
                 [](const auto& a, const auto& b) { return a.first < b.first; });
       double now = -1e300;
       bool any_gpu = false;
-      for (int i : ops) {
+      for (int i : of_rank.ops) {
         const Op& op = trace_.ops[i];
         if (!is_gpu_kind(op.kind)) {
           now = op.start_ns;
@@ -370,8 +392,9 @@ class StepExtractor {
         continue;
       }
       if (!inside) continue;
-      // Recorded sync ops inside a sync-step range are that step; keep them as recorded.
-      Op copy = op;
+      // Recorded sync ops inside a sync-step range are that step; keep them as recorded. The op is
+      // copied straight into the step and edited there (a local copy moved in wrote each op twice).
+      Op& copy = step_.model.ops.emplace_back(op);
       // A synchronize whose stream or event the trace does not name (Kineto without sync events
       // records only the cudaStreamSynchronize call): the host was blocked for the recorded time,
       // but nothing says what for, so it orders nothing and replays as host time.
@@ -379,7 +402,7 @@ class StepExtractor {
         copy.kind = OpKind::HostCompute;
       }
       OpGroup group;
-      std::string annotation_name;
+      Text annotation_name;
       const Range* protocol = nullptr;
       const Range* layer = nullptr;
       bool optimizer = false;
@@ -436,7 +459,7 @@ class StepExtractor {
         if ((group.op_class == OpClass::Backward || group.op_class == OpClass::Recompute) && group.layer >= 0) position = 2;
         if (group.op_class == OpClass::Other && !step_.annotated) group.index = 0;
       }
-      push(std::move(copy), group, i, annotation_name);
+      push_attribution(group, i, annotation_name);
     }
   }
 
@@ -458,8 +481,13 @@ class StepExtractor {
     return OpClass::Copy;
   }
 
-  void push(Op&& op, const OpGroup& group, int origin, const std::string& annotation) {
+  void push(Op&& op, const OpGroup& group, int origin, const Text& annotation) {
     step_.model.ops.push_back(std::move(op));
+    push_attribution(group, origin, annotation);
+  }
+
+  // What the step keeps beside its last op.
+  void push_attribution(const OpGroup& group, int origin, const Text& annotation) {
     step_.groups.push_back(group);
     step_.origin.push_back(origin);
     step_.annotation.push_back(annotation);

@@ -43,7 +43,9 @@ struct RecordedStep {
   EventModel model;                     // the step's ops with measured times (start_ns from the trace)
   std::vector<OpGroup> groups;          // per op of `model` (None for host and sync ops)
   std::vector<int> origin;              // per op: index in the imported model, -1 for ops made from annotations
-  std::vector<std::string> annotation;  // per op: the innermost runtime annotation it was issued in
+  // Per op: the innermost runtime annotation it was issued in. Text, not std::string: the marker's
+  // own name is shared (a long trace's step holds ~10^5-10^6 ops, 32 bytes each as strings).
+  std::vector<Text> annotation;
   bool annotated = false;               // hookstream runtime annotations drove the attribution
   std::string step_label;               // "hookstream:step:3", "ProfilerStep#1014" or "whole trace"
   double start_ns = 0, end_ns = 0;      // first issue .. last completion over the step's ops

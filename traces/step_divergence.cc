@@ -25,15 +25,18 @@ StepDivergence explain_step_divergence(const EventModel& trace, const RecordedSt
   StepDivergence d;
   // The step's first op in the trace's issue order, and its start, per rank.
   std::map<int, std::pair<int, double>> first_of_rank;  // rank -> (trace index, start)
+  std::pair<int, double>* current = nullptr;  // the entry of the op before's rank (ops come rank by rank)
+  int current_rank = 0;
   for (size_t i = 0; i < step.model.ops.size(); ++i) {
     const int origin = i < step.origin.size() ? step.origin[i] : -1;
     if (origin < 0) continue;
     const Op& op = step.model.ops[i];
-    auto [it, added] = first_of_rank.try_emplace(op.rank, origin, op.start_ns);
-    if (!added) {
-      it->second.first = std::min(it->second.first, origin);
-      it->second.second = std::min(it->second.second, op.start_ns);
+    if (current == nullptr || op.rank != current_rank) {
+      current = &first_of_rank.try_emplace(op.rank, origin, op.start_ns).first->second;
+      current_rank = op.rank;
     }
+    current->first = std::min(current->first, origin);
+    current->second = std::min(current->second, op.start_ns);
   }
   // Work queued before the step, per (rank, device).
   std::map<std::pair<int, int>, std::pair<double, int64_t>> behind;  // -> (ns, ops)
@@ -56,28 +59,41 @@ StepDivergence explain_step_divergence(const EventModel& trace, const RecordedSt
     }
   }
   // Waits the trace does not tie to a stream or event, late GPU starts and launch-bound idle time,
-  // walking the step in issue order (a GPU op follows the call that launched it).
-  std::map<int, double> stream_end;                        // stream -> end of its last GPU op
-  std::map<std::pair<int, int>, double> device_busy_until;  // (rank, device) -> last GPU end
-  std::map<int, double> launched_at;                        // rank -> start of the last host op
+  // walking the step in issue order (a GPU op follows the call that launched it). Streams and
+  // events are the model's indices, so their figures sit in vectors rather than maps looked up per
+  // op (x64 nsys: 297 k ops; the walk took 14 -> 12 ms CPU).
+  struct Latest {
+    bool seen = false;
+    double ns = 0;
+  };
+  const auto slot = [](std::vector<Latest>& v, int index) -> Latest& {
+    if (static_cast<size_t>(index) >= v.size()) v.resize(index + 1);
+    return v[index];
+  };
+  std::vector<Latest> stream_end(step.model.streams.size());    // stream -> end of its last GPU op
+  std::vector<Latest> event_ready(step.model.events.size());    // event -> end of the work recorded before it
+  std::vector<Latest> stream_waits(step.model.streams.size());  // stream -> the latest ready time it waits for
+  std::map<std::pair<int, int>, Latest> device_busy_until;      // (rank, device) -> last GPU end
+  std::map<int, double> launched_at;                            // rank -> start of the last host op
   // The waits the trace does record: an event is ready when the GPU work before its record on the
   // recording stream is done; a stream that waits for it may start nothing before.
-  std::map<int, double> event_ready;   // event -> end of the work recorded before it
-  std::map<int, double> stream_waits;  // stream -> the latest ready time it waits for
   for (const Op& op : step.model.ops) {
     if (op.kind == OpKind::EventRecord && op.event >= 0 && op.stream >= 0) {
-      const auto end = stream_end.find(op.stream);
-      event_ready[op.event] = end == stream_end.end() ? 0 : end->second;
+      const Latest& end = slot(stream_end, op.stream);
+      slot(event_ready, op.event) = {true, end.seen ? end.ns : 0};
     } else if (op.kind == OpKind::StreamWait && op.event >= 0 && op.stream >= 0) {
-      const auto ready = event_ready.find(op.event);
-      if (ready != event_ready.end()) stream_waits[op.stream] = std::max(stream_waits[op.stream], ready->second);
+      const Latest& ready = slot(event_ready, op.event);
+      if (ready.seen) {
+        Latest& waits = slot(stream_waits, op.stream);
+        waits = {true, std::max(waits.seen ? waits.ns : 0, ready.ns)};
+      }
     }
     if (!is_gpu_kind(op.kind)) {
       if (op.kind == OpKind::Marker) continue;
       launched_at[op.rank] = op.start_ns;
       // A call the name says synchronises or waits, that the trace did not tie to what it waited for.
-      const ApiRole role = classify_api(op.source_api.empty() ? op.name.str() : op.source_api.str());
-      const bool untied = (op.kind == OpKind::HostCompute && is_sync_role(role)) ||
+      const bool untied = (op.kind == OpKind::HostCompute &&
+                           is_sync_role(classify_api(op.source_api.empty() ? op.name.str() : op.source_api.str()))) ||
                           (op.kind == OpKind::StreamWait && op.event < 0) ||
                           (op.kind == OpKind::StreamSync && op.sync_stream < 0) ||
                           (op.kind == OpKind::EventSync && op.event < 0);
@@ -88,26 +104,25 @@ StepDivergence explain_step_divergence(const EventModel& trace, const RecordedSt
       continue;
     }
     if (op.stream < 0) continue;
-    const double issue = launched_at.count(op.rank) ? launched_at[op.rank] : op.start_ns;
-    const auto previous = stream_end.find(op.stream);
-    double allowed = std::max(issue, previous == stream_end.end() ? issue : previous->second);
-    const auto waits = stream_waits.find(op.stream);
-    if (waits != stream_waits.end()) allowed = std::max(allowed, waits->second);
+    const auto launched = launched_at.find(op.rank);
+    const double issue = launched != launched_at.end() ? launched->second : op.start_ns;
+    Latest& previous = slot(stream_end, op.stream);
+    double allowed = std::max(issue, previous.seen ? previous.ns : issue);
+    const Latest& waits = slot(stream_waits, op.stream);
+    if (waits.seen) allowed = std::max(allowed, waits.ns);
     if (op.start_ns - allowed > kLaunchSlackNs) {
       ++d.late_ops;
       d.late_ns += op.start_ns - allowed;
     }
     const double end = op.start_ns + std::max(0.0, op.duration_ns);
-    stream_end[op.stream] = std::max(stream_end[op.stream], end);
-    const std::pair<int, int> device{op.rank, step.model.streams[op.stream].device};
-    const auto busy = device_busy_until.find(device);
+    previous = {true, std::max(previous.seen ? previous.ns : 0, end)};
+    Latest& busy = device_busy_until[{op.rank, step.model.streams[op.stream].device}];
     // The device ran dry before this op's launch call: the GPU waited for the host.
-    if (busy != device_busy_until.end() && issue > busy->second && op.start_ns > busy->second) {
-      d.launch_bound_idle_ns += std::min(issue, op.start_ns) - busy->second;
+    if (busy.seen && issue > busy.ns && op.start_ns > busy.ns) {
+      d.launch_bound_idle_ns += std::min(issue, op.start_ns) - busy.ns;
       ++d.launch_bound_gaps;
     }
-    double& until = device_busy_until[device];
-    until = busy == device_busy_until.end() ? end : std::max(until, end);
+    busy = {true, busy.seen ? std::max(busy.ns, end) : end};
   }
   return d;
 }

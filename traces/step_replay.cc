@@ -4,7 +4,6 @@
 #endif
 #include "traces/step_replay.h"
 
-#include <boost/container_hash/hash.hpp>
 #include <algorithm>
 #include <cmath>
 #include <future>
@@ -14,7 +13,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "sim/cost/device_spec.h"
@@ -77,10 +75,6 @@ Op sync_op(OpKind kind, int rank, int stream, const Text& name) {
   return op;
 }
 
-// boost::hash of the pair: correlation ids are whatever the trace says, and the former
-// key.second * 1000003 overflowed (undefined behaviour) for ids past ~9.2e12.
-using RankCorrelationHash = boost::hash<std::pair<int, int64_t>>;
-
 // The times the simulator's scheduler gives a replay's ops: every op carries its recorded
 // duration, which estimate_op_ns uses before any device figure, so no device is needed.
 OpTimes replay_times(const EventModel& model) { return schedule_times(model, DeviceSpec{}, TimeModelOptions{}); }
@@ -120,10 +114,15 @@ StepReplay build_step_replay(const RecordedStep& step) {
   replay.model.source = step.model.source;
   // Calls whose GPU work blocks the host (cudaMemcpy, pageable cudaMemcpyAsync): the recorded call
   // duration includes the wait the scheduler recomputes, so the call itself takes no host time.
-  std::unordered_set<std::pair<int, int64_t>, RankCorrelationHash> blocking_calls;
+  // (rank, correlation) keys, sorted: a binary search over a few hundred KB that stay in cache,
+  // where a node-based hash set cost a cache miss per host call (most of this function's own time
+  // on a long nsys trace: 111 k calls against 18 k blocking copies).
+  std::vector<std::pair<int, int64_t>> blocking_calls;
   for (const Op& op : step.model.ops) {
-    if (is_gpu_kind(op.kind) && op.blocks_host && op.correlation >= 0) blocking_calls.insert({op.rank, op.correlation});
+    if (is_gpu_kind(op.kind) && op.blocks_host && op.correlation >= 0) blocking_calls.emplace_back(op.rank, op.correlation);
   }
+  std::sort(blocking_calls.begin(), blocking_calls.end());
+  blocking_calls.erase(std::unique(blocking_calls.begin(), blocking_calls.end()), blocking_calls.end());
   // Every host-side op may get a host-time op before it: at most twice the step's ops.
   replay.model.ops.reserve(2 * step.model.ops.size());
   replay.groups.reserve(2 * step.model.ops.size());
@@ -149,7 +148,10 @@ StepReplay build_step_replay(const RecordedStep& step) {
     }
     replay.model.ops.push_back(recorded);
     Op& op = replay.model.ops.back();
-    if (op.kind == OpKind::HostCompute && !blocking_calls.empty() && blocking_calls.count({op.rank, op.correlation})) op.duration_ns = 0;
+    if (op.kind == OpKind::HostCompute && !blocking_calls.empty() &&
+        std::binary_search(blocking_calls.begin(), blocking_calls.end(), std::make_pair(op.rank, op.correlation))) {
+      op.duration_ns = 0;
+    }
     op.duration_ns = std::max(0.0, op.duration_ns);
     replay.groups.push_back(step.groups[i]);
     replay.step_op.push_back(i);
@@ -190,6 +192,8 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
   std::map<std::string, int> label_id;
   std::map<OpGroup, int> group_label;
   std::vector<int> kind_label;
+  OpGroup last_group;
+  int last_group_label = -1;
   const auto intern = [&](std::string label) {
     const auto [it, added] = label_id.emplace(std::move(label), static_cast<int>(labels.size()));
     if (added) labels.push_back(it->first);
@@ -204,9 +208,13 @@ CriticalPathReport critical_path_report(const Schedule& schedule, const StepRepl
       if (kind_label[k] < 0) kind_label[k] = intern(kind == OpKind::HostCompute ? "host work" : to_string(kind));
       return kind_label[k];
     }
+    // Consecutive path ops mostly share a group (a run of kernels): the last one is checked first.
+    if (last_group_label >= 0 && group == last_group) return last_group_label;
     const auto found = group_label.find(group);
-    if (found != group_label.end()) return found->second;
-    return group_label[group] = intern(group.label());
+    const int label = found != group_label.end() ? found->second : group_label[group] = intern(group.label());
+    last_group = group;
+    last_group_label = label;
+    return label;
   };
   std::vector<Text> stream_names(model.streams.size());
   for (size_t s = 0; s < model.streams.size(); ++s) stream_names[s] = Text(model.streams[s].name);
@@ -289,22 +297,30 @@ ScheduledReplay schedule_replay_in_place(StepReplay& replay, size_t keep_segment
   const auto policy = replay.model.ops.size() >= kSecondThreadOps ? std::launch::async : std::launch::deferred;
   std::future<DependencyEdges> edges_later =
       std::async(policy, [&model = std::as_const(replay.model)] { return dependency_edges(model); });
-  OpTimes times;
-  try {
-    times = replay_times(replay.model);
-  } catch (...) {
-    edges_later.wait();  // the other thread still reads replay.model
-    throw;
-  }
+  ScheduledReplay out;
   std::optional<DependencyEdges> edges;
   std::string unavailable;
-  try {
-    edges = edges_later.get();
-  } catch (const std::runtime_error& error) {
-    unavailable = error.what();
+  {
+    // The times live only until they are written into the ops: freed before the critical path,
+    // whose arrays come at the analysis's peak of memory (fresh pages are zeroed by the kernel).
+    // The figures only read the model, so they are worked out while the DAG (the longer of the
+    // two on a long step) is still being built; the times go into the ops once it is done.
+    OpTimes times;
+    Schedule figures;
+    try {
+      times = replay_times(replay.model);
+      figures = schedule_figures(replay.model, times);
+    } catch (...) {
+      edges_later.wait();  // the other thread still reads replay.model
+      throw;
+    }
+    try {
+      edges = edges_later.get();
+    } catch (const std::runtime_error& error) {
+      unavailable = error.what();
+    }
+    out.schedule = schedule_from_times(std::move(replay.model), times, std::move(figures));
   }
-  ScheduledReplay out;
-  out.schedule = schedule_from_times(std::move(replay.model), times);
   replay.model = EventModel{};
   out.critical = critical_path_report(out.schedule, replay, edges ? &*edges : nullptr, unavailable, keep_segments);
   return out;

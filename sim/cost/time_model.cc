@@ -387,7 +387,13 @@ Schedule schedule_figures(const EventModel& model, const OpTimes& times) {
 }
 
 Schedule schedule_from_times(EventModel&& model, const OpTimes& times) {
-  Schedule schedule = schedule_figures(model, times);
+  Schedule figures = schedule_figures(model, times);
+  return schedule_from_times(std::move(model), times, std::move(figures));
+}
+
+Schedule schedule_from_times(EventModel&& model, const OpTimes& times, Schedule figures) {
+  check_times(model, times);
+  Schedule schedule = std::move(figures);
   for (size_t i = 0; i < model.ops.size(); ++i) {
     model.ops[i].start_ns = times.start_ns[i];
     model.ops[i].duration_ns = times.duration_ns[i];

@@ -67,6 +67,10 @@ struct OpTimes {
 OpTimes schedule_times(const EventModel& model, const DeviceSpec& device, const TimeModelOptions& options = {});
 // Throws std::invalid_argument when `times` is not for `model` (another op count).
 Schedule schedule_from_times(EventModel&& model, const OpTimes& times);
+// The same with `figures` = schedule_figures(model, times) computed earlier: for a caller that
+// works out the figures while another thread still reads the model (replay's DAG), and writes the
+// times into the ops only once that thread is done.
+Schedule schedule_from_times(EventModel&& model, const OpTimes& times, Schedule figures);
 // The same figures (step time, copy overlap, stream usage) without the model: Schedule::model is
 // left empty, `model` is only read. For a caller that compares schedules (replay's what-if).
 Schedule schedule_figures(const EventModel& model, const OpTimes& times);

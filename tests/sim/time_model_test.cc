@@ -183,10 +183,20 @@ TEST_CASE("schedule_times leaves the model as it was, schedule_from_times gives 
   CHECK(figures.copy_hidden_fraction == whole.copy_hidden_fraction);
   REQUIRE(figures.streams.size() == whole.streams.size());
   for (size_t s = 0; s < whole.streams.size(); ++s) CHECK(figures.streams[s].idle_ns == whole.streams[s].idle_ns);
+  // Figures worked out first, the times written into the ops after (replay: while its DAG is built).
+  const Schedule later = schedule_from_times(EventModel(before), times, schedule_figures(before, times));
+  REQUIRE(later.model.ops.size() == whole.model.ops.size());
+  for (size_t i = 0; i < whole.model.ops.size(); ++i) {
+    CHECK(later.model.ops[i].start_ns == whole.model.ops[i].start_ns);
+    CHECK(later.model.ops[i].duration_ns == whole.model.ops[i].duration_ns);
+  }
+  CHECK(later.step_ns == whole.step_ns);
+  CHECK(later.hidden_copy_ns == whole.hidden_copy_ns);
   OpTimes short_times = times;
   short_times.start_ns.pop_back();
   CHECK_THROWS_AS(schedule_from_times(EventModel(before), short_times), std::invalid_argument);
   CHECK_THROWS_AS(schedule_figures(before, short_times), std::invalid_argument);
+  CHECK_THROWS_AS(schedule_from_times(EventModel(before), short_times, Schedule{}), std::invalid_argument);
 }
 
 TEST_CASE("without the wait the copy starts at once, waiting on a never-recorded event is a no-op", "[time]") {

@@ -4,14 +4,6 @@
 
 namespace hookstream {
 
-bool is_gpu_work(const Op& op) {
-  if (op.stream < 0 || op.start_ns < 0 || op.duration_ns < 0) return false;
-  return op.kind == OpKind::Kernel || op.kind == OpKind::Collective || op.kind == OpKind::Copy ||
-         op.kind == OpKind::Memset;
-}
-
-bool is_compute(const Op& op) { return op.kind == OpKind::Kernel && is_gpu_work(op); }
-
 GpuOpsByDevice gpu_ops_by_device(const EventModel& model) {
   // Sorted as (start, op) pairs held side by side rather than op indices compared through the
   // model: the same stable order (ops are gathered in index order), without a cache miss per compare.

@@ -22,23 +22,28 @@ std::vector<StreamIdleGap> stream_idle_gaps(const EventModel& model, double cons
   // Markers (NVTX / user annotations) are ranges, not calls.
   struct Launched {
     int op;
+    double start;   // the op's own start, held here so the sort reads no op (a cache miss per compare)
     double launch;  // the call's start; < 0: no call (HTA: ts_runtime missing)
   };
-  std::map<int, std::vector<Launched>> by_stream;
+  // Per stream index (GPU work has a stream of the model), taken in stream order below, instead
+  // of a map look-up per op of a long trace.
+  std::vector<std::vector<Launched>> by_stream(model.streams.size());
   std::map<int, double> last_call;  // rank -> start of its last host call
   for (int i = 0; i < static_cast<int>(model.ops.size()); ++i) {
     const Op& op = model.ops[i];
     if (is_gpu_work(op)) {
       const auto call = last_call.find(op.rank);
-      by_stream[op.stream].push_back({i, op.correlation >= 0 && call != last_call.end() ? call->second : -1.0});
+      if (static_cast<size_t>(op.stream) >= by_stream.size()) by_stream.resize(op.stream + 1);
+      by_stream[op.stream].push_back({i, op.start_ns, op.correlation >= 0 && call != last_call.end() ? call->second : -1.0});
     } else if (op.kind != OpKind::Marker) {
       last_call[op.rank] = op.start_ns;  // event records and stream waits are calls too
     }
   }
   std::vector<StreamIdleGap> gaps;
-  for (auto& [stream, ops] : by_stream) {
-    std::stable_sort(ops.begin(), ops.end(),
-                     [&](const Launched& a, const Launched& b) { return model.ops[a.op].start_ns < model.ops[b.op].start_ns; });
+  for (int stream = 0; stream < static_cast<int>(by_stream.size()); ++stream) {
+    std::vector<Launched>& ops = by_stream[stream];
+    if (ops.empty()) continue;
+    std::stable_sort(ops.begin(), ops.end(), [](const Launched& a, const Launched& b) { return a.start < b.start; });
     double previous_end = model.ops[ops[0].op].start_ns + std::max(0.0, model.ops[ops[0].op].duration_ns);
     for (size_t k = 1; k < ops.size(); ++k) {
       const Op& op = model.ops[ops[k].op];
@@ -56,13 +61,15 @@ std::vector<StreamIdleGap> stream_idle_gaps(const EventModel& model, double cons
 
 std::vector<StreamIdleBreakdown> analyse_stream_idle_breakdown(const EventModel& model,
                                                                double consecutive_kernel_delay_ns) {
-  std::map<int, int64_t> gpu_ops;
+  std::vector<int64_t> gpu_ops(model.streams.size(), 0);  // per stream index
   for (const Op& op : model.ops) {
-    if (is_gpu_work(op)) ++gpu_ops[op.stream];
+    if (!is_gpu_work(op)) continue;
+    if (static_cast<size_t>(op.stream) >= gpu_ops.size()) gpu_ops.resize(op.stream + 1, 0);
+    ++gpu_ops[op.stream];
   }
   std::map<int, StreamIdleBreakdown> by_stream;
-  for (const auto& [stream, n] : gpu_ops) {
-    if (n >= 2) by_stream[stream].stream = stream;
+  for (int stream = 0; stream < static_cast<int>(gpu_ops.size()); ++stream) {
+    if (gpu_ops[stream] >= 2) by_stream[stream].stream = stream;
   }
   for (const StreamIdleGap& gap : stream_idle_gaps(model, consecutive_kernel_delay_ns)) {
     StreamIdleBreakdown& s = by_stream[gap.stream];
