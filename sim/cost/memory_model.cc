@@ -196,6 +196,40 @@ int64_t logits_and_loss_bytes(const Plan& plan, int64_t tokens, int64_t dtype, c
 
 // "layer 12 mlp backward chunk 3 of 8" -> "mlp backward"; the names come from
 // sim/streams/stream_expansion.cc, which issues every op of a simulated step.
+// What the vision tower's forward saves for its backward, in bytes: one image of
+// min(vision_tokens, sequence) merged tokens, i.e. that times spatial_merge_size^2 patches, through
+// the patch embedding, every ViT block and the mergers (transformers' modeling_qwen3_vl.py,
+// modeling_qwen2_vl.py, modeling_qwen2_5_vl.py; runtime/vision_tower.h runs the same graph). The
+// tower runs first in forward and its backward last, so all of it is held through the decoder's
+// whole backward. Per patch and block, in the model dtype: norm1's input, qkv's input, q, k and v
+// (the fused attention saves contiguous copies of the permuted views), the attention output, proj's
+// input, norm2's input, fc1's input (hidden-size each: 9) and the MLP's intermediates (GELU: fc1's
+// output and fc2's input; quick-GELU adds the sigmoid; Qwen2.5-VL's gated MLP: gate, up, silu(gate)
+// and the product). Each merger: its norm's input, fc1's input, fc1's output and fc2's input
+// (hidden-size per patch each). The patch embedding saves the pixels. With nothing trainable in the
+// tower (an adapter that targets no tower module) autograd records no graph there: 0.
+int64_t vision_saved_bytes(const Plan& plan, const ModelStructure& structure, int64_t sequence, int64_t dtype,
+                           const Ledger& ledger) {
+  if (!plan.model.vision || !plan.vision_inputs || structure.vision_blocks.empty()) return 0;
+  bool trains = false;
+  for (const Parameter& p : structure.parameters) trains = trains || (p.trainable && p.group == "vision");
+  if (!trains) return 0;
+  const VisionTowerConfig& v = *plan.model.vision;
+  const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
+  const int64_t patches = std::max<int64_t>(1, std::min<int64_t>(plan.vision_tokens, sequence)) * merge *
+                          std::max(1, plan.micro_batch_size);
+  const int64_t hidden = v.hidden_size, inter = v.intermediate_size;
+  const int64_t mlp = v.layout == VisionLayout::Qwen25VL ? 4 * inter : v.layout == VisionLayout::Qwen2VL ? 3 * inter : 2 * inter;
+  const int64_t features = int64_t(v.in_channels) * v.temporal_patch_size * v.patch_size * v.patch_size;
+  int64_t bytes = ledger.device(features * patches * dtype);
+  for (size_t block = 0; block < structure.vision_blocks.size(); ++block) {
+    bytes += ledger.device(9 * hidden * patches * dtype) + ledger.device(mlp * patches * dtype);
+  }
+  const int64_t mergers = 1 + static_cast<int64_t>(structure.vision_deepstack_mergers.size());
+  bytes += mergers * ledger.device(4 * hidden * patches * dtype);
+  return bytes;
+}
+
 std::string op_what(const std::string& name) {
   std::string what = name;
   if (what.rfind("layer ", 0) == 0) {
@@ -412,10 +446,12 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   }
   // Inputs of the final norm and lm_head, kept for backward.
   const int64_t head_inputs = 2 * ledger.device(h * per_token);
+  // The vision tower's saved tensors: held from the start of the forward to the end of backward.
+  const int64_t vision = vision_saved_bytes(plan, structure, longest, shape.dtype, ledger);
   const int64_t logits = logits_and_loss_bytes(plan, shape.tokens, shape.dtype, ledger);
 
   auto base = [&]() { return persistent; };
-  int64_t saved_total = 0;
+  int64_t saved_total = vision;
   for (int i = 0; i < layers; ++i) saved_total += saved[i];
 
   // Forward, last layer: everything saved so far plus the running layer's own tensors.
@@ -440,7 +476,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   // Backward, layer by layer: activations of earlier layers, the gradients produced so far, and the
   // running layer's recomputed (or saved) tensors plus its backward temporaries.
   int64_t grads_so_far = grads_by_layer[layers];
-  int64_t saved_before = saved_total;
+  int64_t saved_before = saved_total;  // the tower's stay to the end: its backward runs last
   for (int i = layers - 1; i >= 0; --i) {
     saved_before -= saved[i];
     grads_so_far += grads_by_layer[i];
@@ -488,7 +524,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
       if (op.rank != 0 || (op.stream >= 0 && step.streams[op.stream].device != 0)) continue;
       if (op.micro_step != micro) {  // a new micro-step: its own activations, the grads so far
         micro = op.micro_step;
-        held = 0;
+        held = vision;
         std::fill(layer_released.begin(), layer_released.end(), 0);
       }
       if (auto it = allocated.find(i); it != allocated.end()) live_allocated = it->second;

@@ -336,3 +336,25 @@ TEST_CASE("FSDP1 pads each unit's FlatParameter to the world size, SHARD_GRAD_OP
   CHECK(category(whole, MemoryCategory::FsdpUnsharded) == 0);
   CHECK(category(whole, MemoryCategory::Weights) > 7 * category(point(estimate(full, false), "optimizer", "AdamW step"), MemoryCategory::Weights));
 }
+
+TEST_CASE("a trained Qwen3-VL tower holds its saved tensors through the decoder's whole backward", "[memory]") {
+  // Qwen3-VL-4B: 24 ViT blocks of width 1024 (MLP 4096), 3 DeepStack mergers, 2x2 patch merge; one
+  // image of 1024 merged tokens = 4096 patches of 3 x 2 x 16 x 16 pixels, bf16.
+  const std::string vl = "base_model: Qwen3-VL-4B\nsequence_len: 16384\nadapter: lora\nlora_r: 16\nlora_alpha: 32\n"
+                         "gradient_checkpointing: true\n";
+  const int64_t patches = 4096;
+  const int64_t expected = 2 * (patches * 1536 + 24 * patches * (9 * 1024 + 2 * 4096) + 4 * patches * 4 * 1024);
+  const MemoryEstimate trained = estimate(plan_from(vl + "lora_target_linear: true\n"), false);
+  const MemoryEstimate text_only = estimate(plan_from(vl + "lora_target_linear: true\nhookstream: {vision_inputs: false}\n"), false);
+  const MemoryEstimate frozen = estimate(plan_from(vl + "lora_target_modules: [q_proj, v_proj]\n"), false);
+  const MemoryEstimate frozen_text = estimate(plan_from(vl + "lora_target_modules: [q_proj, v_proj]\nhookstream: {vision_inputs: false}\n"), false);
+  for (const auto& [phase, at] : std::vector<std::pair<std::string, std::string>>{{"loss", "cross-entropy"}, {"backward", "layer 0"}}) {
+    INFO(phase << " " << at);
+    CHECK(category(point(trained, phase, at), MemoryCategory::Activations) -
+              category(point(text_only, phase, at), MemoryCategory::Activations) ==
+          expected);
+    // A tower with nothing to train records no graph: nothing saved.
+    CHECK(category(point(frozen, phase, at), MemoryCategory::Activations) ==
+          category(point(frozen_text, phase, at), MemoryCategory::Activations));
+  }
+}
