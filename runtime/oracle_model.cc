@@ -9,6 +9,7 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/tiled_mlp.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 
@@ -29,6 +30,13 @@ uint64_t mix(uint64_t x) {
 
 OracleModel::OracleModel(const Plan& plan, uint64_t seed)
     : plan_(plan), seed_(seed), structure_(build_model_structure(plan)) {
+  // The LibTorch forward below runs the Qwen-VL towers only; a described tower (CLIP, SigLIP,
+  // Pixtral: sim/inputs/architectures/vision_tower.h) is simulated, not executed here.
+  if (plan.model.vision && plan.vision_inputs && !structure_.vision_projector.empty()) {
+    throw InputError(plan.source + ": key hookstream.vision_inputs",
+                     "the runtime oracle runs the Qwen-VL vision towers only, not the " + plan.model.vision->model_type +
+                         " tower of model_type \"" + plan.model.model_type + "\": expected false");
+  }
   at::Generator gen = generator_for(seed);
   torch::NoGradGuard no_grad;
   for (const Parameter& p : structure_.parameters) {
@@ -222,6 +230,9 @@ at::Tensor OracleModel::vision(const at::Tensor& pixels, const ParameterTable& p
       case VisionLayout::Qwen25VL:  // Qwen2_5_VLMLP: silu(gate(x)) * up(x)
         hidden = at::silu(linear(n2, block.gate, p, step)) * linear(n2, block.fc1, p, step);
         break;
+      case VisionLayout::Clip: case VisionLayout::Siglip: case VisionLayout::Pixtral: case VisionLayout::InternVL:
+        // Refused in the constructor: described towers are simulated only.
+        throw InputError(plan_.source, "the runtime oracle cannot run the " + v.model_type + " vision tower");
     }
     x = x + linear(hidden, block.fc2, p, step);
     for (const VisionMergerUse& ds : structure_.vision_deepstack_mergers) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "sim/inputs/architectures/vision_tower.h"
 #include "sim/inputs/input_error.h"
 
 namespace hookstream {
@@ -1231,6 +1232,9 @@ std::vector<std::string> modelled_model_types() {
     types.push_back(spec.model_type);
     types.insert(types.end(), spec.aliases.begin(), spec.aliases.end());
   }
+  // Vision-language types whose tower and projector are described (vision_tower.h); their text
+  // decoder is this table's entry for text_config.model_type.
+  for (const std::string& type : vision_language_model_types()) types.push_back(type);
   std::sort(types.begin(), types.end());
   return types;
 }

@@ -114,7 +114,8 @@ Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
         wrap_layers = true;
       } else if (is_class(prefixes, name, "MLP")) {
         wrap_mlps = true;
-      } else if (!structure.vision_blocks.empty() && (ends_with(name, "VisionBlock") || ends_with(name, "Block"))) {
+      } else if (!structure.vision_blocks.empty() &&
+                 (ends_with(name, "VisionBlock") || ends_with(name, "Block") || name == structure.vision_block_class)) {
         out.notes.push_back(fmt::format("fsdp_config.transformer_layer_cls_to_wrap: {} (vision) is not modelled as its own unit", name));
       } else {
         throw InputError(where, fmt::format("transformer_layer_cls_to_wrap names '{}', a class {} does not have "
