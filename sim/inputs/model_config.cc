@@ -251,13 +251,16 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
                 std::to_string(tower.num_heads));
   }
   for (const auto& [key, value] : model.defaults) config.values.emplace(key, value);
-  for (const std::string& key : model.inverses) {
-    // int(1 / downsample_ratio) (InternVLMultiModalProjector).
-    const auto it = config.values.find(key);
-    if (it == config.values.end() || !(it->second > 0) || !(1 / it->second >= 1)) {
-      reader.fail(key, "expected a number in (0, 1]", it == config.values.end() ? "" : shown(json(it->second)));
+  for (const VisionLanguageSpec::DerivedKey& derived : model.derived) {
+    // int(1 / downsample_ratio) (InternVLMultiModalProjector), alignment_intermediate_size // 2
+    // (Cohere2VisionMultiModalProjector).
+    const auto it = config.values.find(derived.from);
+    const double value = it == config.values.end() ? 0 : (derived.invert ? derived.factor / it->second : it->second * derived.factor);
+    if (it == config.values.end() || !(it->second > 0) || !(value >= 1)) {
+      reader.fail(derived.from, derived.invert ? "expected a number in (0, 1]" : "expected a positive number",
+                  it == config.values.end() ? "" : shown(json(it->second)));
     }
-    config.values[key + "_inverse"] = static_cast<double>(static_cast<int64_t>(1 / it->second));
+    config.values[derived.key] = static_cast<double>(static_cast<int64_t>(value));
   }
   for (const auto& [key, value] : tower.values) config.values["vision_" + key] = value;
   // PreTrainedModel.tie_weights reads the composite model's own config (modeling_utils.py:

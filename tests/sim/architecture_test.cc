@@ -146,7 +146,8 @@ TEST_CASE("a vision tower the tables do not describe is refused, not given anoth
       "vocab_size": 100}, "vision_config": {"model_type": "idefics2_vision", "hidden_size": 32,
       "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})", "i2/config.json"),
                     Catch::Contains("i2/config.json: key \"vision_config\": the vision tower of model_type \"idefics2\" is not "
-                                    "modelled yet (hookstream models the vision towers of qwen2_vl, qwen2_5_vl, qwen3_vl, gemma3, llava"));
+                                    "modelled yet (hookstream models the vision towers of qwen2_vl, qwen2_5_vl, qwen3_vl, ") &&
+                        Catch::Contains(" gemma3, ") && Catch::Contains(" llava, "));
   // A described model with a tower its class does not take (Gemma3Model builds SigLIP): refused.
   CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
       "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

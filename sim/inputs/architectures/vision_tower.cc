@@ -294,6 +294,24 @@ std::vector<VisionLanguageSpec> build_models() {
     t.push_back(a);
   }
   {
+    // Cohere2VisionModel (modeling_cohere2_vision.py): vision_tower (SigLIP), Cohere2VisionMultiModalProjector
+    // (linear_1: vision hidden * downsample_factor^2 -> alignment_intermediate_size, a SwiGLU that
+    // halves it, linear_2: alignment_intermediate_size // 2 -> text hidden; biases), language_model;
+    // last_hidden_state.
+    VisionLanguageSpec a;
+    a.model_type = "cohere2_vision";
+    a.towers = {"siglip_vision_model"};
+    a.projector = {linear("model.multi_modal_projector.linear_1", R::MlpOther,
+                          "vision_hidden_size*downsample_factor*downsample_factor", "alignment_intermediate_size", "1"),
+                   linear("model.multi_modal_projector.linear_2", R::MlpOther, "alignment_half", "hidden_size", "1")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "downsample_factor";
+    a.derived = {{"alignment_half", "alignment_intermediate_size", 0.5, false}};
+    a.defaults = {{"downsample_factor", 2}, {"alignment_intermediate_size", 36864}, {"tie_word_embeddings", 1}};
+    a.source = "transformers/models/cohere2_vision/modeling_cohere2_vision.py";
+    t.push_back(a);
+  }
+  {
     // InternVLModel (modeling_internvl.py): vision_tower (InternVL's ViT), InternVLMultiModalProjector
     // (layer_norm and linear_1 over vision hidden * int(1 / downsample_ratio)^2 after the pixel
     // shuffle, linear_2; nn.Linear/LayerNorm defaults: biases), language_model.
@@ -306,7 +324,7 @@ std::vector<VisionLanguageSpec> build_models() {
                    linear("model.multi_modal_projector.linear_2", R::MlpOther, "hidden_size", "hidden_size", "1")};
     a.features = VisionFeatures::LastOrHiddenStates;
     a.merge = "downsample_ratio_inverse";
-    a.inverses = {"downsample_ratio"};
+    a.derived = {{"downsample_ratio_inverse", "downsample_ratio", 1, true}};
     a.defaults = {{"downsample_ratio", 0.5}, {"vision_feature_layer", -1}, {"tie_word_embeddings", 1}};
     a.source = "transformers/models/internvl/modeling_internvl.py";
     t.push_back(a);

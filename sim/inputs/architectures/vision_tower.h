@@ -76,9 +76,15 @@ struct VisionLanguageSpec {
   // Gemma 3's average pool. For the time model only.
   std::string merge;
   std::map<std::string, double> defaults;  // the composite config class's defaults
-  // Keys derived as int(1 / key) under "<key>_inverse" (InternVL's downsample_ratio 0.5: the pixel
-  // shuffle folds 2 x 2 patches into one token).
-  std::vector<std::string> inverses;
+  // Keys the projector's shapes derive from a config number: int(factor / value) when `invert`
+  // (InternVL's int(1 / downsample_ratio)), else int(value * factor) (Cohere2-Vision's
+  // alignment_intermediate_size // 2, the SwiGLU half).
+  struct DerivedKey {
+    std::string key, from;
+    double factor = 1;
+    bool invert = false;
+  };
+  std::vector<DerivedKey> derived;
   std::string source;
 };
 
