@@ -266,12 +266,14 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   // PreTrainedModel.tie_weights reads the composite model's own config (modeling_utils.py:
   // getattr(self.config, "tie_word_embeddings")), not its text config: LlavaConfig's default False,
   // Gemma3Config's, Mistral3Config's and InternVLConfig's True.
-  if (const json* tie = ConfigReader::find_in(root, "tie_word_embeddings"); tie != nullptr && tie->is_boolean()) {
-    config.tie_word_embeddings = tie->get<bool>();
+  const json* top_tie = ConfigReader::find_in(root, "tie_word_embeddings");
+  const bool has_top_tie = top_tie != nullptr && top_tie->is_boolean();
+  if (has_top_tie) {
+    config.tie_word_embeddings = top_tie->get<bool>();
   } else if (auto it = model.defaults.find("tie_word_embeddings"); it != model.defaults.end()) {
     config.tie_word_embeddings = it->second != 0;
   }
-  if (model.tie_from_text && !config.tie_word_embeddings) {
+  if ((model.tie_from_text && !config.tie_word_embeddings) || (model.tie_default_from_text && !has_top_tie)) {
     // The text config's own value, or its class's default.
     bool text_tie = false;
     const json* text_tie_key = reader.has_text_config() ? ConfigReader::find_in(root["text_config"], "tie_word_embeddings") : nullptr;

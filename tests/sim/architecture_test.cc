@@ -197,6 +197,16 @@ TEST_CASE("described vision towers: LLaVA's feature layer and SigLIP's head", "[
                                  "t/config.json").tie_word_embeddings);
   CHECK_FALSE(parse_model_config(R"({"model_type": "llava", "tie_word_embeddings": false, )" + text + ", " + small_clip,
                                  "t/config.json").tie_word_embeddings);
+  // ShieldGemma2Config: without its own key, the text config's tie_word_embeddings.
+  const std::string siglip = R"("vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})";
+  for (const bool tied : {true, false}) {
+    const std::string shield_text = std::string(R"("text_config": {"model_type": "gemma3_text", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+        "tie_word_embeddings": )") + (tied ? "true" : "false") + "}";
+    CHECK(parse_model_config(R"({"model_type": "shieldgemma2", )" + shield_text + ", " + siglip, "s/config.json")
+              .tie_word_embeddings == tied);
+  }
   // SigLIP's pooling head exists unless vision_use_head is false (SiglipVisionTransformer).
   const std::string gemma_text = R"("text_config": {"model_type": "gemma3_text", "hidden_size": 64,
       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})";

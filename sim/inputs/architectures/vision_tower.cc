@@ -209,13 +209,16 @@ std::vector<VisionLanguageSpec> build_models() {
     a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
     t.push_back(a);
   }
-  {
+  for (const char* type : {"gemma3", "shieldgemma2"}) {
     // Gemma3Model (modeling_gemma3.py): vision_tower (SigLIP), Gemma3MultiModalProjector
     // (mm_input_projection_weight nn.Parameter [vision hidden, text hidden], mm_soft_emb_norm
     // Gemma3RMSNorm(vision hidden), an AvgPool2d), language_model; get_image_features projects
-    // last_hidden_state.
+    // last_hidden_state. ShieldGemma 2 is built with Gemma3ForConditionalGeneration
+    // (MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES); ShieldGemma2Config takes the text config's
+    // tie_word_embeddings when it has none.
     VisionLanguageSpec a;
-    a.model_type = "gemma3";
+    a.model_type = type;
+    a.tie_default_from_text = a.model_type == "shieldgemma2";
     a.towers = {"siglip_vision_model"};
     a.projector = {tensor("model.multi_modal_projector.mm_input_projection_weight", R::MlpOther,
                           "vision_hidden_size,hidden_size"),
@@ -225,6 +228,20 @@ std::vector<VisionLanguageSpec> build_models() {
     a.features = VisionFeatures::LastHiddenState;
     a.defaults = {{"tie_word_embeddings", 1}};
     a.source = "transformers/models/gemma3/modeling_gemma3.py";
+    t.push_back(a);
+  }
+  {
+    // DeepseekVLModel (modeling_deepseek_vl.py): vision_model (SigLIP), aligner (DeepseekVLAligner:
+    // linear1 vision -> text hidden, GELU, linear2; biases), language_model; last_hidden_state.
+    VisionLanguageSpec a;
+    a.model_type = "deepseek_vl";
+    a.towers = {"siglip_vision_model"};
+    a.tower = "model.vision_model";
+    a.projector = {linear("model.aligner.linear1", R::MlpOther, "vision_hidden_size", "hidden_size", "1"),
+                   linear("model.aligner.linear2", R::MlpOther, "hidden_size", "hidden_size", "1")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/deepseek_vl/modeling_deepseek_vl.py";
     t.push_back(a);
   }
   {

@@ -72,6 +72,8 @@ struct VisionLanguageSpec {
   // The config class copies text_config.tie_word_embeddings when its own is false (LlavaConfig,
   // LlavaOnevisionConfig, LlavaNextVideoConfig __post_init__: "saved in text config for those models").
   bool tie_from_text = false;
+  // Without the key, the config class takes text_config.tie_word_embeddings (ShieldGemma2Config).
+  bool tie_default_from_text = false;
   // Image patches per side that become one text token ("" none): Mistral-3's spatial_merge_size,
   // Gemma 3's average pool. For the time model only.
   std::string merge;
