@@ -164,6 +164,49 @@ std::vector<VisionTowerSpec> build_towers() {
     a.source = "transformers/models/internvl/modeling_internvl.py";
     t.push_back(a);
   }
+  {
+    // Glm4vVisionModel (transformers/models/glm4v/modeling_glm4v.py), under model.visual:
+    // embeddings.position_embedding (nn.Embedding(num_patches, hidden)), patch_embed.proj (Conv3d
+    // [hidden, in_channels, temporal_patch_size, patch, patch] with bias), blocks (Glm4vVisionBlock:
+    // norm1, norm2 RMSNorms, attn.qkv with bias=attention_bias, attn.proj without bias, mlp
+    // gate/up/down_proj over out_hidden_size without bias), then merger (Glm4vVisionPatchMerger over
+    // out_hidden_size: proj, post_projection_norm LayerNorm, gate/up_proj to intermediate_size,
+    // down_proj; no biases), post_conv_layernorm, downsample (Conv2d hidden -> out_hidden, kernel
+    // spatial_merge_size, bias), post_layernorm. Glm4vVisionModel.forward runs patch_embed,
+    // post_conv_layernorm, the position embedding, the blocks, post_layernorm, downsample, merger
+    // (the model's forward_order).
+    VisionTowerSpec a;
+    a.model_type = "glm4v_vision";
+    // Qwen2.5-VL's block layout: modular_glm4v.py derives Glm4vVisionBlock, Glm4vVisionAttention and
+    // Glm4VisionMlp from Qwen2_5_VLVisionBlock, Qwen2_5_VLVisionAttention and Qwen2_5_VLMLP; the rest
+    // of the tower is this description's.
+    a.layout = VisionLayout::Qwen25VL;
+    a.attribute_map = {{"depth", "num_hidden_layers"}, {"num_heads", "num_attention_heads"}, {"in_channels", "num_channels"}};
+    a.embeddings = {embedding("embeddings.position_embedding", "num_patches,hidden_size"),
+                    conv("patch_embed.proj", "num_channels", "hidden_size,temporal_patch_size,patch_size,patch_size_1", "1")};
+    a.blocks = "blocks";
+    a.block_class = "Glm4vVisionBlock";
+    a.block = {norm("norm1", R::InputNorm, "hidden_size", ""),
+               norm("norm2", R::PostAttentionNorm, "hidden_size", ""),
+               linear("attn.qkv", R::QKV, "hidden_size", "3*hidden_size", "attention_bias"),
+               linear("attn.proj", R::O, "hidden_size", "hidden_size", ""),
+               linear("mlp.gate_proj", R::Gate, "hidden_size", "out_hidden_size", ""),
+               linear("mlp.up_proj", R::Up, "hidden_size", "out_hidden_size", ""),
+               linear("mlp.down_proj", R::Down, "out_hidden_size", "hidden_size", "")};
+    ModuleSpec downsample = conv("downsample", "hidden_size", "out_hidden_size,spatial_merge_size,spatial_merge_size", "1");
+    downsample.role = R::MlpOther;
+    a.post = {linear("merger.proj", R::MlpOther, "out_hidden_size", "out_hidden_size", ""),
+              norm("merger.post_projection_norm", R::MlpOther, "out_hidden_size", "1"),
+              linear("merger.gate_proj", R::MlpOther, "out_hidden_size", "intermediate_size", ""),
+              linear("merger.up_proj", R::MlpOther, "out_hidden_size", "intermediate_size", ""),
+              linear("merger.down_proj", R::MlpOther, "intermediate_size", "out_hidden_size", ""),
+              norm("post_conv_layernorm", R::EmbedOther, "hidden_size", ""),
+              downsample,
+              norm("post_layernorm", R::FinalNorm, "hidden_size", "")};
+    a.defaults = {{"num_channels", 3}, {"temporal_patch_size", 2}, {"spatial_merge_size", 2}};
+    a.source = "transformers/models/glm4v/modeling_glm4v.py";
+    t.push_back(a);
+  }
   return t;
 }
 
@@ -308,6 +351,24 @@ std::vector<VisionLanguageSpec> build_models() {
     a.merge = "spatial_merge_size";
     a.defaults = {{"spatial_merge_size", 2}, {"tie_word_embeddings", 1}};
     a.source = "transformers/models/lighton_ocr/modeling_lighton_ocr.py";
+    t.push_back(a);
+  }
+  for (const char* type : {"glm4v", "glm46v"}) {
+    // Glm4vModel / Glm46VModel: visual (Glm4vVisionModel, whose merger is the projector),
+    // language_model (Glm4vTextModel); the merged last_hidden_state.
+    VisionLanguageSpec a;
+    a.model_type = type;
+    a.towers = {"glm4v_vision"};
+    a.tower = "model.visual";
+    a.forward_order = {"post_conv_layernorm", "position_embedding", "downsample", "proj", "post_projection_norm",
+                       "gate_proj", "up_proj", "down_proj"};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_spatial_merge_size";
+    // Glm4vConfig: tie_word_embeddings False, and a pre-v5 text_config's true is forwarded to it
+    // (Glm46VConfig does not forward it).
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.tie_from_text = a.model_type == "glm4v";
+    a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
     t.push_back(a);
   }
   {
