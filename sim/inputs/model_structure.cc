@@ -893,12 +893,12 @@ class StructureBuilder {
     const bool trainable = plan_.vision_tower_trainable();
     std::vector<LinearUse> newline;
     for (const ModuleSpec& m : model->model_params) {
-      if (m.when.empty() || evaluate_flag(m.when, values_)) newline.push_back(vision_module(m, m.path, values_, trainable));
+      if (m.when.empty() || evaluate_flag(m.when, values_)) newline.push_back(vision_module(m, m.path, values_, trainable, true));
     }
     const std::string root = model->tower;
     for (const ModuleSpec& m : tower->embeddings) {
       if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
-      const LinearUse use = vision_module(m, root + "." + m.path, v.values, trainable);
+      const LinearUse use = vision_module(m, root + "." + m.path, v.values, trainable, quantizable(*tower, m.path));
       if (m.kind == ModuleKind::Conv) {
         out_.vision_patch_embed = use;
         out_.vision_patch_embed.name = "patch_embed";
@@ -913,7 +913,7 @@ class StructureBuilder {
       block.path = prefix_ + path;
       for (const ModuleSpec& m : tower->block) {
         if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
-        const LinearUse use = vision_module(m, path + "." + m.path, v.values, trainable);
+        const LinearUse use = vision_module(m, path + "." + m.path, v.values, trainable, true);
         switch (m.role) {
           case ModuleRole::Q: case ModuleRole::QKV: block.qkv = use; break;
           case ModuleRole::K: block.k = use; break;
@@ -937,7 +937,7 @@ class StructureBuilder {
     // embeddings (EmbedOther) or as the tower's own projector (MlpOther), by role.
     for (const ModuleSpec& m : tower->post) {
       if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
-      const LinearUse use = vision_module(m, root + "." + m.path, v.values, trainable);
+      const LinearUse use = vision_module(m, root + "." + m.path, v.values, trainable, quantizable(*tower, m.path));
       switch (m.role) {
         case ModuleRole::FinalNorm: out_.vision_final_norm.push_back(use); break;
         case ModuleRole::EmbedOther: out_.vision_embed_other.push_back(use); break;
@@ -946,7 +946,7 @@ class StructureBuilder {
       }
     }
     for (const ModuleSpec& m : model->projector) {
-      if (m.when.empty() || evaluate_flag(m.when, values_)) out_.vision_projector.push_back(vision_module(m, m.path, values_, trainable));
+      if (m.when.empty() || evaluate_flag(m.when, values_)) out_.vision_projector.push_back(vision_module(m, m.path, values_, trainable, true));
     }
     // Registration order is not always the order forward runs (Gemma3MultiModalProjector: the norm
     // before the matmul): the listed leaves move into forward_order's order, the rest keep theirs.
@@ -973,12 +973,19 @@ class StructureBuilder {
     out_.vision_block_class = tower->block_class;
   }
 
+  static bool quantizable(const VisionTowerSpec& tower, const std::string& path) {
+    return std::find(tower.not_quantized.begin(), tower.not_quantized.end(), path) == tower.not_quantized.end();
+  }
+
   // One module of a described tower or projector at `full` (its path in the model): an nn.Linear or
   // nn.Conv2d (wrapped by PEFT's LoRA when a target matches it: all-linear reaches every Linear of the
   // tower, the pooling head's MultiheadAttention.out_proj included, as PEFT 0.21 does), a norm, an
-  // embedding or a bare parameter.
+  // embedding or a bare parameter. With load_in_4bit/8bit, bitsandbytes quantizes every plain
+  // nn.Linear of the tower and projector too: transformers 5.17 skips only tied, last and
+  // output-embedding modules and _keep_in_fp32_modules (quantizers/base.py get_keys_to_not_convert;
+  // none of these classes keeps any), never Conv layers or bare parameters.
   LinearUse vision_module(const ModuleSpec& module, const std::string& full, const std::map<std::string, double>& values,
-                          bool trainable) {
+                          bool trainable, bool quantizable_linear) {
     const size_t dot = full.rfind('.');
     const std::string parent = full.substr(0, dot);
     const std::string leaf = full.substr(dot + 1);
@@ -994,11 +1001,12 @@ class StructureBuilder {
         std::vector<int64_t> out = shape(module.shape);
         const int64_t in = shape(module.in).at(0);
         const std::vector<int64_t> kernel(out.begin() + 1, out.end());
-        if (is_lora_target(full)) return linear(parent, leaf, in, out[0], bias, -1, "vision", trainable, false, kernel);
+        const bool quantize = module.kind == ModuleKind::Linear && quantizable_linear;
+        if (is_lora_target(full)) return linear(parent, leaf, in, out[0], bias, -1, "vision", trainable, quantize, kernel);
         note(full, module.kind == ModuleKind::Conv ? ModuleType::Conv : ModuleType::Linear);
         std::vector<int64_t> weight{out[0], in};
         weight.insert(weight.end(), kernel.begin(), kernel.end());
-        use.weight = add(full, "weight", weight, trainable, -1, "vision");
+        use.weight = add(full, "weight", weight, trainable, -1, "vision", quantize && (plan_.load_in_4bit || plan_.load_in_8bit));
         if (bias) use.bias = add(full, "bias", {out[0]}, trainable, -1, "vision");
         return use;
       }

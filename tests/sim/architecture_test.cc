@@ -4,6 +4,7 @@
 // hookstream's structure for the same config.json: names in order, shapes, dtypes, trainable flags;
 // a case transformers/PEFT refuse must be refused too.
 #include <algorithm>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -219,6 +220,24 @@ TEST_CASE("described vision towers: LLaVA's feature layer and SigLIP's head", "[
                                  "g3/config.json");
     const ModelStructure s = build_model_structure(g);
     CHECK(s.vision_head.empty() == !head);
+    // QLoRA: bitsandbytes quantizes every plain nn.Linear of the tower (replace_with_bnb_linear:
+    // type(module) is nn.Linear), not the Conv2d patch embedding, not MultiheadAttention's
+    // NonDynamicallyQuantizableLinear out_proj, not a bare parameter.
+    Plan q = g;
+    q.adapter = Adapter::Lora;
+    q.lora_r = 8;
+    q.lora_target_modules = {"q_proj"};
+    q.load_in_4bit = true;
+    std::map<std::string, bool> quantized;
+    for (const Parameter& p : build_model_structure(q).parameters) quantized[p.name] = p.quantized;
+    CHECK(quantized.at("base_model.model.model.vision_tower.encoder.layers.0.self_attn.q_proj.base_layer.weight"));
+    CHECK(quantized.at("base_model.model.model.vision_tower.encoder.layers.1.mlp.fc2.weight"));
+    CHECK_FALSE(quantized.at("base_model.model.model.vision_tower.embeddings.patch_embedding.weight"));
+    CHECK_FALSE(quantized.at("base_model.model.model.multi_modal_projector.mm_input_projection_weight"));
+    if (head) {
+      CHECK_FALSE(quantized.at("base_model.model.model.vision_tower.head.attention.out_proj.weight"));
+      CHECK(quantized.at("base_model.model.model.vision_tower.head.mlp.fc1.weight"));
+    }
     // Gemma3MultiModalProjector.forward: the norm runs before the projection matmul.
     REQUIRE(s.vision_projector.size() == 2);
     CHECK(s.vision_projector[0].name == "mm_soft_emb_norm");

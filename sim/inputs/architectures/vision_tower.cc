@@ -97,6 +97,7 @@ std::vector<VisionTowerSpec> build_towers() {
               norm("head.layernorm", R::AttentionOther, "hidden_size", "1", "vision_use_head"),
               linear("head.mlp.fc1", R::AttentionOther, "hidden_size", "intermediate_size", "1", "vision_use_head"),
               linear("head.mlp.fc2", R::AttentionOther, "intermediate_size", "hidden_size", "1", "vision_use_head")};
+    a.not_quantized = {"head.attention.out_proj"};
     a.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"image_size", 224}, {"vision_use_head", 1}};
     a.source = "transformers/models/siglip/modeling_siglip.py";
     t.push_back(a);

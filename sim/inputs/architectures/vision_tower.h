@@ -31,6 +31,10 @@ struct VisionTowerSpec {
   std::string block_class;             // the encoder layer's class (FSDP wrapping, _no_split_modules)
   std::vector<ModuleSpec> block;       // relative to one encoder layer
   std::vector<ModuleSpec> post;        // after the layers, relative to the tower
+  // Linears whose class only derives from nn.Linear, which bitsandbytes leaves unquantized
+  // (replace_with_bnb_linear converts `type(module) is nn.Linear`): SigLIP's
+  // MultiheadAttention.out_proj (NonDynamicallyQuantizableLinear). Paths relative to the tower.
+  std::vector<std::string> not_quantized;
   // The vision config's own spellings of the keys read here (GLM-4V: depth, num_heads, in_channels):
   // config key -> the key the expressions use.
   std::map<std::string, std::string> attribute_map;
