@@ -1,6 +1,7 @@
 // Vision towers and the projectors that join them to a text decoder, as data (like the decoder
 // table in architecture.h). A tower is described once per vision_config.model_type (CLIP, SigLIP,
-// Pixtral: the modules of its embeddings, of one encoder layer and after the layers, with shapes as
+// Pixtral, InternViT, GLM-4V's: the modules of its embeddings, of one encoder layer and after the
+// layers, with shapes as
 // expressions over the vision_config keys); a vision-language model_type names which towers it
 // takes, the parameters it registers on itself (LLaVA-NeXT's image_newline) and its projector (shapes
 // over the text config's keys and the vision config's, the latter prefixed "vision_"). The
