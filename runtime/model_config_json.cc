@@ -50,6 +50,16 @@ std::string model_config_json(const ModelConfig& m) {
   j["tie_word_embeddings"] = m.tie_word_embeddings;
   j["torch_dtype"] = hf_dtype(m.torch_dtype);
   j["text_config"] = text;
+  if (!v.model_type.empty()) {
+    // A described tower (CLIP, SigLIP, Pixtral): its own config keys, less the derived num_patches.
+    nlohmann::ordered_json vision;
+    vision["model_type"] = v.model_type;
+    for (const auto& [key, value] : v.values) {
+      if (key != "num_patches") vision[key] = value == static_cast<double>(static_cast<int64_t>(value)) ? nlohmann::ordered_json(static_cast<int64_t>(value)) : nlohmann::ordered_json(value);
+    }
+    j["vision_config"] = vision;
+    return j.dump(2) + "\n";
+  }
   j["vision_config"] = {{"depth", v.depth},
                         {"hidden_size", v.hidden_size},
                         {"intermediate_size", v.intermediate_size},

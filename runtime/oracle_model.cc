@@ -10,6 +10,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/tiled_mlp.h"
 #include "runtime/vision_tower.h"
+#include "sim/inputs/input_error.h"
 
 namespace hookstream {
 
@@ -30,6 +31,13 @@ uint64_t mix(uint64_t x) {
 
 OracleModel::OracleModel(const Plan& plan, uint64_t seed)
     : plan_(plan), seed_(seed), structure_(build_model_structure(plan)) {
+  // The LibTorch forward below runs the Qwen-VL towers only; a described tower (CLIP, SigLIP,
+  // Pixtral: sim/inputs/architectures/vision_tower.h) is simulated, not executed here.
+  if (plan.model.vision && plan.vision_inputs && !structure_.vision_projector.empty()) {
+    throw InputError(plan.source + ": key hookstream.vision_inputs",
+                     "the runtime oracle runs the Qwen-VL vision towers only, not the " + plan.model.vision->model_type +
+                         " tower of model_type \"" + plan.model.model_type + "\": expected false");
+  }
   at::Generator gen = generator_for(seed);
   torch::NoGradGuard no_grad;
   for (const Parameter& p : structure_.parameters) {

@@ -243,7 +243,7 @@ struct TrainModel::Impl {
                        "quantized (bitsandbytes 4/8-bit) base weights are not supported by hookstream run; "
                        "expected false (train the base in bf16 with a LoRA adapter instead)");
     }
-    if (!structure.vision_blocks.empty() && plan.vision_inputs && !vision_tower_supported(*plan.model.vision)) {
+    if (plan.model.vision && plan.vision_inputs && !vision_tower_supported(*plan.model.vision)) {
       throw InputError(key("hookstream.vision_inputs"),
                        "hookstream run computes the Qwen2-VL, Qwen2.5-VL and Qwen3-VL vision towers only; expected false "
                        "(train the text decoder without images)");
@@ -580,7 +580,7 @@ struct TrainModel::Impl {
     // The image: its merged tokens are added at the first positions, Qwen3-VL's DeepStack features
     // after the first decoder layers (Qwen3VLTextModel.forward), as the oracle model does.
     std::vector<at::Tensor> deepstack;
-    if (!structure.vision_blocks.empty() && plan.vision_inputs && !step.skipped("model.visual")) {
+    if (plan.model.vision && plan.vision_inputs && !structure.vision_blocks.empty() && !step.skipped("model.visual")) {
       hidden = add_at_image_positions(hidden, vision(position, step, input_ids.size(1), hidden.scalar_type(), deepstack));
     }
 

@@ -1,6 +1,8 @@
 #include "runtime/vision_tower.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace hookstream {
 
@@ -10,6 +12,12 @@ bool vision_tower_supported(const VisionTowerConfig& config) {
     case VisionLayout::Qwen25VL:
     case VisionLayout::Qwen3VL:
       return true;
+    case VisionLayout::Clip:
+    case VisionLayout::Siglip:
+    case VisionLayout::Pixtral:
+    case VisionLayout::InternVL:
+      // Described towers (sim/inputs/architectures/vision_tower.h) are simulated, not executed.
+      return false;
   }
   return false;
 }
@@ -64,6 +72,12 @@ at::Tensor vision_tower_forward(const ModelStructure& structure, const VisionTow
       case VisionLayout::Qwen25VL:  // Qwen2_5_VLMLP: silu(gate(x)) * up(x)
         hidden = at::silu(ops.linear(n2, block.gate)) * ops.linear(n2, block.fc1);
         break;
+      case VisionLayout::Clip:
+      case VisionLayout::Siglip:
+      case VisionLayout::Pixtral:
+      case VisionLayout::InternVL:
+        throw std::invalid_argument("vision_tower_forward: the " + v.model_type +
+                                    " tower is described for the simulator only (callers check vision_tower_supported)");
     }
     x = x + ops.linear(hidden, block.fc2);
     for (const VisionMergerUse& ds : structure.vision_deepstack_mergers) {

@@ -7,7 +7,8 @@ device (no weights, no downloads).
                                                            what the pinned versions build; exit 1 if not)
 
 CASES.json is a list of {"name", "model_type", "overrides": {...}, "lora": null or LoraConfig
-kwargs}. Each model is built from transformers' own defaults (AutoConfig.for_model(model_type))
+kwargs}, and for vision-language types "vision_config" / "vision_overrides" / "model_overrides"
+(see make_config). Each model is built from transformers' own defaults (AutoConfig.for_model(model_type))
 with the overrides set on its text config (small layer counts keep the fixtures short), in the
 dtype the overrides name, as from_pretrained(dtype="auto") loads a checkpoint. With "lora", the
 model is wrapped by peft.get_peft_model(model, LoraConfig(**lora)). Writes OUT_DIR/<name>.json =
@@ -23,11 +24,22 @@ import sys
 import peft
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 
 def make_config(case):
     config = AutoConfig.for_model(case["model_type"])
+    # Vision-language cases: "vision_config" replaces the tower's config (Pixtral under LLaVA),
+    # "vision_overrides" are set on it, "model_overrides" on the composite config
+    # (vision_feature_layer, multimodal_projector_bias).
+    if "vision_config" in case:
+        vision = dict(case["vision_config"])
+        config.vision_config = transformers.CONFIG_MAPPING[vision.pop("model_type")](**vision)
+    for key, value in case.get("vision_overrides", {}).items():
+        setattr(config.vision_config, key, value)
+    for key, value in case.get("model_overrides", {}).items():
+        setattr(config, key, value)
     text = config.get_text_config()
     for key, value in case.get("overrides", {}).items():
         setattr(text, key, value)
@@ -61,8 +73,12 @@ def build(case, config):
     dtype = getattr(text, "dtype", None) or torch.float32
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
+    # A vision-language type is built with its image-text-to-text class (the full model, as the
+    # structure oracle builds it).
+    auto = (AutoModelForImageTextToText if config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+            else AutoModelForCausalLM)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = auto.from_config(config, dtype=dtype)
     if case.get("lora"):
         model = peft.get_peft_model(model, peft.LoraConfig(**case["lora"]))
     return model

@@ -215,6 +215,9 @@ int64_t vision_saved_bytes(const Plan& plan, const ModelStructure& structure, in
   for (const Parameter& p : structure.parameters) trains = trains || (p.trainable && p.group == "vision");
   if (!trains) return 0;
   const VisionTowerConfig& v = *plan.model.vision;
+  // The described towers (CLIP, SigLIP, Pixtral, InternViT: sim/inputs/architectures/vision_tower.h)
+  // are not costed here yet: docs/memory-and-time.md says so.
+  if (v.layout != VisionLayout::Qwen2VL && v.layout != VisionLayout::Qwen25VL && v.layout != VisionLayout::Qwen3VL) return 0;
   const int64_t merge = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
   const int64_t patches = std::max<int64_t>(1, std::min<int64_t>(plan.vision_tokens, sequence)) * merge *
                           std::max(1, plan.micro_batch_size);

@@ -308,6 +308,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   // or DeepStack): patch embedding + position embedding, the blocks (a DeepStack merger right after
   // each listed block), then the final merger.
   SimTensor vision_tower(std::vector<SimTensor>& deepstack) {
+    if (!model_.vision_projector.empty()) return described_vision_tower();
     SimTensor pixels{};
     SimTensor h = linear(model_.vision_patch_embed, pixels, "model.visual.patch_embed.proj");
     if (model_.vision_pos_embed >= 0) {
@@ -341,6 +342,79 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     final_merger.fc1 = model_.vision_merger_fc1;
     final_merger.fc2 = model_.vision_merger_fc2;
     return merger(final_merger, h);
+  }
+
+  // The module a LinearUse belongs to (PEFT's ".base_layer" dropped), for labels and unused_modules.
+  std::string module_of(const LinearUse& use) const {
+    const int index = use.weight >= 0 ? use.weight : use.lora_a;
+    if (index < 0) return use.name;
+    std::string module = model_.parameters[static_cast<size_t>(index)].module;
+    for (const char* suffix : {".base_layer", ".lora_A.default"}) {
+      const std::string tail(suffix);
+      if (module.size() > tail.size() && module.compare(module.size() - tail.size(), tail.size(), tail) == 0) {
+        module.resize(module.size() - tail.size());
+      }
+    }
+    return module;
+  }
+  SimTensor apply(const LinearUse& use, SimTensor x) { return linear(use, x, module_of(use)); }
+
+  // A described tower (CLIPVisionModel, SiglipVisionModel, PixtralVisionModel; vision_tower.h) and its
+  // projector: the patch embedding and what follows it, the pre-norm encoder layers (q, k, v as
+  // CLIPAttention.forward / PixtralAttention.forward compute them), then the features the model reads:
+  // hidden_states[vision_feature_layer] (LlavaModel.get_image_features; several layers concatenated)
+  // or last_hidden_state after the final norm (Gemma 3, PaliGemma). What runs without reaching them -
+  // the layers after the deepest selected one, a final norm the model does not read, the pooling head -
+  // is recorded too: its parameters see the forward and never get a gradient, as in PyTorch.
+  SimTensor described_vision_tower() {
+    const std::vector<int>& selected = plan_.model.vision->feature_layers;
+    SimTensor h = apply(model_.vision_patch_embed, SimTensor{});
+    for (const LinearUse& use : model_.vision_embed_other) h = apply(use, h);
+    std::vector<SimTensor> hidden_states{h};
+    for (const VisionBlockUse& block : model_.vision_blocks) {
+      if (unused(block.path)) continue;
+      h = call_pre(ModuleKind::VisionBlock, block.path, block.index, h);
+      SimTensor n1 = engine_.op(block.path + ".norm1", {leaf(block.norm1_weight), leaf(block.norm1_bias), h});
+      SimTensor a;
+      if (block.k.weight >= 0 || block.k.lora_a >= 0) {
+        SimTensor q = apply(block.qkv, n1);
+        SimTensor k = apply(block.k, n1);
+        SimTensor v = apply(block.v, n1);
+        // InternVLVisionAttention.forward: q_norm(q), k_norm(k) before the attention.
+        if (block.qk_norms.size() == 2) {
+          q = apply(block.qk_norms[0], q);
+          k = apply(block.qk_norms[1], k);
+        }
+        a = engine_.op(block.path + ".attention", {q, k, v});
+      } else {
+        a = engine_.op(block.path + ".attention", {apply(block.qkv, n1)});
+      }
+      SimTensor attention_out = apply(block.proj, a);
+      for (const LinearUse& use : block.attention_other) attention_out = apply(use, attention_out);
+      h = engine_.op(block.path + " residual(attn)", {h, attention_out});
+      SimTensor n2 = engine_.op(block.path + ".norm2", {leaf(block.norm2_weight), leaf(block.norm2_bias), h});
+      // Pixtral's gated MLP: down(act(gate(x)) * up(x)); CLIP/SigLIP: fc2(act(fc1(x))).
+      SimTensor act = block.gate.weight >= 0 || block.gate.lora_a >= 0
+                          ? engine_.op(block.path + ".mlp.act*up", {apply(block.gate, n2), apply(block.fc1, n2)})
+                          : engine_.op(block.path + ".mlp.act", {apply(block.fc1, n2)});
+      SimTensor mlp_out = apply(block.fc2, act);
+      for (const LinearUse& use : block.mlp_other) mlp_out = apply(use, mlp_out);
+      h = call_post(ModuleKind::VisionBlock, block.path, block.index, engine_.op(block.path + " residual(mlp)", {h, mlp_out}));
+      hidden_states.push_back(h);
+    }
+    for (const LinearUse& use : model_.vision_final_norm) h = apply(use, h);
+    SimTensor pooled = h;
+    for (const LinearUse& use : model_.vision_head) pooled = apply(use, pooled);
+    SimTensor features = h;
+    if (!selected.empty()) {
+      std::vector<SimTensor> picked;
+      for (int index : selected) {
+        if (index < static_cast<int>(hidden_states.size())) picked.push_back(hidden_states[static_cast<size_t>(index)]);
+      }
+      features = picked.size() == 1 ? picked[0] : engine_.op("cat(hidden_states[vision_feature_layer])", picked);
+    }
+    for (const LinearUse& use : model_.vision_projector) features = apply(use, features);
+    return features;
   }
 
   AutogradEngine& engine_;

@@ -4,6 +4,7 @@
 #include "sim/inputs/model_config.h"
 
 #include "sim/inputs/architectures/architecture.h"
+#include "sim/inputs/architectures/vision_tower.h"
 #include "sim/inputs/data_files.h"
 
 #include <algorithm>
@@ -172,7 +173,155 @@ std::optional<VisionLayout> vision_layout_of(const std::string& model_type) {
   return std::nullopt;
 }
 
-bool is_vision_language_type(const std::string& model_type) { return vision_layout_of(model_type).has_value(); }
+bool is_vision_language_type(const std::string& model_type) {
+  return vision_layout_of(model_type).has_value() || find_vision_language(model_type) != nullptr;
+}
+
+// A tower of the vision-tower table (CLIP, SigLIP, Pixtral) under a vision-language model of the
+// table (LLaVA, Gemma 3, ...). The composite config class fills in vision_config.model_type when a
+// config omits it (LlavaConfig: "clip_vision_model"), which is the spec's first tower. The vision
+// config's keys go into the tower's own values; "vision_<key>" copies, the number of feature layers
+// and the composite class's defaults go into the model's values, which the projector reads.
+VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json& root, const VisionLanguageSpec& model,
+                                         const json& vision, ModelConfig& config) {
+  std::string tower_type = reader.optional_string(vision, "model_type", "vision_config.model_type");
+  if (tower_type.empty()) tower_type = model.towers.front();
+  const VisionTowerSpec* spec = find_vision_tower(tower_type);
+  if (spec == nullptr || std::find(model.towers.begin(), model.towers.end(), tower_type) == model.towers.end()) {
+    std::string known;
+    for (const std::string& t : model.towers) known += (known.empty() ? "" : ", ") + t;
+    reader.fail("vision_config.model_type",
+                "hookstream models the " + known + " tower" + (model.towers.size() > 1 ? "s" : "") + " for model_type \"" +
+                    config.model_type + "\"",
+                shown(json(tower_type)));
+  }
+  VisionTowerConfig tower;
+  tower.layout = spec->layout;
+  tower.model_type = tower_type;
+  std::set<std::string> strings;
+  for (auto it = vision.begin(); it != vision.end(); ++it) {
+    if (it->is_boolean()) tower.values[it.key()] = it->get<bool>() ? 1 : 0;
+    else if (it->is_number()) tower.values[it.key()] = it->get<double>();
+    // A string key is the flag "key=value" (InternVL's norm_type: layer_norm or rms_norm).
+    else if (it->is_string()) {
+      tower.values[it.key() + "=" + it->get<std::string>()] = 1;
+      strings.insert(it.key());
+    }
+    // [height, width] (InternVL's image_size and patch_size): "key" is the first, "key_1" the second.
+    else if (it->is_array() && it->size() == 2 && (*it)[0].is_number() && (*it)[1].is_number()) {
+      tower.values[it.key()] = (*it)[0].get<double>();
+      tower.values[it.key() + "_1"] = (*it)[1].get<double>();
+    }
+  }
+  for (const auto& [alias, key] : spec->attribute_map) {
+    if (auto it = tower.values.find(alias); it != tower.values.end()) tower.values.emplace(key, it->second);
+  }
+  for (const auto& [key, value] : spec->defaults) {
+    const size_t eq = key.find('=');
+    if (eq == std::string::npos) tower.values.emplace(key, value);
+    else if (strings.count(key.substr(0, eq)) == 0) tower.values.emplace(key, value);
+  }
+  for (const char* key : {"image_size", "patch_size"}) {
+    auto it = tower.values.find(key);
+    if (it != tower.values.end()) tower.values.emplace(std::string(key) + "_1", it->second);
+  }
+  auto required = [&](const char* key) {
+    auto it = tower.values.find(key);
+    const std::string name = std::string("vision_config.") + key;
+    if (it == tower.values.end()) reader.fail(name, "missing; expected a positive integer");
+    if (!(it->second > 0) || it->second != static_cast<double>(static_cast<int64_t>(it->second))) {
+      reader.fail(name, "expected a positive integer", shown(json(it->second)));
+    }
+    return static_cast<int>(it->second);
+  };
+  tower.depth = required("num_hidden_layers");
+  tower.hidden_size = required("hidden_size");
+  tower.intermediate_size = required("intermediate_size");
+  tower.num_heads = required("num_attention_heads");
+  tower.in_channels = required("num_channels");
+  tower.patch_size = required("patch_size");
+  // CLIPVisionEmbeddings / SiglipVisionEmbeddings: num_patches = (image_size // patch_size) ** 2;
+  // InternVLVisionPatchEmbeddings: (image_size[1] // patch_size[1]) * (image_size[0] // patch_size[0]).
+  const int64_t rows = required("image_size") / tower.patch_size;
+  const int64_t columns = required("image_size_1") / required("patch_size_1");
+  tower.values["num_patches"] = static_cast<double>(rows * columns);
+  if (tower.hidden_size % tower.num_heads != 0) {
+    reader.fail("vision_config.num_attention_heads",
+                "expected a divisor of vision_config.hidden_size " + std::to_string(tower.hidden_size),
+                std::to_string(tower.num_heads));
+  }
+  for (const auto& [key, value] : model.defaults) config.values.emplace(key, value);
+  for (const VisionLanguageSpec::DerivedKey& derived : model.derived) {
+    // int(1 / downsample_ratio) (InternVLMultiModalProjector), alignment_intermediate_size // 2
+    // (Cohere2VisionMultiModalProjector).
+    const auto it = config.values.find(derived.from);
+    const double value = it == config.values.end() ? 0 : (derived.invert ? derived.factor / it->second : it->second * derived.factor);
+    if (it == config.values.end() || !(it->second > 0) || !(value >= 1)) {
+      reader.fail(derived.from, derived.invert ? "expected a number in (0, 1]" : "expected a positive number",
+                  it == config.values.end() ? "" : shown(json(it->second)));
+    }
+    config.values[derived.key] = static_cast<double>(static_cast<int64_t>(value));
+  }
+  for (const auto& [key, value] : tower.values) config.values["vision_" + key] = value;
+  // PreTrainedModel.tie_weights reads the composite model's own config (modeling_utils.py:
+  // getattr(self.config, "tie_word_embeddings")), not its text config: LlavaConfig's default False,
+  // Gemma3Config's, Mistral3Config's and InternVLConfig's True.
+  const json* top_tie = ConfigReader::find_in(root, "tie_word_embeddings");
+  const bool has_top_tie = top_tie != nullptr && top_tie->is_boolean();
+  if (has_top_tie) {
+    config.tie_word_embeddings = top_tie->get<bool>();
+  } else if (auto it = model.defaults.find("tie_word_embeddings"); it != model.defaults.end()) {
+    config.tie_word_embeddings = it->second != 0;
+  }
+  if ((model.tie_from_text && !config.tie_word_embeddings) || (model.tie_default_from_text && !has_top_tie)) {
+    // The text config's own value, or its class's default.
+    bool text_tie = false;
+    const json* text_tie_key = reader.has_text_config() ? ConfigReader::find_in(root["text_config"], "tie_word_embeddings") : nullptr;
+    if (text_tie_key != nullptr && text_tie_key->is_boolean()) {
+      text_tie = text_tie_key->get<bool>();
+    } else if (const ArchitectureSpec* decoder = find_architecture(config.decoder_type)) {
+      auto it = decoder->defaults.find("tie_word_embeddings");
+      text_tie = it != decoder->defaults.end() && it->second != 0;
+    }
+    config.tie_word_embeddings = text_tie;
+  }
+  tower.out_hidden_size = config.hidden_size;
+  tower.spatial_merge_size = model.merge.empty() ? 1 : static_cast<int>(evaluate_shape(model.merge, config.values, config.source).at(0));
+  int feature_layers = 1;
+  bool last_hidden_state = model.features == VisionFeatures::LastHiddenState;
+  if (model.features == VisionFeatures::LastOrHiddenStates) {
+    const json* layer = ConfigReader::find_in(root, model.feature_layer_key);
+    const double fallback = config.values.count(model.feature_layer_key) ? config.values[model.feature_layer_key] : -1;
+    last_hidden_state = layer == nullptr || layer->is_null() ? fallback == -1 : (layer->is_number() && layer->get<double>() == -1);
+  }
+  if (!last_hidden_state) {
+    // get_image_features: hidden_states[vision_feature_layer], an int or a list (concatenated).
+    const std::string key = model.feature_layer_key;
+    const json* layer = ConfigReader::find_in(root, key);
+    std::vector<json> indices;
+    if (layer == nullptr || layer->is_null()) {
+      if (!model.default_feature_layers.empty()) indices.assign(model.default_feature_layers.begin(), model.default_feature_layers.end());
+      else indices.push_back(json(config.values.count(key) ? config.values[key] : -1));
+    }
+    else if (layer->is_array()) indices.assign(layer->begin(), layer->end());
+    else indices.push_back(*layer);
+    const std::string expected = "expected a hidden_states index in [-" + std::to_string(tower.depth + 1) + ", " +
+                                 std::to_string(tower.depth) + "] or a list of them";
+    if (indices.empty()) reader.fail(key, expected, shown(*layer));
+    for (const json& index : indices) {
+      if (!index.is_number() || index.get<double>() != static_cast<double>(static_cast<int64_t>(index.get<double>()))) {
+        reader.fail(key, expected, shown(index));
+      }
+      int64_t at = static_cast<int64_t>(index.get<double>());
+      if (at < 0) at += tower.depth + 1;
+      if (at < 0 || at > tower.depth) reader.fail(key, expected, shown(index));
+      tower.feature_layers.push_back(static_cast<int>(at));
+    }
+    feature_layers = static_cast<int>(indices.size());
+  }
+  config.values["num_feature_layers"] = feature_layers;
+  return tower;
+}
 
 VisionTowerConfig parse_vision(const ConfigReader& reader, const json& vision, int text_hidden) {
   auto fail = [&](const std::string& key, const std::string& expected, const json* got) {
@@ -507,15 +656,26 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       is_vision_language_type(config.model_type)) {
     config.text_prefix = "model.language_model";
   }
-  if (const json* vision = ConfigReader::find_in(root, "vision_config")) {
+  const VisionLanguageSpec* described = find_vision_language(config.model_type);
+  const json* vision = ConfigReader::find_in(root, "vision_config");
+  if (described != nullptr && (vision == nullptr || !vision->is_object())) {
+    reader.fail("vision_config", "expected an object (the vision tower of model_type \"" + config.model_type + "\")",
+                vision != nullptr ? shown(*vision) : "");
+  }
+  if (described != nullptr) {
+    config.vision = parse_described_vision(reader, root, *described, *vision, config);
+  } else if (vision != nullptr) {
     if (!vision->is_object()) reader.fail("vision_config", "expected an object", shown(*vision));
     // The vision tower modelled is Qwen-VL's (patch embedding, fused-qkv blocks, patch merger). A
     // composite type with another tower (Gemma 3's SigLIP, Llava's CLIP, ...) is refused rather than
     // given Qwen's tower.
     if (!config.model_type.empty() && !is_vision_language_type(config.model_type) &&
         find_architecture(config.model_type) == nullptr) {
+      std::string known;
+      for (const std::string& type : vision_language_model_types()) known += ", " + type;
       reader.fail("vision_config", "the vision tower of model_type \"" + config.model_type +
-                                       "\" is not modelled yet (hookstream models the Qwen2-VL, Qwen2.5-VL and Qwen3-VL towers)");
+                                       "\" is not modelled yet (hookstream models the vision towers of qwen2_vl, qwen2_5_vl, qwen3_vl" +
+                                       known + ")");
     }
     config.vision = parse_vision(reader, *vision, config.hidden_size);
     config.vision->layout = vision_layout_of(config.model_type).value_or(VisionLayout::Qwen3VL);

@@ -19,12 +19,18 @@ int dtype_bytes(DType dtype);
 // The name c10 prints for the dtype (c10::toString(ScalarType)): "Float", "BFloat16", "Half".
 const char* c10_scalar_type_name(DType dtype);
 
-// Which Qwen-VL vision tower a config describes: the three share the block layout (norm1, norm2,
-// attn.qkv, attn.proj, mlp) and a 2-layer patch merger, and differ in names, biases and norms.
+// Which vision tower a config describes. The three Qwen-VL towers share the block layout (norm1,
+// norm2, attn.qkv, attn.proj, mlp) and a 2-layer patch merger, and differ in names, biases and
+// norms; they are built by code. CLIP, SigLIP and Pixtral are described as data
+// (sim/inputs/architectures/vision_tower.h), joined to the decoder by a projector.
 enum class VisionLayout {
   Qwen3VL,   // Qwen3VLVisionModel: patch-embed bias, LayerNorms, mlp.linear_fc1/2, merger.norm/linear_fc1/2
   Qwen2VL,   // Qwen2VisionTransformerPretrainedModel: no patch-embed bias, LayerNorms, mlp.fc1/2, merger.ln_q/mlp.0/mlp.2
   Qwen25VL,  // Qwen2_5_VisionTransformerPretrainedModel: as Qwen2-VL with RMSNorms and a gated mlp (gate/up/down_proj)
+  Clip,      // CLIPVisionModel (LLaVA, LLaVA-NeXT)
+  Siglip,    // SiglipVisionModel (Gemma 3, PaliGemma, LLaVA-OneVision)
+  Pixtral,   // PixtralVisionModel (Mistral 3, Pixtral-12B as LLaVA)
+  InternVL,  // InternVLVisionModel (InternVL 3)
 };
 
 struct VisionTowerConfig {
@@ -43,6 +49,14 @@ struct VisionTowerConfig {
   // Qwen3-VL: blocks whose output also goes through its own patch merger (`deepstack_merger_list`)
   // and is added to the first decoder layers' hidden states. Empty when absent.
   std::vector<int> deepstack_visual_indexes;
+  // A described tower (Clip, Siglip, Pixtral): vision_config.model_type, and the vision config's
+  // numeric and boolean keys with the config class's defaults and num_patches
+  // ((image_size // patch_size)^2), which the tower's shape expressions read.
+  std::string model_type;
+  std::map<std::string, double> values;
+  // The hidden_states indices the projector reads (vision_feature_layer, made non-negative:
+  // hidden_states has depth + 1 entries); empty when it reads last_hidden_state.
+  std::vector<int> feature_layers;
 };
 
 struct ModelConfig {

@@ -9,6 +9,7 @@
 
 #include "sim/inputs/architectures/architecture.h"
 #include "sim/inputs/architectures/per_expert_layout.h"
+#include "sim/inputs/architectures/vision_tower.h"
 #include "sim/inputs/input_error.h"
 #include "sim/inputs/data_files.h"
 
@@ -611,7 +612,7 @@ class StructureBuilder {
     LinearUse use;
     use.name = leaf;
     switch (module.kind) {
-      case ModuleKind::Linear: case ModuleKind::Conv1D:
+      case ModuleKind::Linear: case ModuleKind::Conv1D: case ModuleKind::Conv:  // no decoder has a Conv
         return linear(parent, leaf, dim(module.in), dim(module.shape), bias, layer, group, true, true, {},
                       module.kind == ModuleKind::Conv1D);
       case ModuleKind::Embedding:
@@ -634,7 +635,10 @@ class StructureBuilder {
     const ExpertLayoutChoice layout = choose_expert_layout(*spec, m, plan_.transformers_version, plan_.trust_remote_code);
     out_.expert_layout = to_string(layout.layout);
     out_.expert_layout_decided_by = layout.decided_by;
-    if (m.vision) build_vision(*m.vision);
+    if (m.vision) {
+      if (find_vision_tower(m.vision->model_type) != nullptr) build_described_vision(*m.vision);
+      else build_vision(*m.vision);
+    }
 
     const std::string embed = text_path(spec->embed);
     note(embed, ModuleType::Embedding);
@@ -842,6 +846,8 @@ class StructureBuilder {
           block.fc1 = vision_linear(path + ".mlp", "up_proj", v.hidden_size, v.intermediate_size, trainable);
           block.fc2 = vision_linear(path + ".mlp", "down_proj", v.intermediate_size, v.hidden_size, trainable);
           break;
+        case VisionLayout::Clip: case VisionLayout::Siglip: case VisionLayout::Pixtral: case VisionLayout::InternVL:
+          throw InputError(plan_.model.source, "vision tower " + v.model_type + ": built from its description, not here");
       }
       out_.vision_blocks.push_back(std::move(block));
     }
@@ -870,6 +876,153 @@ class StructureBuilder {
       ds.path = prefix_ + ds.path;
       out_.vision_deepstack_mergers.push_back(std::move(ds));
     }
+  }
+
+  // A tower of the vision-tower table and its model's projector (sim/inputs/architectures/vision_tower.h):
+  // the model's own parameters (image_newline), then vision_tower (embeddings, layers, post), then
+  // multi_modal_projector, as the composite model registers them (LlavaModel.__init__: vision_tower,
+  // multi_modal_projector, language_model). The projector's shapes read the text config's keys and the
+  // vision config's as "vision_<key>"; the tower's read the vision config's own keys.
+  void build_described_vision(const VisionTowerConfig& v) {
+    const VisionLanguageSpec* model = find_vision_language(plan_.model.model_type);
+    const VisionTowerSpec* tower = find_vision_tower(v.model_type);
+    if (model == nullptr || tower == nullptr) {
+      throw InputError(plan_.model.source, "key \"vision_config\": the tower \"" + v.model_type + "\" of model_type \"" +
+                                               plan_.model.model_type + "\" is not modelled");
+    }
+    const bool trainable = plan_.vision_tower_trainable();
+    std::vector<LinearUse> newline;
+    for (const ModuleSpec& m : model->model_params) {
+      if (m.when.empty() || evaluate_flag(m.when, values_)) newline.push_back(vision_module(m, m.path, values_, trainable, true));
+    }
+    const std::string root = model->tower;
+    for (const ModuleSpec& m : tower->embeddings) {
+      if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
+      const LinearUse use = vision_module(m, root + "." + m.path, v.values, trainable, quantizable(*tower, m.path));
+      if (m.kind == ModuleKind::Conv) {
+        out_.vision_patch_embed = use;
+        out_.vision_patch_embed.name = "patch_embed";
+      } else {
+        out_.vision_embed_other.push_back(use);
+      }
+    }
+    for (int i = 0; i < v.depth; ++i) {
+      VisionBlockUse block;
+      block.index = i;
+      const std::string path = root + "." + tower->blocks + "." + std::to_string(i);
+      block.path = prefix_ + path;
+      for (const ModuleSpec& m : tower->block) {
+        if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
+        const LinearUse use = vision_module(m, path + "." + m.path, v.values, trainable, true);
+        switch (m.role) {
+          case ModuleRole::Q: case ModuleRole::QKV: block.qkv = use; break;
+          case ModuleRole::K: block.k = use; break;
+          case ModuleRole::V: block.v = use; break;
+          case ModuleRole::O: block.proj = use; break;
+          case ModuleRole::InputNorm: block.norm1_weight = use.weight; block.norm1_bias = use.bias; break;
+          case ModuleRole::PostAttentionNorm: block.norm2_weight = use.weight; block.norm2_bias = use.bias; break;
+          case ModuleRole::Gate: block.gate = use; break;
+          case ModuleRole::Up: block.fc1 = use; break;
+          case ModuleRole::Down: block.fc2 = use; break;
+          case ModuleRole::QNorm: case ModuleRole::KNorm: block.qk_norms.push_back(use); break;
+          case ModuleRole::AttentionOther: block.attention_other.push_back(use); break;
+          case ModuleRole::MlpOther: block.mlp_other.push_back(use); break;
+          default:
+            throw InputError(plan_.model.source, "vision tower " + tower->model_type + ": no slot for " + m.path);
+        }
+      }
+      out_.vision_blocks.push_back(std::move(block));
+    }
+    // After the layers: the final norm, the pooling head, and (GLM-4V) modules that run at the
+    // embeddings (EmbedOther) or as the tower's own projector (MlpOther), by role.
+    for (const ModuleSpec& m : tower->post) {
+      if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
+      const LinearUse use = vision_module(m, root + "." + m.path, v.values, trainable, quantizable(*tower, m.path));
+      switch (m.role) {
+        case ModuleRole::FinalNorm: out_.vision_final_norm.push_back(use); break;
+        case ModuleRole::EmbedOther: out_.vision_embed_other.push_back(use); break;
+        case ModuleRole::MlpOther: out_.vision_projector.push_back(use); break;
+        default: out_.vision_head.push_back(use); break;
+      }
+    }
+    for (const ModuleSpec& m : model->projector) {
+      if (m.when.empty() || evaluate_flag(m.when, values_)) out_.vision_projector.push_back(vision_module(m, m.path, values_, trainable, true));
+    }
+    // Registration order is not always the order forward runs (Gemma3MultiModalProjector: the norm
+    // before the matmul): the listed leaves move into forward_order's order, the rest keep theirs.
+    auto forward_rank = [&](const LinearUse& use) {
+      const auto& order = model->forward_order;
+      const auto at = std::find(order.begin(), order.end(), use.name);
+      return at == order.end() ? -1 : static_cast<int>(at - order.begin());
+    };
+    for (std::vector<LinearUse>* list : {&out_.vision_embed_other, &out_.vision_projector}) {
+      std::vector<size_t> slots;
+      std::vector<LinearUse> listed;
+      for (size_t i = 0; i < list->size(); ++i) {
+        if (forward_rank((*list)[i]) >= 0) {
+          slots.push_back(i);
+          listed.push_back((*list)[i]);
+        }
+      }
+      std::stable_sort(listed.begin(), listed.end(),
+                       [&](const LinearUse& a, const LinearUse& b) { return forward_rank(a) < forward_rank(b); });
+      for (size_t k = 0; k < slots.size(); ++k) (*list)[slots[k]] = listed[k];
+    }
+    // image_newline joins the projected features (pack_image_features), after the projector.
+    out_.vision_projector.insert(out_.vision_projector.end(), newline.begin(), newline.end());
+    out_.vision_block_class = tower->block_class;
+  }
+
+  static bool quantizable(const VisionTowerSpec& tower, const std::string& path) {
+    return std::find(tower.not_quantized.begin(), tower.not_quantized.end(), path) == tower.not_quantized.end();
+  }
+
+  // One module of a described tower or projector at `full` (its path in the model): an nn.Linear or
+  // nn.Conv2d (wrapped by PEFT's LoRA when a target matches it: all-linear reaches every Linear of the
+  // tower, the pooling head's MultiheadAttention.out_proj included, as PEFT 0.21 does), a norm, an
+  // embedding or a bare parameter. With load_in_4bit/8bit, bitsandbytes quantizes every plain
+  // nn.Linear of the tower and projector too: transformers 5.17 skips only tied, last and
+  // output-embedding modules and _keep_in_fp32_modules (quantizers/base.py get_keys_to_not_convert;
+  // none of these classes keeps any), never Conv layers or bare parameters.
+  LinearUse vision_module(const ModuleSpec& module, const std::string& full, const std::map<std::string, double>& values,
+                          bool trainable, bool quantizable_linear) {
+    const size_t dot = full.rfind('.');
+    const std::string parent = full.substr(0, dot);
+    const std::string leaf = full.substr(dot + 1);
+    const bool bias = evaluate_flag(module.bias, values);
+    auto shape = [&](const std::string& expressions) {
+      const std::vector<long long> d = evaluate_shape(expressions, values, plan_.model.source);
+      return std::vector<int64_t>(d.begin(), d.end());
+    };
+    LinearUse use;
+    use.name = leaf;
+    switch (module.kind) {
+      case ModuleKind::Linear: case ModuleKind::Conv: {
+        std::vector<int64_t> out = shape(module.shape);
+        const int64_t in = shape(module.in).at(0);
+        const std::vector<int64_t> kernel(out.begin() + 1, out.end());
+        const bool quantize = module.kind == ModuleKind::Linear && quantizable_linear;
+        if (is_lora_target(full)) return linear(parent, leaf, in, out[0], bias, -1, "vision", trainable, quantize, kernel);
+        note(full, module.kind == ModuleKind::Conv ? ModuleType::Conv : ModuleType::Linear);
+        std::vector<int64_t> weight{out[0], in};
+        weight.insert(weight.end(), kernel.begin(), kernel.end());
+        use.weight = add(full, "weight", weight, trainable, -1, "vision", quantize && (plan_.load_in_4bit || plan_.load_in_8bit));
+        if (bias) use.bias = add(full, "bias", {out[0]}, trainable, -1, "vision");
+        return use;
+      }
+      case ModuleKind::Embedding:
+        note(full, ModuleType::Embedding);
+        use.weight = add(full, "weight", shape(module.shape), trainable, -1, "vision");
+        return use;
+      case ModuleKind::Norm:
+        use.weight = add(full, "weight", shape(module.shape), trainable, -1, "vision");
+        if (bias) use.bias = add(full, "bias", shape(module.shape), trainable, -1, "vision");
+        return use;
+      case ModuleKind::Tensor: case ModuleKind::Conv1D:
+        use.weight = add(parent, leaf, shape(module.shape), trainable, -1, "vision");
+        return use;
+    }
+    return use;
   }
 
   LinearUse vision_linear(const std::string& module, const std::string& leaf, int64_t in, int64_t out,

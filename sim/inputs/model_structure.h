@@ -76,10 +76,14 @@ struct VisionBlockUse {
   int index = 0;
   std::string path;
   int norm1_weight = -1, norm1_bias = -1;
-  LinearUse qkv, proj;
+  // The fused qkv (Qwen-VL), or q with k and v beside it (CLIP, SigLIP, Pixtral: k, v empty otherwise).
+  LinearUse qkv, k, v, proj;
   int norm2_weight = -1, norm2_bias = -1;
   // The MLP: fc1 (up) and fc2 (down); Qwen2.5-VL's gated MLP adds gate (gate_proj, weight -1 when absent).
   LinearUse gate, fc1, fc2;
+  // Per-head norms on q and k (InternVL use_qk_norm: q_norm, then k_norm), and parameters applied to
+  // the attention / MLP output (InternVL's layer scale lambda_1 / lambda_2).
+  std::vector<LinearUse> qk_norms, attention_other, mlp_other;
 };
 
 // A Qwen-VL patch merger: LayerNorm, then a 2-layer MLP into the text hidden size. DeepStack mergers
@@ -101,6 +105,13 @@ struct ModelStructure {
   LinearUse vision_merger_fc1, vision_merger_fc2;
   // Qwen3-VL DeepStack: merger k's output is added to the hidden state after decoder layer k.
   std::vector<VisionMergerUse> vision_deepstack_mergers;
+  // A described tower (CLIP, SigLIP, Pixtral; sim/inputs/architectures/vision_tower.h): what runs
+  // right after the patch embedding (CLIP's class token and pre_layrnorm, position embeddings,
+  // Pixtral's ln_pre), the norm on last_hidden_state, the pooling head (its output is never read:
+  // no gradient reaches it), and the projector into the text width with the parameters the model
+  // registers on itself (LLaVA-NeXT's image_newline), in the order they run.
+  std::vector<LinearUse> vision_embed_other, vision_final_norm, vision_head, vision_projector;
+  std::string vision_block_class;  // CLIPEncoderLayer, SiglipEncoderLayer, PixtralAttentionLayer
   int embed = -1;
   // Parameters between the token embedding and the layers (ArchitectureSpec::embed_extras): GPT-2's
   // wpe, BLOOM's word_embeddings_layernorm, OPT's embed_positions and project_in/out.

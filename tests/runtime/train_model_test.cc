@@ -348,6 +348,9 @@ TEST_CASE("safetensors: missing, mis-shaped, wrongly typed tensors and damaged f
 }
 
 TEST_CASE("train model: what the runtime cannot run is an input error naming the plan key", "[train_model]") {
+  // A tower described for the simulator only (LLaVA's CLIP): named, never trained without its images.
+  REQUIRE_THROWS_WITH(TrainModel(make_plan("tiny-llava.json", ""), double_options()),
+                      Catch::Contains("hookstream.vision_inputs") && Catch::Contains("Qwen3-VL vision towers only"));
   REQUIRE_THROWS_WITH(TrainModel(make_plan("tiny-llama-tied.json", "adapter: qlora\nload_in_4bit: true\nlora_target_linear: true\n"),
                                  double_options()),
                       Catch::Contains("load_in_4bit"));

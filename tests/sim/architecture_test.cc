@@ -4,6 +4,7 @@
 // hookstream's structure for the same config.json: names in order, shapes, dtypes, trainable flags;
 // a case transformers/PEFT refuse must be refused too.
 #include <algorithm>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -139,13 +140,108 @@ TEST_CASE("architecture fixtures: real-size models have transformers' parameter 
   CHECK(checked >= 20);
 }
 
-TEST_CASE("a vision tower other than Qwen-VL's is refused, not given Qwen's tower", "[architecture]") {
+TEST_CASE("a vision tower the tables do not describe is refused, not given another tower", "[architecture]") {
+  // Idefics2's tower and perceiver connector are not described: refused, naming the modelled ones.
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "idefics2", "text_config": {"model_type": "mistral",
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 100}, "vision_config": {"model_type": "idefics2_vision", "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})", "i2/config.json"),
+                    Catch::Contains("i2/config.json: key \"vision_config\": the vision tower of model_type \"idefics2\" is not "
+                                    "modelled yet (hookstream models the vision towers of qwen2_vl, qwen2_5_vl, qwen3_vl, ") &&
+                        Catch::Contains(" gemma3, ") && Catch::Contains(" llava, "));
+  // A described model with a tower its class does not take (Gemma3Model builds SigLIP): refused.
   CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
       "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-      "vocab_size": 100}, "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
+      "vocab_size": 100}, "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32,
       "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})", "g3/config.json"),
-                    "g3/config.json: key \"vision_config\": the vision tower of model_type \"gemma3\" is not modelled yet "
-                    "(hookstream models the Qwen2-VL, Qwen2.5-VL and Qwen3-VL towers)");
+                    "g3/config.json: key \"vision_config.model_type\": hookstream models the siglip_vision_model tower for "
+                    "model_type \"gemma3\", got \"clip_vision_model\"");
+}
+
+TEST_CASE("described vision towers: LLaVA's feature layer and SigLIP's head", "[architecture]") {
+  const std::string text = R"("text_config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})";
+  // LlavaConfig: vision_config without model_type is CLIP; vision_feature_layer -2 is hidden_states[depth - 1].
+  const ModelConfig llava = parse_model_config(R"({"model_type": "llava", )" + text + R"(, "vision_config": {
+      "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2,
+      "image_size": 28, "patch_size": 14}})", "llava/config.json");
+  REQUIRE(llava.vision);
+  CHECK(llava.vision->layout == VisionLayout::Clip);
+  CHECK(llava.vision->feature_layers == std::vector<int>{2});
+  CHECK(llava.vision->values.at("num_patches") == 4);
+  CHECK(llava.text_prefix == "model.language_model");
+  Plan plan;
+  plan.source = "llava.yaml";
+  plan.model = llava;
+  const ModelStructure structure = build_model_structure(plan);
+  CHECK(structure.parameters[0].name == "model.vision_tower.embeddings.class_embedding");
+  CHECK(structure.parameters[2].name == "model.vision_tower.embeddings.position_embedding.weight");
+  CHECK(structure.parameters[2].shape == std::vector<int64_t>{5, 32});  // num_patches + 1
+  CHECK(structure.vision_blocks.size() == 3);
+  CHECK(structure.vision_block_class == "CLIPEncoderLayer");
+  REQUIRE(structure.vision_projector.size() == 2);
+  CHECK(structure.parameters[static_cast<size_t>(structure.vision_projector[0].weight)].shape == std::vector<int64_t>{64, 32});
+  // A feature layer outside hidden_states is named.
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "llava", "vision_feature_layer": -5, )" + text + R"(,
+      "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2}})",
+                                       "bad/config.json"),
+                    Catch::Contains("key \"vision_feature_layer\": expected a hidden_states index in [-4, 3]"));
+  // tie_word_embeddings: the composite config's, and LlavaConfig takes the text config's true over
+  // its own false (__post_init__); LlavaNextConfig does not.
+  const std::string tied_text = R"("text_config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "tie_word_embeddings": true})";
+  const std::string small_clip = R"("vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3,
+      "num_attention_heads": 2}})";
+  CHECK(parse_model_config(R"({"model_type": "llava", "tie_word_embeddings": false, )" + tied_text + ", " + small_clip,
+                           "t/config.json").tie_word_embeddings);
+  CHECK_FALSE(parse_model_config(R"({"model_type": "llava_next", "tie_word_embeddings": false, )" + tied_text + ", " + small_clip,
+                                 "t/config.json").tie_word_embeddings);
+  CHECK_FALSE(parse_model_config(R"({"model_type": "llava", "tie_word_embeddings": false, )" + text + ", " + small_clip,
+                                 "t/config.json").tie_word_embeddings);
+  // ShieldGemma2Config: without its own key, the text config's tie_word_embeddings.
+  const std::string siglip = R"("vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})";
+  for (const bool tied : {true, false}) {
+    const std::string shield_text = std::string(R"("text_config": {"model_type": "gemma3_text", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100,
+        "tie_word_embeddings": )") + (tied ? "true" : "false") + "}";
+    CHECK(parse_model_config(R"({"model_type": "shieldgemma2", )" + shield_text + ", " + siglip, "s/config.json")
+              .tie_word_embeddings == tied);
+  }
+  // SigLIP's pooling head exists unless vision_use_head is false (SiglipVisionTransformer).
+  const std::string gemma_text = R"("text_config": {"model_type": "gemma3_text", "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})";
+  for (const bool head : {true, false}) {
+    Plan g;
+    g.source = "g3.yaml";
+    g.model = parse_model_config(R"({"model_type": "gemma3", )" + gemma_text + R"(, "vision_config": {
+        "model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "image_size": 28, "patch_size": 14)" + (head ? "" : R"(, "vision_use_head": false)") + "}}",
+                                 "g3/config.json");
+    const ModelStructure s = build_model_structure(g);
+    CHECK(s.vision_head.empty() == !head);
+    // QLoRA: bitsandbytes quantizes every plain nn.Linear of the tower (replace_with_bnb_linear:
+    // type(module) is nn.Linear), not the Conv2d patch embedding, not MultiheadAttention's
+    // NonDynamicallyQuantizableLinear out_proj, not a bare parameter.
+    Plan q = g;
+    q.adapter = Adapter::Lora;
+    q.lora_r = 8;
+    q.lora_target_modules = {"q_proj"};
+    q.load_in_4bit = true;
+    std::map<std::string, bool> quantized;
+    for (const Parameter& p : build_model_structure(q).parameters) quantized[p.name] = p.quantized;
+    CHECK(quantized.at("base_model.model.model.vision_tower.encoder.layers.0.self_attn.q_proj.base_layer.weight"));
+    CHECK(quantized.at("base_model.model.model.vision_tower.encoder.layers.1.mlp.fc2.weight"));
+    CHECK_FALSE(quantized.at("base_model.model.model.vision_tower.embeddings.patch_embedding.weight"));
+    CHECK_FALSE(quantized.at("base_model.model.model.multi_modal_projector.mm_input_projection_weight"));
+    if (head) {
+      CHECK_FALSE(quantized.at("base_model.model.model.vision_tower.head.attention.out_proj.weight"));
+      CHECK(quantized.at("base_model.model.model.vision_tower.head.mlp.fc1.weight"));
+    }
+    // Gemma3MultiModalProjector.forward: the norm runs before the projection matmul.
+    REQUIRE(s.vision_projector.size() == 2);
+    CHECK(s.vision_projector[0].name == "mm_soft_emb_norm");
+  }
 }
 
 TEST_CASE("the architecture table is the list of modelled model types", "[architecture]") {

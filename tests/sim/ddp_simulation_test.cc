@@ -2,6 +2,8 @@
 // torch/testing/_internal/distributed/distributed_test.py, and the cases in
 // ../shared/docs/ddp-reducer-model.md); the differential test checks every plan against the real
 // Reducer as well.
+#include <map>
+
 #include <catch2/catch.hpp>
 
 #include "sim/inputs/input_error.h"
@@ -239,4 +241,24 @@ TEST_CASE("the default PyTorch version is 2.11, 1.13 and 2.0-2.11 are accepted, 
   } catch (const InputError& e) {
     CHECK(std::string(e.what()).find("hookstream.torch_version") != std::string::npos);
   }
+}
+
+TEST_CASE("LLaVA's CLIP tower: the layers after vision_feature_layer and post_layernorm feed no gradient", "[ddp][architecture]") {
+  // LlavaModel.get_image_features reads hidden_states[-2]: the tower's last layer runs, its output
+  // (and CLIPVisionTransformer's post_layernorm on the pooled token) never reaches the loss. A full
+  // fine-tune without find_unused_parameters never finishes its reduction; with it, it trains.
+  CHECK(first_kind(verify_file("tests/plans/ddp_vision/llava_feature_layer.yaml")) == VerdictKind::UnfinishedReduction);
+  const VerifyResult r = verify_file("tests/plans/ddp_vision/llava_feature_layer_find_unused.yaml");
+  CHECK(first_kind(r) == VerdictKind::Ok);
+  const std::vector<bool>& fed = r.simulation.fed_loss.at(0);
+  std::map<std::string, bool> by_name;
+  for (size_t i = 0; i < fed.size(); ++i) by_name[r.structure.ddp_parameter(static_cast<int>(i)).name] = fed[i];
+  CHECK(by_name.at("model.vision_tower.embeddings.patch_embedding.weight"));
+  CHECK(by_name.at("model.vision_tower.embeddings.class_embedding"));
+  CHECK(by_name.at("model.vision_tower.encoder.layers.1.self_attn.k_proj.weight"));
+  CHECK(by_name.at("model.multi_modal_projector.linear_2.bias"));
+  CHECK_FALSE(by_name.at("model.vision_tower.encoder.layers.2.self_attn.q_proj.weight"));
+  CHECK_FALSE(by_name.at("model.vision_tower.encoder.layers.2.layer_norm2.bias"));
+  CHECK_FALSE(by_name.at("model.vision_tower.post_layernorm.weight"));
+  CHECK(by_name.at("model.language_model.layers.1.mlp.down_proj.weight"));
 }

@@ -61,6 +61,19 @@ TEST_CASE("FSDP2: a GPT-style decoder is wrapped by its own layer class (GPT2Blo
   std::filesystem::remove(config);
 }
 
+TEST_CASE("FSDP2: a vision-language model wraps its text type's layer class and names its tower's", "[fsdp2]") {
+  // LlavaModel builds language_model with AutoModel.from_config(text_config): LlamaDecoderLayer, not
+  // LlavaDecoderLayer; the CLIP tower's CLIPEncoderLayer is named but not its own unit.
+  const std::string model = std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/models/tiny-llava.json";
+  std::string text = plan("[LlamaDecoderLayer, CLIPEncoderLayer]", "");
+  text.replace(text.find("tiny-llama"), 10, model);
+  const VerifyResult r = run(text);
+  CHECK(r.ok());
+  std::string wrong = plan("LlavaDecoderLayer", "");
+  wrong.replace(wrong.find("tiny-llama"), 10, model);
+  CHECK_THROWS_WITH(run(wrong), Catch::Contains("a class llava does not have (expected its decoder layer LlamaDecoderLayer"));
+}
+
 TEST_CASE("FSDP2: rank-divergent unused parameters are a reduce-scatter mismatch with DETAIL's text", "[fsdp2]") {
   const VerifyResult r = run(plan("LlamaDecoderLayer", "", "  rank_overrides:\n    1:\n      unused_modules: [model.layers.2.mlp]\n"));
   REQUIRE(r.simulation.findings.size() == 2);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "sim/inputs/architectures/vision_tower.h"
 #include "sim/inputs/input_error.h"
 
 namespace hookstream {
@@ -712,6 +713,15 @@ std::vector<ArchitectureSpec> build_table() {
                        norm("post_mlp_layernorm", R::PostFeedforwardNorm)}});
     a.source = "transformers/models/glm4/modeling_glm4.py";
     add(a);
+    // GLM-4V's decoder (Glm4vTextDecoderLayer, modeling_glm4v.py): GLM-4's layer with q/k/v biases
+    // always (Glm4vTextAttention: bias=True; Glm4vTextConfig has no attention_bias).
+    a.model_type = "glm4v_text";
+    a.layer = concat({attention("1", ""), glm_mlp, kLlamaNorms,
+                      {norm("post_self_attn_layernorm", R::PostFeedforwardNorm),
+                       norm("post_mlp_layernorm", R::PostFeedforwardNorm)}});
+    a.layer_class = "Glm4vTextDecoderLayer";
+    a.source = "transformers/models/glm4v/modeling_glm4v.py";
+    add(a);
   }
   {  // VaultGemmaDecoderLayer: input_layernorm and pre_feedforward_layernorm only; tied by default.
     ArchitectureSpec a;
@@ -1231,6 +1241,9 @@ std::vector<std::string> modelled_model_types() {
     types.push_back(spec.model_type);
     types.insert(types.end(), spec.aliases.begin(), spec.aliases.end());
   }
+  // Vision-language types whose tower and projector are described (vision_tower.h); their text
+  // decoder is this table's entry for text_config.model_type.
+  for (const std::string& type : vision_language_model_types()) types.push_back(type);
   std::sort(types.begin(), types.end());
   return types;
 }

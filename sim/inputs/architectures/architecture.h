@@ -43,6 +43,9 @@ enum class ModuleKind {
   // fan_in_fan_out, peft/tuners/lora/model.py _create_new_module).
   Conv1D,
   Embedding,  // nn.Embedding: weight [shape] (learned position embeddings)
+  // nn.Conv2d(in, out, kernel): `in` the input channels, `shape` "out,kernel_h,kernel_w"; weight
+  // [out, in, kh, kw] (+ bias [out]). A vision tower's patch embedding (vision_tower.h).
+  Conv,
 };
 
 struct ModuleSpec {
@@ -137,7 +140,8 @@ struct ArchitectureSpec {
 
 // The architecture for a model_type (or one of its aliases); nullptr if hookstream does not model it.
 const ArchitectureSpec* find_architecture(const std::string& model_type);
-// Every modelled model_type, sorted (for messages and docs).
+// Every modelled model_type, sorted (for messages and docs): the table's, and the vision-language
+// types of sim/inputs/architectures/vision_tower.h.
 std::vector<std::string> modelled_model_types();
 
 // Evaluates a comma-separated list of dimension expressions. Each dimension is a sum of products

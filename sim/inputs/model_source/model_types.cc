@@ -7,14 +7,15 @@
 
 #include "sim/inputs/architectures/architecture.h"
 #include "sim/inputs/closest_name.h"
+#include "sim/inputs/architectures/vision_tower.h"
 #include "sim/inputs/data_files.h"
 #include "sim/inputs/input_error.h"
 
 namespace hookstream {
 
 bool is_modelled_model_type(const std::string& model_type) {
-  // The architecture table (sim/inputs/architectures/) is the one list of modelled types.
-  return find_architecture(model_type) != nullptr;
+  // The architecture table (and the vision-language table beside it) is the one list of modelled types.
+  return find_architecture(model_type) != nullptr || find_vision_language(model_type) != nullptr;
 }
 
 KnownModelTypes transformers_model_types() {

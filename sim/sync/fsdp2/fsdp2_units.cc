@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "sim/inputs/architectures/architecture.h"
+#include "sim/inputs/architectures/vision_tower.h"
 #include "sim/inputs/input_error.h"
 
 namespace hookstream {
@@ -35,6 +36,14 @@ std::vector<std::string> class_prefixes(const Plan& plan) {
   const std::string arch = plan.model.architecture;
   for (const char* suffix : {"ForCausalLM", "ForConditionalGeneration"}) {
     if (ends_with(arch, suffix)) out.push_back(normalized(arch.substr(0, arch.size() - std::string(suffix).size())));
+  }
+  // A described vision-language model builds its language model with AutoModel.from_config(text_config)
+  // (LlavaModel.__init__): the decoder layers are the text type's only (LLaVA: LlamaDecoderLayer; there
+  // is no LlavaDecoderLayer for accelerate's get_module_class_from_name to find).
+  if (find_vision_language(plan.model.model_type) != nullptr) {
+    const std::string text = normalized(plan.model.decoder_type);
+    out = {text};
+    if (ends_with(text, "text")) out.push_back(text.substr(0, text.size() - 4));
   }
   return out;
 }
@@ -74,6 +83,11 @@ std::string table_layer_class(const Plan& plan) {
 
 std::string fsdp2_decoder_layer_class(const Plan& plan) {
   if (const std::string named = table_layer_class(plan); !named.empty()) return named;
+  if (find_vision_language(plan.model.model_type) != nullptr) {
+    std::string text = plan.model.decoder_type;  // gemma3_text: Gemma3DecoderLayer
+    if (ends_with(text, "_text")) text.resize(text.size() - 5);
+    return camel(text) + "DecoderLayer";
+  }
   const std::string arch = plan.model.architecture;
   for (const char* suffix : {"ForCausalLM", "ForConditionalGeneration"}) {
     if (ends_with(arch, suffix)) return arch.substr(0, arch.size() - std::string(suffix).size()) + "DecoderLayer";
@@ -114,7 +128,8 @@ Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
         wrap_layers = true;
       } else if (is_class(prefixes, name, "MLP")) {
         wrap_mlps = true;
-      } else if (!structure.vision_blocks.empty() && (ends_with(name, "VisionBlock") || ends_with(name, "Block"))) {
+      } else if (!structure.vision_blocks.empty() &&
+                 (ends_with(name, "VisionBlock") || ends_with(name, "Block") || name == structure.vision_block_class)) {
         out.notes.push_back(fmt::format("fsdp_config.transformer_layer_cls_to_wrap: {} (vision) is not modelled as its own unit", name));
       } else {
         throw InputError(where, fmt::format("transformer_layer_cls_to_wrap names '{}', a class {} does not have "

@@ -1,0 +1,447 @@
+// The vision towers and vision-language projectors hookstream models, each checked against
+// named_parameters() of the model transformers 5.17.0 builds on the meta device (the structure
+// oracle, oracles/structure_oracle.py, and fixtures in tests/sim/architectures/). Registration
+// order inside a module: its own nn.Parameters first, then its children in __init__ order.
+#include "sim/inputs/architectures/vision_tower.h"
+
+#include <algorithm>
+
+namespace hookstream {
+namespace {
+
+using K = ModuleKind;
+using R = ModuleRole;
+
+ModuleSpec linear(std::string path, R role, std::string in, std::string out, std::string bias, std::string when = "") {
+  return ModuleSpec{std::move(path), K::Linear, role, std::move(in), std::move(out), std::move(bias), std::move(when), false, ""};
+}
+ModuleSpec norm(std::string path, R role, std::string shape, std::string bias, std::string when = "") {
+  return ModuleSpec{std::move(path), K::Norm, role, "", std::move(shape), std::move(bias), std::move(when), false, ""};
+}
+// A bare nn.Parameter: the path's last piece is the parameter's name.
+ModuleSpec tensor(std::string path, R role, std::string shape, std::string when = "") {
+  return ModuleSpec{std::move(path), K::Tensor, role, "", std::move(shape), "", std::move(when), false, ""};
+}
+// nn.Conv2d(in, out, kernel_size=patch, stride=patch): weight [out, in, patch, patch].
+ModuleSpec conv(std::string path, std::string in, std::string out_and_kernel, std::string bias) {
+  return ModuleSpec{std::move(path), K::Conv, R::EmbedOther, std::move(in), std::move(out_and_kernel), std::move(bias), "", false, ""};
+}
+ModuleSpec embedding(std::string path, std::string shape) {
+  return ModuleSpec{std::move(path), K::Embedding, R::EmbedOther, "", std::move(shape), "", "", false, ""};
+}
+
+// CLIPAttention / SiglipAttention: k_proj, v_proj, q_proj, out_proj, all nn.Linear(embed_dim,
+// embed_dim, bias=True), registered in that order.
+std::vector<ModuleSpec> encoder_attention(const std::string& prefix, const std::string& o_name, const std::string& bias) {
+  return {linear(prefix + ".k_proj", R::K, "hidden_size", "hidden_size", bias),
+          linear(prefix + ".v_proj", R::V, "hidden_size", "hidden_size", bias),
+          linear(prefix + ".q_proj", R::Q, "hidden_size", "hidden_size", bias),
+          linear(prefix + "." + o_name, R::O, "hidden_size", "hidden_size", bias)};
+}
+// CLIPMLP / SiglipMLP: fc1 (hidden -> intermediate), fc2, with biases.
+std::vector<ModuleSpec> encoder_mlp(const std::string& prefix) {
+  return {linear(prefix + ".fc1", R::Up, "hidden_size", "intermediate_size", "1"),
+          linear(prefix + ".fc2", R::Down, "intermediate_size", "hidden_size", "1")};
+}
+
+std::vector<VisionTowerSpec> build_towers() {
+  std::vector<VisionTowerSpec> t;
+  {
+    // CLIPVisionModel (transformers/models/clip/modeling_clip.py): CLIPVisionEmbeddings registers
+    // class_embedding (nn.Parameter [embed_dim]), patch_embedding (Conv2d, bias=False) and
+    // position_embedding (nn.Embedding(num_patches + 1, embed_dim)); then pre_layrnorm, the
+    // encoder, post_layernorm (applied to the pooled class token only).
+    VisionTowerSpec a;
+    a.model_type = "clip_vision_model";
+    a.layout = VisionLayout::Clip;
+    a.embeddings = {tensor("embeddings.class_embedding", R::EmbedOther, "hidden_size"),
+                    conv("embeddings.patch_embedding", "num_channels", "hidden_size,patch_size,patch_size_1", ""),
+                    embedding("embeddings.position_embedding", "num_patches+1,hidden_size"),
+                    norm("pre_layrnorm", R::EmbedOther, "hidden_size", "1")};
+    a.blocks = "encoder.layers";
+    a.block_class = "CLIPEncoderLayer";
+    // CLIPEncoderLayer.__init__: self_attn, layer_norm1, mlp, layer_norm2.
+    a.block = encoder_attention("self_attn", "out_proj", "1");
+    a.block.push_back(norm("layer_norm1", R::InputNorm, "hidden_size", "1"));
+    for (ModuleSpec& m : encoder_mlp("mlp")) a.block.push_back(m);
+    a.block.push_back(norm("layer_norm2", R::PostAttentionNorm, "hidden_size", "1"));
+    a.post = {norm("post_layernorm", R::FinalNorm, "hidden_size", "1")};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 32}, {"image_size", 224}};
+    a.source = "transformers/models/clip/modeling_clip.py";
+    t.push_back(a);
+  }
+  {
+    // SiglipVisionModel (transformers/models/siglip/modeling_siglip.py): SiglipVisionEmbeddings
+    // (patch_embedding Conv2d with bias, position_embedding nn.Embedding(num_patches, embed_dim)),
+    // the encoder, post_layernorm on last_hidden_state, and the attention-pooling head when
+    // use_head (True unless the config has vision_use_head: SiglipVisionTransformer.__init__).
+    VisionTowerSpec a;
+    a.model_type = "siglip_vision_model";
+    a.layout = VisionLayout::Siglip;
+    a.embeddings = {conv("embeddings.patch_embedding", "num_channels", "hidden_size,patch_size,patch_size_1", "1"),
+                    embedding("embeddings.position_embedding", "num_patches,hidden_size")};
+    a.blocks = "encoder.layers";
+    a.block_class = "SiglipEncoderLayer";
+    // SiglipEncoderLayer.__init__: layer_norm1, self_attn, layer_norm2, mlp.
+    a.block = {norm("layer_norm1", R::InputNorm, "hidden_size", "1")};
+    for (ModuleSpec& m : encoder_attention("self_attn", "out_proj", "1")) a.block.push_back(m);
+    a.block.push_back(norm("layer_norm2", R::PostAttentionNorm, "hidden_size", "1"));
+    for (ModuleSpec& m : encoder_mlp("mlp")) a.block.push_back(m);
+    // SiglipMultiheadAttentionPoolingHead: probe [1, 1, H], nn.MultiheadAttention (in_proj_weight
+    // [3H, H], in_proj_bias, out_proj: a Linear subclass PEFT's all-linear wraps), layernorm, mlp.
+    a.post = {norm("post_layernorm", R::FinalNorm, "hidden_size", "1"),
+              tensor("head.probe", R::AttentionOther, "1,1,hidden_size", "vision_use_head"),
+              tensor("head.attention.in_proj_weight", R::AttentionOther, "3*hidden_size,hidden_size", "vision_use_head"),
+              tensor("head.attention.in_proj_bias", R::AttentionOther, "3*hidden_size", "vision_use_head"),
+              linear("head.attention.out_proj", R::AttentionOther, "hidden_size", "hidden_size", "1", "vision_use_head"),
+              norm("head.layernorm", R::AttentionOther, "hidden_size", "1", "vision_use_head"),
+              linear("head.mlp.fc1", R::AttentionOther, "hidden_size", "intermediate_size", "1", "vision_use_head"),
+              linear("head.mlp.fc2", R::AttentionOther, "intermediate_size", "hidden_size", "1", "vision_use_head")};
+    a.not_quantized = {"head.attention.out_proj"};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"image_size", 224}, {"vision_use_head", 1}};
+    a.source = "transformers/models/siglip/modeling_siglip.py";
+    t.push_back(a);
+  }
+  {
+    // PixtralVisionModel (transformers/models/pixtral/modeling_pixtral.py): patch_conv (Conv2d,
+    // bias=False), ln_pre (PixtralRMSNorm), transformer.layers; rotary positions, no parameters.
+    // PixtralAttentionLayer.__init__: attention_norm, feed_forward (gate/up/down_proj, bias=False),
+    // attention (k/v/q/o_proj, bias=False, embed_dim -> embed_dim), ffn_norm.
+    VisionTowerSpec a;
+    a.model_type = "pixtral";
+    a.layout = VisionLayout::Pixtral;
+    a.embeddings = {conv("patch_conv", "num_channels", "hidden_size,patch_size,patch_size_1", ""),
+                    norm("ln_pre", R::EmbedOther, "hidden_size", "")};
+    a.blocks = "transformer.layers";
+    a.block_class = "PixtralAttentionLayer";
+    a.block = {norm("attention_norm", R::InputNorm, "hidden_size", ""),
+               linear("feed_forward.gate_proj", R::Gate, "hidden_size", "intermediate_size", ""),
+               linear("feed_forward.up_proj", R::Up, "hidden_size", "intermediate_size", ""),
+               linear("feed_forward.down_proj", R::Down, "intermediate_size", "hidden_size", ""),
+               linear("attention.k_proj", R::K, "hidden_size", "hidden_size", ""),
+               linear("attention.v_proj", R::V, "hidden_size", "hidden_size", ""),
+               linear("attention.q_proj", R::Q, "hidden_size", "hidden_size", ""),
+               linear("attention.o_proj", R::O, "hidden_size", "hidden_size", ""),
+               norm("ffn_norm", R::PostAttentionNorm, "hidden_size", "")};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"image_size", 1024}};
+    a.source = "transformers/models/pixtral/modeling_pixtral.py";
+    t.push_back(a);
+  }
+  {
+    // InternVLVisionModel (transformers/models/internvl/modeling_internvl.py): embeddings (cls_token
+    // [1, 1, H], mask_token when use_mask_token, position_embeddings [1, num_patches + 1, H] when
+    // use_absolute_position_embeddings, then patch_embeddings.projection: Conv2d with bias), the
+    // encoder (encoder.layer), and a final LayerNorm unless use_mean_pooling.
+    // InternVLVisionLayer.__init__: lambda_1, lambda_2 (layer scale, own parameters first), attention
+    // (q/k/v_proj with bias=attention_bias, projection_layer with bias, q_norm/k_norm RMSNorms when
+    // use_qk_norm), mlp (fc1, fc2), layernorm_before, layernorm_after (NORM2FN[norm_type]: a
+    // LayerNorm, or an RMSNorm without bias).
+    VisionTowerSpec a;
+    a.model_type = "internvl_vision";
+    a.layout = VisionLayout::InternVL;
+    const std::string norm_bias = "norm_type=layer_norm";
+    a.embeddings = {tensor("embeddings.cls_token", R::EmbedOther, "1,1,hidden_size"),
+                    tensor("embeddings.mask_token", R::EmbedOther, "1,1,hidden_size", "use_mask_token"),
+                    tensor("embeddings.position_embeddings", R::EmbedOther, "1,num_patches+1,hidden_size",
+                           "use_absolute_position_embeddings"),
+                    conv("embeddings.patch_embeddings.projection", "num_channels", "hidden_size,patch_size,patch_size_1", "1")};
+    a.blocks = "encoder.layer";
+    a.block_class = "InternVLVisionLayer";
+    a.block = {tensor("lambda_1", R::AttentionOther, "hidden_size"),
+               tensor("lambda_2", R::MlpOther, "hidden_size"),
+               linear("attention.q_proj", R::Q, "hidden_size", "hidden_size", "attention_bias"),
+               linear("attention.k_proj", R::K, "hidden_size", "hidden_size", "attention_bias"),
+               linear("attention.v_proj", R::V, "hidden_size", "hidden_size", "attention_bias"),
+               linear("attention.projection_layer", R::O, "hidden_size", "hidden_size", "1"),
+               norm("attention.q_norm", R::QNorm, "hidden_size", "", "use_qk_norm"),
+               norm("attention.k_norm", R::KNorm, "hidden_size", "", "use_qk_norm"),
+               linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "1"),
+               norm("layernorm_before", R::InputNorm, "hidden_size", norm_bias),
+               norm("layernorm_after", R::PostAttentionNorm, "hidden_size", norm_bias)};
+    a.post = {norm("layernorm", R::FinalNorm, "hidden_size", "1", "!use_mean_pooling")};
+    a.defaults = {{"num_channels", 3}, {"use_absolute_position_embeddings", 1}, {"use_mean_pooling", 1},
+                  {"norm_type=layer_norm", 1}};
+    a.source = "transformers/models/internvl/modeling_internvl.py";
+    t.push_back(a);
+  }
+  {
+    // Glm4vVisionModel (transformers/models/glm4v/modeling_glm4v.py), under model.visual:
+    // embeddings.position_embedding (nn.Embedding(num_patches, hidden)), patch_embed.proj (Conv3d
+    // [hidden, in_channels, temporal_patch_size, patch, patch] with bias), blocks (Glm4vVisionBlock:
+    // norm1, norm2 RMSNorms, attn.qkv with bias=attention_bias, attn.proj without bias, mlp
+    // gate/up/down_proj over out_hidden_size without bias), then merger (Glm4vVisionPatchMerger over
+    // out_hidden_size: proj, post_projection_norm LayerNorm, gate/up_proj to intermediate_size,
+    // down_proj; no biases), post_conv_layernorm, downsample (Conv2d hidden -> out_hidden, kernel
+    // spatial_merge_size, bias), post_layernorm. Glm4vVisionModel.forward runs patch_embed,
+    // post_conv_layernorm, the position embedding, the blocks, post_layernorm, downsample, merger
+    // (the model's forward_order).
+    VisionTowerSpec a;
+    a.model_type = "glm4v_vision";
+    // Qwen2.5-VL's block layout: modular_glm4v.py derives Glm4vVisionBlock, Glm4vVisionAttention and
+    // Glm4VisionMlp from Qwen2_5_VLVisionBlock, Qwen2_5_VLVisionAttention and Qwen2_5_VLMLP; the rest
+    // of the tower is this description's.
+    a.layout = VisionLayout::Qwen25VL;
+    a.attribute_map = {{"depth", "num_hidden_layers"}, {"num_heads", "num_attention_heads"}, {"in_channels", "num_channels"}};
+    a.embeddings = {embedding("embeddings.position_embedding", "num_patches,hidden_size"),
+                    conv("patch_embed.proj", "num_channels", "hidden_size,temporal_patch_size,patch_size,patch_size_1", "1")};
+    a.blocks = "blocks";
+    a.block_class = "Glm4vVisionBlock";
+    a.block = {norm("norm1", R::InputNorm, "hidden_size", ""),
+               norm("norm2", R::PostAttentionNorm, "hidden_size", ""),
+               linear("attn.qkv", R::QKV, "hidden_size", "3*hidden_size", "attention_bias"),
+               linear("attn.proj", R::O, "hidden_size", "hidden_size", ""),
+               linear("mlp.gate_proj", R::Gate, "hidden_size", "out_hidden_size", ""),
+               linear("mlp.up_proj", R::Up, "hidden_size", "out_hidden_size", ""),
+               linear("mlp.down_proj", R::Down, "out_hidden_size", "hidden_size", "")};
+    ModuleSpec downsample = conv("downsample", "hidden_size", "out_hidden_size,spatial_merge_size,spatial_merge_size", "1");
+    downsample.role = R::MlpOther;
+    a.post = {linear("merger.proj", R::MlpOther, "out_hidden_size", "out_hidden_size", ""),
+              norm("merger.post_projection_norm", R::MlpOther, "out_hidden_size", "1"),
+              linear("merger.gate_proj", R::MlpOther, "out_hidden_size", "intermediate_size", ""),
+              linear("merger.up_proj", R::MlpOther, "out_hidden_size", "intermediate_size", ""),
+              linear("merger.down_proj", R::MlpOther, "intermediate_size", "out_hidden_size", ""),
+              norm("post_conv_layernorm", R::EmbedOther, "hidden_size", ""),
+              downsample,
+              norm("post_layernorm", R::FinalNorm, "hidden_size", "")};
+    a.defaults = {{"num_channels", 3}, {"temporal_patch_size", 2}, {"spatial_merge_size", 2}};
+    a.source = "transformers/models/glm4v/modeling_glm4v.py";
+    t.push_back(a);
+  }
+  return t;
+}
+
+// LlavaMultiModalProjector (modeling_llava.py; LLaVA-NeXT's and LLaVA-OneVision's are the same):
+// linear_1 (vision hidden_size * the number of vision feature layers -> text hidden_size), act,
+// linear_2, both with bias=multimodal_projector_bias.
+std::vector<ModuleSpec> llava_projector() {
+  return {linear("model.multi_modal_projector.linear_1", R::MlpOther, "vision_hidden_size*num_feature_layers",
+                 "hidden_size", "multimodal_projector_bias"),
+          linear("model.multi_modal_projector.linear_2", R::MlpOther, "hidden_size", "hidden_size",
+                 "multimodal_projector_bias")};
+}
+
+std::vector<VisionLanguageSpec> build_models() {
+  const std::vector<std::string> described = {"clip_vision_model", "siglip_vision_model", "pixtral"};
+  std::vector<VisionLanguageSpec> t;
+  {
+    // LlavaModel.__init__ (modeling_llava.py): vision_tower = AutoModel.from_config(vision_config)
+    // (any tower: CLIP for LLaVA-1.5, Pixtral for Pixtral-12B), multi_modal_projector,
+    // language_model. get_image_features reads hidden_states[vision_feature_layer].
+    VisionLanguageSpec a;
+    a.model_type = "llava";
+    a.towers = described;
+    a.projector = llava_projector();
+    a.defaults = {{"multimodal_projector_bias", 1}, {"vision_feature_layer", -2}, {"tie_word_embeddings", 0}};
+    a.tie_from_text = true;
+    a.source = "transformers/models/llava/modeling_llava.py";
+    t.push_back(a);
+  }
+  for (const char* type : {"llava_next", "llava_onevision", "llava_next_video"}) {
+    // LlavaNextModel / LlavaOnevisionModel / LlavaNextVideoModel: as LLaVA, plus image_newline
+    // (nn.Parameter [text hidden_size]) appended after each row of image features
+    // (pack_image_features); LLaVA-NeXT-Video's vision_resampler is a pooling layer (no parameters).
+    VisionLanguageSpec a;
+    a.model_type = type;
+    a.towers = described;
+    a.model_params = {tensor("model.image_newline", R::EmbedOther, "hidden_size")};
+    a.projector = llava_projector();
+    // LlavaNextConfig, LlavaNextVideoConfig: vision_feature_layer -2; LlavaOnevisionConfig: -1.
+    a.defaults = {{"multimodal_projector_bias", 1}, {"vision_feature_layer", a.model_type == "llava_onevision" ? -1.0 : -2.0},
+                  {"tie_word_embeddings", 0}};
+    a.tie_from_text = a.model_type != "llava_next";
+    a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
+    t.push_back(a);
+  }
+  for (const char* type : {"gemma3", "shieldgemma2"}) {
+    // Gemma3Model (modeling_gemma3.py): vision_tower (SigLIP), Gemma3MultiModalProjector
+    // (mm_input_projection_weight nn.Parameter [vision hidden, text hidden], mm_soft_emb_norm
+    // Gemma3RMSNorm(vision hidden), an AvgPool2d), language_model; get_image_features projects
+    // last_hidden_state. ShieldGemma 2 is built with Gemma3ForConditionalGeneration
+    // (MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES); ShieldGemma2Config takes the text config's
+    // tie_word_embeddings when it has none.
+    VisionLanguageSpec a;
+    a.model_type = type;
+    a.tie_default_from_text = a.model_type == "shieldgemma2";
+    a.towers = {"siglip_vision_model"};
+    a.projector = {tensor("model.multi_modal_projector.mm_input_projection_weight", R::MlpOther,
+                          "vision_hidden_size,hidden_size"),
+                   norm("model.multi_modal_projector.mm_soft_emb_norm", R::MlpOther, "vision_hidden_size", "")};
+    // Gemma3MultiModalProjector.forward: avg_pool, mm_soft_emb_norm, then the matmul.
+    a.forward_order = {"mm_soft_emb_norm", "mm_input_projection_weight"};
+    a.features = VisionFeatures::LastHiddenState;
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/gemma3/modeling_gemma3.py";
+    t.push_back(a);
+  }
+  {
+    // DeepseekVLModel (modeling_deepseek_vl.py): vision_model (SigLIP), aligner (DeepseekVLAligner:
+    // linear1 vision -> text hidden, GELU, linear2; biases), language_model; last_hidden_state.
+    VisionLanguageSpec a;
+    a.model_type = "deepseek_vl";
+    a.towers = {"siglip_vision_model"};
+    a.tower = "model.vision_model";
+    a.projector = {linear("model.aligner.linear1", R::MlpOther, "vision_hidden_size", "hidden_size", "1"),
+                   linear("model.aligner.linear2", R::MlpOther, "hidden_size", "hidden_size", "1")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.source = "transformers/models/deepseek_vl/modeling_deepseek_vl.py";
+    t.push_back(a);
+  }
+  {
+    // PaliGemmaModel (modeling_paligemma.py): vision_tower (SigLIP), PaliGemmaMultiModalProjector
+    // (linear: vision hidden -> projection_dim, bias=True; PaliGemmaConfig copies projection_dim
+    // into the vision config), language_model; last_hidden_state.
+    VisionLanguageSpec a;
+    a.model_type = "paligemma";
+    a.towers = {"siglip_vision_model"};
+    a.projector = {linear("model.multi_modal_projector.linear", R::MlpOther, "vision_hidden_size", "projection_dim", "1")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.defaults = {{"projection_dim", 2048}, {"tie_word_embeddings", 1}};
+    a.source = "transformers/models/paligemma/modeling_paligemma.py";
+    t.push_back(a);
+  }
+  {
+    // Mistral3Model (modeling_mistral3.py): vision_tower (Pixtral), Mistral3MultiModalProjector:
+    // norm (Mistral3RMSNorm(vision hidden)), patch_merger.merging_layer (Linear(vision hidden *
+    // spatial_merge_size^2 -> vision hidden, bias=False)), linear_1 (vision hidden * feature layers
+    // -> text hidden), linear_2, biases by multimodal_projector_bias.
+    VisionLanguageSpec a;
+    a.model_type = "mistral3";
+    a.towers = {"pixtral"};
+    a.projector = {norm("model.multi_modal_projector.norm", R::MlpOther, "vision_hidden_size", ""),
+                   linear("model.multi_modal_projector.patch_merger.merging_layer", R::MlpOther,
+                          "vision_hidden_size*spatial_merge_size*spatial_merge_size", "vision_hidden_size", "")};
+    for (ModuleSpec& m : llava_projector()) a.projector.push_back(m);
+    a.merge = "spatial_merge_size";
+    a.defaults = {{"multimodal_projector_bias", 0}, {"spatial_merge_size", 2}, {"vision_feature_layer", -1},
+                  {"tie_word_embeddings", 1}};
+    a.source = "transformers/models/mistral3/modeling_mistral3.py";
+    t.push_back(a);
+  }
+  {
+    // VipLlavaModel (modeling_vipllava.py): a CLIP tower read at several layers
+    // (vision_feature_layers, concatenated), VipLlavaMultiModalProjector: projector_layernorm and
+    // linear_1 over vision hidden * the number of layers, linear_2 (biases), language_model.
+    VisionLanguageSpec a;
+    a.model_type = "vipllava";
+    a.towers = described;
+    a.projector = {norm("model.multi_modal_projector.projector_layernorm", R::MlpOther, "vision_hidden_size*num_feature_layers", "1"),
+                   linear("model.multi_modal_projector.linear_1", R::MlpOther, "vision_hidden_size*num_feature_layers", "hidden_size", "1"),
+                   linear("model.multi_modal_projector.linear_2", R::MlpOther, "hidden_size", "hidden_size", "1")};
+    a.feature_layer_key = "vision_feature_layers";
+    a.default_feature_layers = {-2, -5, -8, -11, 6};
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/vipllava/modeling_vipllava.py";
+    t.push_back(a);
+  }
+  {
+    // LightOnOcrModel (modeling_lighton_ocr.py): vision_encoder (Pixtral), vision_projection
+    // (LightOnOcrMultiModalProjector: norm, patch_merger.merging_layer, linear_1 vision -> text hidden,
+    // linear_2, all without bias), language_model; last_hidden_state.
+    VisionLanguageSpec a;
+    a.model_type = "lighton_ocr";
+    a.towers = {"pixtral"};
+    a.tower = "model.vision_encoder";
+    a.projector = {norm("model.vision_projection.norm", R::MlpOther, "vision_hidden_size", ""),
+                   linear("model.vision_projection.patch_merger.merging_layer", R::MlpOther,
+                          "vision_hidden_size*spatial_merge_size*spatial_merge_size", "vision_hidden_size", ""),
+                   linear("model.vision_projection.linear_1", R::MlpOther, "vision_hidden_size", "hidden_size", ""),
+                   linear("model.vision_projection.linear_2", R::MlpOther, "hidden_size", "hidden_size", "")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "spatial_merge_size";
+    a.defaults = {{"spatial_merge_size", 2}, {"tie_word_embeddings", 1}};
+    a.source = "transformers/models/lighton_ocr/modeling_lighton_ocr.py";
+    t.push_back(a);
+  }
+  for (const char* type : {"glm4v", "glm46v"}) {
+    // Glm4vModel / Glm46VModel: visual (Glm4vVisionModel, whose merger is the projector),
+    // language_model (Glm4vTextModel); the merged last_hidden_state.
+    VisionLanguageSpec a;
+    a.model_type = type;
+    a.towers = {"glm4v_vision"};
+    a.tower = "model.visual";
+    a.forward_order = {"post_conv_layernorm", "position_embedding", "downsample", "proj", "post_projection_norm",
+                       "gate_proj", "up_proj", "down_proj"};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_spatial_merge_size";
+    // Glm4vConfig: tie_word_embeddings False, and a pre-v5 text_config's true is forwarded to it
+    // (Glm46VConfig does not forward it).
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.tie_from_text = a.model_type == "glm4v";
+    a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
+    t.push_back(a);
+  }
+  {
+    // Cohere2VisionModel (modeling_cohere2_vision.py): vision_tower (SigLIP), Cohere2VisionMultiModalProjector
+    // (linear_1: vision hidden * downsample_factor^2 -> alignment_intermediate_size, a SwiGLU that
+    // halves it, linear_2: alignment_intermediate_size // 2 -> text hidden; biases), language_model;
+    // last_hidden_state.
+    VisionLanguageSpec a;
+    a.model_type = "cohere2_vision";
+    a.towers = {"siglip_vision_model"};
+    a.projector = {linear("model.multi_modal_projector.linear_1", R::MlpOther,
+                          "vision_hidden_size*downsample_factor*downsample_factor", "alignment_intermediate_size", "1"),
+                   linear("model.multi_modal_projector.linear_2", R::MlpOther, "alignment_half", "hidden_size", "1")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "downsample_factor";
+    a.derived = {{"alignment_half", "alignment_intermediate_size", 0.5, false}};
+    a.defaults = {{"downsample_factor", 2}, {"alignment_intermediate_size", 36864}, {"tie_word_embeddings", 1}};
+    a.source = "transformers/models/cohere2_vision/modeling_cohere2_vision.py";
+    t.push_back(a);
+  }
+  {
+    // InternVLModel (modeling_internvl.py): vision_tower (InternVL's ViT), InternVLMultiModalProjector
+    // (layer_norm and linear_1 over vision hidden * int(1 / downsample_ratio)^2 after the pixel
+    // shuffle, linear_2; nn.Linear/LayerNorm defaults: biases), language_model.
+    VisionLanguageSpec a;
+    a.model_type = "internvl";
+    a.towers = {"internvl_vision"};
+    const std::string shuffled = "vision_hidden_size*downsample_ratio_inverse*downsample_ratio_inverse";
+    a.projector = {norm("model.multi_modal_projector.layer_norm", R::MlpOther, shuffled, "1"),
+                   linear("model.multi_modal_projector.linear_1", R::MlpOther, shuffled, "hidden_size", "1"),
+                   linear("model.multi_modal_projector.linear_2", R::MlpOther, "hidden_size", "hidden_size", "1")};
+    a.features = VisionFeatures::LastOrHiddenStates;
+    a.merge = "downsample_ratio_inverse";
+    a.derived = {{"downsample_ratio_inverse", "downsample_ratio", 1, true}};
+    a.defaults = {{"downsample_ratio", 0.5}, {"vision_feature_layer", -1}, {"tie_word_embeddings", 1}};
+    a.source = "transformers/models/internvl/modeling_internvl.py";
+    t.push_back(a);
+  }
+  return t;
+}
+
+const std::vector<VisionTowerSpec>& towers() {
+  static const std::vector<VisionTowerSpec> specs = build_towers();
+  return specs;
+}
+
+const std::vector<VisionLanguageSpec>& models() {
+  static const std::vector<VisionLanguageSpec> specs = build_models();
+  return specs;
+}
+
+}  // namespace
+
+const VisionTowerSpec* find_vision_tower(const std::string& vision_model_type) {
+  for (const VisionTowerSpec& spec : towers()) {
+    if (spec.model_type == vision_model_type) return &spec;
+  }
+  return nullptr;
+}
+
+const VisionLanguageSpec* find_vision_language(const std::string& model_type) {
+  for (const VisionLanguageSpec& spec : models()) {
+    if (spec.model_type == model_type) return &spec;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> vision_language_model_types() {
+  std::vector<std::string> types;
+  for (const VisionLanguageSpec& spec : models()) types.push_back(spec.model_type);
+  std::sort(types.begin(), types.end());
+  return types;
+}
+
+}  // namespace hookstream
