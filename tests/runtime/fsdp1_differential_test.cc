@@ -177,13 +177,20 @@ TEST_CASE("FSDP1: the simulator agrees with real FullyShardedDataParallel (torch
     auto results = run_fsdp1_oracle(plans, oracle);
     for (size_t k = 0; k < indices.size(); ++k) observed[indices[k]] = std::move(results[k]);
   }
-  int agree = 0, failing = 0, texts_compared = 0, adapter_plans = 0, adapter_agree = 0;
+  int agree = 0, failing = 0, texts_compared = 0, adapter_plans = 0, adapter_agree = 0, unobservable_wrong_gradients = 0;
   std::map<std::string, int> verdicts;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     bool all = true;
+    // Without use_orig_params the oracle cannot read the reduced gradients
+    // (summon_full_params(with_grads=True) needs it): a predicted wrong gradient is seen as "ok".
+    const bool gradients_observed = c.predicted.plan.engine.fsdp.use_orig_params.value_or(false);
     for (const Fsdp1RankObservation& o : observed[i]) {
-      const Predicted p = predicted_for_rank(c.predicted.simulation, o.rank);
+      Predicted p = predicted_for_rank(c.predicted.simulation, o.rank);
+      if (p.verdict == "wrong_gradient" && !gradients_observed) {
+        p = Predicted{};
+        ++unobservable_wrong_gradients;
+      }
       const std::string seen = o.text == kCrash ? "crash" : o.verdict;
       const std::string observed_text = without_tensor_values(o.text);
       INFO(c.name << " rank " << o.rank << "\n" << c.yaml << "\npredicted: " << p.verdict << " '" << p.text << "' "
@@ -212,7 +219,8 @@ TEST_CASE("FSDP1: the simulator agrees with real FullyShardedDataParallel (torch
   for (const auto& [v, n] : verdicts) summary += fmt::format("{}: {} ", v, n);
   WARN("FSDP1 differential: " << agree << "/" << cases.size() << " plans agree on every rank (" << texts_compared
                                << " rank error texts compared); with an adapter: " << adapter_agree << "/"
-                               << adapter_plans << "; rank verdicts " << summary);
+                               << adapter_plans << "; rank verdicts " << summary << "; predicted wrong gradients the "
+                               << "oracle cannot read (use_orig_params false): " << unobservable_wrong_gradients);
   CHECK(agree == static_cast<int>(cases.size()));
   CHECK(failing >= 8);
 }

@@ -166,6 +166,7 @@ class Fsdp1Model : public SyncModel {
     position_ = position;
     unused_ = plan_.unused_modules_for(position.rank, position.step.iteration, position.step.micro_step);
     callback_queued_ = false;
+    forward_mlp_calls_.clear();
     for (UnitState& s : state_) {
       s.handle = HandleState::Idle;
       s.ran_pre_backward = false;
@@ -179,6 +180,10 @@ class Fsdp1Model : public SyncModel {
     const int u = unit_of_call(call);
     if (u < 0) return input;
     if (call.kind == ModuleKind::Adapter) return adapter_pre_forward(u, call, input);
+    if (call.kind == ModuleKind::DecoderLayer) {
+      layer_grad_enabled_ = engine.grad_enabled();
+      forward_mlp_calls_[call.layer] = 0;
+    }
     if (call.in_backward) {
       // A reentrant checkpoint's recompute runs the layer's inner forward, not
       // FullyShardedDataParallel.forward (HF's checkpoint and accelerate's checkpoint_wrapper sit
@@ -197,6 +202,7 @@ class Fsdp1Model : public SyncModel {
   }
 
   SimTensor post_forward(AutogradEngine& engine, const ModuleCall& call, SimTensor output) override {
+    if (call.kind == ModuleKind::Mlp) check_stale_adapter_views(call, engine.grad_enabled());
     const int u = unit_of_call(call);
     if (u < 0) return output;
     if (call.kind == ModuleKind::Adapter) return adapter_post_forward(engine, u, output);
@@ -245,15 +251,55 @@ class Fsdp1Model : public SyncModel {
     const bool by_autograd_grad = strategy == TiledBackward::FunctionReturnsGrads ||
                                   (strategy == TiledBackward::GradThenBackward && chunk + 1 < chunks);
     if (!by_autograd_grad) return;
+    for (int p : adapter_mlp_weights(layer)) lost_gradients_.insert(p);
+  }
+
+  // The tiled MLP's trainable weights (oracles/ddp_worker.py mlp_trainable_weights) that sit in
+  // adapter units of their own.
+  std::vector<int> adapter_mlp_weights(const DecoderLayerUse& layer) const {
+    std::vector<int> out;
     for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) {
       if (use->weight >= 0 && module_unused(unused_, structure_.parameters[static_cast<size_t>(use->weight)].module)) continue;
       for (int p : {use->weight, use->bias, use->lora_a, use->lora_b}) {
         if (p < 0 || !structure_.parameters[static_cast<size_t>(p)].trainable) continue;
         if (module_unused(unused_, structure_.parameters[static_cast<size_t>(p)].module)) continue;
         const int u = unit_of_param_[static_cast<size_t>(p)];
-        if (u >= 0 && units_[static_cast<size_t>(u)].adapter) lost_gradients_.insert(p);
+        if (u >= 0 && units_[static_cast<size_t>(u)].adapter) out.push_back(p);
       }
     }
+    return out;
+  }
+
+  // Observed on real FSDP1 2.11 (tests/plans/fsdp1/lora_tiled_function_returns_grads_orig_false.yaml):
+  // with use_orig_params false a module's weight is a plain view of its FlatParameter, made by
+  // _use_unsharded_views from split() (a function returning several views); every later unshard
+  // set_()s the FlatParameter in place. A weight looked up while its unit was sharded (an adapter
+  // unit outside its own call) and given to TiledMLP.apply as an input raises when apply records
+  // the Function's inputs, after the MLP's forward (which unsharded the unit again). The same stale
+  // views given to torch.autograd.grad in a chunk's backward did not raise
+  // (lora_tiled_grad_then_backward_orig_false.yaml): their gradient is lost as with use_orig_params.
+  void check_stale_adapter_views(const ModuleCall& mlp, bool grad_enabled) {
+    if (use_orig_params_ || grad_enabled || mlp.layer < 0 || !plan_.layer_tiled(mlp.layer)) return;
+    const DecoderLayerUse& layer = structure_.layers[static_cast<size_t>(mlp.layer)];
+    // TiledMLP.forward calls the MLP once per shard under no_grad; apply() records its weight
+    // inputs after the last one, if the layer runs with grad (not a reentrant checkpoint's forward).
+    const int shards = plan_.tiled_shards_for(position_.rank, position_.step.iteration, position_.step.micro_step);
+    if (!(layer_grad_enabled_ && plan_.tiled_mlp_weights_as_inputs && ++forward_mlp_calls_[mlp.layer] == shards)) return;
+    const std::vector<int> stale = adapter_mlp_weights(layer);
+    if (stale.empty()) return;
+    const Parameter& first = structure_.parameters[static_cast<size_t>(stale.front())];
+    throw SyncError(
+        VerdictKind::EngineError, stale.front(),
+        "Output 0 of ViewBackward0 is a view and its base or another view of its base has been modified inplace. This "
+        "view is the output of a function that returns multiple views. Such functions do not allow the output views to "
+        "be modified inplace. You should replace the inplace operation by an out-of-place one.",
+        fmt::format("the tiled MLP of layer {} hands {} to TiledMLP.apply as it looked it up while its FSDP1 unit "
+                    "was sharded; with use_orig_params false that is a view of the FlatParameter from an earlier "
+                    "unshard, whose base the unshard inside the MLP's call modified in place. Fix: "
+                    "fsdp_config.use_orig_params: true{}",
+                    mlp.layer, first.name,
+                    plan_.engine.fsdp.where.count("use_orig_params") ? " (" + plan_.engine.fsdp.where.at("use_orig_params") + ")" : ""),
+        flat_name(unit_of_param_[static_cast<size_t>(stale.front())]));
   }
 
   SimTensor before_backward(AutogradEngine& engine, const StepPosition& position, SimTensor output) override {
@@ -654,6 +700,8 @@ class Fsdp1Model : public SyncModel {
   bool use_orig_params_ = true;
   bool callback_queued_ = false;
   std::set<int> lost_gradients_;                 // this step's weights whose tiled-chunk gradient was lost
+  std::map<int, int> forward_mlp_calls_;         // per layer: MLP calls since the layer's forward began
+  bool layer_grad_enabled_ = true;               // grad mode of the running decoder layer's forward
   std::set<std::pair<int, int>> reported_lost_;  // (iteration, parameter) already reported
   std::vector<Finding> findings_;                // silent findings, handed over at end_iteration
   bool checking_order_ = false;   // _ExecOrderData._checking_order: debug level DETAIL
