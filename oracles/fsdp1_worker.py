@@ -72,9 +72,26 @@ class LayerModule(nn.Module):
         return checkpoint.checkpoint(fn, x, use_reentrant=model.s["use_reentrant"])
 
 
+class OwnerModule(nn.Module):
+    """A module that owns parameters (a Linear, an RMSNorm, the embedding, a LoRA A/B), called as
+    transformers and PEFT call it (`module(x)`; peft/tuners/lora/layer.py Linear.forward calls
+    base_layer(x) and lora_B(lora_A(dropout(x)))): when FSDP1 wraps it (PEFT's lambda policy), its
+    FullyShardedDataParallel.forward unshards it around the call. What it computes is TinyModel's
+    own code (fn)."""
+
+    def forward(self, x, fn):
+        return fn(x)
+
+
 class FsdpTinyModel(TinyModel):
-    def __init__(self, s, seed):
+    def __init__(self, s, seed, module_calls=False):
         super().__init__(s, seed)
+        # With PEFT's wrap policy, every parameter's module is called as a module, as in a
+        # transformers + PEFT model (oracles/zero_worker.py Zero3Model does the same for ZeRO-3).
+        self.module_calls = module_calls
+        if module_calls:
+            for path in sorted({self.owner(i) for i in range(len(s["parameters"]))}):
+                self.get_submodule(path).__class__ = OwnerModule
         # Re-home each decoder layer's parameters under a LayerModule at the same path.
         for layer in s["layers"]:
             *parent_path, leaf = layer["path"].split(".")
@@ -91,6 +108,19 @@ class FsdpTinyModel(TinyModel):
             new._owner = [self]  # a list: not registered as a submodule
             parent._modules[leaf] = new
         self.table = LiveTable(self, [p["name"] for p in s["parameters"]])
+
+    def apply_module(self, path, x, fn):
+        # Only the parameters' own modules are calls (the MLP block and a tied head's path are
+        # not modules of this model; no FSDP unit is there under either wrap policy).
+        if not self.module_calls:
+            return fn(x)
+        try:
+            module = self.get_submodule(path)
+        except AttributeError:
+            return fn(x)
+        if not isinstance(getattr(module, "_fsdp_wrapped_module", module), OwnerModule):
+            return fn(x)
+        return module(x, fn)
 
     def layer_module(self, layer):
         obj = self
@@ -215,14 +245,28 @@ def run_plan(out_dir, rank, world, seed, timeout, store, index):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
-    model = FsdpTinyModel(s, seed)
+    peft_policy = bool(fsdp_flags.get("peft_wrap_policy", False))
+    report["peft_wrap_policy"] = peft_policy
+    model = FsdpTinyModel(s, seed, module_calls=peft_policy)
     recorder = Recorder([])
     model.recorder = recorder
     inst = Instruments(recorder)
     inst.install()
-    # accelerate 1.15 FullyShardedDataParallelPlugin: TRANSFORMER_BASED_WRAP ->
-    # functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer classes}).
-    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={LayerModule})
+    if peft_policy:
+        # transformers 5.17 Trainer._prepare_for_training -> distributed/fsdp.py
+        # update_fsdp_plugin_peft: a PEFT model's plugin.auto_wrap_policy becomes PEFT's own
+        # fsdp_auto_wrap_policy(model) (peft 0.21 utils/other.py): _or_policy of a lambda policy
+        # (every leaf module whose weight requires grad: each LoRA A and B Linear) and the
+        # transformer policy on the model's _no_split_modules (the decoder layer class). The real
+        # function runs here; _no_split_modules names the tiny model's layer class as
+        # LlamaPreTrainedModel._no_split_modules names LlamaDecoderLayer.
+        from peft.utils.other import fsdp_auto_wrap_policy
+        model._no_split_modules = ["LayerModule"]
+        policy = fsdp_auto_wrap_policy(model)
+    else:
+        # accelerate 1.15 FullyShardedDataParallelPlugin: TRANSFORMER_BASED_WRAP ->
+        # functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer classes}).
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={LayerModule})
     try:
         fsdp = FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy.FULL_SHARD,
                     use_orig_params=use_orig_params, device_id=torch.device("cpu"), sync_module_states=False)

@@ -80,7 +80,9 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
                   {"bucket_cap_mb", plan.ddp_bucket_cap_mb ? Json(*plan.ddp_bucket_cap_mb) : Json(nullptr)}};
   // FSDP1 oracle (oracles/fsdp1_worker.py): accelerate 1.15 defaults use_orig_params to false.
   j["fsdp1"] = Json{{"use_orig_params", plan.engine.fsdp.use_orig_params.value_or(false)},
-                    {"distributed_debug", plan.torch_distributed_debug}};
+                    {"distributed_debug", plan.torch_distributed_debug},
+                    // transformers' Trainer wraps a PEFT model with PEFT's fsdp_auto_wrap_policy.
+                    {"peft_wrap_policy", plan.engine.fsdp.peft_wrap_policy}};
   // torch.compile and torch._dynamo.config for oracles/ddp_worker.py (docs/ddp-compile.md).
   j["compile"] = Json{{"torch_compile", plan.torch_compile.enabled},
                       {"backend", plan.torch_compile.backend},

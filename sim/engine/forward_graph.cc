@@ -121,12 +121,19 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     std::vector<SimTensor> inputs{leaf(use.bias), x, leaf(use.weight)};
     SimTensor result = engine_.op(path, inputs);
     if (use.lora_a >= 0) {
-      SimTensor a = engine_.op(path + ".lora_A", {x, leaf(use.lora_a)});
-      SimTensor b = engine_.op(path + ".lora_B", {a, leaf(use.lora_b)});
+      SimTensor a = adapter_call(use.lora_a, path + ".lora_A", x);
+      SimTensor b = adapter_call(use.lora_b, path + ".lora_B", a);
       SimTensor scaled = engine_.op(path + ".scaling", {b});
       result = engine_.op(path + " + lora", {result, scaled});
     }
     return call_post(ModuleKind::Linear, path, -1, result);
+  }
+
+  // lora_A(x) / lora_B(a) as module calls (their own FSDP1 units under PEFT's wrap policy).
+  SimTensor adapter_call(int parameter, const std::string& label, SimTensor x) {
+    const std::string& module = model_.parameters[static_cast<size_t>(parameter)].module;
+    x = call_pre(ModuleKind::Adapter, module, -1, x);
+    return call_post(ModuleKind::Adapter, module, -1, engine_.op(label, {x, leaf(parameter)}));
   }
 
   SimTensor attention(const DecoderLayerUse& layer, SimTensor x) {

@@ -21,7 +21,10 @@ namespace hookstream {
 // parameter fetch/release). Reentrant checkpoints and tiled MLPs call the module's forward again
 // inside backward, so its hooks fire again there (torch/nn/modules/module.py _call_impl), with
 // `in_backward` set (torch._C._current_graph_task_id() != -1).
-enum class ModuleKind { Root, DecoderLayer, Mlp, Linear, VisionBlock };
+// Adapter: a PEFT LoRA layer's lora_A / lora_B Linear (peft/tuners/lora/layer.py Linear.forward
+// calls lora_B(lora_A(dropout(x)))), called inside its lora.Linear (kind Linear); `path` is the
+// module, e.g. "base_model.model.model.layers.3.mlp.up_proj.lora_A.default".
+enum class ModuleKind { Root, DecoderLayer, Mlp, Linear, VisionBlock, Adapter };
 
 struct ModuleCall {
   ModuleKind kind = ModuleKind::Root;

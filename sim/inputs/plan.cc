@@ -1613,7 +1613,12 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
   resolve_world_size(draft, options, accelerate);
   resolve_attention(draft);
   engine_rules(draft, accelerate);
-  if (draft.plan.engine.kind == EngineKind::Fsdp1) draft.plan.engine.fsdp.peft_wrap_policy = draft.plan.adapter != Adapter::None;
+  if (draft.plan.engine.kind == EngineKind::Fsdp1 && draft.plan.adapter != Adapter::None) {
+    FsdpSettings& fsdp = draft.plan.engine.fsdp;
+    fsdp.peft_wrap_policy = true;
+    fsdp.peft_quantized_base = draft.plan.adapter == Adapter::Qlora || draft.plan.load_in_4bit || draft.plan.load_in_8bit;
+    fsdp.peft_other_trainable_leaves = !draft.plan.unfrozen_parameters.empty() || !draft.plan.lora_target_parameters.empty();
+  }
   if (options.torch_version) draft.plan.torch_version = parse_torch_version(*options.torch_version, "--torch-version");
   if (options.transformers_version) {
     draft.plan.transformers_version = parse_transformers_version(*options.transformers_version, "--transformers-version");

@@ -1,6 +1,7 @@
 // axolotl's own example configs (../shared/corpora/axolotl-examples, 70 files at axolotl commit
 // 067b021c8) as a user runs them: every one gets a verdict (exit 0 or 1, with the report), FSDP and
-// DeepSpeed ones the explicit engine_not_modelled result (FSDP1 full fine-tunes: an FSDP1 verdict), DDP ones a real DDP verdict.
+// DeepSpeed ones the explicit engine_not_modelled result (FSDP1 full fine-tunes and LoRA: an FSDP1 verdict;
+// the corpus's FSDP1 adapters are all on bitsandbytes-quantized weights: not modelled, named), DDP ones a real DDP verdict.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -182,7 +183,7 @@ TEST_CASE("a DDP example gets a real DDP verdict and lists its keys hookstream d
   CHECK(j["config_keys"]["axolotl_version"] == "0.18.0");
 }
 
-TEST_CASE("axolotl's FSDP1 full fine-tune example gets an FSDP1 gradient-sync verdict. Its QLoRA ones say what is not modelled",
+TEST_CASE("axolotl's FSDP1 full fine-tune example gets an FSDP1 gradient-sync verdict, LoRA too. Its QLoRA ones say what is not modelled",
           "[cli][axolotl][fsdp1]") {
   const fs::path file = corpus("axolotl-examples/llama-3_fft-8b-liger-fsdp.yaml");
   const auto r = verify_in(file.parent_path(), "'" + file.string() + "' --model '" + kModel + "' --world-size 2 --format json");
@@ -195,11 +196,23 @@ TEST_CASE("axolotl's FSDP1 full fine-tune example gets an FSDP1 gradient-sync ve
   // Non-reentrant checkpointing inside each decoder-layer unit: one post-backward per unit.
   CHECK(j["checks"]["ddp"] == true);
 
-  // PEFT's per-LoRA-Linear wrap policy is not modelled: the explicit result, never a DDP verdict.
+  // QLoRA under FSDP1: PEFT's wrap policy is modelled, bitsandbytes' flattened 4-bit weights are
+  // not: the explicit result, naming why, never a DDP verdict.
   const fs::path qlora = corpus("axolotl-examples/qwen3_qlora-fsdp.yaml");
   const auto q = verify_in(qlora.parent_path(), "'" + qlora.string() + "' --model '" + kModel + "' --world-size 2 --format json");
   INFO(q.out);
   const auto k = nlohmann::json::parse(q.out);
   CHECK(k["verdict"] == "engine_not_modelled");
   CHECK(k["engine"]["kind"] == "fsdp1");
+  CHECK(k["message"].get<std::string>().find("bitsandbytes-quantized base weights") != std::string::npos);
+
+  // The same example as plain LoRA: PEFT's fsdp_auto_wrap_policy units, an FSDP1 verdict.
+  const auto l = verify_in(qlora.parent_path(), "'" + qlora.string() + "' --model '" + kModel +
+                                                    "' --world-size 2 --set adapter=lora --set load_in_4bit=false --format json");
+  INFO(l.out);
+  REQUIRE((l.exit_code == 0 || l.exit_code == 1));
+  const auto m = nlohmann::json::parse(l.out);
+  CHECK(!m.contains("verdict"));
+  CHECK(m["engine"]["kind"] == "fsdp1");
+  CHECK(m["engine"]["modelled"] == true);
 }

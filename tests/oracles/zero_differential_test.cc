@@ -43,22 +43,34 @@ struct Case {
   SyncSimulation simulation;
 };
 
-std::string random_zero_plan(random_plans::Random& rng) {
+// ZeRO-0/1/2: the knobs that break ZeRO (tiled MLP without ds_grad_is_ready, reentrant checkpoint
+// twice, idle MLPs or layers on one rank, accumulation, LoRA); stages 1-2 add DeepSpeed's
+// bucketing and overlap settings. Each stage family draws as it did before the two generators were
+// one (`stage0` picks the probabilities and draws of the ZeRO-0 test), so the seeds give the same plans.
+std::string random_zero_plan(random_plans::Random& rng, bool stage0) {
   std::string y = fmt::format("base_model: tiny-llama\nsequence_len: {}\nmicro_batch_size: 1\n", rng.pick(std::vector<int>{8, 16}));
   std::string hs = fmt::format("  world_size: {}\n  iterations: 2\n", rng.pick(std::vector<int>{2, 2, 3}));
-  const std::string adapter = rng.pick(std::vector<std::string>{"", "", "lora"});
-  if (!adapter.empty()) y += "adapter: lora\nlora_r: 2\nlora_target_modules: [q_proj, up_proj, down_proj]\n";
+  const bool lora = stage0 ? rng.chance(0.3) : rng.below(3) == 2;
+  if (lora) y += "adapter: lora\nlora_r: 2\nlora_target_modules: [q_proj, up_proj, down_proj]\n";
   const std::string checkpoint = rng.pick(std::vector<std::string>{"off", "reentrant", "non_reentrant"});
   if (checkpoint != "off") {
     y += fmt::format("gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: {}\n",
                      checkpoint == "reentrant" ? "true" : "false");
-    if (rng.chance(0.25)) hs += fmt::format("  checkpoint_twice_layers: [{}]\n", rng.below(4));
+    if (rng.chance(stage0 ? 0.3 : 0.25)) hs += fmt::format("  checkpoint_twice_layers: [{}]\n", rng.below(4));
   }
   if (rng.chance(0.5)) {
     y += fmt::format("tiled_mlp: true\ntiled_mlp_num_shards: {}\n", 1 + rng.below(3));
     hs += fmt::format("  tiled_mlp_ds_grad_is_ready: {}\n", rng.chance(0.5) ? "true" : "false");
   }
-  if (rng.chance(0.3)) y += "gradient_accumulation_steps: 2\n";
+  if (rng.chance(stage0 ? 0.4 : 0.3)) y += "gradient_accumulation_steps: 2\n";
+  if (stage0) {
+    y += "deepspeed:\n  zero_optimization:\n    stage: 0\n";
+    if (rng.chance(0.4)) {
+      hs += fmt::format("  rank_overrides:\n    1:\n      unused_modules: [model.layers.{}{}]\n", rng.below(4),
+                        rng.pick(std::vector<std::string>{"", ".mlp", ".mlp.gate_proj"}));
+    }
+    return y + "hookstream:\n" + hs;
+  }
   y += fmt::format("deepspeed:\n  zero_optimization:\n    stage: {}\n", 1 + rng.below(2));
   if (rng.chance(0.4)) y += fmt::format("    overlap_comm: {}\n", rng.chance(0.5) ? "true" : "false");
   if (rng.chance(0.3)) y += "    contiguous_gradients: false\n";
@@ -90,31 +102,6 @@ std::string random_zero3_plan(random_plans::Random& rng) {
   if (rng.chance(0.3)) {
     hs += fmt::format("  rank_overrides:\n    1:\n      unused_modules: [model.layers.{}.mlp{}]\n", rng.below(4),
                       rng.pick(std::vector<std::string>{"", ".gate_proj", ".up_proj"}));
-  }
-  return y + "hookstream:\n" + hs;
-}
-
-// Stage 0 (no ZeRO optimizer): the knobs that break ZeRO-1/2/3 (tiled MLP without ds_grad_is_ready,
-// reentrant checkpoint twice, idle MLPs or layers on one rank, accumulation, LoRA).
-std::string random_zero0_plan(random_plans::Random& rng) {
-  std::string y = fmt::format("base_model: tiny-llama\nsequence_len: {}\nmicro_batch_size: 1\n", rng.pick(std::vector<int>{8, 16}));
-  std::string hs = fmt::format("  world_size: {}\n  iterations: 2\n", rng.pick(std::vector<int>{2, 2, 3}));
-  if (rng.chance(0.3)) y += "adapter: lora\nlora_r: 2\nlora_target_modules: [q_proj, up_proj, down_proj]\n";
-  const std::string checkpoint = rng.pick(std::vector<std::string>{"off", "reentrant", "non_reentrant"});
-  if (checkpoint != "off") {
-    y += fmt::format("gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  use_reentrant: {}\n",
-                     checkpoint == "reentrant" ? "true" : "false");
-    if (rng.chance(0.3)) hs += fmt::format("  checkpoint_twice_layers: [{}]\n", rng.below(4));
-  }
-  if (rng.chance(0.5)) {
-    y += fmt::format("tiled_mlp: true\ntiled_mlp_num_shards: {}\n", 1 + rng.below(3));
-    hs += fmt::format("  tiled_mlp_ds_grad_is_ready: {}\n", rng.chance(0.5) ? "true" : "false");
-  }
-  if (rng.chance(0.4)) y += "gradient_accumulation_steps: 2\n";
-  y += "deepspeed:\n  zero_optimization:\n    stage: 0\n";
-  if (rng.chance(0.4)) {
-    hs += fmt::format("  rank_overrides:\n    1:\n      unused_modules: [model.layers.{}{}]\n", rng.below(4),
-                      rng.pick(std::vector<std::string>{"", ".mlp", ".mlp.gate_proj"}));
   }
   return y + "hookstream:\n" + hs;
 }
@@ -273,7 +260,7 @@ TEST_CASE("DeepSpeed ZeRO-1/2/3: the simulator agrees with real DeepSpeed 0.19.8
   const size_t named = cases.size();
   random_plans::Random rng(20261125);
   for (int i = 0; cases.size() < named + 20 && i < 200; ++i) {
-    const std::string yaml = random_zero_plan(rng);
+    const std::string yaml = random_zero_plan(rng, false);
     try {
       cases.push_back(make_case(fmt::format("random-{}.yaml", i), yaml));
     } catch (const InputError&) {
@@ -309,7 +296,7 @@ TEST_CASE("DeepSpeed ZeRO-0: the simulator agrees with real DeepSpeed 0.19.8 per
   random_plans::Random rng(20261128);
   for (int i = 0; cases.size() < named + 12 && i < 200; ++i) {
     try {
-      cases.push_back(make_case(fmt::format("random-zero0-{}.yaml", i), random_zero0_plan(rng)));
+      cases.push_back(make_case(fmt::format("random-zero0-{}.yaml", i), random_zero_plan(rng, true)));
     } catch (const InputError&) {
       continue;
     }

@@ -8,7 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include "sim/inputs/input_error.h"
+#include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
+#include "sim/sync/fsdp1/fsdp1_model.h"
 #include "tests/sim/plan_text.h"
 #include "tests/temp_dir.h"
 
@@ -53,6 +55,36 @@ TEST_CASE("fsdp_config and fsdp_version decide FSDP1 or FSDP2 as axolotl does", 
   CHECK(parse(kPlan + "fsdp:\n  - full_shard\n  - auto_wrap\n").engine.kind == EngineKind::Fsdp1);
   CHECK(parse(kPlan + "fsdp:\nfsdp_config:\n").engine.modelled());  // both unset
   CHECK(parse_error(kPlan + "fsdp_version: 3\n") == "plan.yaml:4: key \"fsdp_version\": expected an integer in [1, 2], got \"3\"");
+}
+
+TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy); on quantized weights it is not, and says why", "[plan][engine][fsdp1]") {
+  const std::string lora = kPlan + "adapter: lora\nlora_target_modules: [q_proj]\nfsdp_config:\n  use_orig_params: true\n";
+  const Plan plan = parse(lora);
+  CHECK(plan.engine.kind == EngineKind::Fsdp1);
+  CHECK(plan.engine.fsdp.peft_wrap_policy);
+  CHECK(plan.engine.modelled());
+  CHECK(fsdp1_not_modelled_reason(plan.engine.fsdp).empty());
+  // Every adapter unit is a LoRA A/B Linear, nested in its layer; the layer's FlatParameter is frozen.
+  const ModelStructure structure = build_model_structure(plan);
+  int adapters = 0;
+  for (const Fsdp1Unit& u : fsdp1_units(plan, structure)) {
+    if (u.adapter) {
+      ++adapters;
+      CHECK(u.params.size() == 1);
+      CHECK(u.accumulator == u.params.front());
+      CHECK(structure.parameters[static_cast<size_t>(u.params.front())].adapter);
+    } else {
+      CHECK(u.accumulator == -1);  // frozen layers and root
+    }
+  }
+  CHECK(adapters == 2 * static_cast<int>(structure.layers.size()));  // q_proj's lora_A and lora_B per layer
+  const Plan qlora = parse(kPlan + "adapter: qlora\nload_in_4bit: true\nlora_target_modules: [q_proj]\nfsdp_config:\n  use_orig_params: false\n");
+  CHECK_FALSE(qlora.engine.modelled());
+  CHECK(fsdp1_not_modelled_reason(qlora.engine.fsdp).find("bitsandbytes") != std::string::npos);
+  const Plan unfrozen = parse(lora + "unfrozen_parameters:\n  - model.norm\n");
+  CHECK_FALSE(unfrozen.engine.modelled());
+  // A full fine-tune never takes PEFT's policy.
+  CHECK_FALSE(parse(kPlan + "fsdp_config:\n  use_orig_params: true\n").engine.fsdp.peft_wrap_policy);
 }
 
 TEST_CASE("tensor, context and expert parallelism are not modelled, even on DDP", "[plan][engine]") {

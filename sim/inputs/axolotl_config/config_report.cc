@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "sim/inputs/axolotl_config/axolotl_schema.h"
+#include "sim/sync/fsdp1/fsdp1_model.h"
 
 namespace hookstream {
 namespace {
@@ -28,8 +29,10 @@ const char* kWorldSizeMissing =
     "num_processes (hookstream.world_size in the plan also sets it)";
 
 std::string message(const Plan& plan) {
+  // FSDP1 is modelled except for the settings fsdp1_not_modelled_reason names: say which.
+  const std::string reason = plan.engine.kind == EngineKind::Fsdp1 ? fsdp1_not_modelled_reason(plan.engine.fsdp) : "";
   return "this plan would run on " + plan.engine.name() + "; hookstream verifies the hook schedules of DDP and FSDP2 (data parallel only), so the hook schedule of " +
-         plan.engine.name() + " is not verified yet (no DDP verdict applies to it)";
+         plan.engine.name() + " is not verified yet (no DDP verdict applies to it)" + (reason.empty() ? "" : ": " + reason);
 }
 
 }  // namespace

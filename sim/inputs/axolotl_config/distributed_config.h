@@ -83,11 +83,16 @@ struct FsdpSettings {
   std::optional<bool> use_orig_params;        // FSDP1
   std::optional<bool> cpu_ram_efficient_loading;
   std::string state_dict_type;
-  // FSDP1 with a PEFT adapter: transformers' Trainer replaces the wrap policy with PEFT's
-  // fsdp_auto_wrap_policy (trainer.py _fsdp_qlora_plugin_updates; peft/utils/other.py), one unit
-  // per LoRA Linear inside each decoder layer. Set by the plan loader; the FSDP1 model does not
-  // cover those units yet (sim/sync/fsdp1/fsdp1_model.h).
+  // FSDP1 with a PEFT adapter: transformers 5.17's Trainer replaces the wrap policy with PEFT's
+  // fsdp_auto_wrap_policy (transformers/distributed/fsdp.py update_fsdp_plugin_peft; peft 0.21
+  // utils/other.py): one unit per leaf module whose weight requires grad (each LoRA A and B
+  // Linear) nested in the decoder-layer units. Set by the plan loader (sim/sync/fsdp1/fsdp1_model.h).
   bool peft_wrap_policy = false;
+  // With the PEFT policy, what the FSDP1 model does not cover (fsdp1_not_modelled_reason): base
+  // weights quantized by bitsandbytes (load_in_4bit / load_in_8bit), and trainable leaf modules
+  // other than LoRA A/B (unfrozen_parameters, lora_target_parameters' ParamWrapper).
+  bool peft_quantized_base = false;
+  bool peft_other_trainable_leaves = false;
   std::map<std::string, std::string> where;   // "reshard_after_forward" -> "plan.yaml:61"
 };
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "sim/inputs/model_config.h"
 #include "sim/sync/fsdp1/fsdp1_pairing.h"
@@ -19,8 +20,14 @@ int64_t Fsdp1Unit::local_numel(size_t i, int rank, int64_t param_numel) const {
 }
 
 std::string fsdp1_not_modelled_reason(const FsdpSettings& settings) {
-  if (settings.peft_wrap_policy) {
-    return "adapter with FSDP1: PEFT's fsdp_auto_wrap_policy (one unit per LoRA Linear) is not modelled yet";
+  if (settings.peft_wrap_policy && settings.peft_quantized_base) {
+    return "adapter with bitsandbytes-quantized base weights (qlora / load_in_4bit / load_in_8bit) under FSDP1: how "
+           "FSDP1 flattens Params4bit / Int8Params (bnb_4bit_quant_storage) is not modelled, and the CPU oracle cannot "
+           "run bitsandbytes";
+  }
+  if (settings.peft_wrap_policy && settings.peft_other_trainable_leaves) {
+    return "adapter with unfrozen_parameters or lora_target_parameters under FSDP1: PEFT's fsdp_auto_wrap_policy makes "
+           "their trainable leaf modules units of their own, whose calls the FSDP1 model does not follow";
   }
   const std::string& policy = settings.auto_wrap_policy;
   if (!policy.empty() && policy != "TRANSFORMER_BASED_WRAP") {
@@ -35,17 +42,14 @@ bool under(const std::string& name, const std::string& prefix) {
   return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 && name[prefix.size()] == '.';
 }
 
-// The FlatParameter's dtype (the trainable parameters').
-DType compute_dtype_of(const ModelStructure& structure) {
-  for (const Parameter& p : structure.parameters) {
-    if (p.trainable) return p.dtype;
+// A FlatParameter's dtype: its parameters' (FSDP1 requires one dtype per FlatParameter), the
+// trainable ones' first (PEFT keeps LoRA weights in fp32 beside a bf16 base).
+DType flat_dtype_of(const ModelStructure& structure, const std::vector<int>& params) {
+  for (int p : params) {
+    if (structure.parameters[static_cast<size_t>(p)].trainable) return structure.parameters[static_cast<size_t>(p)].dtype;
   }
-  return structure.parameters.empty() ? DType::Float32 : structure.parameters.front().dtype;
+  return params.empty() ? DType::Float32 : structure.parameters[static_cast<size_t>(params.front())].dtype;
 }
-
-int compute_itemsize(const ModelStructure& structure) { return dtype_bytes(compute_dtype_of(structure)); }
-
-const char* compute_dtype(const ModelStructure& structure) { return c10_scalar_type_name(compute_dtype_of(structure)); }
 
 }  // namespace
 
@@ -61,21 +65,42 @@ std::vector<Fsdp1Unit> fsdp1_units(const Plan& plan, const ModelStructure& struc
     u.layer = layer.index;
     units.push_back(std::move(u));
   }
+  if (plan.engine.fsdp.peft_wrap_policy) {
+    // peft 0.21 utils/other.py fsdp_auto_wrap_policy: _or_policy(lambda_policy, transformer policy)
+    // where lambda_policy_fn(module) = `len(list(module.named_children())) == 0 and
+    // getattr(module, "weight", None) is not None and module.weight.requires_grad`. FSDP's
+    // _recursive_wrap wraps children first, so these units nest inside the layer units and take
+    // their parameters out of the layer's FlatParameter. A module is a leaf when no parameter
+    // lives below it.
+    for (const Parameter& p : structure.parameters) {
+      if (!p.trainable || p.name != p.module + ".weight") continue;
+      const bool leaf = std::none_of(structure.parameters.begin(), structure.parameters.end(),
+                                     [&](const Parameter& q) { return under(q.module, p.module); });
+      if (!leaf) continue;
+      Fsdp1Unit u;
+      u.name = p.module;
+      u.adapter = true;
+      units.push_back(std::move(u));
+    }
+  }
   for (size_t i = 0; i < structure.parameters.size(); ++i) {
     const Parameter& p = structure.parameters[i];
+    // The innermost unit holding the parameter's module.
     size_t owner = 0;
     for (size_t u = 1; u < units.size(); ++u) {
-      if (under(p.name, units[u].name)) owner = u;
+      const bool inside = units[u].adapter ? p.module == units[u].name || under(p.module, units[u].name)
+                                           : under(p.name, units[u].name);
+      if (inside && units[u].name.size() > units[owner].name.size()) owner = u;
     }
     units[owner].params.push_back(static_cast<int>(i));
   }
   // FlatParamHandle._init_flat_param_and_metadata: with use_orig_params each parameter starts at a
   // multiple of 16 bytes (_get_aligned_numel), and the total is padded to the world size.
   const bool align = plan.engine.fsdp.use_orig_params.value_or(false);
-  const int itemsize = compute_itemsize(structure);
-  const int64_t alignment = align ? 16 / std::max(1, itemsize) : 0;
   const int64_t world = std::max(1, plan.world_size);
   for (Fsdp1Unit& u : units) {
+    u.dtype = flat_dtype_of(structure, u.params);
+    const int64_t alignment = align ? 16 / std::max(1, dtype_bytes(u.dtype)) : 0;
     int64_t total = 0;
     for (int p : u.params) {
       if (alignment > 0 && total % alignment != 0) total += alignment - total % alignment;
@@ -117,8 +142,6 @@ class Fsdp1Model : public SyncModel {
       : plan_(plan), structure_(structure), rank_(rank), units_(fsdp1_units(plan, structure)) {
     // accelerate 1.15 FullyShardedDataParallelPlugin: FSDP_USE_ORIG_PARAMS defaults to false for FSDP1.
     use_orig_params_ = plan.engine.fsdp.use_orig_params.value_or(false);
-    itemsize_ = compute_itemsize(structure);
-    dtype_ = compute_dtype(structure);
     checking_order_ = plan.torch_distributed_debug == "DETAIL";
     unit_of_param_.assign(structure.parameters.size(), -1);
     accumulator_of_.resize(structure.parameters.size());
@@ -143,6 +166,7 @@ class Fsdp1Model : public SyncModel {
     position_ = position;
     unused_ = plan_.unused_modules_for(position.rank, position.step.iteration, position.step.micro_step);
     callback_queued_ = false;
+    forward_mlp_calls_.clear();
     for (UnitState& s : state_) {
       s.handle = HandleState::Idle;
       s.ran_pre_backward = false;
@@ -155,6 +179,11 @@ class Fsdp1Model : public SyncModel {
     (void)engine;
     const int u = unit_of_call(call);
     if (u < 0) return input;
+    if (call.kind == ModuleKind::Adapter) return adapter_pre_forward(u, call, input);
+    if (call.kind == ModuleKind::DecoderLayer) {
+      layer_grad_enabled_ = engine.grad_enabled();
+      forward_mlp_calls_[call.layer] = 0;
+    }
     if (call.in_backward) {
       // A reentrant checkpoint's recompute runs the layer's inner forward, not
       // FullyShardedDataParallel.forward (HF's checkpoint and accelerate's checkpoint_wrapper sit
@@ -173,8 +202,11 @@ class Fsdp1Model : public SyncModel {
   }
 
   SimTensor post_forward(AutogradEngine& engine, const ModuleCall& call, SimTensor output) override {
+    if (call.kind == ModuleKind::Mlp) check_stale_adapter_views(call, engine.grad_enabled());
     const int u = unit_of_call(call);
-    if (u < 0 || call.in_backward) return output;
+    if (u < 0) return output;
+    if (call.kind == ModuleKind::Adapter) return adapter_post_forward(engine, u, output);
+    if (call.in_backward) return output;
     UnitState& s = state_[static_cast<size_t>(u)];
     s.handle = HandleState::Idle;
     // _post_forward -> _reshard: FULL_SHARD frees the unsharded FlatParameter after forward,
@@ -202,6 +234,72 @@ class Fsdp1Model : public SyncModel {
     const int64_t rows = plan_.micro_batch_size * std::min<int64_t>(size, seq - chunk * size);
     for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) add_linear(reads, *use, rows);
     check_unsharded_reads(u, reads, fmt::format("tiled_mlp chunk {} of {} (layer {})", chunk + 1, chunks, mlp.layer));
+    lose_adapter_gradients(layer, chunk, chunks);
+  }
+
+  // Observed on real FSDP1 2.11 (tests/plans/fsdp1/lora_tiled_function_returns_grads.yaml,
+  // lora_tiled_grad_then_backward.yaml): a tiled MLP chunk whose weight gradients come from
+  // torch.autograd.grad(out, [x] + weights) takes the weights as it looked them up before the
+  // chunk's recompute. A weight in its own unit (a LoRA A/B under PEFT's wrap policy) is
+  // unsharded afresh by its own module call inside the recompute, which computes with new views
+  // of the FlatParameter (_flat_param.py _use_unsharded_views): the looked-up tensor is not in the
+  // chunk's graph, autograd.grad gives None (allow_unused) and that chunk's gradient is lost: no
+  // error, the reduced gradient is wrong. A weight of the layer's own unit is unsharded from the
+  // layer's pre-backward on, the same tensor throughout: its gradient arrives.
+  void lose_adapter_gradients(const DecoderLayerUse& layer, int chunk, int chunks) {
+    const TiledBackward strategy = plan_.tiled_mlp_backward;
+    const bool by_autograd_grad = strategy == TiledBackward::FunctionReturnsGrads ||
+                                  (strategy == TiledBackward::GradThenBackward && chunk + 1 < chunks);
+    if (!by_autograd_grad) return;
+    for (int p : adapter_mlp_weights(layer)) lost_gradients_.insert(p);
+  }
+
+  // The tiled MLP's trainable weights (oracles/ddp_worker.py mlp_trainable_weights) that sit in
+  // adapter units of their own.
+  std::vector<int> adapter_mlp_weights(const DecoderLayerUse& layer) const {
+    std::vector<int> out;
+    for (const LinearUse* use : {&layer.gate, &layer.up, &layer.down}) {
+      if (use->weight >= 0 && module_unused(unused_, structure_.parameters[static_cast<size_t>(use->weight)].module)) continue;
+      for (int p : {use->weight, use->bias, use->lora_a, use->lora_b}) {
+        if (p < 0 || !structure_.parameters[static_cast<size_t>(p)].trainable) continue;
+        if (module_unused(unused_, structure_.parameters[static_cast<size_t>(p)].module)) continue;
+        const int u = unit_of_param_[static_cast<size_t>(p)];
+        if (u >= 0 && units_[static_cast<size_t>(u)].adapter) out.push_back(p);
+      }
+    }
+    return out;
+  }
+
+  // Observed on real FSDP1 2.11 (tests/plans/fsdp1/lora_tiled_function_returns_grads_orig_false.yaml):
+  // with use_orig_params false a module's weight is a plain view of its FlatParameter, made by
+  // _use_unsharded_views from split() (a function returning several views); every later unshard
+  // set_()s the FlatParameter in place. A weight looked up while its unit was sharded (an adapter
+  // unit outside its own call) and given to TiledMLP.apply as an input raises when apply records
+  // the Function's inputs, after the MLP's forward (which unsharded the unit again). The same stale
+  // views given to torch.autograd.grad in a chunk's backward did not raise
+  // (lora_tiled_grad_then_backward_orig_false.yaml): their gradient is lost as with use_orig_params.
+  void check_stale_adapter_views(const ModuleCall& mlp, bool grad_enabled) {
+    if (use_orig_params_ || grad_enabled || mlp.layer < 0 || !plan_.layer_tiled(mlp.layer)) return;
+    const DecoderLayerUse& layer = structure_.layers[static_cast<size_t>(mlp.layer)];
+    // TiledMLP.forward calls the MLP once per shard under no_grad; apply() records its weight
+    // inputs after the last one, if the layer runs with grad (not a reentrant checkpoint's forward).
+    const int shards = plan_.tiled_shards_for(position_.rank, position_.step.iteration, position_.step.micro_step);
+    if (!(layer_grad_enabled_ && plan_.tiled_mlp_weights_as_inputs && ++forward_mlp_calls_[mlp.layer] == shards)) return;
+    const std::vector<int> stale = adapter_mlp_weights(layer);
+    if (stale.empty()) return;
+    const Parameter& first = structure_.parameters[static_cast<size_t>(stale.front())];
+    throw SyncError(
+        VerdictKind::EngineError, stale.front(),
+        "Output 0 of ViewBackward0 is a view and its base or another view of its base has been modified inplace. This "
+        "view is the output of a function that returns multiple views. Such functions do not allow the output views to "
+        "be modified inplace. You should replace the inplace operation by an out-of-place one.",
+        fmt::format("the tiled MLP of layer {} hands {} to TiledMLP.apply as it looked it up while its FSDP1 unit "
+                    "was sharded; with use_orig_params false that is a view of the FlatParameter from an earlier "
+                    "unshard, whose base the unshard inside the MLP's call modified in place. Fix: "
+                    "fsdp_config.use_orig_params: true{}",
+                    mlp.layer, first.name,
+                    plan_.engine.fsdp.where.count("use_orig_params") ? " (" + plan_.engine.fsdp.where.at("use_orig_params") + ")" : ""),
+        flat_name(unit_of_param_[static_cast<size_t>(stale.front())]));
   }
 
   SimTensor before_backward(AutogradEngine& engine, const StepPosition& position, SimTensor output) override {
@@ -219,6 +317,9 @@ class Fsdp1Model : public SyncModel {
   void on_manual_accumulate(int parameter) override {
     const int u = unit_of_param_[static_cast<size_t>(parameter)];
     if (u < 0) return;
+    // An adapter unit's weight: autograd.grad gave None for the looked-up tensor, so the Function
+    // writes no .grad (lose_adapter_gradients recorded the loss).
+    if (units_[static_cast<size_t>(u)].adapter) return;
     // Observed on real FSDP1 2.11 (docs/engines/fsdp1.md): a tiled MLP that writes param.grad
     // itself (grad-then-backward) writes it on a view of the unsharded FlatParameter ("The .grad
     // attribute of a Tensor that is not a leaf Tensor is being accessed") and the process dies in
@@ -235,7 +336,37 @@ class Fsdp1Model : public SyncModel {
 
   void end_step(AutogradEngine& engine, const StepPosition& position) override {
     (void)engine;
-    (void)position;
+    for (int p : lost_gradients_) {
+      if (!reported_lost_.insert({position.step.iteration, p}).second) continue;
+      const Parameter& param = structure_.parameters[static_cast<size_t>(p)];
+      Finding f;
+      f.kind = VerdictKind::WrongGradient;
+      f.rank = rank_;
+      f.iteration = position.step.iteration;
+      f.micro_step = position.step.micro_step;
+      f.phase = Phase::Backward;
+      f.parameter = param.name;
+      f.ddp_index = param.ddp_index;
+      f.layer = param.layer;
+      f.graph_tasks.push_back("tiled_mlp chunk [autograd.grad]");
+      f.error_text = "no error: the tiled MLP's autograd.grad returned None for this weight, whose FSDP1 unit the "
+                     "chunk's recompute unsharded again";
+      f.explanation = fmt::format(
+          "{} is its own FSDP1 unit ({}: PEFT's fsdp_auto_wrap_policy); the tiled MLP looked the weight up before the "
+          "chunk's recompute, whose call of the module unsharded it into new views, so torch.autograd.grad found the "
+          "looked-up tensor unused and the chunk's gradient never reached the FlatParameter. Fix: a tiled MLP "
+          "whose backward runs torch.autograd.backward per chunk (it reaches the unit's AccumulateGrad), tiled_mlp: "
+          "false, or FSDP2 (fsdp_version: 2)",
+          param.name, units_[static_cast<size_t>(unit_of_param_[static_cast<size_t>(p)])].display());
+      findings_.push_back(std::move(f));
+    }
+    lost_gradients_.clear();
+  }
+
+  void end_iteration(int iteration, std::vector<Finding>& findings) override {
+    (void)iteration;
+    for (Finding& f : findings_) findings.push_back(std::move(f));
+    findings_.clear();
   }
 
  private:
@@ -265,7 +396,47 @@ class Fsdp1Model : public SyncModel {
     return -1;
   }
 
+  // A PEFT-wrapped LoRA A/B module: its own FullyShardedDataParallel.forward runs on every call,
+  // also when a reentrant checkpoint's recompute or a tiled MLP chunk calls it inside backward
+  // (the checkpoint sits inside the layer unit, around these units). _pre_forward and
+  // _post_forward skip only while the handle is BACKWARD_PRE ("For `fully_shard` + `checkpoint`,
+  // skip pre-forward logic in the recomputed forward"); otherwise they unshard, then reshard
+  // (FULL_SHARD, not the root) and hook the output again, so each call reads unsharded weights.
+  SimTensor adapter_pre_forward(int u, const ModuleCall& call, SimTensor input) {
+    UnitState& s = state_[static_cast<size_t>(u)];
+    if (s.handle == HandleState::BackwardPre) return input;
+    check_order(u);
+    unshard(u, call.in_backward ? "backward" : "forward");
+    s.handle = HandleState::Forward;
+    return input;
+  }
+
+  SimTensor adapter_post_forward(AutogradEngine& engine, int u, SimTensor output) {
+    UnitState& s = state_[static_cast<size_t>(u)];
+    if (s.handle == HandleState::BackwardPre) return output;
+    s.unsharded = false;
+    s.handle = HandleState::Idle;
+    // _register_pre_backward_hooks: only with grad enabled; resets _ran_pre_backward_hook (the
+    // unit may be unsharded for backward again, once per forward that recorded a graph).
+    if (!engine.grad_enabled()) return output;
+    s.ran_pre_backward = false;
+    if (!output.requires_grad()) return output;
+    return engine.function(fmt::format("FSDP pre-backward ({})", units_[static_cast<size_t>(u)].display()), {output},
+                           [this, u](AutogradEngine& e) {
+                             pre_backward(e, u);
+                             return std::vector<bool>{true};
+                           });
+  }
+
+  int unit_of_adapter(const std::string& module) const {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (units_[u].adapter && units_[u].name == module) return static_cast<int>(u);
+    }
+    return -1;
+  }
+
   int unit_of_call(const ModuleCall& call) const {
+    if (call.kind == ModuleKind::Adapter) return unit_of_adapter(call.path);
     if (call.kind == ModuleKind::Root) {
       for (size_t u = 0; u < units_.size(); ++u) {
         if (units_[u].name.empty()) return static_cast<int>(u);
@@ -303,13 +474,13 @@ class Fsdp1Model : public SyncModel {
     const Fsdp1Unit& unit = units_[static_cast<size_t>(u)];
     Collective c;
     c.what = fmt::format("all_gather {} ({})", unit.display(), where);
-    c.bytes = unit.shard_numel * plan_.world_size * itemsize_;
+    c.bytes = unit.shard_numel * plan_.world_size * dtype_bytes(unit.dtype);
     // _flat_param.py _all_gather_flat_param: a CPU FlatParameter goes through dist.all_gather
     // (OpType ALLGATHER, fingerprinted by its input, the shard); on CUDA it is
     // all_gather_into_tensor (_ALLGATHER_BASE) with the same input.
     c.op = "ALLGATHER";
     c.shape = {unit.shard_numel};
-    c.dtypes = {dtype_};
+    c.dtypes = {c10_scalar_type_name(unit.dtype)};
     c.payload = unit.display();
     c.phase = std::string(where) == "forward" ? Phase::Forward : Phase::Backward;
     issue(std::move(c));
@@ -364,10 +535,10 @@ class Fsdp1Model : public SyncModel {
     // fingerprinted as {input, output} (ProcessGroupWrapper::_reduce_scatter_base), shown by the input.
     Collective c;
     c.what = fmt::format("reduce_scatter {}", unit.display());
-    c.bytes = unit.shard_numel * plan_.world_size * itemsize_;
+    c.bytes = unit.shard_numel * plan_.world_size * dtype_bytes(unit.dtype);
     c.op = "_REDUCE_SCATTER_BASE";
     c.shape = {unit.shard_numel * plan_.world_size};
-    c.dtypes = {dtype_, dtype_};
+    c.dtypes = {c10_scalar_type_name(unit.dtype), c10_scalar_type_name(unit.dtype)};
     c.payload = unit.display();
     c.phase = Phase::Backward;
     issue(std::move(c));
@@ -381,7 +552,13 @@ class Fsdp1Model : public SyncModel {
       if (!units_.empty()) s.unsharded = false;
       s.handle = HandleState::Idle;
     }
-    // The root keeps nothing unsharded after the backward either.
+    // The root keeps nothing unsharded after the backward either. A frozen FlatParameter (a layer
+    // unit under PEFT's wrap policy) has no AccumulateGrad and no post-backward hook: it stays
+    // unsharded from its pre-backward until here. Real FSDP1 reshards it earlier, in
+    // _post_backward_reshard_only_hook, a multi-grad hook on the inputs of the unit's *first*
+    // forward of the backward (_register_post_backward_reshard_only_hook registers once), which
+    // fires after every use of the unit in that backward: no read follows it, and a reshard issues
+    // no collective, so the verdicts and the paired collectives are the same.
   }
 
   void check_uniform_requires_grad() const {
@@ -478,7 +655,8 @@ class Fsdp1Model : public SyncModel {
           text = fmt::format(
               "setStorage: sizes [{}, {}], strides [1, {}], storage offset {}, and itemsize {} requiring a storage size "
               "of {} are out of bounds for storage of size 0",
-              p.shape[1], p.shape[0], p.shape[1], unit.offset[i], itemsize_, (unit.offset[i] + numel) * itemsize_);
+              p.shape[1], p.shape[0], p.shape[1], unit.offset[i], dtype_bytes(unit.dtype),
+              (unit.offset[i] + numel) * dtype_bytes(unit.dtype));
         } else {
           // An elementwise op on a 1-D view of the freed storage is not bounds-checked: observed
           // as SIGSEGV in the norm (docs/engines/fsdp1.md).
@@ -520,9 +698,12 @@ class Fsdp1Model : public SyncModel {
   std::vector<std::string> unused_;
   StepPosition position_;
   bool use_orig_params_ = true;
-  int itemsize_ = 2;
   bool callback_queued_ = false;
-  const char* dtype_ = "Float";
+  std::set<int> lost_gradients_;                 // this step's weights whose tiled-chunk gradient was lost
+  std::map<int, int> forward_mlp_calls_;         // per layer: MLP calls since the layer's forward began
+  bool layer_grad_enabled_ = true;               // grad mode of the running decoder layer's forward
+  std::set<std::pair<int, int>> reported_lost_;  // (iteration, parameter) already reported
+  std::vector<Finding> findings_;                // silent findings, handed over at end_iteration
   bool checking_order_ = false;   // _ExecOrderData._checking_order: debug level DETAIL
   int exec_order_iteration_ = 0;  // _ExecOrderData._iter: backward final callbacks so far
 };
@@ -542,6 +723,7 @@ SyncSimulation simulate_fsdp1(const Plan& plan, const ModelStructure& structure,
     std::vector<std::string>& names = pairing.fqns_of_unit[unit.display()];
     for (int p : unit.params) names.push_back(structure.parameters[static_cast<size_t>(p)].name);
     pairing.flat_param_of_unit[unit.display()] = unit.name.empty() ? "_flat_param (root unit)" : unit.name + "._flat_param";
+    pairing.requires_grad_of_unit[unit.display()] = unit.accumulator >= 0;
   }
   return simulate_with_model(
       plan, structure, [&](int rank) { return std::make_unique<Fsdp1Model>(plan, structure, rank); }, per_rank,

@@ -179,7 +179,10 @@ std::vector<Finding> pair_fsdp1_collectives(const std::vector<std::vector<int>>&
         // _get_names_from_handle_indices looks the FlatParameter up in param_to_fqn, which with
         // use_orig_params holds only the original parameters: a KeyError whose text is the
         // FlatParameter's repr (its values are this rank's shard; shown as "...").
-        text = "Parameter containing:\ntensor([...], requires_grad=True)";
+        const auto trainable = inputs.requires_grad_of_unit.find(u1);
+        text = trainable == inputs.requires_grad_of_unit.end() || trainable->second
+                   ? "Parameter containing:\ntensor([...], requires_grad=True)"
+                   : "Parameter containing:\ntensor([...])";
         why = fmt::format("KeyError raised while naming the parameters of {}'s FlatParameter (use_orig_params: "
                           "param_to_fqn has no FlatParameter keys)",
                           u1);

@@ -26,6 +26,9 @@ struct Fsdp1PairingInputs {
   // Per unit (its display name, the payload of its order check): the FlatParameter's `_fqns`.
   std::map<std::string, std::vector<std::string>> fqns_of_unit;
   std::map<std::string, std::string> flat_param_of_unit;  // "model.layers.2" -> "model.layers.2._flat_param"
+  // Units whose FlatParameter requires grad (a PEFT layer unit's does not: its repr has no
+  // `requires_grad=True`).
+  std::map<std::string, bool> requires_grad_of_unit;
 };
 
 // The payload prefix of the forward-order check's handle-index all-gather (the unit's name follows).

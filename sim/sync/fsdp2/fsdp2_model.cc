@@ -65,6 +65,9 @@ class Fsdp2 final : public SyncModel {
 
   // _fsdp_state.py FSDPState._pre_forward / FSDPParamGroup.pre_forward.
   SimTensor pre_forward(AutogradEngine& engine, const ModuleCall& call, SimTensor input) override {
+    // A LoRA A/B call: never its own FSDP2 unit (accelerate's FSDP2 path keeps the layer policy;
+    // transformers applies PEFT's wrap policy only for FSDP1), it computes inside its lora.Linear.
+    if (call.kind == ModuleKind::Adapter) return input;
     if (call.kind == ModuleKind::Linear) {
       check_unsharded(call.path);
       return input;
@@ -98,7 +101,7 @@ class Fsdp2 final : public SyncModel {
 
   // FSDPState._post_forward / FSDPParamGroup.post_forward.
   SimTensor post_forward(AutogradEngine& engine, const ModuleCall& call, SimTensor output) override {
-    if (call.kind == ModuleKind::Linear) return output;
+    if (call.kind == ModuleKind::Linear || call.kind == ModuleKind::Adapter) return output;
     const int u = unit_of_call(call);
     if (u < 0) return output;
     UnitState& s = state_[static_cast<size_t>(u)];
