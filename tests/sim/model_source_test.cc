@@ -164,8 +164,6 @@ TEST_CASE("safetensors headers: names, shapes, dtypes, and damaged headers as on
         (dir / "bad.safetensors").string() + ": tensor w: unsupported dtype Q4");
 }
 
-ModelStructure structure_of(const std::string& plan_yaml) { return build_model_structure(parse_plan(plan_yaml, "plan.yaml")); }
-
 TEST_CASE("the checkpoint in a model folder is compared with hookstream's structure", "[model_source]") {
   TempDir dir("hookstream-checkpoint-" + std::to_string(::getpid()));
   const std::string config = (dir / "model/config.json").string();
