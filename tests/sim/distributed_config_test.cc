@@ -57,7 +57,7 @@ TEST_CASE("fsdp_config and fsdp_version decide FSDP1 or FSDP2 as axolotl does", 
   CHECK(parse_error(kPlan + "fsdp_version: 3\n") == "plan.yaml:4: key \"fsdp_version\": expected an integer in [1, 2], got \"3\"");
 }
 
-TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy); on quantized weights it is not, and says why", "[plan][engine][fsdp1]") {
+TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy) but not on quantized weights, which it names", "[plan][engine][fsdp1]") {
   const std::string lora = kPlan + "adapter: lora\nlora_target_modules: [q_proj]\nfsdp_config:\n  use_orig_params: true\n";
   const Plan plan = parse(lora);
   CHECK(plan.engine.kind == EngineKind::Fsdp1);
