@@ -210,9 +210,24 @@ struct TrainModel::Impl {
   std::atomic<int> where_layer{-1};
   std::atomic<bool> oom_armed{false};
 
+  std::function<void(const std::string&)> position_listener;
+
   void mark(Where w, int layer = -1) {
     where_layer.store(layer);
     where.store(static_cast<int>(w));
+    if (position_listener) position_listener(where_text(w, layer));
+  }
+
+  static std::string where_text(Where w, int layer) {
+    switch (w) {
+      case Where::None: return "";
+      case Where::Embedding: return "embedding";
+      case Where::Vision: return "vision tower";
+      case Where::LayerForward: return "layer " + std::to_string(layer) + " forward";
+      case Where::LayerBackward: return "layer " + std::to_string(layer) + " backward";
+      case Where::LossHead: return "loss head";
+    }
+    return "";
   }
 
   Impl(const Plan& p, const TrainModelOptions& o) : plan(p), options(o), structure(build_model_structure(p)) {
@@ -663,17 +678,11 @@ at::Tensor TrainModel::loss(const at::Tensor& input_ids, const at::Tensor& label
 }
 
 std::string TrainModel::position_text() const {
-  using Where = Impl::Where;
-  const int layer = impl_->where_layer.load();
-  switch (static_cast<Where>(impl_->where.load())) {
-    case Where::None: return "";
-    case Where::Embedding: return "embedding";
-    case Where::Vision: return "vision tower";
-    case Where::LayerForward: return "layer " + std::to_string(layer) + " forward";
-    case Where::LayerBackward: return "layer " + std::to_string(layer) + " backward";
-    case Where::LossHead: return "loss head";
-  }
-  return "";
+  return Impl::where_text(static_cast<Impl::Where>(impl_->where.load()), impl_->where_layer.load());
+}
+
+void TrainModel::set_position_listener(std::function<void(const std::string&)> listener) {
+  impl_->position_listener = std::move(listener);
 }
 
 void TrainModel::inject_out_of_memory_in_next_backward() { impl_->oom_armed.store(true); }

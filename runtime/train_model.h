@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -87,6 +88,11 @@ class TrainModel {
   // layer): "layer 17 forward", "layer 17 backward" (its recomputation included), "loss head",
   // "embedding"; empty before the first forward.
   std::string position_text() const;
+
+  // Called with position_text()'s new value each time the work moves on (on the caller's thread in
+  // forward, on the autograd engine's device thread in backward), so that a rank can attribute
+  // what it measures to the part of the model that ran (the trainer's per-phase peak memory).
+  void set_position_listener(std::function<void(const std::string&)> listener);
 
   // Test hook (`hookstream run --inject-fault oom-rank=R@step=S`): the next backward of a decoder
   // layer (the last layer's, the first to run) throws c10::OutOfMemoryError, as the caching

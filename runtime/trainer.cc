@@ -130,6 +130,60 @@ void inject_fault_if_due(const FaultInjection& fault, int rank, int step, TrainM
   }
 }
 
+// A batch to the device without making the host wait: a copy from pageable memory first waits for
+// the stream to drain (CUDA runtime API, "API synchronization behavior": pageable host-to-device
+// transfers are stream-synchronous), which between micro-steps of gradient accumulation would idle
+// the GPU while the next forward is issued. From pinned memory the copy is queued; the pinned
+// block is held by PyTorch's CachingHostAllocator until the copy's stream event has passed.
+at::Tensor to_device(const at::Tensor& host, c10::Device device) {
+  if (!device.is_cuda()) return host.to(device);
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+// The caching allocator's peak per part of the step: at each move (TrainModel's position listener)
+// the peak since the last move is the previous part's, and the counter restarts from what is live
+// (c10::cuda::CUDACachingAllocator::resetPeakStats sets peak = current). The allocator's counters
+// follow the host's allocation order, so every byte of the step's peak falls in exactly one part.
+class PhasePeaks {
+ public:
+  explicit PhasePeaks(c10::Device device) : device_(device) {}
+  void start() {
+    peaks_.clear();
+    current_ = "step start";
+    cuda_reset_peak_memory(device_);
+  }
+  void move_to(const std::string& label) {
+    close_current();
+    current_ = label;
+  }
+  // The step's peak so far, the running part's included.
+  int64_t so_far() const {
+    int64_t peak = cuda_peak_memory_bytes(device_);
+    for (const auto& [label, bytes] : peaks_) peak = std::max(peak, bytes);
+    return peak;
+  }
+  std::vector<std::pair<std::string, int64_t>> finish() {
+    close_current();
+    return std::move(peaks_);
+  }
+
+ private:
+  void close_current() {
+    const int64_t peak = cuda_peak_memory_bytes(device_);
+    cuda_reset_peak_memory(device_);
+    for (auto& [label, bytes] : peaks_) {
+      if (label == current_) {
+        bytes = std::max(bytes, peak);
+        return;
+      }
+    }
+    peaks_.emplace_back(current_, peak);
+  }
+  c10::Device device_;
+  std::string current_;
+  std::vector<std::pair<std::string, int64_t>> peaks_;
+};
+
 }  // namespace
 
 TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
@@ -146,6 +200,11 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
   model_options.protocol = load_stream_protocol(plan.offload_protocol_name(), plan_directory(plan));
   model_options.inject_reload_oom = options.fault.kind == FaultInjection::Kind::ReloadOom;
   TrainModel model(plan, model_options);
+  std::optional<PhasePeaks> phase_peaks;
+  if (cuda) {
+    phase_peaks.emplace(device);
+    model.set_position_listener([&phase_peaks](const std::string& label) { phase_peaks->move_to(label); });
+  }
 
   const char* debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
   DdpWrapper ddp(model.ddp_parameters(), model.ddp_parameter_names(), group,
@@ -204,7 +263,7 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
     for (; step < options.steps; ++step) {
       inject_fault_if_due(options.fault, rank, step, model);
       const Clock::time_point start = Clock::now();
-      if (cuda) cuda_reset_peak_memory(device);
+      if (phase_peaks) phase_peaks->start();
       double loss_sum = 0;
       int64_t tokens = 0;
       // Each micro-step's loss, read after the optimizer step: reading it right after backward
@@ -225,7 +284,7 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
           const TokenBatch batch = data.next(rank, step, micro_step, plan.micro_batch_size, sequence_len);
           phase = "forward";
           ddp.pre_forward(sync);
-          at::Tensor loss = model.loss(batch.input_ids.to(device), batch.labels.to(device),
+          at::Tensor loss = model.loss(to_device(batch.input_ids, device), to_device(batch.labels, device),
                                        TrainPosition{rank, step, micro_step});
           loss = ddp.post_forward(loss, sync);
           phase = "backward";
@@ -234,6 +293,7 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
           tokens += batch.input_ids.numel();
         }
         phase = "optimizer";
+        if (phase_peaks) phase_peaks->move_to("optimizer");
         TraceRange optimizer_range("hookstream:optimizer");
         optimizer.step();
       }
@@ -258,8 +318,11 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
       metrics.step_seconds = seconds;
       metrics.tokens = static_cast<int64_t>(values[2]);
       metrics.tokens_per_second = seconds > 0 ? values[2] / seconds : 0;
-      if (cuda) {
-        metrics.peak_memory_bytes = cuda_peak_memory_bytes(device);
+      if (phase_peaks) {
+        metrics.phase_peaks = phase_peaks->finish();
+        int64_t peak = 0;
+        for (const auto& [label, bytes] : metrics.phase_peaks) peak = std::max(peak, bytes);
+        metrics.peak_memory_bytes = peak;
       } else {
         metrics.peak_memory_bytes = max_rss_bytes();
         metrics.peak_is_rss = true;
@@ -297,7 +360,7 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
       if (phase == "forward" || phase == "backward") report.position = model.position_text();
       report.requested_bytes = requested_bytes_in(failure.what());
       if (cuda) {
-        report.peak_allocated_bytes = cuda_peak_memory_bytes(device);
+        report.peak_allocated_bytes = phase_peaks ? phase_peaks->so_far() : cuda_peak_memory_bytes(device);
         report.device_total_bytes = cuda_total_memory_bytes(device);
       }
       failure.out_of_memory = report;

@@ -40,6 +40,10 @@ struct StepMetrics {
   // CUDA: the caching allocator's peak in this step; CPU: the process's max RSS so far.
   std::optional<int64_t> peak_memory_bytes;
   bool peak_is_rss = false;
+  // CUDA: the allocator's peak within each part of the step (TrainModel::position_text()'s labels,
+  // "optimizer" for the rest), in the order first reached; the largest over micro-steps. Their
+  // maximum is peak_memory_bytes. Empty on the CPU.
+  std::vector<std::pair<std::string, int64_t>> phase_peaks;
   double copy_ms = 0;           // offload copies' GPU time (TrainModel::take_offload_stats)
   double exposed_copy_ms = 0;   // ... of which the compute stream waited for
   int64_t copy_bytes = 0;       // bytes the offload copies moved (D2H + H2D), for their bandwidth

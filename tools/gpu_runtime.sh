@@ -96,7 +96,8 @@ for f in sorted(glob.glob(f"{out}/run-*.json")):
     base = eager.get("none" if name == "none" else "checkpoint")
     vs = f"{100 * (hs_s / base['step_s'] - 1):+.1f}% vs eager {base['mode']}" if base else ""
     print(f"hookstream {name:17s} {hs_s:.4f} s  {peak:.2f} GiB  {vs}  pred {h['predicted']['step_seconds']:.3f} s "
-          f"{h['predicted']['peak_memory_bytes'] / 2**30:.2f} GiB")
+          f"{h['predicted']['peak_memory_bytes'] / 2**30:.2f} GiB  peak at {h['measured'].get('peak_at')} "
+          f"(pred {h['predicted'].get('peak_at')})")
 PY
 fi
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/sync/ddp/ddp_simulation.h"
@@ -33,6 +34,11 @@ struct PlanCost {
   double step_seconds = 0;
   int64_t peak_device_bytes = 0;
   int64_t peak_host_bytes = 0;  // pinned host memory per rank (offloaded checkpoints' slots)
+  std::string peak_at;          // where the device peak is: "backward layer 0 attention backward"
+  // Every moment the memory model evaluated, in step order (MemoryEstimate::device_points): label
+  // (phase and place, as peak_at) and device bytes; `hookstream run` puts them beside its measured
+  // per-part peaks.
+  std::vector<std::pair<std::string, int64_t>> device_points;
 };
 
 struct VerifiedFix {

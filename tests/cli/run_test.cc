@@ -87,6 +87,21 @@ TEST_CASE("run trains the bundled tiny plan on 2 CPU ranks and the loss falls", 
   CHECK(r.out.find("step 8/8  loss") != std::string::npos);
   CHECK(r.out.find("predicted (H100-SXM) vs measured (cpu)") != std::string::npos);
   CHECK(summary["predicted"]["step_seconds"].get<double>() > 0);
+  // The memory model's points in the parts the runtime measures its per-part peaks in (CUDA only):
+  // each layer's forward, the loss head, each layer's backward in reverse, the optimizer.
+  std::vector<std::string> parts;
+  for (const auto& p : summary["predicted"]["peak_by_part"]) parts.push_back(p["part"]);
+  const int layers = static_cast<int>(std::count_if(parts.begin(), parts.end(), [](const std::string& p) {
+    return p.size() > 8 && p.compare(p.size() - 8, 8, " forward") == 0;
+  }));
+  REQUIRE(layers > 0);
+  std::vector<std::string> expected = {"embedding"};
+  for (int i = 0; i < layers; ++i) expected.push_back("layer " + std::to_string(i) + " forward");
+  expected.push_back("loss head");
+  for (int i = layers - 1; i >= 0; --i) expected.push_back("layer " + std::to_string(i) + " backward");
+  expected.push_back("optimizer");
+  CHECK(parts == expected);
+  CHECK(summary["measured"]["peak_by_part"].empty());  // the CPU has no allocator peaks to split
   // One trace per rank, holding the optimizer-step annotations (Chrome JSON from LibTorch's profiler).
   CHECK_FALSE(fs::exists(dir / "trace.json"));
   for (const char* name : {"trace.rank0.json", "trace.rank1.json"}) {

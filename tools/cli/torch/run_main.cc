@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,53 @@ std::string progress_bar(int done, int total) {
   return fmt::format("\r[{}{}] {}/{}", std::string(filled, '#'), std::string(kWidth - filled, '.'), done, total);
 }
 
+// The part of the step a memory-model point belongs to, in the words TrainModel::position_text()
+// uses for what a rank measured ("layer 3 backward", "loss head", "optimizer"), so that the two
+// can be put side by side; `previous` is the part of the point before. The runtime moves to a new
+// part where TrainModel marks one: the embedding, the vision tower, each layer's forward, the loss
+// head (final norm, lm_head and their backward), each layer's backward (opened when its gradient
+// arrives); what runs after layer 0's backward opens (the embedding's and the tower's backward,
+// DDP's final reduction) stays in that part, and the optimizer step is its own.
+std::string runtime_part(const std::string& predicted_label, const std::string& previous) {
+  const size_t space = predicted_label.find(' ');
+  const std::string phase = predicted_label.substr(0, space);
+  const std::string at = space == std::string::npos ? "" : predicted_label.substr(space + 1);
+  if (phase == "optimizer") return "optimizer";
+  if (phase == "loss" || at.find("lm_head") != std::string::npos || at.find("cross-entropy") != std::string::npos ||
+      at.find("final norm") != std::string::npos) {
+    return "loss head";
+  }
+  const size_t layer = at.find("layer ");
+  if (layer != std::string::npos && (phase == "forward" || phase == "backward")) {
+    size_t end = layer + 6;
+    while (end < at.size() && std::isdigit(static_cast<unsigned char>(at[end]))) ++end;
+    if (end > layer + 6) return at.substr(layer, end - layer) + " " + phase;
+  }
+  if (phase == "forward" && at.rfind("embedding", 0) == 0) return "embedding";
+  // The tower's ops (sim/streams/stream_expansion.cc HeadCost::vision: "vision block 3 forward").
+  if (phase == "forward" && at.rfind("vision", 0) == 0) return "vision tower";
+  return previous.empty() ? phase : previous;
+}
+
+// Largest bytes per part, in the order parts are first reached.
+nlohmann::json parts_json(const std::vector<std::pair<std::string, int64_t>>& points, bool map_to_parts) {
+  std::vector<std::pair<std::string, int64_t>> parts;
+  std::string previous;
+  for (const auto& [label, bytes] : points) {
+    const std::string part = map_to_parts ? runtime_part(label, previous) : label;
+    previous = part;
+    auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.first == part; });
+    if (it == parts.end()) {
+      parts.emplace_back(part, bytes);
+    } else {
+      it->second = std::max(it->second, bytes);
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [part, bytes] : parts) out.push_back({{"part", part}, {"bytes", bytes}});
+  return out;
+}
+
 // Rank 0's summary: the steps, and the simulator's prediction for the plan's GPU beside what
 // this run measured.
 nlohmann::json summary_json(const Plan& plan, const RunArgs& args, const std::string& device, int world_size,
@@ -77,6 +125,7 @@ nlohmann::json summary_json(const Plan& plan, const RunArgs& args, const std::st
   double time_sum = 0;
   int timed = 0;
   int64_t peak = 0;
+  const StepMetrics* peak_step = nullptr;
   for (const StepMetrics& m : result.steps) {
     nlohmann::json s;
     s["step"] = m.step;
@@ -85,11 +134,13 @@ nlohmann::json summary_json(const Plan& plan, const RunArgs& args, const std::st
     s["tokens"] = m.tokens;
     s["tokens_per_second"] = m.tokens_per_second;
     s["peak_memory_bytes"] = m.peak_memory_bytes ? nlohmann::json(*m.peak_memory_bytes) : nlohmann::json();
+    s["peak_by_part"] = parts_json(m.phase_peaks, /*map_to_parts=*/false);
     s["copy_ms"] = m.copy_ms;
     s["hidden_copy_ms"] = m.hidden_copy_ms();
     s["exposed_copy_ms"] = m.exposed_copy_ms;
     s["copy_bytes"] = m.copy_bytes;
     j["steps"].push_back(s);
+    if (peak_step == nullptr || m.peak_memory_bytes.value_or(0) > peak) peak_step = &m;
     peak = std::max(peak, m.peak_memory_bytes.value_or(0));
     // The first step of a run warms up allocators and the Reducer's bucket rebuild: left out of
     // the mean when there are others.
@@ -107,15 +158,39 @@ nlohmann::json summary_json(const Plan& plan, const RunArgs& args, const std::st
   measured["step_seconds"] = timed ? nlohmann::json(time_sum / timed) : nlohmann::json();
   measured["peak_memory_bytes"] = peak;
   measured["peak_memory_kind"] = device == "cpu" ? "max_rss" : "cuda_caching_allocator";
+  // Where the peak step reached its peak (CUDA only: the allocator's peak per part of the step).
+  measured["peak_at"] = nlohmann::json();
+  measured["peak_by_part"] = nlohmann::json::array();
+  if (peak_step != nullptr && !peak_step->phase_peaks.empty()) {
+    const auto top = std::max_element(peak_step->phase_peaks.begin(), peak_step->phase_peaks.end(),
+                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+    measured["peak_at"] = top->first;
+    measured["peak_by_part"] = parts_json(peak_step->phase_peaks, /*map_to_parts=*/false);
+  }
   j["measured"] = measured;
   if (predicted) {
     j["predicted"] = {{"device", predicted->device},
                       {"step_seconds", predicted->step_seconds},
-                      {"peak_memory_bytes", predicted->peak_device_bytes}};
+                      {"peak_memory_bytes", predicted->peak_device_bytes},
+                      {"peak_at", predicted->peak_at},
+                      {"peak_by_part", parts_json(predicted->device_points, /*map_to_parts=*/true)}};
   } else {
     j["predicted"] = nullptr;
   }
   return j;
+}
+
+// The part holding the predicted peak (the first part reaching the largest bytes).
+std::string predicted_peak_part(const nlohmann::json& predicted) {
+  std::string part;
+  int64_t top = -1;
+  for (const nlohmann::json& p : predicted["peak_by_part"]) {
+    if (p["bytes"].get<int64_t>() > top) {
+      top = p["bytes"].get<int64_t>();
+      part = p["part"].get<std::string>();
+    }
+  }
+  return part;
 }
 
 std::string prediction_table(const nlohmann::json& summary) {
@@ -136,6 +211,10 @@ std::string prediction_table(const nlohmann::json& summary) {
                       p.is_null() ? "n/a" : mib(p["peak_memory_bytes"].get<int64_t>()),
                       mib(m["peak_memory_bytes"].get<int64_t>()),
                       m["peak_memory_kind"] == "max_rss" ? " (max RSS of the process)" : "");
+  if (!m["peak_at"].is_null()) {
+    text += fmt::format("  peak at      {:>14}  {:>14}\n", p.is_null() ? "n/a" : predicted_peak_part(p),
+                        m["peak_at"].get<std::string>());
+  }
   return text;
 }
 
