@@ -29,7 +29,7 @@ double read_fraction(const std::string& source, const YAML::Node& node, const st
 const std::set<std::string>& known_keys() {
   static const std::set<std::string> keys = {
       "name", "aliases", "memory_bytes", "matrix_tflops", "vector_tflops_fp32", "hbm_gbps",
-      "matrix_efficiency", "hbm_efficiency", "host_link", "nvlink_gbps", "network_gbps"};
+      "matrix_efficiency", "hbm_efficiency", "host_link", "nvlink_gbps", "network_gbps", "blas_workspace_mib"};
   return keys;
 }
 
@@ -83,6 +83,10 @@ DeviceSpec parse_device_spec(const std::string& yaml_text, const std::string& so
   if (root["hbm_efficiency"]) spec.hbm_efficiency = read_fraction(source, root["hbm_efficiency"], "hbm_efficiency");
   spec.nvlink_gbps = yaml_number(source, required(source, root, root, "nvlink_gbps"), "nvlink_gbps", true);
   spec.network_gbps = yaml_number(source, required(source, root, root, "network_gbps"), "network_gbps", false);
+  if (root["blas_workspace_mib"]) {
+    spec.blas_workspace_bytes = static_cast<int64_t>(
+        yaml_number(source, root["blas_workspace_mib"], "blas_workspace_mib", true) * 1024.0 * 1024.0);
+  }
 
   const YAML::Node link = required(source, root, root, "host_link");
   if (!link.IsMap()) throw InputError(yaml_where(source, link), "key host_link: expected a mapping");

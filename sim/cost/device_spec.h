@@ -3,6 +3,7 @@
 // field and where each number comes from.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,10 @@ struct DeviceSpec {
   HostLink host_link;
   double nvlink_gbps = 0;             // per direction per GPU; 0: no NVLink (PCIe within a node)
   double network_gbps = 0;            // inter-node bandwidth per GPU, GB/s
+  // cuBLAS's workspace, one per (thread, stream) that runs GEMMs, taken from the caching allocator
+  // (PyTorch's default CUBLAS_WORKSPACE_CONFIG, aten/src/ATen/cuda/CublasHandlePool.cpp: ":4096:8",
+  // 32 MiB, from compute capability 9.0; ":4096:2:16:8", 8.125 MiB, before). 0: not counted.
+  int64_t blas_workspace_bytes = 0;
   // The measured kernel costs of profiles/<name>.yaml beside the device file, when there is one
   // (load_device_spec reads it); null: the time model's roofline alone.
   std::shared_ptr<const DeviceProfile> profile;

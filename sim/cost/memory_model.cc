@@ -265,6 +265,7 @@ const char* to_string(MemoryCategory category) {
     case MemoryCategory::MasterWeights: return "master_weights";
     case MemoryCategory::CommBuffers: return "comm_buffers";
     case MemoryCategory::GatheredParams: return "gathered_params";
+    case MemoryCategory::Workspaces: return "workspaces";
   }
   return "?";
 }
@@ -394,11 +395,20 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
       persistent.bytes[MemoryCategory::Weights] += whole ? ledger.device(reference_bytes) : ledger.device((reference_bytes + engine.world - 1) / engine.world);
     }
   }
+  // One process: no DDP. accelerate wraps the model in DistributedDataParallel only when
+  // use_distributed (distributed_type != NO and num_processes > 1; accelerate/state.py,
+  // Accelerator.prepare_model's multi_device). `hookstream run` still runs a Reducer at world size 1
+  // (its 0.16 GiB bucket is measured in bench/gpu-results/2026-11-27-h100-s18 and not predicted here).
   const bool ddp = plan.world_size > 1 && !engine.sharded;
   const bool grads_in_buckets = ddp && plan.gradient_as_bucket_view;
   if (ddp) {
     for (int64_t bucket : ddp_bucket_sizes(plan, structure)) ledger.add(persistent, MemoryCategory::DdpBuckets, bucket);
   }
+  // cuBLAS's workspaces: one for the forward's thread and one for the autograd engine's device
+  // thread, each on the compute stream (cuBLAS handles are per thread, workspaces per handle and
+  // stream, aten/src/ATen/cuda/CublasHandlePool.cpp). Measured on an H100: a constant 64 MiB in every
+  // part of the step, the optimizer's included, that nothing else accounted for.
+  if (device.blas_workspace_bytes > 0) ledger.add(persistent, MemoryCategory::Workspaces, device.blas_workspace_bytes, 2);
   const int buffers = reload_buffer_count(plan);
   ledger.add(persistent, MemoryCategory::ReloadBuffers, h * per_token, buffers);
 
@@ -432,7 +442,13 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     } else {
       mlp_phase = sum_tensors(a.mlp_backward_temporaries, shape.dtype);
     }
-    transient[i] = std::max<int64_t>(mlp_phase, attention_phase - full[i]);
+    // Above either phase: the residual stream's two gradients, the one of the layer's output (held
+    // by the engine until both branches of the residual add have taken it) and the one of its input
+    // being summed from the skip and the branch (torch/csrc/autograd/input_buffer.cpp adds out of
+    // place while the incoming gradient is still referenced). Measured per part of the step on an
+    // H100 (bench/gpu-results/2026-11-27-h100-s18): 2 hidden states per token above the model in
+    // every layer's backward, at 8K and at 128K, checkpointed or offloaded.
+    transient[i] = std::max<int64_t>(mlp_phase, attention_phase - full[i]) + 2 * ledger.device(h * per_token);
     if (tiled) {
       for (int64_t e : a.mlp_chunk_intermediates) chunk[i] += ledger.device(e * chunk_tokens * shape.dtype);
     }

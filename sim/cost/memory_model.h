@@ -36,6 +36,7 @@ enum class MemoryCategory {
   MasterWeights,        // DeepSpeed ZeRO: the fp32 partition of the trainable parameters
   CommBuffers,          // DeepSpeed ZeRO: the ipg reduction bucket(s)
   GatheredParams,       // DeepSpeed ZeRO-3: fetched (gathered) modules and the computing module's 16-bit grads
+  Workspaces,           // library workspaces from the caching allocator (cuBLAS, per thread and stream)
 };
 const char* to_string(MemoryCategory category);
 
