@@ -9,7 +9,7 @@
 # the deadline; then the GPU correctness checks.
 # Results: ./out/gpu-runtime, and in $OUT (device tool): results.tgz and the two traces (.json.gz).
 #
-#   tools/gpu_runtime.sh [--steps N] [--lengths 16384,32768,...] [--deadline S] [--traces "e:h ..."]
+#   tools/gpu_runtime.sh [--steps N] [--long-steps N] [--run-timeout S] [--lengths 16384,32768,...] [--deadline S] [--traces "e:h ..."]
 #                        [--variants "name=plan:k=v,... ..."] [--no-traces] [--no-8k] [--oom-check]
 # --oom-check: a real out-of-memory error and `hookstream run`'s fallback (docs/run.md): the 8K
 # plan without checkpointing at a length whose activations cannot fit the device (16K on an H100,
@@ -21,11 +21,12 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 out=$here/out/gpu-runtime
 rm -rf "$out"; mkdir -p "$out"
 [[ -n "${OUT:-}" ]] && trap 'tar czf "$OUT/results.tgz" --exclude="trace-*.json*" -C "$out" .; cp "$out"/trace-*.json.gz "$OUT"/ 2>/dev/null' EXIT
-steps=6 long_steps=2 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants="" oom=0
+steps=6 long_steps=2 run_timeout=240 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants="" oom=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps=$2; shift ;;
     --long-steps) long_steps=$2; shift ;;
+    --run-timeout) run_timeout=$2; shift ;;  # seconds one long-context run may take
     --lengths) lengths=$2; shift ;;
     --deadline) deadline=$2; shift ;;
     --traces) traces=$2; shift ;;      # "eagermode:plan ..." pairs, e.g. "checkpoint:checkpoint"
@@ -129,7 +130,7 @@ left=$(( deadline - ($(date +%s) - t0) ))
 if [[ -n "$lengths" && $left -gt 30 ]]; then
   log "long context ($lengths), ${left}s left"
   python3 bench/long_context.py --hookstream "$hs" --plan bench/plans/llama8b-lora-long.yaml --gpu $gpu \
-    --lengths "$lengths" --steps "$long_steps" --deadline "$left" --run-timeout 240 --out "$out/long.jsonl" --logdir "$out" || status=1
+    --lengths "$lengths" --steps "$long_steps" --deadline "$left" --run-timeout "$run_timeout" --out "$out/long.jsonl" --logdir "$out" || status=1
 fi
 
 left=$(( deadline + 120 - ($(date +%s) - t0) ))
