@@ -47,11 +47,22 @@ struct TiledMlpFunction : torch::autograd::Function<TiledMlpFunction> {
     ctx->saved_data["call"] = c10::IValue::make_capsule(call);
     ctx->save_for_backward({hidden});
     torch::NoGradGuard no_grad;
-    std::vector<at::Tensor> outputs;
+    // Each shard's output is written into one preallocated tensor, as DeepSpeed's TiledMLP
+    // (deepspeed/runtime/sequence_parallel/ulysses_sp.py) fills its output: a list of shard outputs
+    // and their cat would hold the MLP's output twice at the end of the forward.
+    at::Tensor out;
+    int64_t offset = 0;
     for (const at::Tensor& shard : hidden.chunk(call->spec.shards, /*dim=*/1)) {
-      outputs.push_back(call->spec.mlp(shard, call->spec.weights_table));
+      const at::Tensor y = call->spec.mlp(shard, call->spec.weights_table);
+      if (!out.defined()) {
+        std::vector<int64_t> sizes = y.sizes().vec();
+        sizes[1] = hidden.size(1);
+        out = at::empty(sizes, y.options());
+      }
+      out.narrow(1, offset, y.size(1)).copy_(y);
+      offset += y.size(1);
     }
-    return at::cat(outputs, 1);
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -63,11 +74,18 @@ struct TiledMlpFunction : torch::autograd::Function<TiledMlpFunction> {
     std::vector<at::Tensor> weights;
     for (int index : spec.weights) weights.push_back(spec.weights_table[index]);
 
-    std::vector<at::Tensor> input_grads;
+    // The input's gradient is written shard by shard into one zeroed tensor, as DeepSpeed's
+    // TiledMLP does (x_shard.grad set to a view of x_grad before each shard's backward, so that
+    // AccumulateGrad adds in place): no list of shard gradients and no cat of them at the end.
+    const bool input_grad = hidden.requires_grad();
+    at::Tensor x_grad = input_grad ? at::zeros_like(hidden) : at::Tensor();
     std::vector<at::Tensor> weight_grads(weights.size());
+    int64_t offset = 0;
     for (size_t i = 0; i < hidden_shards.size(); ++i) {
       at::Tensor shard = hidden_shards[i].detach();
-      shard.requires_grad_(hidden.requires_grad());
+      shard.requires_grad_(input_grad);
+      at::Tensor shard_grad = input_grad ? x_grad.narrow(1, offset, shard.size(1)) : at::Tensor();
+      offset += shard.size(1);
       at::Tensor output;
       {
         torch::AutoGradMode enable_grad(true);
@@ -76,30 +94,26 @@ struct TiledMlpFunction : torch::autograd::Function<TiledMlpFunction> {
       const bool last = i + 1 == hidden_shards.size();
       const bool use_backward = spec.strategy == TiledBackward::BackwardPerChunk ||
                                 (spec.strategy == TiledBackward::GradThenBackward && last);
-      if (!output.requires_grad()) {
-        input_grads.push_back(at::zeros_like(shard));
-        continue;
-      }
+      if (!output.requires_grad()) continue;  // its slice of x_grad stays zero
       GraphTaskScope scope(spec.recorder, chunk_label(spec, i));
       if (use_backward) {
-        // A nested graph task that runs the weights' AccumulateGrad: DDP's hooks fire here.
+        // A nested graph task that runs the weights' AccumulateGrad: DDP's hooks fire here. The
+        // shard's AccumulateGrad adds into its slice of x_grad (grad mode is off in backward:
+        // torch/csrc/autograd/functions/accumulate_grad.h accumulates in place).
+        if (input_grad) shard.mutable_grad() = shard_grad;
         torch::autograd::backward({output}, {grad_shards[i]});
-        input_grads.push_back(shard.requires_grad() && shard.grad().defined() ? shard.grad()
-                                                                             : at::zeros_like(shard));
         continue;
       }
       // torch::autograd::grad runs no AccumulateGrad: no hook fires for these chunks.
       std::vector<at::Tensor> wrt;
-      if (shard.requires_grad()) wrt.push_back(shard);
+      if (input_grad) wrt.push_back(shard);
       wrt.insert(wrt.end(), weights.begin(), weights.end());
       const variable_list grads = torch::autograd::grad({output}, wrt, {grad_shards[i]}, false, false,
                                                         /*allow_unused=*/true);
       size_t next = 0;
-      if (shard.requires_grad()) {
-        input_grads.push_back(grads[next].defined() ? grads[next] : at::zeros_like(shard));
+      if (input_grad) {
+        if (grads[next].defined()) shard_grad.copy_(grads[next]);
         ++next;
-      } else {
-        input_grads.push_back(at::zeros_like(shard));
       }
       for (size_t w = 0; w < weights.size(); ++w, ++next) {
         if (!grads[next].defined()) continue;
@@ -112,7 +126,7 @@ struct TiledMlpFunction : torch::autograd::Function<TiledMlpFunction> {
     }
 
     variable_list result;
-    result.push_back(hidden.requires_grad() ? at::cat(input_grads, 1) : at::Tensor());
+    result.push_back(x_grad);
     for (size_t w = 0; w < call->weight_inputs; ++w) {
       // BackwardPerChunk / GradThenBackward return None for weight inputs: their AccumulateGrad
       // still runs in the outer task with an undefined gradient, and its post hooks (DDP's) fire.
