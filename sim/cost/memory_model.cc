@@ -194,6 +194,25 @@ int64_t logits_and_loss_bytes(const Plan& plan, int64_t tokens, int64_t dtype, c
   return bf16_logits + one_chunk + ledger.device(tokens * 4);
 }
 
+// What the loss head's backward adds to logits_and_loss_bytes' forward holding, at the lm_head's
+// backward. Unchunked: log_softmax saved its float32 output, and its backward holds that, the
+// float32 gradient flowing in (from nll_loss) and the one it produces: three float32 logits where
+// the forward held two and the model-dtype logits (freed after the upcast, ToCopyBackward saves
+// nothing). Measured on an H100 (bench/gpu-results/2026-11-27-h100-s18, the bundled default plan,
+// vocabulary 151,936 at 16K tokens): the loss head's part peaked 4.81 GiB above the forward holding,
+// against 4.64 GiB from this rule. axolotl's chunks of the full logits: the chunks' gradients are
+// assembled into one gradient of the whole logits (chunk's backward, SplitBackward, cats them)
+// while the logits are still saved by the chunk functions, a second model-dtype copy (inferred from
+// PyTorch's autograd, not measured). The lm_head recomputed per chunk: one chunk at a time, no extra.
+int64_t logits_backward_bytes(const Plan& plan, int64_t tokens, int64_t dtype, const Ledger& ledger) {
+  const int64_t vocab = plan.model.vocab_size;
+  if (!plan.chunked_cross_entropy) {
+    return std::max<int64_t>(0, ledger.device(vocab * tokens * 4) - ledger.device(vocab * tokens * dtype));
+  }
+  if (plan.loss_recomputes_lm_head()) return 0;
+  return ledger.device(vocab * tokens * dtype);
+}
+
 // "layer 12 mlp backward chunk 3 of 8" -> "mlp backward"; the names come from
 // sim/streams/stream_expansion.cc, which issues every op of a simulated step.
 // What the vision tower's forward saves for its backward, in bytes: one image of
@@ -468,6 +487,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   // The vision tower's saved tensors: held from the start of the forward to the end of backward.
   const int64_t vision = vision_saved_bytes(plan, structure, longest, shape.dtype, ledger);
   const int64_t logits = logits_and_loss_bytes(plan, shape.tokens, shape.dtype, ledger);
+  const int64_t logits_grad = logits_backward_bytes(plan, shape.tokens, shape.dtype, ledger);
 
   auto base = [&]() { return persistent; };
   int64_t saved_total = vision;
@@ -488,7 +508,8 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     point.phase = "loss";
     point.at = "cross-entropy";
     point.bytes[MemoryCategory::Activations] += saved_total + head_inputs;
-    point.bytes[MemoryCategory::LogitsAndLoss] += logits;
+    // The loss head's forward and backward: the larger holding is the backward's.
+    point.bytes[MemoryCategory::LogitsAndLoss] += logits + logits_grad;
     if (!grads_in_buckets) point.bytes[MemoryCategory::Gradients] += grads_by_layer[layers];
     estimate.device_points.push_back(point);
   }
@@ -536,19 +557,30 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     std::vector<MemoryPoint> op_points;
     std::vector<char> layer_released(layers, 0), layer_grads(layers, 0);
     int64_t held = 0, grads = 0, live_allocated = 0;
-    bool head_held = false, logits_held = false, outside_grads = false;
+    bool head_held = false, logits_held = false, outside_grads = false, vision_held = false;
     int micro = -1;
     for (int i = 0; i < static_cast<int>(step.ops.size()); ++i) {
       const Op& op = step.ops[i];
       if (op.rank != 0 || (op.stream >= 0 && step.streams[op.stream].device != 0)) continue;
       if (op.micro_step != micro) {  // a new micro-step: its own activations, the grads so far
         micro = op.micro_step;
-        held = vision;
+        held = 0;
+        vision_held = false;
         std::fill(layer_released.begin(), layer_released.end(), 0);
       }
       if (auto it = allocated.find(i); it != allocated.end()) live_allocated = it->second;
       const bool in_layer = op.layer >= 0 && op.layer < layers;
       const std::string what = op.kind == OpKind::Kernel ? op_what(op.name) : "";
+      // The tower's saved tensors: held from the end of its forward (the first decoder layer) to
+      // the end of its backward (the embedding's backward follows it). Measured on an H100 with the
+      // bundled default plan: the embedding's and the optimizer's parts hold none of them.
+      if (!vision_held && vision > 0 && in_layer && what == "forward") {
+        held += vision;
+        vision_held = true;
+      } else if (vision_held && (what == "embedding backward" || op.phase == "optimizer")) {
+        held -= vision;
+        vision_held = false;
+      }
       int64_t workspace = 0, chunk_bytes = 0, temporaries = 0;
       if (in_layer && (what == "forward" || what == "recompute")) {
         workspace = full[op.layer];
@@ -581,7 +613,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
       point.bytes[MemoryCategory::Activations] += held + (head_held ? head_inputs : 0) + live_allocated;
       point.bytes[MemoryCategory::RecomputeWorkspace] += workspace;
       if (chunk_bytes > 0) point.bytes[MemoryCategory::TiledMlpChunks] += chunk_bytes;
-      if (logits_held) point.bytes[MemoryCategory::LogitsAndLoss] += logits;
+      if (logits_held) point.bytes[MemoryCategory::LogitsAndLoss] += logits + (what == "lm_head backward" ? logits_grad : 0);
       if (!grads_in_buckets && grads > 0) point.bytes[MemoryCategory::Gradients] += grads;
       if (temporaries > 0) point.bytes[MemoryCategory::OptimizerTemporaries] += temporaries;
       op_points.push_back(std::move(point));
