@@ -501,6 +501,7 @@ void phases(const std::string& path, int runs, bool with_timeline) {
     rows[index].cpu_ms.push_back((cpu_now() - cpu) * 1e3);
   };
   int64_t gpu_ops = 0, all_ops = 0, step_ops = 0;
+  volatile double elementary_sink = 0;  // keeps the elementary passes from being optimised away
   for (int run = 0; run < runs; ++run) {
     malloc_trim(0);
     size_t k = 0;
@@ -514,6 +515,18 @@ void phases(const std::string& path, int runs, bool with_timeline) {
     timed(k++, "free the trace's ops", [&] { model = EventModel{}; });
     timed(k++, "race check (check_step_races)", [&] { step.races = check_step_races(step.step); });
     timed(k++, "replay build (build_step_replay)", [&] { step.replay = build_step_replay(step.step); });
+    // Elementary costs, for what a shared op table could save (bench/RESULTS.md, issue 23 item 4):
+    // a pass that reads what a scheduling pass reads of each op, and one copy of the step's ops (a
+    // stage's copy, as the replay build makes of the step and the step cut of the trace).
+    timed(k++, "(elementary) one read pass over the replay's ops", [&] {
+      double sum = 0;
+      for (const Op& op : step.replay.model.ops) sum += op.start_ns + op.duration_ns + op.stream + static_cast<int>(op.kind);
+      elementary_sink = elementary_sink + sum;
+    });
+    timed(k++, "(elementary) one copy of the step's ops, then freed", [&] {
+      const EventModel copy = step.step.model;
+      elementary_sink = elementary_sink + static_cast<double>(copy.ops.size());
+    });
     size_t edges = 0;
     timed(k++, "dependency DAG alone (dependency_edges)", [&] {
       try {
@@ -563,7 +576,7 @@ void phases(const std::string& path, int runs, bool with_timeline) {
                 median(warm_wall), median(warm));
     const bool counted = row.phase.rfind("CLI path", 0) != 0 && row.phase.rfind("dependency DAG alone", 0) != 0 &&
                          row.phase.rfind("render json", 0) != 0 && row.phase.rfind("timeline", 0) != 0 &&
-                         row.phase.rfind("free everything", 0) != 0;
+                         row.phase.rfind("free everything", 0) != 0 && row.phase.rfind("(elementary)", 0) != 0;
     if (counted) first_cpu += row.cpu_ms[0], warm_cpu += median(warm);
   }
   std::printf("| sum of the phases of a default text run (import to render text) | (%.1f) | (%.1f) |\n", first_cpu, warm_cpu);
