@@ -109,11 +109,12 @@ std::string heap_settings() {
 }
 
 // Seconds to read `path` with nothing done with what is read (see the header comment); the best of
-// three.
-double reading_floor_s(const std::string& path) {
-  double best = 1e300;
+// three. `best_cpu_s`, when given: the least CPU time of the three (one thread: on an idle core the
+// same as the wall time; on a loaded machine the part of it that was this work).
+double reading_floor_s(const std::string& path, double* best_cpu_s = nullptr) {
+  double best = 1e300, best_cpu = 1e300;
   for (int run = 0; run < 3; ++run) {
-    const double start = wall_now();
+    const double start = wall_now(), cpu_start = cpu_now();
     if (detect_trace_format(path) == TraceFormat::NsysSqlite) {
       sqlite3* db = nullptr;
       if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return -1;
@@ -136,7 +137,9 @@ double reading_floor_s(const std::string& path) {
       }
     }
     best = std::min(best, wall_now() - start);
+    best_cpu = std::min(best_cpu, cpu_now() - cpu_start);
   }
+  if (best_cpu_s) *best_cpu_s = best_cpu;
   return best;
 }
 
@@ -145,8 +148,9 @@ double reading_floor_s(const std::string& path) {
 // libsqlite3 (sqlite3_column_int64, or the text pointer of a text column), each table split at its
 // middle rowid between two connections on two threads, so both halves take as long. Nothing is
 // built from the rows: this is less than any importer that reads those columns does, so
-// GPU ops / this time bounds what it can reach on this machine. Best of `runs`.
-double sqlite_two_core_floor_s(const std::string& path, int runs = 5) {
+// GPU ops / this time bounds what it can reach on this machine. Best of `runs`. `best_cpu_s`, when
+// given: the least CPU time (both threads) of the runs.
+double sqlite_two_core_floor_s(const std::string& path, int runs = 5, double* best_cpu_s = nullptr) {
   struct Range {
     std::string select;
     int64_t mid;
@@ -193,14 +197,16 @@ double sqlite_two_core_floor_s(const std::string& path, int runs = 5) {
     sqlite3_close(db);
     sink += sum;
   };
-  double best = 1e300;
+  double best = 1e300, best_cpu = 1e300;
   for (int run = 0; run < runs; ++run) {
-    const double start = wall_now();
+    const double start = wall_now(), cpu_start = cpu_now();
     std::thread other(read_half, true);
     read_half(false);
     other.join();
     best = std::min(best, wall_now() - start);
+    best_cpu = std::min(best_cpu, cpu_now() - cpu_start);
   }
+  if (best_cpu_s) *best_cpu_s = best_cpu;
   return best;
 }
 
@@ -212,6 +218,7 @@ double sqlite_two_core_floor_s(const std::string& path, int runs = 5) {
 // reading_floor_s's, measured by the caller; the parse is the best of `runs`, -1 without simdjson.
 struct KinetoFloor {
   double read_s = -1, parse_s = -1, floor_s = -1;
+  double parse_cpu_s = -1;  // the least CPU time of the parse runs
 };
 
 KinetoFloor kineto_two_core_floor(const std::string& path, double read_s, int runs = 3) {
@@ -241,16 +248,18 @@ KinetoFloor kineto_two_core_floor(const std::string& path, double read_s, int ru
   }
   if (pieces.empty()) return floor;
   simdjson::dom::parser parser;
-  double best = 1e300;
+  double best = 1e300, best_cpu = 1e300;
   for (int run = 0; run < runs; ++run) {
-    const double start = wall_now();
+    const double start = wall_now(), cpu_start = cpu_now();
     for (const simdjson::padded_string& piece : pieces) {
       simdjson::dom::element root;
       if (parser.parse(piece).get(root) != simdjson::SUCCESS) return floor;  // not Kineto's layout: no floor claimed
     }
     best = std::min(best, wall_now() - start);
+    best_cpu = std::min(best_cpu, cpu_now() - cpu_start);
   }
   floor.parse_s = best;
+  floor.parse_cpu_s = best_cpu;
   floor.floor_s = std::max(floor.read_s, (floor.read_s + floor.parse_s) / 2);
 #endif
   return floor;
@@ -501,6 +510,7 @@ void phases(const std::string& path, int runs, bool with_timeline) {
     rows[index].cpu_ms.push_back((cpu_now() - cpu) * 1e3);
   };
   int64_t gpu_ops = 0, all_ops = 0, step_ops = 0;
+  volatile double elementary_sink = 0;  // keeps the elementary passes from being optimised away
   for (int run = 0; run < runs; ++run) {
     malloc_trim(0);
     size_t k = 0;
@@ -514,6 +524,18 @@ void phases(const std::string& path, int runs, bool with_timeline) {
     timed(k++, "free the trace's ops", [&] { model = EventModel{}; });
     timed(k++, "race check (check_step_races)", [&] { step.races = check_step_races(step.step); });
     timed(k++, "replay build (build_step_replay)", [&] { step.replay = build_step_replay(step.step); });
+    // Elementary costs, for what a shared op table could save (bench/RESULTS.md, issue 23 item 4):
+    // a pass that reads what a scheduling pass reads of each op, and one copy of the step's ops (a
+    // stage's copy, as the replay build makes of the step and the step cut of the trace).
+    timed(k++, "(elementary) one read pass over the replay's ops", [&] {
+      double sum = 0;
+      for (const Op& op : step.replay.model.ops) sum += op.start_ns + op.duration_ns + op.stream + static_cast<int>(op.kind);
+      elementary_sink = elementary_sink + sum;
+    });
+    timed(k++, "(elementary) one copy of the step's ops, then freed", [&] {
+      const EventModel copy = step.step.model;
+      elementary_sink = elementary_sink + static_cast<double>(copy.ops.size());
+    });
     size_t edges = 0;
     timed(k++, "dependency DAG alone (dependency_edges)", [&] {
       try {
@@ -563,7 +585,7 @@ void phases(const std::string& path, int runs, bool with_timeline) {
                 median(warm_wall), median(warm));
     const bool counted = row.phase.rfind("CLI path", 0) != 0 && row.phase.rfind("dependency DAG alone", 0) != 0 &&
                          row.phase.rfind("render json", 0) != 0 && row.phase.rfind("timeline", 0) != 0 &&
-                         row.phase.rfind("free everything", 0) != 0;
+                         row.phase.rfind("free everything", 0) != 0 && row.phase.rfind("(elementary)", 0) != 0;
     if (counted) first_cpu += row.cpu_ms[0], warm_cpu += median(warm);
   }
   std::printf("| sum of the phases of a default text run (import to render text) | (%.1f) | (%.1f) |\n", first_cpu, warm_cpu);
@@ -590,14 +612,22 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "replay_bench: --floor %s: no such file\n", path.c_str());
         return 2;
       }
-      const double read_s = reading_floor_s(path);
+      // floor_cpu_s: the floor's work in CPU seconds (both cores' worth), which a loaded machine
+      // inflates far less than the wall time: `hookstream replay`'s CPU over it is the floor ratio
+      // two perfectly shared idle cores would give at best (bench/RESULTS.md, issue 23 item 4).
+      double read_cpu_s = -1;
+      const double read_s = reading_floor_s(path, &read_cpu_s);
       if (detect_trace_format(path) == TraceFormat::NsysSqlite) {
-        std::printf("{\"format\": \"nsys\", \"read_one_core_s\": %.6f, \"floor_s\": %.6f}\n", read_s,
-                    sqlite_two_core_floor_s(path));
+        double floor_cpu_s = -1;
+        const double floor_s = sqlite_two_core_floor_s(path, 5, &floor_cpu_s);
+        std::printf("{\"format\": \"nsys\", \"read_one_core_s\": %.6f, \"floor_s\": %.6f, \"floor_cpu_s\": %.6f}\n",
+                    read_s, floor_s, floor_cpu_s);
       } else {
         const KinetoFloor kineto = kineto_two_core_floor(path, read_s);
-        std::printf("{\"format\": \"kineto\", \"read_one_core_s\": %.6f, \"parse_one_core_s\": %.6f, \"floor_s\": %.6f}\n",
-                    kineto.read_s, kineto.parse_s, kineto.floor_s);
+        const double floor_cpu_s = kineto.parse_cpu_s < 0 ? -1 : read_cpu_s + kineto.parse_cpu_s;
+        std::printf("{\"format\": \"kineto\", \"read_one_core_s\": %.6f, \"parse_one_core_s\": %.6f, \"floor_s\": %.6f, "
+                    "\"floor_cpu_s\": %.6f}\n",
+                    kineto.read_s, kineto.parse_s, kineto.floor_s, floor_cpu_s);
       }
       return 0;
     }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "traces/importers/json_cursor.h"
+#include "traces/importers/mapped_input.h"
 
 #ifdef HOOKSTREAM_WITH_SIMDJSON
 #include <simdjson.h>
@@ -731,7 +732,9 @@ bool parse_middle_chunk_fast(const std::string& path, std::string_view text, Sta
 
 // A plain (not gzip) trace file mapped read-only, so its chunks are parsed where the page cache
 // holds them instead of being copied by read(). Empty (false) for a gzip file, an empty one, or
-// one that cannot be mapped (a pipe): those are read.
+// one that cannot be mapped (a pipe): those are read. The file cut shorter by another process
+// while it is mapped is reported as bad input (MappedInputScope), where it used to end the process
+// with SIGBUS.
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) {
@@ -745,6 +748,8 @@ class MappedFile {
       if (data != MAP_FAILED) {
         data_ = static_cast<const char*>(data);
         size_ = static_cast<size_t>(st.st_size);
+        // Truncated by another process while mapped: one line and exit 2, not a SIGBUS.
+        scope_ = std::make_unique<MappedInputScope>(path, data_, size_);
       }
     }
     ::close(fd);
@@ -768,6 +773,7 @@ class MappedFile {
  private:
   const char* data_ = nullptr;
   size_t size_ = 0;
+  std::unique_ptr<MappedInputScope> scope_;  // ends after the unmapping (the destructor's body)
 };
 
 struct ChunkJob {

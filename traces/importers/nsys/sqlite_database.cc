@@ -49,7 +49,7 @@ void check_header(const std::string& path) {
 }
 }  // namespace
 
-SqliteDatabase::SqliteDatabase(const std::string& path) : path_(path) {
+SqliteDatabase::SqliteDatabase(const std::string& path) : path_(path), mapped_(path) {
   check_header(path);
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
     const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "traces/importers/mapped_input.h"
+
 struct sqlite3;
 struct sqlite3_stmt;
 
@@ -89,6 +91,9 @@ class SqliteDatabase {
 
  private:
   std::string path_;
+  // SQLite maps the file (mmap_size below): a file truncated by another process meanwhile is one
+  // line and exit 2, not a SIGBUS. Outlives sqlite3_close (the destructor's body).
+  MappedInputScope mapped_;
   sqlite3* db_ = nullptr;
   std::set<std::string> tables_;
 };
