@@ -113,7 +113,13 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
   }
   // dL/dhidden in and out, dq/dk/dv, and two intermediate-size gradients in the MLP.
   a.mlp_backward_temporaries = {h, inter, inter};
-  a.attention_backward_temporaries = {h, h, q, kv, kv};
+  // Plus the layout copies of the attention's backward: dq and the attention output's gradient made
+  // contiguous between SDPA's [B, heads, T, D] and the projections' [B, T, heads x D], and RoPE's
+  // backward on q and k (a cat of the rotated halves). Measured per part of the step on an H100 at
+  // 256K tokens with a tiled MLP (bench/gpu-results/2026-11-27-h100-s18, the only measured row where
+  // this phase, not the MLP's, holds the layer's peak): 26.7 KB per token above {h, h, q, kv, kv};
+  // {q, q, q, kv} gives 26.6 KB for Llama-3.1-8B. The attribution is by shape, not traced op by op.
+  a.attention_backward_temporaries = {h, h, q, kv, kv, q, q, q, kv};
   a.attention_backward_fp32 = plan.eager_attention() ? a.saved_scores_fp32 : 2 * q + model.num_attention_heads;
   a.mlp_chunk_intermediates = {inter, inter, inter, inter};
   return a;
