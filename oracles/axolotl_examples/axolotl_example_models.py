@@ -108,6 +108,7 @@ def main():
     parser.add_argument("--min-verdicts", type=int, default=0)
     parser.add_argument("--markdown")
     args = parser.parse_args()
+    hookstream = str(pathlib.Path(args.hookstream).resolve())  # verify runs from another folder
     types = json.loads((HERE / "base-model-types.json").read_text())["models"]
     examples = sorted(p for p in (CORPUS / "axolotl-examples").iterdir() if p.suffix in (".yml", ".yaml"))
     rows = []
@@ -119,7 +120,7 @@ def main():
         env = dict(os.environ, HF_HUB_CACHE=str(cache))
         for example in examples:
             repo = re.search(r"^base_model:\s*(\S+)", example.read_text(), re.M).group(1)
-            proc = subprocess.run([args.hookstream, "verify", str(example), "--world-size", "2"], cwd=root, env=env,
+            proc = subprocess.run([hookstream, "verify", str(example), "--world-size", "2"], cwd=root, env=env,
                                   capture_output=True, text=True)
             out = proc.stdout + proc.stderr
             status = classify(proc.returncode, out)
