@@ -1244,6 +1244,16 @@ std::vector<ArchitectureSpec> build_table() {
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}};
     a.source = "transformers/models/glm4_moe/modeling_glm4_moe.py";
     add(a);
+    // GLM-4V-MoE's text decoder (Glm4vMoeTextDecoderLayer): GLM-4-MoE's layer without q/k norms,
+    // attention_bias (Glm4vMoeTextConfig default true) on q/k/v. transformers maps glm4v_moe to the
+    // qwen2_moe conversion (_MODEL_TO_CONVERSION_PATTERN), as glm4_moe.
+    a.model_type = "glm4v_moe_text";
+    a.layer_class = "Glm4vMoeTextDecoderLayer";
+    a.layer = moe_layer(attention("attention_bias", ""), "");
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"attention_bias", 1}};
+    a.source = "transformers/models/glm4v_moe/modeling_glm4v_moe.py";
+    add(a);
+    a.layer_class = "";
     // Mistral 4: DeepSeek-V3's layer (MLA, experts/gate/shared_experts after first_k_dense_replace);
     // Mistral4Config defaults: first_k_dense_replace 0, q_lora_rank 1024. No PEFT v4 conversion
     // (not in transformers' _MODEL_TO_CONVERSION_PATTERN).

@@ -207,6 +207,12 @@ std::vector<VisionTowerSpec> build_towers() {
     a.defaults = {{"num_channels", 3}, {"temporal_patch_size", 2}, {"spatial_merge_size", 2}};
     a.source = "transformers/models/glm4v/modeling_glm4v.py";
     t.push_back(a);
+    // Glm4vMoeVisionModel (modeling_glm4v_moe.py, from modular_glm4v_moe.py): GLM-4V's tower under
+    // its own vision_config.model_type and block class.
+    a.model_type = "glm4v_moe_vision";
+    a.block_class = "Glm4vMoeVisionBlock";
+    a.source = "transformers/models/glm4v_moe/modeling_glm4v_moe.py";
+    t.push_back(a);
   }
   {
     // Llama4VisionModel (transformers/models/llama4/modeling_llama4.py), under vision_model:
@@ -395,21 +401,22 @@ std::vector<VisionLanguageSpec> build_models() {
     a.source = "transformers/models/lighton_ocr/modeling_lighton_ocr.py";
     t.push_back(a);
   }
-  for (const char* type : {"glm4v", "glm46v"}) {
-    // Glm4vModel / Glm46VModel: visual (Glm4vVisionModel, whose merger is the projector),
-    // language_model (Glm4vTextModel); the merged last_hidden_state.
+  for (const char* type : {"glm4v", "glm46v", "glm4v_moe"}) {
+    // Glm4vModel / Glm46VModel / Glm4vMoeModel: visual (Glm4vVisionModel, whose merger is the
+    // projector), language_model (Glm4vTextModel; Glm4vMoeTextModel, decoder glm4v_moe_text); the
+    // merged last_hidden_state.
     VisionLanguageSpec a;
     a.model_type = type;
-    a.towers = {"glm4v_vision"};
+    a.towers = {a.model_type == "glm4v_moe" ? "glm4v_moe_vision" : "glm4v_vision"};
     a.tower = "model.visual";
     a.forward_order = {"post_conv_layernorm", "position_embedding", "downsample", "proj", "post_projection_norm",
                        "gate_proj", "up_proj", "down_proj"};
     a.features = VisionFeatures::LastHiddenState;
     a.merge = "vision_spatial_merge_size";
-    // Glm4vConfig: tie_word_embeddings False, and a pre-v5 text_config's true is forwarded to it
-    // (Glm46VConfig does not forward it).
+    // Glm4vConfig, Glm4vMoeConfig: tie_word_embeddings False, and a pre-v5 text_config's true is
+    // forwarded to it (Glm46VConfig does not forward it).
     a.defaults = {{"tie_word_embeddings", 0}};
-    a.tie_from_text = a.model_type == "glm4v";
+    a.tie_from_text = a.model_type == "glm4v" || a.model_type == "glm4v_moe";
     a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
     t.push_back(a);
   }
