@@ -1227,6 +1227,20 @@ std::vector<ArchitectureSpec> build_table() {
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}, {"q_lora_rank", 1536}};
     a.source = "transformers/models/deepseek_v3/modeling_deepseek_v3.py";
     add(a);
+    {  // A.X-K1 (AXK1MoE): DeepSeek-V3's layer with post_mlp_layernorm registered last in the sparse
+       // block (after shared_experts). transformers has no PEFT MoE conversion pattern for axk1
+       // (_MODEL_TO_CONVERSION_PATTERN), so v4 names reach only the shared experts.
+      ArchitectureSpec axk1 = a;
+      axk1.model_type = "axk1";
+      std::vector<ModuleSpec> layer = moe_layer(mla, "");
+      layer.insert(layer.end() - 2, norm("mlp.post_mlp_layernorm", R::MlpOther, "hidden_size", "", "moe"));
+      axk1.layer = layer;
+      axk1.peft_moe_conversion = "";
+      // AXK1Config: first_k_dense_replace 1 (DeepSeek-V3's is 3).
+      axk1.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"q_lora_rank", 1536}};
+      axk1.source = "transformers/models/axk1/modeling_axk1.py";
+      add(axk1);
+    }
     a.model_type = "deepseek_v2";
     a.layer = moe_layer(mla, "mlp_bias");
     a.attribute_map = {{"num_experts", "n_routed_experts"}};
