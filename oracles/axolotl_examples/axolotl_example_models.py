@@ -14,7 +14,7 @@ deepspeed_configs/, with HF_HUB_CACHE pointing at the cache and no --model.
 Every example must end in one of:
   verdict        exit 0 or 1 with a report (DDP, FSDP, ZeRO, or the explicit engine_not_modelled);
   refused        exit 2, one line: transformers knows the type and hookstream cannot model it yet,
-                 or a type transformers does not ship (the repository's custom code);
+                 or the type is the repository's custom code (auto_map), not one transformers ships;
 anything else (a crash, a multi-line error, a lookup failure) fails. --min-verdicts N fails the run
 when fewer than N examples get a verdict (the count this branch reached: it may only go up).
 
@@ -57,7 +57,9 @@ def model_class(model_type):
     return classes.get(model_type)
 
 
-def write_config(snapshot, repo, model_type):
+def write_config(snapshot, repo, entry):
+    # An entry is the model_type, or {"model_type", "auto_map"} for a repository's custom code.
+    model_type = entry if isinstance(entry, str) else entry["model_type"]
     real = {p.stem: p for folder in (CORPUS / "hf-configs", REPO / "bench" / "hf-configs") for p in folder.glob("*.json")}
     name = repo.split("/")[-1]
     if name in real:
@@ -65,8 +67,8 @@ def write_config(snapshot, repo, model_type):
         return "real config.json"
     try:
         config = AutoConfig.for_model(model_type)
-    except ValueError:  # not a transformers type (custom code): the type alone, as the file names it
-        (snapshot / "config.json").write_text(json.dumps({"model_type": model_type}) + "\n")
+    except ValueError:  # not a transformers type (custom code): the keys that say so, as the file has them
+        (snapshot / "config.json").write_text(json.dumps(entry if isinstance(entry, dict) else {"model_type": model_type}) + "\n")
         return "not a transformers type"
     config.architectures = [model_class(model_type) or ""]
     config.to_json_file(snapshot / "config.json", use_diff=False)
@@ -97,7 +99,7 @@ def classify(code, out):
     lines = [line for line in out.strip().splitlines() if line.strip()]
     if code in (0, 1) and lines:
         return "verdict"
-    if code == 2 and len(lines) == 1 and ("cannot model it yet" in lines[0] or "unknown model type" in lines[0]):
+    if code == 2 and len(lines) == 1 and ("cannot model it yet" in lines[0] or "the model repository's own code" in lines[0]):
         return "refused"
     return "error"
 
@@ -126,9 +128,10 @@ def main():
             status = classify(proc.returncode, out)
             first = out.strip().splitlines()[0] if out.strip() else ""
             detail = first.replace(str(cache), "HF_HUB_CACHE") if status != "verdict" else ""
-            rows.append({"example": example.name, "base_model": repo, "model_type": types[repo], "exit": proc.returncode,
+            model_type = types[repo] if isinstance(types[repo], str) else types[repo]["model_type"]
+            rows.append({"example": example.name, "base_model": repo, "model_type": model_type, "exit": proc.returncode,
                          "status": status, "detail": detail})
-            print(f"{status:8s} exit {proc.returncode}  {example.name:55s} {types[repo]:18s} {detail[:160]}", flush=True)
+            print(f"{status:8s} exit {proc.returncode}  {example.name:55s} {model_type:18s} {detail[:160]}", flush=True)
     counts = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
