@@ -596,6 +596,17 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         }
         config.values[prefix + it->get<std::string>()] = 1;
       }
+      // layer_types (a list of strings, one per layer): "layer_types.<i>=<type>", which the structure
+      // builder turns into the layer's "layer_type=<type>" condition (MiMo-V2-Flash's sliding layers
+      // have their own key/value widths and attention sinks).
+      else if (it->is_array() && it.key() == "layer_types") {
+        for (auto v = config.values.lower_bound("layer_types."); v != config.values.end() && v->first.rfind("layer_types.", 0) == 0;) {
+          v = config.values.erase(v);
+        }
+        for (size_t i = 0; i < it->size(); ++i) {
+          if ((*it)[i].is_string()) config.values["layer_types." + std::to_string(i) + "=" + (*it)[i].get<std::string>()] = 1;
+        }
+      }
       if (it->is_null()) nulls.insert(it.key());
       else nulls.erase(it.key());
       if (it->is_null()) config.values.erase(it.key());

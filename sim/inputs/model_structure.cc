@@ -688,6 +688,11 @@ class StructureBuilder {
       // "last_layer": GPT-NeoX-Japanese gives only its last layer's attention a dense_bias
       // (GPTNeoXJapaneseLayer: use_bias=layer_number == num_hidden_layers - 1).
       layer_values["last_layer"] = i == m.num_hidden_layers - 1 ? 1 : 0;
+      // "layer_type=<type>": this layer's entry of the config's layer_types.
+      const std::string type_key = "layer_types." + std::to_string(i) + "=";
+      for (auto it = values_.lower_bound(type_key); it != values_.end() && it->first.rfind(type_key, 0) == 0; ++it) {
+        layer_values["layer_type=" + it->first.substr(type_key.size())] = 1;
+      }
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
         if (!module.when.empty() && !evaluate_flag(module.when, layer_values)) continue;

@@ -1072,6 +1072,32 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/mellum/modeling_mellum.py";
     add(a);
   }
+  {  // MiMo-V2-Flash (MiMoV2FlashAttention): layers whose layer_types entry is "sliding_attention"
+     // have twice num_key_value_heads and attention sinks ([heads], the attention's own parameter,
+     // listed first); v and o over v_head_dim; q/k/v attention_bias, o none. mlp_layer_types picks
+     // MiMoV2FlashMLP or the sparse block (experts, then gate). No PEFT MoE conversion
+     // (_MODEL_TO_CONVERSION_PATTERN has no mimo_v2_flash).
+    ArchitectureSpec a;
+    a.model_type = "mimo_v2_flash";
+    const std::string swa = "layer_type=sliding_attention";
+    a.layer = concat({{tensor("self_attn.sinks", R::AttentionOther, "num_attention_heads", swa),
+                       linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "attention_bias"),
+                       linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias", "!" + swa),
+                       linear("self_attn.k_proj", R::K, "hidden_size", "2*" + kKV, "attention_bias", swa),
+                       linear("self_attn.v_proj", R::V, "hidden_size", "num_key_value_heads*v_head_dim", "attention_bias", "!" + swa),
+                       linear("self_attn.v_proj", R::V, "hidden_size", "2*num_key_value_heads*v_head_dim", "attention_bias", swa),
+                       linear("self_attn.o_proj", R::O, "num_attention_heads*v_head_dim", "hidden_size")},
+                      swiglu("mlp", "intermediate_size", "", "dense"),
+                      fused_experts("mlp", "gate", false, "n_routed_experts", "moe_intermediate_size", "moe"), kLlamaNorms});
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "n_routed_experts";
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"v_head_dim", 128}};
+    a.source = "transformers/models/mimo_v2_flash/modeling_mimo_v2_flash.py";
+    add(a);
+  }
   {  // HY-V3 (HYV3DecoderLayer): Qwen3's attention (attention_bias, q/k norms over head_dim); where
      // mlp_layer_types says "sparse" (HYV3Config: all but layer 0 by default) HYV3MoE registers gate
      // (a bare weight [E, H]), experts, shared_experts (moe_intermediate_size * num_shared_experts;
