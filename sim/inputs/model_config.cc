@@ -8,6 +8,7 @@
 #include "sim/inputs/data_files.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -251,18 +252,29 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
                 std::to_string(tower.num_heads));
   }
   for (const auto& [key, value] : model.defaults) config.values.emplace(key, value);
+  for (const auto& [key, value] : tower.values) config.values["vision_" + key] = value;
   for (const VisionLanguageSpec::DerivedKey& derived : model.derived) {
     // int(1 / downsample_ratio) (InternVLMultiModalProjector), alignment_intermediate_size // 2
-    // (Cohere2VisionMultiModalProjector).
+    // (Cohere2VisionMultiModalProjector), Gemma3MultiModalProjector's pooling kernel.
     const auto it = config.values.find(derived.from);
-    const double value = it == config.values.end() ? 0 : (derived.invert ? derived.factor / it->second : it->second * derived.factor);
+    const double base = it == config.values.end() ? 0 : std::pow(it->second, derived.exponent);
+    double value = it == config.values.end() ? 0 : (derived.invert ? derived.factor / base : base * derived.factor);
     if (it == config.values.end() || !(it->second > 0) || !(value >= 1)) {
       reader.fail(derived.from, derived.invert ? "expected a number in (0, 1]" : "expected a positive number",
                   it == config.values.end() ? "" : shown(json(it->second)));
     }
-    config.values[derived.key] = static_cast<double>(static_cast<int64_t>(value));
+    value = static_cast<double>(static_cast<int64_t>(value));
+    if (!derived.divide_by.empty()) {
+      // A quotient of 0 is what the class computes too (Gemma3Config's defaults: SigLIP's 224 / 16 =
+      // 14 patches per side, 16 tokens per side): it builds, only its forward cannot pool.
+      const auto by = config.values.find(derived.divide_by);
+      if (by == config.values.end() || !(by->second >= 1)) {
+        reader.fail(derived.divide_by, "expected a positive integer", by == config.values.end() ? "" : shown(json(by->second)));
+      }
+      value = static_cast<double>(static_cast<int64_t>(value) / static_cast<int64_t>(by->second));
+    }
+    config.values[derived.key] = value;
   }
-  for (const auto& [key, value] : tower.values) config.values["vision_" + key] = value;
   // PreTrainedModel.tie_weights reads the composite model's own config (modeling_utils.py:
   // getattr(self.config, "tie_word_embeddings")), not its text config: LlavaConfig's default False,
   // Gemma3Config's, Mistral3Config's and InternVLConfig's True.
@@ -286,7 +298,12 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
     config.tie_word_embeddings = text_tie;
   }
   tower.out_hidden_size = config.hidden_size;
-  tower.spatial_merge_size = model.merge.empty() ? 1 : static_cast<int>(evaluate_shape(model.merge, config.values, config.source).at(0));
+  // At least 1: a pooling kernel of 0 (a config whose forward cannot pool, see above) is costed
+  // as one patch per token; the structure is what such a config is good for.
+  const auto merge_key = config.values.find(model.merge);
+  tower.spatial_merge_size = model.merge.empty() || (merge_key != config.values.end() && merge_key->second < 1)
+                                 ? 1
+                                 : static_cast<int>(evaluate_shape(model.merge, config.values, config.source).at(0));
   int feature_layers = 1;
   bool last_hidden_state = model.features == VisionFeatures::LastHiddenState;
   if (model.features == VisionFeatures::LastOrHiddenStates) {
@@ -579,6 +596,17 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         }
         config.values[prefix + it->get<std::string>()] = 1;
       }
+      // layer_types (a list of strings, one per layer): "layer_types.<i>=<type>", which the structure
+      // builder turns into the layer's "layer_type=<type>" condition (MiMo-V2-Flash's sliding layers
+      // have their own key/value widths and attention sinks).
+      else if (it->is_array() && it.key() == "layer_types") {
+        for (auto v = config.values.lower_bound("layer_types."); v != config.values.end() && v->first.rfind("layer_types.", 0) == 0;) {
+          v = config.values.erase(v);
+        }
+        for (size_t i = 0; i < it->size(); ++i) {
+          if ((*it)[i].is_string()) config.values["layer_types." + std::to_string(i) + "=" + (*it)[i].get<std::string>()] = 1;
+        }
+      }
       if (it->is_null()) nulls.insert(it.key());
       else nulls.erase(it.key());
       if (it->is_null()) config.values.erase(it.key());
@@ -607,6 +635,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       for (const json& index : *only) {
         if (!index.is_number_integer()) reader.fail(dotted, "expected a list of layer indices", shown(index));
         config.mlp_only_layers.push_back(index.get<int>());
+      }
+    }
+    if (const json* list = reader.find("moe_layers", &dotted); list != nullptr && !list->is_null()) {
+      if (!list->is_array()) reader.fail(dotted, "expected a list of layer indices", shown(*list));
+      config.moe_layers.emplace();
+      for (const json& index : *list) {
+        if (!index.is_number_integer()) reader.fail(dotted, "expected a list of layer indices", shown(index));
+        config.moe_layers->push_back(index.get<int>());
       }
     }
     if (const json* types = reader.find("mlp_layer_types", &dotted)) {
@@ -657,6 +693,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     config.text_prefix = "model.language_model";
   }
   const VisionLanguageSpec* described = find_vision_language(config.model_type);
+  if (described != nullptr && !described->text_prefix.empty()) config.text_prefix = described->text_prefix;
   const json* vision = ConfigReader::find_in(root, "vision_config");
   if (described != nullptr && (vision == nullptr || !vision->is_object())) {
     reader.fail("vision_config", "expected an object (the vision tower of model_type \"" + config.model_type + "\")",

@@ -80,6 +80,8 @@ struct ModelConfig {
   std::vector<int> mlp_only_layers;
   // `mlp_layer_types` ("dense" / "sparse" per layer; Cohere2-MoE, DeepSeek-V3.2, EXAONE-MoE).
   std::vector<std::string> mlp_layer_types;
+  // Llama 4 `moe_layers`: the indices of the layers with a sparse MoE block (nullopt: not in the file).
+  std::optional<std::vector<int>> moe_layers;
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_hidden_layers = 0;

@@ -119,12 +119,19 @@ std::vector<std::string> split_any(const std::string& text, const char* delims) 
 // a lora.ParamWrapper. A match on a module LoRA cannot wrap is PEFT's ValueError
 // (peft/tuners/lora/model.py _create_new_module); no match at all is its "Target modules ... not
 // found in the base model" (BaseTuner.inject_adapter).
+// The output head's module path: the decoder's (lm_head), or where a vision-language model keeps its
+// text model's (Llama 4: language_model.lm_head).
+std::string head_module_of(const ModelConfig& model, const ArchitectureSpec* spec) {
+  if (const VisionLanguageSpec* vl = find_vision_language(model.model_type); vl != nullptr && !vl->head.empty()) return vl->head;
+  return spec != nullptr ? spec->head : "lm_head";
+}
+
 class TargetMatcher {
  public:
   TargetMatcher(const Plan& plan, const std::vector<ModuleEntry>& modules, const std::vector<std::string>& params,
                 const ArchitectureSpec* spec) {
     if (plan.adapter == Adapter::None) return;
-    const std::string head = spec != nullptr ? spec->head : "lm_head";
+    const std::string head = head_module_of(plan.model, spec);
     where_ = plan.source + ": key lora_target_modules";
     std::vector<std::string> names = plan.lora_target_modules;
     bool regex = plan.lora_target_modules_regex && !names.empty();
@@ -487,6 +494,11 @@ class StructureBuilder {
         if (i < static_cast<int>(types.size())) return types[static_cast<size_t>(i)] == "sparse";
         return i >= value("first_k_dense_replace", 0);
       }
+      case MoeLayers::LayerList: {
+        if (const auto& listed = plan_.model.moe_layers) return std::find(listed->begin(), listed->end(), i) != listed->end();
+        const int step = static_cast<int>(value("interleave_moe_layer_step", 1));
+        return step > 0 && i % step == step - 1;
+      }
       case MoeLayers::SparseStep: {
         // Qwen2MoeDecoderLayer: (layer_idx not in mlp_only_layers) and num_experts > 0 and
         // (layer_idx + 1) % decoder_sparse_step == 0.
@@ -644,7 +656,7 @@ class StructureBuilder {
     note(embed, ModuleType::Embedding);
     const int64_t embed_width = dim(spec->embed_width);
     out_.embed = add(embed, "weight", {m.vocab_size, embed_width}, full_ft, -1, "embed");
-    out_.head_module = spec->head;
+    out_.head_module = head_module_of(m, spec);
     for (const ModuleSpec& extra : spec->embed_extras) {
       if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
       const LinearUse use = module_of(extra, text_path(extra.path), -1, extra.role == ModuleRole::FinalNorm ? "final_norm" : "embed");
@@ -676,6 +688,11 @@ class StructureBuilder {
       // "last_layer": GPT-NeoX-Japanese gives only its last layer's attention a dense_bias
       // (GPTNeoXJapaneseLayer: use_bias=layer_number == num_hidden_layers - 1).
       layer_values["last_layer"] = i == m.num_hidden_layers - 1 ? 1 : 0;
+      // "layer_type=<type>": this layer's entry of the config's layer_types.
+      const std::string type_key = "layer_types." + std::to_string(i) + "=";
+      for (auto it = values_.lower_bound(type_key); it != values_.end() && it->first.rfind(type_key, 0) == 0; ++it) {
+        layer_values["layer_type=" + it->first.substr(type_key.size())] = 1;
+      }
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
         if (!module.when.empty() && !evaluate_flag(module.when, layer_values)) continue;
@@ -730,12 +747,12 @@ class StructureBuilder {
     if (m.tie_word_embeddings) {
       // The same tensor: named_parameters() and DDP list it once, under the embedding's name. A
       // head bias (Phi) is the head's own parameter.
-      note(spec->head, ModuleType::Linear);
+      note(out_.head_module, ModuleType::Linear);
       out_.lm_head = out_.embed;
-      if (head_bias) out_.lm_head_bias = add(spec->head, "bias", {m.vocab_size}, full_ft, -1, "head");
+      if (head_bias) out_.lm_head_bias = add(out_.head_module, "bias", {m.vocab_size}, full_ft, -1, "head");
     } else {
       // bitsandbytes keeps the output embedding in 16 bit (llm_int8_skip_modules), so never quantized.
-      const LinearUse head = linear("", spec->head, embed_width, m.vocab_size, head_bias, -1, "head", true, false);
+      const LinearUse head = linear("", out_.head_module, embed_width, m.vocab_size, head_bias, -1, "head", true, false);
       out_.lm_head = head.weight;
       out_.lm_head_bias = head.bias;
     }
@@ -899,9 +916,14 @@ class StructureBuilder {
     for (const ModuleSpec& m : tower->embeddings) {
       if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
       const LinearUse use = vision_module(m, root + "." + m.path, v.values, trainable, quantizable(*tower, m.path));
-      if (m.kind == ModuleKind::Conv) {
+      // The patch embedding: a Conv2d, or an nn.Linear over unfolded patches (Llama 4's
+      // Llama4UnfoldConvolution), the embeddings' only projection.
+      if (m.kind == ModuleKind::Conv || m.kind == ModuleKind::Linear) {
         out_.vision_patch_embed = use;
         out_.vision_patch_embed.name = "patch_embed";
+      } else if (m.role == ModuleRole::FinalNorm) {
+        // Registered with the embeddings, run after the layers (Llama4VisionModel: layernorm_post).
+        out_.vision_final_norm.push_back(use);
       } else {
         out_.vision_embed_other.push_back(use);
       }

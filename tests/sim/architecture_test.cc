@@ -4,6 +4,7 @@
 // hookstream's structure for the same config.json: names in order, shapes, dtypes, trainable flags;
 // a case transformers/PEFT refuse must be refused too.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -327,4 +328,65 @@ TEST_CASE("idle experts: exact probabilities under uniform top-k routing", "[arc
   CHECK(big.p_any_idle < 1e-100);
   CHECK(big.p_any_idle == Approx(big.expected_idle).epsilon(1e-6));
   CHECK_THROWS(estimate_idle_experts(4, 5, 10));
+}
+
+TEST_CASE("Gemma 3's projector pools (image_size // patch_size) // sqrt(mm_tokens_per_image) patches per side into one image token",
+          "[architecture][vision]") {
+  // Gemma3MultiModalProjector.__init__: patches_per_image = image_size // patch_size,
+  // tokens_per_side = int(mm_tokens_per_image ** 0.5), kernel_size = patches_per_image // tokens_per_side.
+  const json fixture = read_fixture(kFixtures + "/gemma3-no-vision-head.json");
+  const json& config = fixture.at("config");
+  // Gemma3Config's own defaults: SigLIP's 224 / 16 = 14 patches per side, 256 tokens (16 per side):
+  // kernel 14 // 16 = 0, a model that builds but cannot pool; costed at one patch per token.
+  const int patches_per_side = config.at("vision_config").at("image_size").get<int>() / config.at("vision_config").at("patch_size").get<int>();
+  const int tokens_per_side = static_cast<int>(std::sqrt(config.at("mm_tokens_per_image").get<double>()));
+  REQUIRE(patches_per_side / tokens_per_side == 0);
+  const ModelConfig gemma3 = parse_model_config(config.dump(), "gemma3/config.json");
+  REQUIRE(gemma3.vision);
+  CHECK(gemma3.vision->spatial_merge_size == 1);
+  // The real checkpoints: 896 / 14 = 64 patches per side, 256 tokens: 4 x 4 patches per token.
+  json real = config;
+  real["vision_config"]["image_size"] = 896;
+  real["vision_config"]["patch_size"] = 14;
+  real["mm_tokens_per_image"] = 256;
+  CHECK(parse_model_config(real.dump(), "gemma3-real/config.json").vision->spatial_merge_size == 4);
+  real["mm_tokens_per_image"] = 64;  // 8 x 8 tokens: 8 x 8 patches each
+  CHECK(parse_model_config(real.dump(), "gemma3-64/config.json").vision->spatial_merge_size == 8);
+  // Other composite types keep their own rule (LLaVA: one patch per token).
+  const ModelConfig llava = parse_model_config(read_fixture(kFixtures + "/llava.json").at("config").dump(), "llava/config.json");
+  CHECK(llava.vision->spatial_merge_size == 1);
+}
+
+TEST_CASE("Llama 4: moe_layers picks the sparse layers, the VL model nests a whole causal LM under language_model", "[architecture][moe]") {
+  // Llama4TextDecoderLayer: is_moe_layer = layer_idx in config.moe_layers; without the list,
+  // Llama4TextConfig writes range(interleave_moe_layer_step - 1, num_hidden_layers, step).
+  const std::string base = R"("model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32,
+      "intermediate_size_mlp": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 16, "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": 1)";
+  auto sparse_layers = [](const std::string& text) {
+    Plan plan;
+    plan.source = "llama4.yaml";
+    plan.model = parse_model_config("{" + text + "}", "llama4/config.json");
+    std::vector<int> sparse;
+    for (const DecoderLayerUse& layer : build_model_structure(plan).layers) {
+      if (layer.moe) sparse.push_back(layer.index);
+    }
+    return sparse;
+  };
+  CHECK(sparse_layers(base) == std::vector<int>{0, 1, 2, 3});
+  CHECK(sparse_layers(base + R"(, "interleave_moe_layer_step": 2)") == std::vector<int>{1, 3});
+  CHECK(sparse_layers(base + R"(, "interleave_moe_layer_step": 2, "moe_layers": [0])") == std::vector<int>{0});
+  CHECK_THROWS_WITH(sparse_layers(base + R"(, "moe_layers": "all")"), Catch::Contains("key \"moe_layers\": expected a list of layer indices"));
+
+  const json fixture = read_fixture(kFixtures + "/llama4.json");
+  Plan plan = plan_for(fixture, "llama4");
+  CHECK(plan.model.text_prefix == "language_model.model");
+  const ModelStructure structure = build_model_structure(plan);
+  CHECK(structure.head_module == "language_model.lm_head");
+  CHECK(structure.parameters[static_cast<size_t>(structure.lm_head)].name == "language_model.lm_head.weight");
+  CHECK(structure.vision_block_class == "Llama4VisionEncoderLayer");
+  // layernorm_post is registered with the embeddings and runs after the layers.
+  REQUIRE(structure.vision_final_norm.size() == 1);
+  CHECK(structure.parameters[static_cast<size_t>(structure.vision_final_norm[0].weight)].name == "vision_model.layernorm_post.weight");
+  CHECK(structure.parameters[static_cast<size_t>(structure.vision_patch_embed.weight)].name == "vision_model.patch_embedding.linear.weight");
 }

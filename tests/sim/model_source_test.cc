@@ -226,6 +226,14 @@ TEST_CASE("a model type hookstream does not model is refused, never built as a L
   write(dir / "typo/config.json", typo);
   const std::string unknown = error_of([&] { parse_plan("base_model: " + (dir / "typo").string() + "\n", "plan.yaml"); });
   CHECK(unknown.find("unknown model type \"lama\" (closest known: \"llama\")") != std::string::npos);
+  // Custom code (Qwen-7B's config.json: model_type "qwen" with an auto_map) is named as such, not as
+  // a misspelling of qwen2.
+  write(dir / "qwen/config.json", R"({"model_type": "qwen", "hidden_size": 8, "auto_map": {"AutoConfig": "configuration_qwen.QWenConfig",
+      "AutoModelForCausalLM": "modeling_qwen.QWenLMHeadModel"}})");
+  const std::string custom = error_of([&] { parse_plan("base_model: " + (dir / "qwen").string() + "\n", "plan.yaml"); });
+  CHECK(custom.find("key \"model_type\": \"qwen\" is the model repository's own code (auto_map AutoModelForCausalLM: "
+                    "modeling_qwen.QWenLMHeadModel, run by transformers only with trust_remote_code)") != std::string::npos);
+  CHECK(custom.find("closest known") == std::string::npos);
   // A type it does not model is reported as such even when the config lacks keys a Llama needs.
   write(dir / "mamba/config.json", R"({"model_type": "mamba", "hidden_size": 8})");
   CHECK(error_of([&] { parse_plan("base_model: " + (dir / "mamba").string() + "\n", "plan.yaml"); })

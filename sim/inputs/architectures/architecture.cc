@@ -163,6 +163,52 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/gemma3/modeling_gemma3.py";
     add(a);
   }
+  {  // HyperCLOVA X (HyperCLOVAXDecoderLayer): Llama's attention (attention_bias) and MLP (mlp_bias)
+     // and norms, then post_norm1 (after attention) and post_norm2 (after the MLP) when use_post_norm
+     // (its default), nn.Identity otherwise. Multipliers change no shape.
+    ArchitectureSpec a;
+    a.model_type = "hyperclovax";
+    a.layer = concat({attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size", "mlp_bias"), kLlamaNorms,
+                      {norm("post_norm1", R::PostFeedforwardNorm, "hidden_size", "", "use_post_norm"),
+                       norm("post_norm2", R::PostFeedforwardNorm, "hidden_size", "", "use_post_norm")}});
+    a.defaults = {{"tie_word_embeddings", 0}, {"use_post_norm", 1}};
+    a.source = "transformers/models/hyperclovax/modeling_hyperclovax.py";
+    add(a);
+  }
+  {  // DiffLlama (DiffLlamaAttention): Llama's layer; the attention's own lambda_q1, lambda_k1,
+     // lambda_q2, lambda_k2 ([head_dim] each) are listed before q/k/v/o (attention_bias); its
+     // groupnorm is an RMSNorm without affine parameters.
+    ArchitectureSpec a;
+    a.model_type = "diffllama";
+    a.layer = concat({{tensor("self_attn.lambda_q1", R::AttentionOther, "head_dim"),
+                       tensor("self_attn.lambda_k1", R::AttentionOther, "head_dim"),
+                       tensor("self_attn.lambda_q2", R::AttentionOther, "head_dim"),
+                       tensor("self_attn.lambda_k2", R::AttentionOther, "head_dim")},
+                      attention("attention_bias", "attention_bias"), swiglu("mlp", "intermediate_size"), kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/diffllama/modeling_diffllama.py";
+    add(a);
+  }
+  {  // Doge (DogeDecoderLayer): the layer's own input_residual and post_attention_residual ([H])
+     // first, then input_layernorm, self_attn (its own A [num_key_value_heads], q/k/v_proj, dt_proj
+     // (kv width -> num_key_value_heads), o_proj, all attention_bias; q_norm/k_norm over head_dim),
+     // post_attention_layernorm, mlp (DogeMLP, mlp_bias). is_moe's DogeCDMoE is not described.
+    ArchitectureSpec a;
+    a.model_type = "doge";
+    std::vector<ModuleSpec> attn = attention("attention_bias", "attention_bias");
+    a.layer = concat({{tensor("input_residual", R::AttentionOther, "hidden_size"),
+                       tensor("post_attention_residual", R::MlpOther, "hidden_size"),
+                       norm("input_layernorm", R::InputNorm),
+                       tensor("self_attn.A", R::AttentionOther, "num_key_value_heads")},
+                      {attn[0], attn[1], attn[2]},
+                      {linear("self_attn.dt_proj", R::AttentionOther, kKV, "num_key_value_heads", "attention_bias"), attn[3]},
+                      kQkNorm, {norm("post_attention_layernorm", R::PostAttentionNorm)},
+                      swiglu("mlp", "intermediate_size", "mlp_bias")});
+    a.unmodelled_flags = {"is_moe"};
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/doge/modeling_doge.py";
+    add(a);
+  }
   {  // Phi3Attention registers o_proj before the fused qkv_proj; Phi3MLP a fused gate_up_proj.
     ArchitectureSpec a;
     a.model_type = "phi3";
@@ -879,6 +925,32 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/gpt_oss/modeling_gpt_oss.py";
     add(a);
   }
+  {  // Llama 4 (Llama4TextDecoderLayer): attention_bias on all four projections (qk_norm is an L2
+     // norm without parameters); feed_forward is Llama4TextMoe where moe_layers says (experts
+     // [E, H, 2I] and [E, I, H] as gpt-oss stores them, Llama4Router an nn.Linear H -> E so
+     // all-linear reaches it, shared_expert a Llama4TextMLP of intermediate_size), else a
+     // Llama4TextMLP of intermediate_size_mlp. Norms last. No PEFT v4 conversion.
+    ArchitectureSpec a;
+    a.model_type = "llama4_text";
+    a.layer_class = "Llama4TextDecoderLayer";  // _no_split_modules
+    std::vector<ModuleSpec> shared = swiglu("feed_forward.shared_expert", "intermediate_size", "", "moe");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {tensor("feed_forward.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,hidden_size,2*intermediate_size", "moe"),
+                       tensor("feed_forward.experts.down_proj", R::ExpertsDown, "num_local_experts,intermediate_size,hidden_size", "moe"),
+                       linear("feed_forward.router", R::Router, "hidden_size", "num_local_experts", "", "moe")},
+                      shared, swiglu("feed_forward", "intermediate_size_mlp", "", "dense"), kLlamaNorms});
+    a.moe = MoeLayers::LayerList;
+    a.experts_key = "num_local_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.experts_transposed = true;
+    a.expert_width = "intermediate_size";
+    a.shared_expert_width = "intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"num_local_experts", 16}, {"num_experts_per_tok", 1},
+                  {"interleave_moe_layer_step", 1}, {"intermediate_size_mlp", 16384}};
+    a.source = "transformers/models/llama4/modeling_llama4.py";
+    add(a);
+  }
   // Routed experts as transformers 5 fuses them ([E, 2I, H] and [E, H, I], *Experts) with the router
   // module `<block>.<router>` holding a bare weight [E, H] (*TopKRouter), in the order the MoE
   // block registers them.
@@ -998,6 +1070,32 @@ std::vector<ArchitectureSpec> build_table() {
     a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["mellum"]
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 0}};
     a.source = "transformers/models/mellum/modeling_mellum.py";
+    add(a);
+  }
+  {  // MiMo-V2-Flash (MiMoV2FlashAttention): layers whose layer_types entry is "sliding_attention"
+     // have twice num_key_value_heads and attention sinks ([heads], the attention's own parameter,
+     // listed first); v and o over v_head_dim; q/k/v attention_bias, o none. mlp_layer_types picks
+     // MiMoV2FlashMLP or the sparse block (experts, then gate). No PEFT MoE conversion
+     // (_MODEL_TO_CONVERSION_PATTERN has no mimo_v2_flash).
+    ArchitectureSpec a;
+    a.model_type = "mimo_v2_flash";
+    const std::string swa = "layer_type=sliding_attention";
+    a.layer = concat({{tensor("self_attn.sinks", R::AttentionOther, "num_attention_heads", swa),
+                       linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "attention_bias"),
+                       linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias", "!" + swa),
+                       linear("self_attn.k_proj", R::K, "hidden_size", "2*" + kKV, "attention_bias", swa),
+                       linear("self_attn.v_proj", R::V, "hidden_size", "num_key_value_heads*v_head_dim", "attention_bias", "!" + swa),
+                       linear("self_attn.v_proj", R::V, "hidden_size", "2*num_key_value_heads*v_head_dim", "attention_bias", swa),
+                       linear("self_attn.o_proj", R::O, "num_attention_heads*v_head_dim", "hidden_size")},
+                      swiglu("mlp", "intermediate_size", "", "dense"),
+                      fused_experts("mlp", "gate", false, "n_routed_experts", "moe_intermediate_size", "moe"), kLlamaNorms});
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "n_routed_experts";
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"v_head_dim", 128}};
+    a.source = "transformers/models/mimo_v2_flash/modeling_mimo_v2_flash.py";
     add(a);
   }
   {  // HY-V3 (HYV3DecoderLayer): Qwen3's attention (attention_bias, q/k norms over head_dim); where
@@ -1155,6 +1253,20 @@ std::vector<ArchitectureSpec> build_table() {
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}, {"q_lora_rank", 1536}};
     a.source = "transformers/models/deepseek_v3/modeling_deepseek_v3.py";
     add(a);
+    {  // A.X-K1 (AXK1MoE): DeepSeek-V3's layer with post_mlp_layernorm registered last in the sparse
+       // block (after shared_experts). transformers has no PEFT MoE conversion pattern for axk1
+       // (_MODEL_TO_CONVERSION_PATTERN), so v4 names reach only the shared experts.
+      ArchitectureSpec axk1 = a;
+      axk1.model_type = "axk1";
+      std::vector<ModuleSpec> layer = moe_layer(mla, "");
+      layer.insert(layer.end() - 2, norm("mlp.post_mlp_layernorm", R::MlpOther, "hidden_size", "", "moe"));
+      axk1.layer = layer;
+      axk1.peft_moe_conversion = "";
+      // AXK1Config: first_k_dense_replace 1 (DeepSeek-V3's is 3).
+      axk1.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"q_lora_rank", 1536}};
+      axk1.source = "transformers/models/axk1/modeling_axk1.py";
+      add(axk1);
+    }
     a.model_type = "deepseek_v2";
     a.layer = moe_layer(mla, "mlp_bias");
     a.attribute_map = {{"num_experts", "n_routed_experts"}};
@@ -1172,6 +1284,16 @@ std::vector<ArchitectureSpec> build_table() {
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}};
     a.source = "transformers/models/glm4_moe/modeling_glm4_moe.py";
     add(a);
+    // GLM-4V-MoE's text decoder (Glm4vMoeTextDecoderLayer): GLM-4-MoE's layer without q/k norms,
+    // attention_bias (Glm4vMoeTextConfig default true) on q/k/v. transformers maps glm4v_moe to the
+    // qwen2_moe conversion (_MODEL_TO_CONVERSION_PATTERN), as glm4_moe.
+    a.model_type = "glm4v_moe_text";
+    a.layer_class = "Glm4vMoeTextDecoderLayer";
+    a.layer = moe_layer(attention("attention_bias", ""), "");
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"attention_bias", 1}};
+    a.source = "transformers/models/glm4v_moe/modeling_glm4v_moe.py";
+    add(a);
+    a.layer_class = "";
     // Mistral 4: DeepSeek-V3's layer (MLA, experts/gate/shared_experts after first_k_dense_replace);
     // Mistral4Config defaults: first_k_dense_replace 0, q_lora_rank 1024. No PEFT v4 conversion
     // (not in transformers' _MODEL_TO_CONVERSION_PATTERN).

@@ -83,6 +83,9 @@ enum class MoeLayers {
   // ERNIE-4.5-MoE (Ernie4_5_MoeDecoderLayer): (i + 1) % moe_layer_interval == 0 and
   // moe_layer_start_index <= i <= moe_layer_end_index (-1: the last layer).
   Interval,
+  // Llama 4 (Llama4TextDecoderLayer): layer_idx in moe_layers; without the list, Llama4TextConfig
+  // writes range(interleave_moe_layer_step - 1, num_hidden_layers, interleave_moe_layer_step).
+  LayerList,
 };
 
 struct ArchitectureSpec {

@@ -207,6 +207,46 @@ std::vector<VisionTowerSpec> build_towers() {
     a.defaults = {{"num_channels", 3}, {"temporal_patch_size", 2}, {"spatial_merge_size", 2}};
     a.source = "transformers/models/glm4v/modeling_glm4v.py";
     t.push_back(a);
+    // Glm4vMoeVisionModel (modeling_glm4v_moe.py, from modular_glm4v_moe.py): GLM-4V's tower under
+    // its own vision_config.model_type and block class.
+    a.model_type = "glm4v_moe_vision";
+    a.block_class = "Glm4vMoeVisionBlock";
+    a.source = "transformers/models/glm4v_moe/modeling_glm4v_moe.py";
+    t.push_back(a);
+  }
+  {
+    // Llama4VisionModel (transformers/models/llama4/modeling_llama4.py), under vision_model:
+    // class_embedding [H] and positional_embedding_vlm [(image_size // patch_size)^2 + 1, H] (own
+    // parameters, listed first), patch_embedding (Llama4UnfoldConvolution: an nn.Linear over the
+    // unfolded num_channels * patch^2 pixels, bias=False), layernorm_pre, layernorm_post (LayerNorms;
+    // the post norm runs after the layers), model.layers (Llama4VisionEncoderLayer: self_attn q/k/v/o
+    // with biases, mlp fc1/fc2 with biases, input_layernorm, post_attention_layernorm), then
+    // vision_adapter (Llama4VisionPixelShuffleMLP: mlp.fc1 intermediate_size -> projector_input_dim,
+    // mlp.fc2 projector_output_dim -> projector_output_dim, no biases), the tower's own projector.
+    VisionTowerSpec a;
+    a.model_type = "llama4_vision_model";
+    a.layout = VisionLayout::Clip;
+    a.embeddings = {tensor("class_embedding", R::EmbedOther, "hidden_size"),
+                    tensor("positional_embedding_vlm", R::EmbedOther, "num_patches+1,hidden_size"),
+                    linear("patch_embedding.linear", R::EmbedOther, "num_channels*patch_size*patch_size", "hidden_size", ""),
+                    norm("layernorm_pre", R::EmbedOther, "hidden_size", "1"),
+                    norm("layernorm_post", R::FinalNorm, "hidden_size", "1")};
+    a.blocks = "model.layers";
+    a.block_class = "Llama4VisionEncoderLayer";
+    a.block = {linear("self_attn.q_proj", R::Q, "hidden_size", "hidden_size", "1"),
+               linear("self_attn.k_proj", R::K, "hidden_size", "hidden_size", "1"),
+               linear("self_attn.v_proj", R::V, "hidden_size", "hidden_size", "1"),
+               linear("self_attn.o_proj", R::O, "hidden_size", "hidden_size", "1"),
+               linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "1"),
+               norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+               norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1")};
+    a.post = {linear("vision_adapter.mlp.fc1", R::MlpOther, "intermediate_size", "projector_input_dim", ""),
+              linear("vision_adapter.mlp.fc2", R::MlpOther, "projector_output_dim", "projector_output_dim", "")};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 14}, {"image_size", 448}, {"projector_input_dim", 4096},
+                  {"projector_output_dim", 4096}, {"vision_output_dim", 7680}};
+    a.source = "transformers/models/llama4/modeling_llama4.py";
+    t.push_back(a);
   }
   return t;
 }
@@ -270,7 +310,14 @@ std::vector<VisionLanguageSpec> build_models() {
     // Gemma3MultiModalProjector.forward: avg_pool, mm_soft_emb_norm, then the matmul.
     a.forward_order = {"mm_soft_emb_norm", "mm_input_projection_weight"};
     a.features = VisionFeatures::LastHiddenState;
-    a.defaults = {{"tie_word_embeddings", 1}};
+    // Gemma3MultiModalProjector.__init__: patches_per_image = image_size // patch_size,
+    // tokens_per_side = int(mm_tokens_per_image ** 0.5), AvgPool2d(kernel_size = patches_per_image //
+    // tokens_per_side): kernel^2 patches become one image token (4 x 4 of 896 / 14 for 256 tokens).
+    a.derived = {{"mm_tokens_per_side", "mm_tokens_per_image", 1, false, 0.5, ""},
+                 {"mm_patches_per_image", "vision_image_size", 1, false, 1, "vision_patch_size"},
+                 {"mm_pool_kernel", "mm_patches_per_image", 1, false, 1, "mm_tokens_per_side"}};
+    a.merge = "mm_pool_kernel";
+    a.defaults = {{"tie_word_embeddings", 1}, {"mm_tokens_per_image", 256}};
     a.source = "transformers/models/gemma3/modeling_gemma3.py";
     t.push_back(a);
   }
@@ -354,21 +401,22 @@ std::vector<VisionLanguageSpec> build_models() {
     a.source = "transformers/models/lighton_ocr/modeling_lighton_ocr.py";
     t.push_back(a);
   }
-  for (const char* type : {"glm4v", "glm46v"}) {
-    // Glm4vModel / Glm46VModel: visual (Glm4vVisionModel, whose merger is the projector),
-    // language_model (Glm4vTextModel); the merged last_hidden_state.
+  for (const char* type : {"glm4v", "glm46v", "glm4v_moe"}) {
+    // Glm4vModel / Glm46VModel / Glm4vMoeModel: visual (Glm4vVisionModel, whose merger is the
+    // projector), language_model (Glm4vTextModel; Glm4vMoeTextModel, decoder glm4v_moe_text); the
+    // merged last_hidden_state.
     VisionLanguageSpec a;
     a.model_type = type;
-    a.towers = {"glm4v_vision"};
+    a.towers = {a.model_type == "glm4v_moe" ? "glm4v_moe_vision" : "glm4v_vision"};
     a.tower = "model.visual";
     a.forward_order = {"post_conv_layernorm", "position_embedding", "downsample", "proj", "post_projection_norm",
                        "gate_proj", "up_proj", "down_proj"};
     a.features = VisionFeatures::LastHiddenState;
     a.merge = "vision_spatial_merge_size";
-    // Glm4vConfig: tie_word_embeddings False, and a pre-v5 text_config's true is forwarded to it
-    // (Glm46VConfig does not forward it).
+    // Glm4vConfig, Glm4vMoeConfig: tie_word_embeddings False, and a pre-v5 text_config's true is
+    // forwarded to it (Glm46VConfig does not forward it).
     a.defaults = {{"tie_word_embeddings", 0}};
-    a.tie_from_text = a.model_type == "glm4v";
+    a.tie_from_text = a.model_type == "glm4v" || a.model_type == "glm4v_moe";
     a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
     t.push_back(a);
   }
@@ -385,7 +433,7 @@ std::vector<VisionLanguageSpec> build_models() {
                    linear("model.multi_modal_projector.linear_2", R::MlpOther, "alignment_half", "hidden_size", "1")};
     a.features = VisionFeatures::LastHiddenState;
     a.merge = "downsample_factor";
-    a.derived = {{"alignment_half", "alignment_intermediate_size", 0.5, false}};
+    a.derived = {{"alignment_half", "alignment_intermediate_size", 0.5, false, 1, ""}};
     a.defaults = {{"downsample_factor", 2}, {"alignment_intermediate_size", 36864}, {"tie_word_embeddings", 1}};
     a.source = "transformers/models/cohere2_vision/modeling_cohere2_vision.py";
     t.push_back(a);
@@ -403,9 +451,27 @@ std::vector<VisionLanguageSpec> build_models() {
                    linear("model.multi_modal_projector.linear_2", R::MlpOther, "hidden_size", "hidden_size", "1")};
     a.features = VisionFeatures::LastOrHiddenStates;
     a.merge = "downsample_ratio_inverse";
-    a.derived = {{"downsample_ratio_inverse", "downsample_ratio", 1, true}};
+    a.derived = {{"downsample_ratio_inverse", "downsample_ratio", 1, true, 1, ""}};
     a.defaults = {{"downsample_ratio", 0.5}, {"vision_feature_layer", -1}, {"tie_word_embeddings", 1}};
     a.source = "transformers/models/internvl/modeling_internvl.py";
+    t.push_back(a);
+  }
+  {
+    // Llama4ForConditionalGeneration (modeling_llama4.py) registers vision_model (Llama4VisionModel),
+    // multi_modal_projector (Llama4MultiModalProjector: linear_1 vision_output_dim -> text hidden,
+    // bias=False) and language_model (a whole Llama4ForCausalLM: language_model.model.*,
+    // language_model.lm_head); get_image_features projects the tower's last_hidden_state (after
+    // its vision_adapter).
+    VisionLanguageSpec a;
+    a.model_type = "llama4";
+    a.towers = {"llama4_vision_model"};
+    a.tower = "vision_model";
+    a.text_prefix = "language_model.model";
+    a.head = "language_model.lm_head";
+    a.projector = {linear("multi_modal_projector.linear_1", R::MlpOther, "vision_vision_output_dim", "hidden_size", "")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/llama4/modeling_llama4.py";
     t.push_back(a);
   }
   return t;

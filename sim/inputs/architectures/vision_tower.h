@@ -62,6 +62,11 @@ struct VisionLanguageSpec {
   std::string model_type;
   std::vector<std::string> towers;      // the vision_config.model_type values the model class builds
   std::string tower = "model.vision_tower";
+  // Where the text decoder's "model.*" modules and its head are, when not model.language_model.* and
+  // lm_head (Llama4ForConditionalGeneration: language_model = Llama4ForCausalLM, so
+  // language_model.model.* and language_model.lm_head); empty: the defaults.
+  std::string text_prefix;
+  std::string head;
   // Parameters registered on the model itself (listed before its children): LLaVA-NeXT's
   // image_newline. Full paths.
   std::vector<ModuleSpec> model_params;
@@ -80,16 +85,20 @@ struct VisionLanguageSpec {
   // Without the key, the config class takes text_config.tie_word_embeddings (ShieldGemma2Config).
   bool tie_default_from_text = false;
   // Image patches per side that become one text token ("" none): Mistral-3's spatial_merge_size,
-  // Gemma 3's average pool. For the time model only.
+  // Gemma 3's average pool kernel. For the time model only (patches per image token).
   std::string merge;
   std::map<std::string, double> defaults;  // the composite config class's defaults
-  // Keys the projector's shapes derive from a config number: int(factor / value) when `invert`
-  // (InternVL's int(1 / downsample_ratio)), else int(value * factor) (Cohere2-Vision's
-  // alignment_intermediate_size // 2, the SwiGLU half).
+  // Keys the projector's shapes (and `merge`) derive from a config number, in order, each able to
+  // read the ones before and the vision config's keys as "vision_<key>": v = value ** exponent, then
+  // int(factor / v) when `invert` (InternVL's int(1 / downsample_ratio)), else int(v * factor)
+  // (Cohere2-Vision's alignment_intermediate_size // 2, the SwiGLU half); then, with `divide_by`,
+  // floor-divided by that key (Gemma 3's patches_per_image // tokens_per_side).
   struct DerivedKey {
     std::string key, from;
     double factor = 1;
     bool invert = false;
+    double exponent = 1;
+    std::string divide_by;
   };
   std::vector<DerivedKey> derived;
   std::string source;

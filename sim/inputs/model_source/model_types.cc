@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -52,6 +53,24 @@ std::optional<std::string> peek_model_type(const std::string& path) {
   return it->get<std::string>();
 }
 
+namespace {
+// "AutoModelForCausalLM: module.Class" from the auto_map of the config.json at `path` (the first Auto
+// class a model is built with), nullopt without one.
+std::optional<std::string> remote_code_class(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return std::nullopt;
+  const nlohmann::json root = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object()) return std::nullopt;
+  auto map = root.find("auto_map");
+  if (map == root.end() || !map->is_object()) return std::nullopt;
+  for (const char* auto_class : {"AutoModelForCausalLM", "AutoModelForImageTextToText", "AutoModel", "AutoConfig"}) {
+    auto entry = map->find(auto_class);
+    if (entry != map->end() && entry->is_string()) return std::string(auto_class) + ": " + entry->get<std::string>();
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 void require_modelled_model_type(const std::string& model_type, const std::string& source) {
   if (is_modelled_model_type(model_type)) return;
   std::string modelled;
@@ -67,6 +86,16 @@ void require_modelled_model_type(const std::string& model_type, const std::strin
     const std::string who = known.version.empty() ? "transformers" : known.version;
     throw InputError(source, "key \"model_type\": " + who + " knows \"" + model_type +
                                         "\"; hookstream cannot model it yet (it models: " + modelled + ")");
+  }
+  // A type transformers does not ship whose config.json maps Auto classes to the repository's own
+  // modules (Qwen-7B: "qwen", auto_map AutoModelForCausalLM -> modeling_qwen.QWenLMHeadModel) is
+  // custom code, which transformers runs only with trust_remote_code (models/auto/auto_factory.py):
+  // named as such, not as a misspelling.
+  if (const std::optional<std::string> custom = remote_code_class(source)) {
+    const std::string who = known.version.empty() ? "transformers" : known.version;
+    throw InputError(source, "key \"model_type\": \"" + model_type + "\" is the model repository's own code (auto_map " + *custom +
+                                 ", run by transformers only with trust_remote_code), not a type " + who +
+                                 " ships; hookstream models these types: " + modelled);
   }
   std::string closest = closest_name(model_type, known.types);
   throw InputError(source, "key \"model_type\": unknown model type \"" + model_type + "\"" +
