@@ -215,13 +215,37 @@ def reference_grads(s, seed, rank):
     return out
 
 
-def barrier(store, key, world):
+def process_alive(pid):
+    """Whether process `pid` (a peer rank on this host) still runs: not gone, not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # /proc/PID/stat: "pid (comm) state ...": comm may hold spaces, the state follows its ')'.
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def barrier(store, key, world, peers, limit_s=120.0):
+    """Waits until every rank reached `key`. A peer that died (Gloo's enforce aborts a rank on a size
+    mismatch: SIGABRT) never arrives, and the batch it leaves behind would wait for the launcher's
+    600 s deadline (runtime/fsdp1_oracle.cc): this rank has written its report, so it ends now and
+    the launcher starts the plans after the crash in a new batch. `peers`: {rank: pid}."""
     store.add(key, 1)
+    deadline = time.monotonic() + limit_s
+    polls = 0
     while int(store.add(key, 0)) < world:
+        polls += 1
+        if polls % 10 == 0:
+            dead = sorted(r for r, pid in peers.items() if not process_alive(pid))
+            if dead or time.monotonic() > deadline:
+                why = f"rank(s) {dead} ended" if dead else f"no rank came in {limit_s:.0f} s"
+                sys.stderr.write(f"fsdp1_worker: leaving at barrier {key}: {why}\n")
+                sys.stderr.flush()
+                os._exit(3)
         time.sleep(0.01)
 
 
-def run_plan(out_dir, rank, world, seed, timeout, store, index):
+def run_plan(out_dir, rank, world, seed, timeout, store, index, peers):
     """One plan (DIR/structure.json) under a fresh process group on `store`; writes DIR/fsdp1-rank-R.json."""
     with open(os.path.join(out_dir, "structure.json")) as f:
         s = json.load(f)
@@ -239,7 +263,7 @@ def run_plan(out_dir, rank, world, seed, timeout, store, index):
     level = fsdp_flags.get("distributed_debug", "DETAIL")
     dist.set_debug_level(getattr(dist.DebugLevel, level))
     report["distributed_debug"] = level
-    barrier(store, f"ready-{index}", world)  # the process group's short timeout starts when all are here
+    barrier(store, f"ready-{index}", world, peers)  # the process group's short timeout starts when all are here
     dist.init_process_group("gloo", store=dist.PrefixStore(f"plan-{index}", store), rank=rank,
                             world_size=world, timeout=timeout)
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
@@ -373,10 +397,13 @@ def main(argv):
     timeout = datetime.timedelta(milliseconds=args.collective_timeout_ms)
     store = dist.TCPStore("127.0.0.1", args.store_port, args.world_size, args.rank == 0,
                           timeout=datetime.timedelta(seconds=60))
+    # The ranks' process ids (all on this host), so a rank waiting at a barrier sees a peer that died.
+    store.set(f"pid-{args.rank}", str(os.getpid()))
+    peers = {r: int(store.get(f"pid-{r}")) for r in range(args.world_size) if r != args.rank}
     for index, out_dir in enumerate(args.out):
-        run_plan(out_dir, args.rank, args.world_size, args.seed, timeout, store, index)
+        run_plan(out_dir, args.rank, args.world_size, args.seed, timeout, store, index, peers)
         # Ranks leave a plan at different times (one raised, one timed out): meet before the next.
-        barrier(store, f"done-{index}", args.world_size)
+        barrier(store, f"done-{index}", args.world_size, peers)
     # A rank that raised leaves the others in a collective; don't wait for them in shutdown.
     os._exit(0)
 
