@@ -339,15 +339,7 @@ class Fsdp1Model : public SyncModel {
     for (int p : lost_gradients_) {
       if (!reported_lost_.insert({position.step.iteration, p}).second) continue;
       const Parameter& param = structure_.parameters[static_cast<size_t>(p)];
-      Finding f;
-      f.kind = VerdictKind::WrongGradient;
-      f.rank = rank_;
-      f.iteration = position.step.iteration;
-      f.micro_step = position.step.micro_step;
-      f.phase = Phase::Backward;
-      f.parameter = param.name;
-      f.ddp_index = param.ddp_index;
-      f.layer = param.layer;
+      Finding f = parameter_finding(VerdictKind::WrongGradient, param, rank_, position.step, Phase::Backward);
       f.graph_tasks.push_back("tiled_mlp chunk [autograd.grad]");
       f.error_text = "no error: the tiled MLP's autograd.grad returned None for this weight, whose FSDP1 unit the "
                      "chunk's recompute unsharded again";

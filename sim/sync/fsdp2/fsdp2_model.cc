@@ -171,16 +171,8 @@ class Fsdp2 final : public SyncModel {
     // optimizer steps on sharded gradients without them (F2-2, docs/engines/fsdp2.md).
     for (size_t p = 0; p < pending_.size(); ++p) {
       if (!pending_[p] || !structure_.parameters[p].trainable) continue;
-      Finding f;
-      f.kind = VerdictKind::WrongGradient;
-      f.rank = rank_;
-      f.iteration = position.step.iteration;
-      f.micro_step = position.step.micro_step;
-      f.phase = Phase::AfterBackward;
       const Parameter& param = structure_.parameters[p];
-      f.parameter = param.name;
-      f.ddp_index = param.ddp_index;
-      f.layer = param.layer;
+      Finding f = parameter_finding(VerdictKind::WrongGradient, param, rank_, position.step, Phase::AfterBackward);
       std::set<std::string> seen;
       for (int t : late_tasks_[p]) {
         std::string text = task_text(engine.task(t));
