@@ -2,7 +2,8 @@
 // fsdp2_prepare_model (accelerate/utils/fsdp_utils.py) does with fsdp_config: fully_shard on every
 // module whose class is in transformer_layer_cls_to_wrap (TRANSFORMER_BASED_WRAP; empty list: the
 // model's _no_split_modules, i.e. the decoder layer), nothing but the root for NO_WRAP, then on the
-// root. Each parameter belongs to the innermost unit above it.
+// root; with LoRA, axolotl's replacement of it also shards each lora_A and lora_B on its own. Each
+// parameter belongs to the innermost unit above it.
 #pragma once
 
 #include <string>
