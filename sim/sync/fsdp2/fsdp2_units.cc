@@ -102,6 +102,11 @@ int Fsdp2Units::find(const std::string& path) const {
   return -1;
 }
 
+bool fsdp2_adapter_units(const Plan& plan) {
+  const bool lora_linears = plan.adapter != Adapter::None && (!plan.lora_target_modules.empty() || plan.lora_target_linear);
+  return lora_linears && plan.engine.fsdp.auto_wrap_policy != "NO_WRAP" && plan.lora_target_parameters.empty();
+}
+
 Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
   const FsdpSettings& fsdp = plan.engine.fsdp;
   Fsdp2Units out;
@@ -156,7 +161,7 @@ Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
                         "each lora.Linear as units of their own (not a ParamWrapper's); hookstream keeps all of them "
                         "in their decoder layer's unit here (their own all-gathers, reduce-scatters and "
                         "post-backward hooks are not modelled)");
-  } else if (lora_linears && policy != "NO_WRAP") {
+  } else if (fsdp2_adapter_units(plan)) {
     for (const Parameter& p : structure.parameters) {
       if (!p.adapter || (!ends_with(p.module, ".lora_A.default") && !ends_with(p.module, ".lora_B.default"))) continue;
       out.units.push_back(Fsdp2Unit{p.module, p.layer, false, {}});

@@ -33,6 +33,10 @@ struct Fsdp2Units {
 // lacks.
 Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure);
 
+// Whether each lora_A and lora_B of a lora.Linear is an FSDP2 unit of its own (axolotl 0.18's
+// fsdp2_prepare_model; fsdp2_units.cc says when).
+bool fsdp2_adapter_units(const Plan& plan);
+
 // "LlamaDecoderLayer" for a llama model: the class names accepted for the decoder layer.
 std::string fsdp2_decoder_layer_class(const Plan& plan);
 
