@@ -1,5 +1,11 @@
-"""The FSDP1 oracle worker: one rank of a real torch.distributed.fsdp.FullyShardedDataParallel job
-(torch 2.11, Gloo on 127.0.0.1, CPU, one process per rank), running the plan's tiny model.
+"""The FSDP1 oracle worker: real torch.distributed.fsdp.FullyShardedDataParallel jobs (torch 2.11,
+Gloo on 127.0.0.1, CPU, one process per rank), each running a plan's tiny model.
+
+One launcher process imports torch (and peft where a plan uses PEFT's wrap policy) once, then runs
+the plans in turn, forking one process per rank for each: a rank that real FSDP1 crashes (SIGSEGV)
+or Gloo aborts (SIGABRT on a size mismatch) ends only its plan, and the launcher records what it
+died of in that rank's report (no new batch that imports torch and peft again; no rank left waiting
+for a dead peer until a deadline).
 
 The model is oracles/ddp_worker.py's TinyModel (imported, not copied), built from DIR/structure.json
 (runtime/ddp_structure_json.cc). Two changes make it an FSDP model as accelerate builds one for
@@ -27,8 +33,11 @@ import faulthandler
 import functools
 import json
 import os
+import signal
+import socket
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -221,8 +230,9 @@ def barrier(store, key, world):
         time.sleep(0.01)
 
 
-def run_plan(out_dir, rank, world, seed, timeout, store, index):
-    """One plan (DIR/structure.json) under a fresh process group on `store`; writes DIR/fsdp1-rank-R.json."""
+def run_plan(out_dir, rank, world, seed, timeout, store):
+    """One rank of one plan (DIR/structure.json) in a process of its own (forked by launch), its
+    process group on `store`; writes DIR/fsdp1-rank-R.json."""
     with open(os.path.join(out_dir, "structure.json")) as f:
         s = json.load(f)
     for q in s["positions"]:
@@ -239,8 +249,8 @@ def run_plan(out_dir, rank, world, seed, timeout, store, index):
     level = fsdp_flags.get("distributed_debug", "DETAIL")
     dist.set_debug_level(getattr(dist.DebugLevel, level))
     report["distributed_debug"] = level
-    barrier(store, f"ready-{index}", world)  # the process group's short timeout starts when all are here
-    dist.init_process_group("gloo", store=dist.PrefixStore(f"plan-{index}", store), rank=rank,
+    barrier(store, "ready", world)  # the process group's short timeout starts when all are here
+    dist.init_process_group("gloo", store=dist.PrefixStore("plan", store), rank=rank,
                             world_size=world, timeout=timeout)
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
@@ -348,9 +358,12 @@ def run_plan(out_dir, rank, world, seed, timeout, store, index):
                 record["gradients_error"] = error_text(e)
         report["iterations"].append(record)
     report["events"] = inst.events
-    with open(os.path.join(out_dir, f"fsdp1-rank-{rank}.json"), "w") as f:
+    # Written whole or not at all: the launcher writes the report of a rank that left none.
+    path = os.path.join(out_dir, f"fsdp1-rank-{rank}.json")
+    with open(path + ".part", "w") as f:
         json.dump(report, f, indent=1)
         f.write("\n")
+    os.replace(path + ".part", path)
     inst.uninstall()
     try:
         dist.destroy_process_group()
@@ -358,26 +371,119 @@ def run_plan(out_dir, rank, world, seed, timeout, store, index):
         pass
 
 
+def gloo_abort_text(log):
+    """The line Gloo's enforce printed before the rank aborted on a collective mismatch, or ""."""
+    at = log.find("Is there a distributed collective mismatch in your code?")
+    if at < 0:
+        return ""
+    begin = log.rfind("[enforce fail at ", 0, at)
+    return log[begin if begin >= 0 else at:at] + "Is there a distributed collective mismatch in your code?"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rank_process(out_dir, rank, world, seed, timeout, port):
+    """The forked child: one rank of one plan; its output goes to DIR/fsdp1-rank-R.log."""
+    code = 0
+    try:
+        log = os.open(os.path.join(out_dir, f"fsdp1-rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        faulthandler.enable()  # a segfault in the engine is an observation: say where
+        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=datetime.timedelta(seconds=60))
+        run_plan(out_dir, rank, world, seed, timeout, store)
+    except BaseException:  # noqa: BLE001 - the worker's own failure: the log says it
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A rank that raised leaves the others in a collective; don't wait for them in shutdown.
+    os._exit(code)
+
+
+def missing_report(out_dir, rank, status, killed):
+    """What a rank that wrote no report shows: real FSDP1 crashing (SIGSEGV is an outcome it gives),
+    Gloo's size check aborting it (gloo/transport/tcp/pair.cc: std::terminate, SIGABRT), or neither
+    (the worker's own failure, or the plan's deadline: no verdict)."""
+    with open(os.path.join(out_dir, f"fsdp1-rank-{rank}.log"), errors="replace") as f:
+        log = f.read()
+    signalled = status is not None and os.WIFSIGNALED(status)
+    signal_number = os.WTERMSIG(status) if signalled else 0
+    mismatch = gloo_abort_text(log)
+    if signal_number == signal.SIGSEGV and not killed:
+        error = {"text": "Fatal Python error: Segmentation fault", "type": "crash", "hang": False}
+    elif signal_number == signal.SIGABRT and mismatch and not killed:
+        error = {"text": mismatch, "type": "gloo_abort", "hang": True}
+    else:
+        why = "killed at the plan's deadline" if killed else "exited without a report"
+        return {"rank": rank, "missing": f"{why}: {log[-2000:]}", "events": [], "iterations": []}
+    return {"rank": rank, "error": error, "events": [], "iterations": []}
+
+
+def launch(out_dirs, world, seed, timeout, plan_timeout_s):
+    """Every plan in turn, each rank a process forked from this one: Python, torch and (for PEFT's wrap
+    policy) peft are imported once here, not once per rank and batch, and a rank that crashes ends
+    only its own plan (oracles/zero_worker.py runs DeepSpeed the same way)."""
+    torch.set_num_threads(1)
+    if any(load_flags(d).get("peft_wrap_policy", False) for d in out_dirs):
+        import peft.utils.other  # noqa: F401 - imported before forking: each plan's ranks inherit it
+    for out_dir in out_dirs:
+        for rank in range(world):
+            for name in (f"fsdp1-rank-{rank}.json", f"fsdp1-rank-{rank}.log"):
+                if os.path.exists(os.path.join(out_dir, name)):
+                    os.remove(os.path.join(out_dir, name))
+        port = free_port()
+        children = {}
+        for rank in range(world):
+            pid = os.fork()
+            if pid == 0:
+                rank_process(out_dir, rank, world, seed, timeout, port)
+            children[pid] = rank
+        statuses = {}
+        deadline = time.monotonic() + plan_timeout_s
+        while len(statuses) < len(children) and time.monotonic() < deadline:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                time.sleep(0.01)
+            elif pid in children:
+                statuses[children[pid]] = status
+        killed = set()
+        for pid, rank in children.items():
+            if rank not in statuses:
+                os.kill(pid, signal.SIGKILL)
+                statuses[rank] = os.waitpid(pid, 0)[1]
+                killed.add(rank)
+        for rank in range(world):
+            path = os.path.join(out_dir, f"fsdp1-rank-{rank}.json")
+            if not os.path.exists(path):
+                with open(path, "w") as f:
+                    json.dump(missing_report(out_dir, rank, statuses.get(rank), rank in killed), f, indent=1)
+                    f.write("\n")
+        print(f"{out_dir}: done", flush=True)
+
+
+def load_flags(out_dir):
+    with open(os.path.join(out_dir, "structure.json")) as f:
+        return json.load(f).get("fsdp1", {})
+
+
 def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True, action="append",
-                   help="a plan directory (structure.json); repeat to run several plans in this process")
-    p.add_argument("--rank", type=int, required=True)
+                   help="a plan directory (structure.json); repeat to run several plans in turn")
     p.add_argument("--world-size", type=int, required=True)
-    p.add_argument("--store-port", type=int, required=True)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--collective-timeout-ms", type=int, default=4000)
+    p.add_argument("--plan-timeout-s", type=float, default=120,
+                   help="a plan's ranks still running after this long are killed (no verdict)")
     args = p.parse_args(argv)
-    faulthandler.enable()  # a segfault in the engine is an observation: say where
-    torch.set_num_threads(1)
-    timeout = datetime.timedelta(milliseconds=args.collective_timeout_ms)
-    store = dist.TCPStore("127.0.0.1", args.store_port, args.world_size, args.rank == 0,
-                          timeout=datetime.timedelta(seconds=60))
-    for index, out_dir in enumerate(args.out):
-        run_plan(out_dir, args.rank, args.world_size, args.seed, timeout, store, index)
-        # Ranks leave a plan at different times (one raised, one timed out): meet before the next.
-        barrier(store, f"done-{index}", args.world_size)
-    # A rank that raised leaves the others in a collective; don't wait for them in shutdown.
+    launch(args.out, args.world_size, args.seed, datetime.timedelta(milliseconds=args.collective_timeout_ms),
+           args.plan_timeout_s)
+    sys.stdout.flush()
     os._exit(0)
 
 

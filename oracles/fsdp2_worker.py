@@ -85,6 +85,20 @@ class NoRecorder:
         return False
 
 
+class AdapterModule(nn.Module):
+    """A LoRA A or B Linear, called as PEFT calls it (`module(x)`); what it computes is TinyModel's
+    own code (fn)."""
+
+    def forward(self, x, fn):
+        return fn(x)
+
+
+def adapter_modules(s):
+    """The modules of the LoRA A/B weights (a lora.Linear's lora_A.default / lora_B.default)."""
+    return sorted({e["name"].rsplit(".", 1)[0] for e in s["parameters"]
+                   if e["name"].endswith((".lora_A.default.weight", ".lora_B.default.weight"))})
+
+
 class Fsdp2Model(TinyModel):
     """TinyModel whose decoder layers (and MLPs, when they are units) are called through their
     nn.Module so that fully_shard's forward hooks run, as in transformers' models."""
@@ -106,6 +120,16 @@ class Fsdp2Model(TinyModel):
                 mlp.__class__ = type("MLP", (nn.Module,), {
                     "forward": lambda self_, x, layer=layer: TinyModel.mlp(model, x, layer, model.table, model.step)})
                 self.unit_mlps[layer["index"]] = mlp
+        # LoRA: every lora_A / lora_B is called as a module (peft/tuners/lora/layer.py Linear.forward:
+        # lora_B(lora_A(dropout(x)))), so that its own fully_shard hooks run where it is a unit.
+        self.adapter_modules = adapter_modules(s)
+        for path in self.adapter_modules:
+            self.get_submodule(path).__class__ = AdapterModule
+
+    def apply_module(self, path, x, fn):
+        if path in self.adapter_modules:
+            return self.get_submodule(path)(x, fn)
+        return fn(x)
 
     def decoder_layer(self, x, layer, step):
         return self.unit_layers[layer["index"]](x)
@@ -189,7 +213,9 @@ def run_rank(args, s, out_dir, store, index, log):
     log.events = []
     log.key = (0, 0)
     reshard = f["reshard_after_forward"]
-    # Innermost first, as accelerate's fsdp2_prepare_model walks model.modules() in reverse.
+    # The units include each LoRA A and B where axolotl 0.18's fsdp2_prepare_model
+    # (monkeypatch/accelerate/fsdp2.py) shards them (sim/sync/fsdp2/fsdp2_units.cc). Innermost
+    # first, as accelerate's fsdp2_prepare_model walks model.modules() in reverse.
     for path in sorted(units, key=lambda p: -p.count(".")):
         fully_shard(model.get_submodule(path), mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
@@ -376,11 +402,17 @@ def collect(out_dir, s, ref, logs):
             else:
                 full = torch.zeros(shapes[name])
                 chunks = list(full.chunk(world, 0))
+                # A rank whose sharded parameter holds a whole-tensor .grad (code that wrote .grad by
+                # hand after the unit resharded, onto the DTensor shard): no shard to reassemble; the
+                # optimizer would step on what is not this rank's shard.
+                whole = any(piece is not None and len(piece) != c.numel() for c, piece in zip(chunks, pieces))
                 for c, piece in zip(chunks, pieces):
-                    if piece is not None and c.numel() > 0:
+                    if piece is not None and c.numel() > 0 and not whole:
                         c.copy_(torch.tensor(piece).view(c.shape))
-                got = full
-            if expected is None or float(expected.abs().max()) == 0.0:
+                got = None if whole else full
+            if got is None and any(p is not None for p in pieces):
+                verdict = "wrong"
+            elif expected is None or float(expected.abs().max()) == 0.0:
                 verdict = "ok" if got is None or float(got.abs().max()) == 0.0 else "wrong"
             elif got is None:
                 verdict = "none"

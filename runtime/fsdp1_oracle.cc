@@ -27,18 +27,13 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
-// The line Gloo's enforce printed before the process aborted on a collective mismatch, or "".
-std::string gloo_abort_text(const std::string& log) {
-  const size_t at = log.find("Is there a distributed collective mismatch in your code?");
-  if (at == std::string::npos) return "";
-  const size_t begin = log.rfind("[enforce fail at ", at);
-  return log.substr(begin == std::string::npos ? at : begin, at - (begin == std::string::npos ? at : begin)) +
-         "Is there a distributed collective mismatch in your code?";
-}
-
 Fsdp1RankObservation classify(const nlohmann::json& report) {
   Fsdp1RankObservation o;
   o.rank = report.value("rank", 0);
+  if (report.contains("missing")) {  // the rank died of something other than the engine: no verdict
+    o.text = report["missing"].get<std::string>();
+    return o;
+  }
   std::string last_unit, last_task;
   for (const auto& e : report["events"]) {
     const std::string kind = e.value("event", "");
@@ -104,74 +99,39 @@ std::vector<std::vector<Fsdp1RankObservation>> run_fsdp1_oracle(const std::vecto
     fs::create_directories(dirs.back());
     std::ofstream(dirs.back() / "structure.json") << ddp_structure_json(plans[i], build_model_structure(plans[i]));
   }
-  // A rank that crashes (SIGSEGV is an outcome real FSDP1 gives) ends its batch: the plan it was
-  // running is observed as that crash, and the plans after it run again in a new batch.
-  size_t next = 0;
-  while (next < plans.size()) {
-    ProcessGroupRunner runner;
-    const int port = free_local_port();
+  // One launcher process runs every plan, forking the ranks of each (oracles/fsdp1_worker.py); it
+  // writes a report for every rank, also for one that crashed or was killed at the plan's deadline.
+  ProcessGroupRunner runner;
+  std::vector<std::string> args = {options.python, options.source_dir + "/oracles/fsdp1_worker.py"};
+  for (const fs::path& dir : dirs) {
+    args.push_back("--out");
+    args.push_back(dir.string());
+  }
+  for (const std::string& a : {std::string("--world-size"), std::to_string(world), std::string("--collective-timeout-ms"),
+                               std::to_string(options.collective_timeout_ms), std::string("--plan-timeout-s"),
+                               std::to_string(options.plan_timeout_s)}) {
+    args.push_back(a);
+  }
+  const fs::path log = root / "launcher.log";
+  runner.start(options.source_dir + "/oracles/run.sh", args, {{"TORCH_DISTRIBUTED_DEBUG", "DETAIL"}, {"OMP_NUM_THREADS", "1"}},
+               log.string());
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::seconds(60 + static_cast<int64_t>(options.plan_timeout_s) * static_cast<int64_t>(plans.size()));
+  const ProcessOutcome launcher = runner.wait_all(deadline).front();
+  for (size_t i = 0; i < plans.size(); ++i) {
     for (int rank = 0; rank < world; ++rank) {
-      std::vector<std::string> args = {options.python, options.source_dir + "/oracles/fsdp1_worker.py"};
-      for (size_t i = next; i < plans.size(); ++i) {
-        args.push_back("--out");
-        args.push_back(dirs[i].string());
+      const fs::path report = dirs[i] / ("fsdp1-rank-" + std::to_string(rank) + ".json");
+      if (fs::exists(report)) {
+        out[i].push_back(classify(nlohmann::json::parse(read_text(report))));
+        continue;
       }
-      for (const std::string& a : {std::string("--rank"), std::to_string(rank), std::string("--world-size"),
-                                   std::to_string(world), std::string("--store-port"), std::to_string(port),
-                                   std::string("--collective-timeout-ms"), std::to_string(options.collective_timeout_ms)}) {
-        args.push_back(a);
-      }
-      runner.start(options.source_dir + "/oracles/run.sh", args,
-                   {{"TORCH_DISTRIBUTED_DEBUG", "DETAIL"}, {"OMP_NUM_THREADS", "1"}},
-                   (root / ("batch-" + std::to_string(next) + "-rank-" + std::to_string(rank) + ".log")).string());
+      Fsdp1RankObservation o;  // the launcher itself failed before this plan: no verdict
+      o.rank = rank;
+      const std::string tail = read_text(log);
+      o.text = std::string(launcher.killed_at_deadline ? "launcher killed at its deadline" : "launcher ended early") +
+               ": " + tail.substr(tail.size() > 2000 ? tail.size() - 2000 : 0);
+      out[i].push_back(std::move(o));
     }
-    const auto outcomes = runner.wait_all(std::chrono::steady_clock::now() + std::chrono::seconds(options.timeout_s));
-    size_t first_missing = plans.size();
-    for (size_t i = next; i < plans.size(); ++i) {
-      for (int rank = 0; rank < world; ++rank) {
-        const fs::path report = dirs[i] / ("fsdp1-rank-" + std::to_string(rank) + ".json");
-        if (!fs::exists(report)) {
-          first_missing = std::min(first_missing, i);
-          continue;
-        }
-      }
-    }
-    for (size_t i = next; i < std::min(first_missing + 1, plans.size()); ++i) {
-      out[i].clear();
-      for (int rank = 0; rank < world; ++rank) {
-        const fs::path report = dirs[i] / ("fsdp1-rank-" + std::to_string(rank) + ".json");
-        if (fs::exists(report)) {
-          out[i].push_back(classify(nlohmann::json::parse(read_text(report))));
-          continue;
-        }
-        Fsdp1RankObservation o;
-        o.rank = rank;
-        const ProcessOutcome& p = outcomes[static_cast<size_t>(rank)];
-        const fs::path log = root / ("batch-" + std::to_string(next) + "-rank-" + std::to_string(rank) + ".log");
-        if (!p.exited && p.signal == 11) {
-          o.verdict = "engine_error";
-          o.text = "Fatal Python error: Segmentation fault";
-        } else if (const std::string mismatch = gloo_abort_text(read_text(log)); !p.exited && p.signal == 6 && !mismatch.empty()) {
-          // Gloo's size check failed inside a collective (gloo/transport/tcp/pair.cc): std::terminate.
-          o.verdict = "collective_mismatch";
-          o.text = mismatch;
-        } else {
-          o.text = p.killed_at_deadline ? "killed at the batch deadline" : "exited without a report";
-          const std::string tail = read_text(log);
-          o.text += ": " + tail.substr(tail.size() > 2000 ? tail.size() - 2000 : 0);
-        }
-        out[i].push_back(std::move(o));
-      }
-    }
-    if (first_missing == plans.size()) break;
-    bool any_crash = false;
-    for (const auto& p : outcomes) any_crash = any_crash || (!p.exited && (p.signal == 11 || p.signal == 6));
-    if (!any_crash) {
-      // Not a crash the engine gave: the remaining plans stay unobserved ("no_report").
-      for (size_t i = first_missing + 1; i < plans.size(); ++i) out[i].assign(static_cast<size_t>(world), Fsdp1RankObservation{});
-      break;
-    }
-    next = first_missing + 1;
   }
   std::error_code ignored;
   if (!std::getenv("HOOKSTREAM_KEEP_FSDP1_RUNS")) fs::remove_all(root, ignored);

@@ -195,7 +195,9 @@ struct CostUnit {
 // Bytes per element as stored when not upcast: PEFT's adapters are fp32 (autocast_adapter_dtype).
 int stored_bytes(const Parameter& p) { return p.adapter ? 4 : dtype_bytes(p.dtype); }
 
-std::vector<CostUnit> cost_units(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& s) {
+// `notes`: where the unit builder's settings read but not modelled go (FSDP2: fsdp2_units' notes).
+std::vector<CostUnit> cost_units(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& s,
+                                 std::vector<std::string>* notes = nullptr) {
   std::vector<CostUnit> units;
   const int64_t world = s.shard_ranks;
   if (s.kind == EngineKind::Fsdp1) {
@@ -238,6 +240,7 @@ std::vector<CostUnit> cost_units(const Plan& plan, const ModelStructure& structu
   std::vector<int> unit_of(structure.parameters.size(), 0);
   if (s.kind == EngineKind::Fsdp2) {
     const Fsdp2Units fs = fsdp2_units(plan, structure);
+    if (notes != nullptr) notes->insert(notes->end(), fs.notes.begin(), fs.notes.end());
     for (const Fsdp2Unit& u : fs.units) {
       CostUnit c;
       c.name = u.path.empty() ? "the root unit" : u.path;
@@ -314,7 +317,7 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
     }
     return total;
   };
-  const std::vector<CostUnit> units = cost_units(plan, structure, s);
+  const std::vector<CostUnit> units = cost_units(plan, structure, s, &m.notes);
   auto slot = [&](int layer) { return static_cast<size_t>(layer >= 0 && layer < layers ? layer : layers); };
 
   if (s.kind == EngineKind::Fsdp2 || s.kind == EngineKind::Fsdp1) {

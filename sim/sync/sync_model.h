@@ -12,6 +12,7 @@
 
 #include "sim/engine/autograd_engine.h"
 #include "sim/engine/forward_graph.h"
+#include "sim/inputs/model_structure.h"
 #include "sim/verify/verdict.h"
 
 namespace hookstream {
@@ -34,6 +35,23 @@ struct StepPosition {
   // is_gradient_accumulation_boundary()).
   bool synced = true;
 };
+
+// A finding about one parameter at one rank's micro-step: what every engine's silent findings
+// (wrong, partial, overwritten or diverging gradients) name the same way; the engine adds its graph
+// tasks and texts.
+inline Finding parameter_finding(VerdictKind kind, const Parameter& parameter, int rank, const StepKey& step,
+                                 Phase phase) {
+  Finding f;
+  f.kind = kind;
+  f.rank = rank;
+  f.iteration = step.iteration;
+  f.micro_step = step.micro_step;
+  f.phase = phase;
+  f.ddp_index = parameter.ddp_index;
+  f.parameter = parameter.name;
+  f.layer = parameter.layer;
+  return f;
+}
 
 // One collective an engine issues; ranks must issue identical sequences (a rank that issues one the
 // others do not blocks until the process group's timeout).

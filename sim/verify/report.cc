@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "sim/inputs/architectures/moe_routing.h"
+#include "sim/sync/fsdp2/fsdp2_units.h"
 #include "sim/sync/zero/zero_common.h"
 
 namespace hookstream {
@@ -227,9 +228,10 @@ std::string render_text(const VerifyResult& r, bool colour) {
     out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; FSDP2 units {}; reshard_after_forward={}; "
                        "FSDP2 of PyTorch {}\n",
                        s.bold(), s.reset(), ckpt, tiled,
-                       plan.engine.fsdp.transformer_layer_cls_to_wrap.empty()
-                           ? std::string("decoder layers")
-                           : fmt::format("{}", fmt::join(plan.engine.fsdp.transformer_layer_cls_to_wrap, ",")),
+                       (plan.engine.fsdp.transformer_layer_cls_to_wrap.empty()
+                            ? std::string("decoder layers")
+                            : fmt::format("{}", fmt::join(plan.engine.fsdp.transformer_layer_cls_to_wrap, ","))) +
+                           (fsdp2_adapter_units(plan) ? " + each LoRA A and B" : ""),
                        plan.engine.fsdp.reshard_after_forward.value_or(true) ? "true" : "false", plan.torch_version.text());
   } else {
     out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s); "

@@ -96,15 +96,8 @@ class PythonReducerModel : public SyncModel {
       const size_t i = static_cast<size_t>(index);
       if (!unreduced_[i]) continue;
       const Parameter& p = structure_.parameters[i];
-      Finding f;
-      f.kind = VerdictKind::SilentDivergence;
-      f.rank = position_.rank;
-      f.iteration = iteration;
-      f.micro_step = last_unreduced_at_[i].micro_step;
-      f.phase = Phase::AfterBackward;
-      f.ddp_index = p.ddp_index;
-      f.parameter = p.name;
-      f.layer = p.layer;
+      Finding f = parameter_finding(VerdictKind::SilentDivergence, p, position_.rank,
+                                    StepKey{iteration, last_unreduced_at_[i].micro_step}, Phase::AfterBackward);
       f.graph_tasks = tasks_[i];
       if (f.graph_tasks.empty()) f.graph_tasks.push_back("none: .grad written outside AccumulateGrad");
       f.error_text = "no error: the optimizer steps on this rank's local gradient";
@@ -160,15 +153,8 @@ class CppReducerUnderCompiledAutogradModel : public SyncModel {
     if (plan_.world_size < 2 || first_defined_ < 0 || reported_) return;
     reported_ = true;
     const Parameter& p = structure_.parameters[static_cast<size_t>(first_defined_)];
-    Finding f;
-    f.kind = VerdictKind::SilentDivergence;
-    f.rank = position_.rank;
-    f.iteration = iteration;
-    f.micro_step = position_.step.micro_step;
-    f.phase = Phase::AfterBackward;
-    f.ddp_index = p.ddp_index;
-    f.parameter = p.name;
-    f.layer = p.layer;
+    Finding f = parameter_finding(VerdictKind::SilentDivergence, p, position_.rank,
+                                  StepKey{iteration, position_.step.micro_step}, Phase::AfterBackward);
     f.graph_tasks = {"outer backward (compiled autograd)"};
     f.error_text = "no error: the C++ Reducer's all-reduce is a no-op under compiled autograd";
     f.explanation = fmt::format(

@@ -327,10 +327,11 @@ class Fsdp1Model : public SyncModel {
     throw SyncError(VerdictKind::EngineError, -1, "Fatal Python error: Segmentation fault",
                     fmt::format("the tiled MLP writes {}.grad by hand; under FSDP1 that parameter is a view of {}'s "
                                 "FlatParameter, not a leaf: the real process crashed (SIGSEGV) in loss.backward(). "
-                                "Fix: tiled_mlp backward that returns the weights' gradients from the Function "
-                                "(one AccumulateGrad), or FSDP2 (fsdp_version: 2)",
+                                "Fix: {}",
                                 structure_.parameters[static_cast<size_t>(parameter)].name,
-                                units_[static_cast<size_t>(u)].display()),
+                                units_[static_cast<size_t>(u)].display(),
+                                fix_alternatives({"tiled_mlp backward that returns the weights' gradients from the "
+                                                  "Function (one AccumulateGrad)"})),
                     flat_name(u));
   }
 
@@ -339,25 +340,18 @@ class Fsdp1Model : public SyncModel {
     for (int p : lost_gradients_) {
       if (!reported_lost_.insert({position.step.iteration, p}).second) continue;
       const Parameter& param = structure_.parameters[static_cast<size_t>(p)];
-      Finding f;
-      f.kind = VerdictKind::WrongGradient;
-      f.rank = rank_;
-      f.iteration = position.step.iteration;
-      f.micro_step = position.step.micro_step;
-      f.phase = Phase::Backward;
-      f.parameter = param.name;
-      f.ddp_index = param.ddp_index;
-      f.layer = param.layer;
+      Finding f = parameter_finding(VerdictKind::WrongGradient, param, rank_, position.step, Phase::Backward);
       f.graph_tasks.push_back("tiled_mlp chunk [autograd.grad]");
       f.error_text = "no error: the tiled MLP's autograd.grad returned None for this weight, whose FSDP1 unit the "
                      "chunk's recompute unsharded again";
       f.explanation = fmt::format(
           "{} is its own FSDP1 unit ({}: PEFT's fsdp_auto_wrap_policy); the tiled MLP looked the weight up before the "
           "chunk's recompute, whose call of the module unsharded it into new views, so torch.autograd.grad found the "
-          "looked-up tensor unused and the chunk's gradient never reached the FlatParameter. Fix: a tiled MLP "
-          "whose backward runs torch.autograd.backward per chunk (it reaches the unit's AccumulateGrad), tiled_mlp: "
-          "false, or FSDP2 (fsdp_version: 2)",
-          param.name, units_[static_cast<size_t>(unit_of_param_[static_cast<size_t>(p)])].display());
+          "looked-up tensor unused and the chunk's gradient never reached the FlatParameter. Fix: {}",
+          param.name, units_[static_cast<size_t>(unit_of_param_[static_cast<size_t>(p)])].display(),
+          fix_alternatives({"a tiled MLP whose backward runs torch.autograd.backward per chunk (it reaches the unit's "
+                            "AccumulateGrad)",
+                            "tiled_mlp: false"}));
       findings_.push_back(std::move(f));
     }
     lost_gradients_.clear();
@@ -522,9 +516,9 @@ class Fsdp1Model : public SyncModel {
       throw SyncError(VerdictKind::EngineError, -1, "Fatal Python error: Segmentation fault",
                       fmt::format("the FlatParameter of {} accumulates a gradient again in {} after its post-backward "
                                   "hook already resharded it in another graph task (a nested backward inside the "
-                                  "unit); the real process crashed (SIGSEGV). Fix: a tiled MLP whose Function returns "
-                                  "the weights' gradients, or FSDP2 (fsdp_version: 2)",
-                                  units_[static_cast<size_t>(u)].display(), task_text(engine.task(task))),
+                                  "unit); the real process crashed (SIGSEGV). Fix: {}",
+                                  units_[static_cast<size_t>(u)].display(), task_text(engine.task(task)),
+                                  fix_alternatives({"a tiled MLP whose Function returns the weights' gradients"})),
                       flat_name(u));
     }
     // _post_backward_reshard: FULL_SHARD frees the unsharded FlatParameter in backward.
@@ -679,13 +673,26 @@ class Fsdp1Model : public SyncModel {
           fmt::format("{} reads {} after FSDP1 resharded {}: the FlatParameter's post-backward hook (on its one "
                       "AccumulateGrad, _runtime_utils.py _post_backward_hook) already ran {} time(s) this backward, "
                       "freed the unsharded parameters{} — a nested backward (per-tile backward or reentrant "
-                      "recompute) inside one FSDP unit. Fix: a tiled MLP whose Function returns the weights' "
-                      "gradients (one backward per unit), gradient_checkpointing_kwargs.use_reentrant: false, or "
-                      "FSDP2 (fsdp_version: 2)",
+                      "recompute) inside one FSDP unit. Fix: {}",
                       where, p.name, unit.display(), s.post_backward_tasks.size(),
-                      position_.synced ? " and reduce-scattered a partial gradient" : ""),
+                      position_.synced ? " and reduce-scattered a partial gradient" : "",
+                      fix_alternatives({"a tiled MLP whose Function returns the weights' gradients (one backward per "
+                                        "unit)",
+                                        "gradient_checkpointing_kwargs.use_reentrant: false"})),
           flat_name(u));
     }
+  }
+
+  // "a, b, or FSDP2 (fsdp_version: 2)": FSDP2 is a way out of FSDP1's nested-backward failures except
+  // with a LoRA adapter, whose A and B axolotl makes FSDP2 units of their own, which the same nested
+  // backward breaks there too (tests/plans/fsdp2/lora_tiled_*.yaml, real fully_shard).
+  std::string fix_alternatives(std::vector<std::string> fixes) const {
+    if (plan_.adapter == Adapter::None) fixes.push_back("FSDP2 (fsdp_version: 2)");
+    std::string text;
+    for (size_t i = 0; i < fixes.size(); ++i) {
+      text += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
+    }
+    return text;
   }
 
   const Plan& plan_;

@@ -65,9 +65,9 @@ class Fsdp2 final : public SyncModel {
 
   // _fsdp_state.py FSDPState._pre_forward / FSDPParamGroup.pre_forward.
   SimTensor pre_forward(AutogradEngine& engine, const ModuleCall& call, SimTensor input) override {
-    // A LoRA A/B call: never its own FSDP2 unit (accelerate's FSDP2 path keeps the layer policy;
-    // transformers applies PEFT's wrap policy only for FSDP1), it computes inside its lora.Linear.
-    if (call.kind == ModuleKind::Adapter) return input;
+    // A LoRA A/B call: its own unit where axolotl shards it (sim/sync/fsdp2/fsdp2_units.cc), else it
+    // computes inside its lora.Linear, in the layer's unit.
+    if (call.kind == ModuleKind::Adapter && unit_of_call(call) < 0) return input;
     if (call.kind == ModuleKind::Linear) {
       check_unsharded(call.path);
       return input;
@@ -101,7 +101,7 @@ class Fsdp2 final : public SyncModel {
 
   // FSDPState._post_forward / FSDPParamGroup.post_forward.
   SimTensor post_forward(AutogradEngine& engine, const ModuleCall& call, SimTensor output) override {
-    if (call.kind == ModuleKind::Linear || call.kind == ModuleKind::Adapter) return output;
+    if (call.kind == ModuleKind::Linear) return output;
     const int u = unit_of_call(call);
     if (u < 0) return output;
     UnitState& s = state_[static_cast<size_t>(u)];
@@ -171,16 +171,8 @@ class Fsdp2 final : public SyncModel {
     // optimizer steps on sharded gradients without them (F2-2, docs/engines/fsdp2.md).
     for (size_t p = 0; p < pending_.size(); ++p) {
       if (!pending_[p] || !structure_.parameters[p].trainable) continue;
-      Finding f;
-      f.kind = VerdictKind::WrongGradient;
-      f.rank = rank_;
-      f.iteration = position.step.iteration;
-      f.micro_step = position.step.micro_step;
-      f.phase = Phase::AfterBackward;
       const Parameter& param = structure_.parameters[p];
-      f.parameter = param.name;
-      f.ddp_index = param.ddp_index;
-      f.layer = param.layer;
+      Finding f = parameter_finding(VerdictKind::WrongGradient, param, rank_, position.step, Phase::AfterBackward);
       std::set<std::string> seen;
       for (int t : late_tasks_[p]) {
         std::string text = task_text(engine.task(t));

@@ -102,6 +102,11 @@ int Fsdp2Units::find(const std::string& path) const {
   return -1;
 }
 
+bool fsdp2_adapter_units(const Plan& plan) {
+  const bool lora_linears = plan.adapter != Adapter::None && (!plan.lora_target_modules.empty() || plan.lora_target_linear);
+  return lora_linears && plan.engine.fsdp.auto_wrap_policy != "NO_WRAP" && plan.lora_target_parameters.empty();
+}
+
 Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
   const FsdpSettings& fsdp = plan.engine.fsdp;
   Fsdp2Units out;
@@ -144,12 +149,31 @@ Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
     if (wrap_layers) out.units.push_back(Fsdp2Unit{layer.path, layer.index, false, {}});
     if (wrap_mlps) out.units.push_back(Fsdp2Unit{layer.path + "." + layer.mlp_module, layer.index, true, {}});
   }
+  // axolotl 0.18 replaces accelerate's fsdp2_prepare_model (monkeypatch/accelerate/fsdp2.py): walking
+  // the modules bottom-up it calls fully_shard on lora_A[adapter] and lora_B[adapter] of every
+  // LoraLayer before the layer policy, whatever the policy (not on NO_WRAP, where it walks nothing).
+  // A lora.Linear's A and B are called as modules (sim/engine/forward_graph.cc adapter_call), so
+  // each is a unit with its own all-gather, reduce-scatter and post-backward; PEFT's ParamWrapper
+  // (lora_target_parameters) is skipped there and its A and B stay in their layer's unit.
+  const bool lora_linears = plan.adapter != Adapter::None && (!plan.lora_target_modules.empty() || plan.lora_target_linear);
+  if (lora_linears && policy != "NO_WRAP" && !plan.lora_target_parameters.empty()) {
+    out.notes.push_back("adapter with lora_target_parameters under FSDP2: axolotl shards the lora_A and lora_B of "
+                        "each lora.Linear as units of their own (not a ParamWrapper's); hookstream keeps all of them "
+                        "in their decoder layer's unit here (their own all-gathers, reduce-scatters and "
+                        "post-backward hooks are not modelled)");
+  } else if (fsdp2_adapter_units(plan)) {
+    for (const Parameter& p : structure.parameters) {
+      if (!p.adapter || (!ends_with(p.module, ".lora_A.default") && !ends_with(p.module, ".lora_B.default"))) continue;
+      out.units.push_back(Fsdp2Unit{p.module, p.layer, false, {}});
+    }
+  }
   out.unit_of.assign(structure.parameters.size(), 0);
   for (size_t p = 0; p < structure.parameters.size(); ++p) {
     const std::string& module = structure.parameters[p].module;
     size_t best = 0;
     for (size_t u = 1; u < out.units.size(); ++u) {
-      if (under(module, out.units[u].path) && out.units[u].path.size() > out.units[best].path.size()) best = u;
+      const bool inside = module == out.units[u].path || under(module, out.units[u].path);
+      if (inside && out.units[u].path.size() > out.units[best].path.size()) best = u;
     }
     out.unit_of[p] = static_cast<int>(best);
     out.units[best].parameters.push_back(static_cast<int>(p));

@@ -2,7 +2,8 @@
 // fsdp2_prepare_model (accelerate/utils/fsdp_utils.py) does with fsdp_config: fully_shard on every
 // module whose class is in transformer_layer_cls_to_wrap (TRANSFORMER_BASED_WRAP; empty list: the
 // model's _no_split_modules, i.e. the decoder layer), nothing but the root for NO_WRAP, then on the
-// root. Each parameter belongs to the innermost unit above it.
+// root; with LoRA, axolotl's replacement of it also shards each lora_A and lora_B on its own. Each
+// parameter belongs to the innermost unit above it.
 #pragma once
 
 #include <string>
@@ -31,6 +32,10 @@ struct Fsdp2Units {
 // Throws InputError (one line, exit 2) when transformer_layer_cls_to_wrap names a class the model
 // lacks.
 Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure);
+
+// Whether each lora_A and lora_B of a lora.Linear is an FSDP2 unit of its own (axolotl 0.18's
+// fsdp2_prepare_model; fsdp2_units.cc says when).
+bool fsdp2_adapter_units(const Plan& plan);
 
 // "LlamaDecoderLayer" for a llama model: the class names accepted for the decoder layer.
 std::string fsdp2_decoder_layer_class(const Plan& plan);

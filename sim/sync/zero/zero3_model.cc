@@ -244,15 +244,7 @@ class Zero3Model : public SyncModel {
   void overwritten(int parameter) {
     if (!silent_.empty()) return;  // the first overwrite names the rule; later steps repeat it
     const Parameter& param = structure_.parameters[static_cast<size_t>(parameter)];
-    Finding f;
-    f.kind = VerdictKind::WrongGradient;
-    f.rank = rank_;
-    f.iteration = position_.step.iteration;
-    f.micro_step = position_.step.micro_step;
-    f.phase = Phase::Backward;
-    f.parameter = param.name;
-    f.ddp_index = param.ddp_index;
-    f.layer = param.layer;
+    Finding f = parameter_finding(VerdictKind::WrongGradient, param, rank_, position_.step, Phase::Backward);
     f.error_text = "no error: the gradient partition reduced earlier in this backward is overwritten";
     f.explanation = fmt::format(
         "{} was reduce-scattered twice in this backward, in different ipg buckets (the bucket flushed between "
