@@ -36,7 +36,9 @@ struct DeviceSpec {
   double network_gbps = 0;            // inter-node bandwidth per GPU, GB/s
   // cuBLAS's workspace, one per (thread, stream) that runs GEMMs, taken from the caching allocator
   // (PyTorch's default CUBLAS_WORKSPACE_CONFIG, aten/src/ATen/cuda/CublasHandlePool.cpp: ":4096:8",
-  // 32 MiB, from compute capability 9.0; ":4096:2:16:8", 8.125 MiB, before). 0: not counted.
+  // 32 MiB, on compute capability 9.0 exactly; ":4096:2:16:8", 8.125 MiB, on any other, sm100 included;
+  // parseChosenWorkspaceSize). cuBLASLt's own 1 MiB workspace is not counted: the bias-free GEMMs of
+  // the decoder go through cuBLAS. 0: not counted.
   int64_t blas_workspace_bytes = 0;
   // The measured kernel costs of profiles/<name>.yaml beside the device file, when there is one
   // (load_device_spec reads it); null: the time model's roofline alone.

@@ -206,17 +206,17 @@ int64_t logits_and_loss_bytes(const Plan& plan, int64_t tokens, int64_t dtype, c
 // the forward held two and the model-dtype logits (freed after the upcast, ToCopyBackward saves
 // nothing). Measured on an H100 (bench/gpu-results/2026-11-27-h100-s18, the bundled default plan,
 // vocabulary 151,936 at 16K tokens): the loss head's part peaked 4.81 GiB above the forward holding,
-// against 4.64 GiB from this rule. axolotl's chunks of the full logits: the chunks' gradients are
-// assembled into one gradient of the whole logits (chunk's backward, SplitBackward, cats them)
-// while the logits are still saved by the chunk functions, a second model-dtype copy (inferred from
-// PyTorch's autograd, not measured). The lm_head recomputed per chunk: one chunk at a time, no extra.
+// against 4.64 GiB from this rule. Chunked: nothing added (below).
 int64_t logits_backward_bytes(const Plan& plan, int64_t tokens, int64_t dtype, const Ledger& ledger) {
   const int64_t vocab = plan.model.vocab_size;
   if (!plan.chunked_cross_entropy) {
     return std::max<int64_t>(0, ledger.device(vocab * tokens * 4) - ledger.device(vocab * tokens * dtype));
   }
-  if (plan.loss_recomputes_lm_head()) return 0;
-  return ledger.device(vocab * tokens * dtype);
+  if (plan.loss_recomputes_lm_head()) return 0;  // one chunk's logits at a time
+  // axolotl's chunks of the full logits: not counted. chunk()'s backward may assemble the chunks'
+  // gradients into one of the whole logits while they are still saved (a second model-dtype copy);
+  // not measured, so not added.
+  return 0;
 }
 
 // "layer 12 mlp backward chunk 3 of 8" -> "mlp backward"; the names come from

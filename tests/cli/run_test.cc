@@ -174,7 +174,11 @@ TEST_CASE("run: a rank that dies makes the others stop with a message naming it"
 TEST_CASE("run: a rank out of device memory is reported with where it was, and the run falls back", "[cli][run]") {
   const std::string plan = kSource + "/tests/plans/run/tiny-no-checkpoint.yaml";
   const auto dir = scratch("oom");
-  const auto r = run_binary("run " + plan + " --steps 3 --device cpu --inject-fault oom-rank=1@step=1 --timeout 60 --json " +
+  // An H100 without cuBLAS's fixed 64 MiB, which would be 99% of this tiny model's predicted peak
+  // and leave no plan for the fallback to find (tests/plans/run/h100-no-blas-workspace.yaml).
+  const std::string gpu = kSource + "/tests/plans/run/h100-no-blas-workspace.yaml";
+  const auto r = run_binary("run " + plan + " --set hookstream.gpu=" + gpu +
+                            " --steps 3 --device cpu --inject-fault oom-rank=1@step=1 --timeout 60 --json " +
                             (dir / "summary.json").string());
   INFO(r.out);
   // The rank names the step and the layer whose backward ran out: the last layer's runs first.
