@@ -9,6 +9,7 @@
 
 #include "sim/cost/calibration.h"
 #include "sim/cost/device_spec.h"
+#include "sim/cost/profiled_costs.h"
 #include "sim/inputs/model_structure.h"
 #include "sim/cost/step_prediction.h"
 
@@ -48,6 +49,26 @@ std::vector<OpGroup> simulated_groups(const EventModel& model, int rank) {
     if (g.op_class == OpClass::Backward || g.op_class == OpClass::Recompute) position = 2;
   }
   return groups;
+}
+
+// What a recorded kernel is, from its name, for the calibration's part scales. Attention first:
+// cuDNN's SDPA kernels are "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_...", FlashAttention's
+// "pytorch_flash::flash_fwd_kernel<...>", the memory-efficient ones "fmha_cutlassF_..."; GEMMs are
+// cuBLAS(Lt)'s "nvjet_sm90_tst_..." (CUDA 12.8+ on Hopper), "sm90_xmma_gemm_...", "ampere_bf16_s16816gemm_...",
+// CUTLASS's "cutlass3x_sm90_tensorop_gemm_..." and split-K's reduction; everything else (ATen's
+// elementwise and reduction kernels, the fused optimizer) is the elementwise part.
+CostPart kernel_cost_part(const std::string& kernel) {
+  std::string name = kernel;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const auto has = [&](std::initializer_list<const char*> words) {
+    for (const char* word : words) {
+      if (name.find(word) != std::string::npos) return true;
+    }
+    return false;
+  };
+  if (has({"sdpa", "flash", "fmha", "attention", "attn"})) return CostPart::Attention;
+  if (has({"gemm", "nvjet", "xmma", "cutlass", "splitk", "cublas"})) return CostPart::Gemm;
+  return CostPart::Elementwise;
 }
 
 std::string regex_escape(const std::string& text) {
@@ -126,6 +147,13 @@ PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan) {
   const StepPrediction prediction = predict_step(plan, structure, device, calibration ? &*calibration : nullptr);
   const EventModel& simulated = prediction.schedule.model;
   result.predicted_step_ns = prediction.schedule.step_ns;
+  // The calibration written below corrects the model's own estimates: of the plan without its
+  // calibration (the same ops, in the same order), and each profiled kernel's parts.
+  const std::optional<StepPrediction> uncalibrated =
+      calibration ? std::optional<StepPrediction>(predict_step(plan, structure, device)) : std::nullopt;
+  const EventModel& estimated = uncalibrated ? uncalibrated->schedule.model : simulated;
+  std::vector<CostParts> parts(estimated.ops.size());
+  if (device.profile) parts = profiled_cost_parts(estimated, plan, structure, device, *device.profile);
 
   // Every recorded rank's groups; a group's measured figure is the mean over the ranks that
   // recorded it, so that one calibration serves the plan (whose simulated ranks are identical).
@@ -179,13 +207,15 @@ PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan) {
   }
 
   const std::vector<OpGroup> sim_groups = simulated_groups(simulated, 0);
-  // Per group: the simulated ops by name, for the calibration entries.
+  // Per group: the simulated ops by name and uncalibrated estimate, for the exact entries.
   struct Named {
     int count = 0;
     double predicted = 0;
     std::string phase, kind;
   };
-  std::map<OpGroup, std::map<std::string, Named>> named;
+  std::map<OpGroup, std::map<std::pair<std::string, double>, Named>> named;
+  std::map<OpGroup, CostParts> predicted_parts;  // the profiled kernels' parts, uncalibrated
+  std::map<OpGroup, double> estimated_kernels;   // all kernels, uncalibrated
   for (size_t i = 0; i < simulated.ops.size(); ++i) {
     const Op& op = simulated.ops[i];
     if (op.rank != 0 || sim_groups[i].op_class == OpClass::None) continue;
@@ -193,19 +223,36 @@ PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan) {
     g.group = sim_groups[i];
     g.simulated_ops++;
     g.predicted_ns += std::max(0.0, op.duration_ns);
-    Named& n = named[sim_groups[i]][op.name];
+    const double estimate = std::max(0.0, estimated.ops[i].duration_ns);
+    Named& n = named[sim_groups[i]][{op.name.str(), estimate}];
     n.count++;
-    n.predicted += std::max(0.0, op.duration_ns);
+    n.predicted += estimate;
     n.phase = op.phase;
     n.kind = to_string(op.kind);
+    if (op.kind == OpKind::Kernel) {
+      predicted_parts[sim_groups[i]] += parts[i];
+      estimated_kernels[sim_groups[i]] += estimate;
+    }
     if (op.kind == OpKind::Collective) result.bucket_bytes.push_back(op.bytes);
+  }
+  // The recorded kernels' time by part (kernel_cost_part), mean over the ranks as the groups are.
+  std::map<OpGroup, CostParts> measured_parts;
+  for (size_t i = 0; i < step.model.ops.size(); ++i) {
+    const Op& op = step.model.ops[i];
+    if (op.kind != OpKind::Kernel || step.groups[i].op_class == OpClass::None) continue;
+    measured_parts[step.groups[i]][kernel_cost_part(op.name.str())] +=
+        std::max(0.0, op.duration_ns) / std::max(1, ranks_with_group[step.groups[i]]);
   }
 
   nlohmann::json entries = nlohmann::json::array();
-  std::map<std::pair<std::string, std::string>, std::pair<double, int>> fallback;  // (phase, kind) of decoder ops -> (ns, ops)
   int recorded_allreduces = 0, simulated_allreduces = 0;
-  double measured_allreduce = 0;
   std::map<OpClass, ClassComparison> classes;
+  // Totals over matched groups for the scale entries: per op class, measured and estimated.
+  struct Totals {
+    CostParts measured, predicted;
+    double measured_ns = 0, estimated_ns = 0;
+  };
+  std::map<OpClass, Totals> totals;
   for (auto& [key, g] : groups) {
     result.groups.push_back(g);
     ClassComparison& c = classes[key.op_class];
@@ -217,7 +264,6 @@ PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan) {
     if (key.op_class == OpClass::AllReduce) {
       recorded_allreduces += g.recorded_ops > 0;
       simulated_allreduces += g.simulated_ops > 0;
-      measured_allreduce += g.measured_ns;
     }
     if (g.recorded_ops > 0 && g.simulated_ops > 0) {
       result.matched++;
@@ -228,29 +274,93 @@ PlanComparison compare_with_plan(const RecordedStep& step, const Plan& plan) {
       result.simulated_only++;
       continue;
     }
-    // The measured time split over the group's simulated ops in proportion to their prediction, so
-    // that the calibrated simulation reproduces the measured sum of every matched group.
-    for (const auto& [name, n] : named[key]) {
-      const double share = g.predicted_ns > 0 ? n.predicted / g.predicted_ns : static_cast<double>(n.count) / g.simulated_ops;
-      const double ns = g.measured_ns * share / n.count;
-      entries.push_back({{"name", "^" + regex_escape(name) + "$"}, {"phase", n.phase}, {"kind", n.kind}, {"ns", ns}});
-      if (key.layer >= 0) {
-        auto& f = fallback[{n.phase, n.kind}];
-        f.first += ns * n.count;
-        f.second += n.count;
-      }
+    double estimated_group = 0;
+    for (const auto& [id, n] : named[key]) estimated_group += n.predicted;
+    Totals& t = totals[key.op_class];
+    t.measured += measured_parts[key];
+    t.predicted += predicted_parts[key];
+    const bool kernels = key.op_class != OpClass::AllReduce && key.op_class != OpClass::CopyD2H &&
+                         key.op_class != OpClass::CopyH2D && key.op_class != OpClass::Copy;
+    t.measured_ns += kernels ? measured_parts[key].total() : g.measured_ns;
+    t.estimated_ns += kernels ? estimated_kernels[key] : estimated_group;
+    // The measured time split over the group's simulated ops in proportion to their estimate, so
+    // that the calibrated simulation reproduces the measured sum of every matched group. Each entry
+    // holds only for an op estimated as this one was (estimate_ns): the same op at the same shape.
+    for (const auto& [id, n] : named[key]) {
+      const double share = estimated_group > 0 ? n.predicted / estimated_group : static_cast<double>(n.count) / g.simulated_ops;
+      entries.push_back({{"name", "^" + regex_escape(id.first) + "$"}, {"phase", n.phase}, {"kind", n.kind},
+                         {"estimate_ns", id.second}, {"ns", g.measured_ns * share / n.count}});
     }
   }
   if (recorded_allreduces != simulated_allreduces && simulated_allreduces > 0 && recorded_allreduces > 0) {
     result.notes.push_back("the trace has " + std::to_string(recorded_allreduces) + " all-reduces, the plan " +
-                           std::to_string(simulated_allreduces) + ": all-reduces are calibrated by their mean, not one by one");
+                           std::to_string(simulated_allreduces) + ": all-reduces are calibrated by their total, not one by one");
     entries.erase(std::remove_if(entries.begin(), entries.end(), [](const nlohmann::json& e) { return e["kind"] == "collective"; }),
                   entries.end());
-    entries.push_back({{"kind", "collective"}, {"ns", measured_allreduce / simulated_allreduces}});
   }
-  // Decoder ops of layers the trace did not cover (a plan with more layers): the mean per op.
-  for (const auto& [key, f] : fallback) {
-    entries.push_back({{"phase", key.first}, {"kind", key.second}, {"layer_kind", "decoder"}, {"ns", f.first / f.second}});
+
+  // Scales, for every op the entries above do not hold for (another sequence length, tiled MLP
+  // shards, loss chunks, more layers): per op class, each part of the profiled kernels scaled by
+  // measured / estimated, when the trace's kernel names show every part the model predicts (a
+  // runtime trace does; a trace whose kernels are all named alike does not, and gets one scale for
+  // all its kernels); copies per direction; all-reduces by their total.
+  std::vector<std::string> scale_text;
+  const auto ratio_text = [](double r) {
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(3) << r << "x";
+    return out.str();
+  };
+  const std::vector<std::pair<OpClass, nlohmann::json>> kernel_classes = {
+      {OpClass::Forward, {{"phase", "forward"}, {"layer_kind", "decoder"}}},
+      {OpClass::Recompute, {{"phase", "recompute"}, {"layer_kind", "decoder"}}},
+      {OpClass::Backward, {{"phase", "backward"}, {"layer_kind", "decoder"}}},
+      {OpClass::Optimizer, {{"phase", "optimizer"}}},
+      {OpClass::Other, {{"layer_kind", "none"}}}};
+  for (const auto& [op_class, match] : kernel_classes) {
+    const auto it = totals.find(op_class);
+    if (it == totals.end() || it->second.estimated_ns <= 0 || it->second.measured_ns <= 0) continue;
+    const Totals& t = it->second;
+    bool by_part = t.predicted.total() > 0;
+    for (CostPart part : kCostParts) {
+      if (t.predicted[part] > 0.01 * t.estimated_ns && t.measured[part] <= 0) by_part = false;
+    }
+    std::string text = std::string(to_string(op_class)) + ":";
+    if (by_part) {
+      for (CostPart part : kCostParts) {
+        if (t.predicted[part] <= 0 || t.measured[part] <= 0) continue;
+        nlohmann::json entry = match;
+        entry["kind"] = "kernel";
+        entry["part"] = to_string(part);
+        entry["scale"] = t.measured[part] / t.predicted[part];
+        entries.push_back(entry);
+        text += std::string(" ") + to_string(part) + " " + ratio_text(entry["scale"].get<double>());
+      }
+    } else {
+      nlohmann::json entry = match;
+      entry["kind"] = "kernel";
+      entry["scale"] = t.measured_ns / t.estimated_ns;
+      entries.push_back(entry);
+      text += " kernels " + ratio_text(entry["scale"].get<double>());
+    }
+    scale_text.push_back(text);
+  }
+  const std::vector<std::tuple<OpClass, std::string, std::string>> transfer_classes = {
+      {OpClass::CopyD2H, "copy", to_string(CopyKind::DeviceToHost)},
+      {OpClass::CopyH2D, "copy", to_string(CopyKind::HostToDevice)},
+      {OpClass::Copy, "copy", ""},
+      {OpClass::AllReduce, "collective", ""}};
+  for (const auto& [op_class, kind, direction] : transfer_classes) {
+    const auto it = totals.find(op_class);
+    if (it == totals.end() || it->second.estimated_ns <= 0 || it->second.measured_ns <= 0) continue;
+    nlohmann::json entry = {{"kind", kind}, {"scale", it->second.measured_ns / it->second.estimated_ns}};
+    if (!direction.empty()) entry["copy"] = direction;
+    entries.push_back(entry);
+    scale_text.push_back(std::string(to_string(op_class)) + ": " + ratio_text(entry["scale"].get<double>()));
+  }
+  if (!scale_text.empty()) {
+    std::string text = "calibration scales (measured / estimated, for other shapes):";
+    for (size_t i = 0; i < scale_text.size(); ++i) text += (i ? "; " : " ") + scale_text[i];
+    result.notes.push_back(text);
   }
   result.calibration = {{"schema", "hookstream.calibration/1"},
                         {"device", device.name},

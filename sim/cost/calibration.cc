@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -42,6 +43,16 @@ std::vector<int> entry_lines(const std::string& text) {
   return lines;
 }
 
+std::vector<std::string> copy_kind_names() {
+  std::vector<std::string> all;
+  for (CopyKind k : {CopyKind::HostToDevice, CopyKind::DeviceToHost, CopyKind::DeviceToDevice, CopyKind::PeerToPeer, CopyKind::Unknown})
+    all.push_back(to_string(k));
+  return all;
+}
+
+// Equal up to the last digits a JSON round trip of a double may change.
+bool same_estimate(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)) + 1e-6; }
+
 // to_string of every OpKind (Marker is the last).
 const std::vector<std::string>& op_kind_names() {
   static const std::vector<std::string> names = [] {
@@ -60,16 +71,43 @@ const std::vector<std::string>& calibration_phases() {
   return phases;
 }
 
-std::optional<double> Calibration::lookup(const Op& op) const {
-  for (const CalibrationEntry& entry : entries) {
-    if (!entry.name_pattern.empty() && !std::regex_search(op.name.str(), entry.name)) continue;
-    if (entry.phase && *entry.phase != op.phase) continue;
-    if (entry.kind && *entry.kind != to_string(op.kind)) continue;
-    if (entry.layer && *entry.layer != op.layer) continue;
-    if (entry.layer_kind && *entry.layer_kind != (op.layer >= 0 ? "decoder" : "none")) continue;
-    return entry.ns;
+const char* to_string(CostPart part) {
+  switch (part) {
+    case CostPart::Gemm: return "gemm";
+    case CostPart::Attention: return "attention";
+    case CostPart::Elementwise: return "elementwise";
   }
-  return std::nullopt;
+  return "elementwise";
+}
+
+bool CalibrationEntry::matches(const Op& op) const {
+  if (!name_pattern.empty() && !std::regex_search(op.name.str(), name)) return false;
+  if (phase && *phase != op.phase) return false;
+  if (kind && *kind != to_string(op.kind)) return false;
+  if (copy && (op.kind != OpKind::Copy || *copy != to_string(op.copy))) return false;
+  if (layer && *layer != op.layer) return false;
+  if (layer_kind && *layer_kind != (op.layer >= 0 ? "decoder" : "none")) return false;
+  return true;
+}
+
+double Calibration::apply(const Op& op, double estimate, const CostParts* parts) const {
+  double scaled = estimate;
+  if (parts != nullptr) {
+    for (CostPart part : kCostParts) {
+      if ((*parts)[part] <= 0) continue;
+      for (const CalibrationEntry& entry : entries) {
+        if (entry.part != part || !entry.matches(op)) continue;
+        scaled += (entry.scale - 1) * (*parts)[part];
+        break;
+      }
+    }
+  }
+  for (const CalibrationEntry& entry : entries) {
+    if (entry.part || !entry.matches(op)) continue;
+    if (entry.estimate_ns && !same_estimate(*entry.estimate_ns, estimate)) continue;
+    return entry.ns ? *entry.ns : entry.scale * scaled;
+  }
+  return scaled;
 }
 
 Calibration parse_calibration(const std::string& text, const std::string& source) {
@@ -81,7 +119,7 @@ Calibration parse_calibration(const std::string& text, const std::string& source
   calibration.source = source;
   if (root.contains("device") && root["device"].is_string()) calibration.device = root["device"];
   const std::vector<int> lines = entry_lines(text);
-  static const std::set<std::string> keys = {"name", "phase", "kind", "layer", "layer_kind", "ns"};
+  static const std::set<std::string> keys = {"name", "phase", "kind", "copy", "layer", "layer_kind", "part", "estimate_ns", "ns", "scale"};
   for (size_t i = 0; i < root["entries"].size(); ++i) {
     const nlohmann::json& item = root["entries"][i];
     const std::string where = source + ":" + std::to_string(i < lines.size() ? lines[i] : 1);
@@ -90,10 +128,20 @@ Calibration parse_calibration(const std::string& text, const std::string& source
       if (!keys.count(key)) throw InputError(where, "entry " + std::to_string(i) + ": unknown key " + key);
     }
     CalibrationEntry entry;
-    if (!item.contains("ns") || !item["ns"].is_number() || item["ns"].get<double>() < 0) {
-      throw InputError(where, "entry " + std::to_string(i) + ": expected \"ns\", a non-negative number");
+    const auto read_number = [&](const char* key) -> std::optional<double> {
+      if (!item.contains(key)) return std::nullopt;
+      if (!item[key].is_number() || item[key].get<double>() < 0)
+        throw InputError(where, "entry " + std::to_string(i) + ": " + key + " must be a non-negative number");
+      return item[key].get<double>();
+    };
+    entry.ns = read_number("ns");
+    const std::optional<double> scale = read_number("scale");
+    if (entry.ns.has_value() == scale.has_value()) {
+      throw InputError(where, "entry " + std::to_string(i) + ": expected either \"ns\" (a duration) or \"scale\" (a factor), not " +
+                                  (entry.ns ? "both" : "neither"));
     }
-    entry.ns = item["ns"].get<double>();
+    if (scale) entry.scale = *scale;
+    entry.estimate_ns = read_number("estimate_ns");
     auto read_text = [&](const char* key) -> std::optional<std::string> {
       if (!item.contains(key)) return std::nullopt;
       if (!item[key].is_string()) throw InputError(where, "entry " + std::to_string(i) + ": " + key + " must be a string");
@@ -119,6 +167,15 @@ Calibration parse_calibration(const std::string& text, const std::string& source
     entry.phase = read_choice("phase", calibration_phases());
     entry.kind = read_choice("kind", op_kind_names());
     entry.layer_kind = read_choice("layer_kind", {"decoder", "none"});
+    entry.copy = read_choice("copy", copy_kind_names());
+    if (const auto part = read_choice("part", {"gemm", "attention", "elementwise"})) {
+      entry.part = *part == "gemm" ? CostPart::Gemm : *part == "attention" ? CostPart::Attention : CostPart::Elementwise;
+      // A part is a share of a profiled kernel's cost: a duration for it, or a part of a copy, has no meaning.
+      if (entry.ns) throw InputError(where, "entry " + std::to_string(i) + ": a part entry takes \"scale\", not \"ns\"");
+      if (entry.estimate_ns) throw InputError(where, "entry " + std::to_string(i) + ": estimate_ns holds for a whole op, not a part");
+      if (entry.kind && *entry.kind != "kernel")
+        throw InputError(where, "entry " + std::to_string(i) + ": a part entry applies to kernels, not kind \"" + *entry.kind + "\"");
+    }
     if (item.contains("layer")) {
       const nlohmann::json& layer = item["layer"];
       // is_number_unsigned: a non-negative integer; int64 values past int would narrow in get<int>.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "sim/cost/optimizer_states.h"
@@ -18,7 +19,20 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The costs of one step's kernels for one plan: what every name maps to.
+CostParts part(CostPart which, double ns) {
+  CostParts parts;
+  parts[which] = ns;
+  return parts;
+}
+CostParts operator+(CostParts a, const CostParts& b) { return a += b; }
+CostParts operator*(double k, CostParts a) {
+  for (double& ns : a.ns) ns *= k;
+  return a;
+}
+const CostParts kNone{};
+
+// The costs of one step's kernels for one plan: what every name maps to, by part (GEMMs, attention,
+// the rest), so that a calibration can scale each part by what it measured (sim/cost/calibration.h).
 class KernelCosts {
  public:
   KernelCosts(const Plan& plan, const ModelStructure& structure, const DeviceSpec& spec, const DeviceProfile& profile)
@@ -35,44 +49,44 @@ class KernelCosts {
     chunks_ = plan.chunked_cross_entropy ? std::max(1, plan.chunked_cross_entropy_num_chunks) : 1;
   }
 
-  double of(const std::string& name) const {
+  std::optional<CostParts> of(const std::string& name) const {
     if (starts_with(name, "layer ")) return layer_op(name);
     const double logits_per_chunk = std::ceil(tokens_ / chunks_) * plan_.model.vocab_size;
     const double chunk_tokens = std::ceil(tokens_ / chunks_);
     const double vocab = plan_.model.vocab_size;
     const bool head_trainable = trainable(structure_.lm_head);
-    if (name == "embedding forward") return profile_.elementwise_ns("embedding", tokens_ * h_, false);
-    if (name == "embedding backward") return trainable(structure_.embed) ? profile_.elementwise_ns("embedding", tokens_ * h_, true) : 0;
-    if (name == "final norm forward") return profile_.elementwise_ns("rmsnorm", tokens_ * h_, false);
-    if (name == "final norm backward") return profile_.elementwise_ns("rmsnorm", tokens_ * h_, true);
+    if (name == "embedding forward") return elementwise("embedding", tokens_ * h_, false);
+    if (name == "embedding backward") return trainable(structure_.embed) ? elementwise("embedding", tokens_ * h_, true) : kNone;
+    if (name == "final norm forward") return elementwise("rmsnorm", tokens_ * h_, false);
+    if (name == "final norm backward") return elementwise("rmsnorm", tokens_ * h_, true);
     // lm_head: one GEMM per loss chunk (a chunk's logits at a time).
     if (name == "lm_head forward") return chunks_ * gemm(chunk_tokens, vocab, h_, GemmForm::Forward);
     if (name == "lm_head backward") {
       return chunks_ * (gemm(chunk_tokens, vocab, h_, GemmForm::InputGrad) +
-                        (head_trainable ? gemm(chunk_tokens, vocab, h_, GemmForm::WeightGrad) : 0));
+                        (head_trainable ? gemm(chunk_tokens, vocab, h_, GemmForm::WeightGrad) : kNone));
     }
     // The float32 upcast + cross-entropy of one chunk's logits. A chunked loss recomputes the
     // chunk's softmax in backward (axolotl's compiled chunk function saves only its bf16 input;
     // `hookstream run`'s ChunkLossFunction saves nothing), and with hookstream.chunked_loss:
     // recompute_lm_head also the chunk's lm_head GEMM, since the full logits are never kept.
-    if (starts_with(name, "loss forward")) return profile_.elementwise_ns("cross_entropy", logits_per_chunk, false);
+    if (starts_with(name, "loss forward")) return elementwise("cross_entropy", logits_per_chunk, false);
     if (starts_with(name, "loss backward")) {
-      const double recompute =
+      const CostParts recompute =
           plan_.chunked_cross_entropy
-              ? (plan_.loss_recomputes_lm_head() ? gemm(chunk_tokens, vocab, h_, GemmForm::Forward) : 0) +
-                    profile_.elementwise_ns("cross_entropy", logits_per_chunk, false)
-              : 0;
-      return recompute + profile_.elementwise_ns("cross_entropy", logits_per_chunk, true);
+              ? (plan_.loss_recomputes_lm_head() ? gemm(chunk_tokens, vocab, h_, GemmForm::Forward) : kNone) +
+                    elementwise("cross_entropy", logits_per_chunk, false)
+              : kNone;
+      return recompute + elementwise("cross_entropy", logits_per_chunk, true);
     }
     if (name == "optimizer step") {
       // Fused AdamW per trainable parameter; other optimizers (8-bit, Adafactor...) keep the roofline.
       const std::string optimizer = optimizer_states(plan_.optimizer).name;
-      if (optimizer.find("adamw") == std::string::npos || optimizer.find("8bit") != std::string::npos) return -1;
+      if (optimizer.find("adamw") == std::string::npos || optimizer.find("8bit") != std::string::npos) return std::nullopt;
       double parameters = 0;
       for (const Parameter& parameter : structure_.parameters) parameters += parameter.trainable ? static_cast<double>(parameter.numel()) : 0;
-      return parameters * profile_.adamw_ns_per_parameter;
+      return part(CostPart::Elementwise, parameters * profile_.adamw_ns_per_parameter);
     }
-    return -1;
+    return std::nullopt;
   }
 
  private:
@@ -80,22 +94,28 @@ class KernelCosts {
 
   // Memoized: a step asks for the same few dozen shapes once per layer op (each lookup scans the
   // profile's readings); the cache lives as long as this one step's costing.
-  double gemm(double m, double n, double k, GemmForm form) const {
+  CostParts gemm(double m, double n, double k, GemmForm form) const {
     const auto key = std::make_tuple(m, n, k, static_cast<int>(form));
-    const auto it = gemm_cache_.find(key);
-    if (it != gemm_cache_.end()) return it->second;
-    return gemm_cache_[key] = profile_.gemm_ns(m, n, k, form, spec_);
+    auto it = gemm_cache_.find(key);
+    if (it == gemm_cache_.end()) it = gemm_cache_.emplace(key, profile_.gemm_ns(m, n, k, form, spec_)).first;
+    return part(CostPart::Gemm, it->second);
+  }
+
+  CostParts elementwise(const std::string& kind, double elements, bool backward) const {
+    return part(CostPart::Elementwise, profile_.elementwise_ns(kind, elements, backward));
   }
 
   // A bf16 tensor copied (read + write): attention's output transposed back to [tokens, heads x dim].
-  double copy(double elements) const { return 2 * 2 * elements / (profile_.d2d_gbps_read_plus_write * 1e9) * 1e9; }
+  CostParts copy(double elements) const {
+    return part(CostPart::Elementwise, 2 * 2 * elements / (profile_.d2d_gbps_read_plus_write * 1e9) * 1e9);
+  }
 
   // Forward of projection p over m tokens: the base GEMM, LoRA's A and B and its scale-and-add.
-  double projection_forward(const ProjectionShape& p, double m) const {
-    double ns = gemm(m, p.out, p.in, GemmForm::Forward);
+  CostParts projection_forward(const ProjectionShape& p, double m) const {
+    CostParts ns = gemm(m, p.out, p.in, GemmForm::Forward);
     if (p.lora_rank > 0) {
       ns += gemm(m, p.lora_rank, p.in, GemmForm::Forward) + gemm(m, p.out, p.lora_rank, GemmForm::Forward) +
-            profile_.elementwise_ns("lora_scale_add", m * p.out, false);
+            elementwise("lora_scale_add", m * p.out, false);
     }
     return ns;
   }
@@ -103,69 +123,68 @@ class KernelCosts {
   // Backward: the input gradient, the weight gradient of a trainable weight, LoRA's input and
   // weight gradients of A and B, the scale's backward, and the add where the base and adapter
   // input gradients meet.
-  double projection_backward(const ProjectionShape& p, double m) const {
-    double ns = gemm(m, p.out, p.in, GemmForm::InputGrad) + (p.trainable ? gemm(m, p.out, p.in, GemmForm::WeightGrad) : 0);
+  CostParts projection_backward(const ProjectionShape& p, double m) const {
+    CostParts ns = gemm(m, p.out, p.in, GemmForm::InputGrad) + (p.trainable ? gemm(m, p.out, p.in, GemmForm::WeightGrad) : kNone);
     if (p.lora_rank > 0) {
       ns += gemm(m, p.out, p.lora_rank, GemmForm::InputGrad) + gemm(m, p.out, p.lora_rank, GemmForm::WeightGrad) +
             gemm(m, p.lora_rank, p.in, GemmForm::InputGrad) + gemm(m, p.lora_rank, p.in, GemmForm::WeightGrad) +
-            profile_.elementwise_ns("lora_scale_add", m * p.out, true) + profile_.elementwise_ns("residual", m * p.in, true);
+            elementwise("lora_scale_add", m * p.out, true) + elementwise("residual", m * p.in, true);
     }
     return ns;
   }
 
-  double attention_core(bool backward) const {
-    return profile_.sdpa_ns(seq_, batch_, plan_.model.num_attention_heads, plan_.model.num_key_value_heads, head_dim_, backward) +
+  CostParts attention_core(bool backward) const {
+    return part(CostPart::Attention, profile_.sdpa_ns(seq_, batch_, plan_.model.num_attention_heads,
+                                                      plan_.model.num_key_value_heads, head_dim_, backward)) +
            copy(tokens_ * q_width_);
   }
 
   // The MLP forward of `m` tokens: gate, up, down and SiLU(gate) * up between them.
-  double mlp_forward(const std::vector<ProjectionShape>& projections, double m) const {
-    double ns = 0;
-    for (const ProjectionShape& p : projections) ns += p.mlp ? projection_forward(p, m) : 0;
+  CostParts mlp_forward(const std::vector<ProjectionShape>& projections, double m) const {
+    CostParts ns;
+    for (const ProjectionShape& p : projections) ns += p.mlp ? projection_forward(p, m) : kNone;
     return ns;
   }
 
-  double layer_op(const std::string& name) const {
+  std::optional<CostParts> layer_op(const std::string& name) const {
     // "layer N what"
     const size_t space = name.find(' ', 6);
-    if (space == std::string::npos) return -1;
+    if (space == std::string::npos) return std::nullopt;
     const int layer = std::atoi(name.c_str() + 6);
     const std::string what = name.substr(space + 1);
     const std::vector<ProjectionShape> projections = layer_projections(plan_.model, &structure_, layer);
     const double inter = projections[4].out;
     const double qk = q_width_ + kv_width_;
     if (what == "forward" || what == "recompute") {
-      double ns = attention_core(false);
-      for (const ProjectionShape& p : projections) ns += p.mlp ? 0 : projection_forward(p, tokens_);
+      CostParts ns = attention_core(false);
+      for (const ProjectionShape& p : projections) ns += p.mlp ? kNone : projection_forward(p, tokens_);
       // A tiled MLP runs its forward shard by shard (the GEMMs at tokens / shards rows).
       return ns + shards_ * mlp_forward(projections, tokens_ / shards_) +
-             (shards_ > 1 ? profile_.elementwise_ns("silu_mul", tokens_ * inter, false) : 0);
+             (shards_ > 1 ? elementwise("silu_mul", tokens_ * inter, false) : kNone);
     }
     if (what == "attention backward") {
-      double ns = attention_core(true);
-      for (const ProjectionShape& p : projections) ns += p.mlp ? 0 : projection_backward(p, tokens_);
+      CostParts ns = attention_core(true);
+      for (const ProjectionShape& p : projections) ns += p.mlp ? kNone : projection_backward(p, tokens_);
       // q, k and v read the same normed input: their input gradients are summed (two adds).
-      return ns + profile_.elementwise_ns("residual", 2 * tokens_ * h_, true);
+      return ns + elementwise("residual", 2 * tokens_ * h_, true);
     }
     if (starts_with(what, "mlp backward")) {
       const double m = tokens_ / shards_;
-      double ns = profile_.elementwise_ns("residual", m * h_, true);  // gate's and up's input gradients summed
-      for (const ProjectionShape& p : projections) ns += p.mlp ? projection_backward(p, m) : 0;
+      CostParts ns = elementwise("residual", m * h_, true);  // gate's and up's input gradients summed
+      for (const ProjectionShape& p : projections) ns += p.mlp ? projection_backward(p, m) : kNone;
       // A tiled MLP saved only its input: each shard first recomputes its forward (with grad).
-      if (plan_.tiled_mlp) ns += mlp_forward(projections, m) + profile_.elementwise_ns("silu_mul", m * inter, false);
+      if (plan_.tiled_mlp) ns += mlp_forward(projections, m) + elementwise("silu_mul", m * inter, false);
       return ns;
     }
     const bool backward = ends_with(what, " backward");
-    if (!backward && !ends_with(what, " forward") && !ends_with(what, " recompute")) return -1;
+    if (!backward && !ends_with(what, " forward") && !ends_with(what, " recompute")) return std::nullopt;
     const std::string kernel = what.substr(0, what.rfind(' '));
-    if (kernel == "rmsnorm") {
-      return profile_.elementwise_ns("rmsnorm", tokens_ * (2 * h_ + (plan_.model.qk_norm ? qk : 0)), backward);
-    }
-    if (kernel == "rope") return profile_.elementwise_ns("rope", tokens_ * qk, backward);
+    if (kernel == "rmsnorm") return elementwise("rmsnorm", tokens_ * (2 * h_ + (plan_.model.qk_norm ? qk : 0)), backward);
+    if (kernel == "rope") return elementwise("rope", tokens_ * qk, backward);
     // A tiled MLP's SiLU * up runs inside its shards (costed with the MLP ops above).
-    if (kernel == "silu*up") return shards_ > 1 ? 0 : profile_.elementwise_ns("silu_mul", tokens_ * inter, backward);
-    if (kernel == "residual add") return profile_.elementwise_ns("residual", 2 * tokens_ * h_, backward);
-    return -1;
+    if (kernel == "silu*up") return shards_ > 1 ? kNone : elementwise("silu_mul", tokens_ * inter, backward);
+    if (kernel == "residual add") return elementwise("residual", 2 * tokens_ * h_, backward);
+    return std::nullopt;
   }
 
   const Plan& plan_;
@@ -179,18 +198,32 @@ class KernelCosts {
 
 }  // namespace
 
+std::vector<CostParts> profiled_cost_parts(const EventModel& step, const Plan& plan, const ModelStructure& structure,
+                                           const DeviceSpec& spec, const DeviceProfile& profile) {
+  const KernelCosts costs(plan, structure, spec, profile);
+  std::vector<CostParts> parts(step.ops.size());
+  for (size_t i = 0; i < step.ops.size(); ++i) {
+    if (step.ops[i].kind != OpKind::Kernel) continue;
+    if (const std::optional<CostParts> op_parts = costs.of(step.ops[i].name.str())) parts[i] = *op_parts;
+  }
+  return parts;
+}
+
 ProfiledCosts apply_device_profile(EventModel& step, const Plan& plan, const ModelStructure& structure, const DeviceSpec& spec,
                                    const DeviceProfile& profile) {
   const KernelCosts costs(plan, structure, spec, profile);
   ProfiledCosts result;
-  for (Op& op : step.ops) {
+  result.parts.resize(step.ops.size());
+  for (size_t i = 0; i < step.ops.size(); ++i) {
+    Op& op = step.ops[i];
     if (op.kind != OpKind::Kernel || op.duration_ns >= 0) continue;
-    const double ns = costs.of(op.name.str());
-    if (ns < 0) {
+    const std::optional<CostParts> parts = costs.of(op.name.str());
+    if (!parts) {
       ++result.roofline;
       continue;
     }
-    op.duration_ns = ns;
+    op.duration_ns = parts->total();
+    result.parts[i] = *parts;
     ++result.costed;
   }
   return result;

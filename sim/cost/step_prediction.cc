@@ -31,23 +31,34 @@ StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& str
   memory.step = &step;
   prediction.memory = estimate_memory(plan, structure, device, memory);
   TimeModelOptions options;
-  options.calibration = calibration;
   options.collective_ranks = plan.world_size;
   // Kernel durations from the device's measured profile where there is one (sim/cost/profiled_costs.h;
   // the roofline for what it does not cover).
   EventModel timed = step;
-  if (device.profile) apply_device_profile(timed, plan, structure, device, *device.profile);
+  ProfiledCosts profiled;
+  if (device.profile) profiled = apply_device_profile(timed, plan, structure, device, *device.profile);
   const EngineCostSettings engine = engine_cost_settings(plan);
-  if (!engine.sharded) {
-    prediction.schedule = schedule_step(std::move(timed), device, options);
-  } else {
-    // The expansion's all-reduces are DDP's buckets, which FSDP and ZeRO do not run: they stay as
-    // ordering points at no cost, and the engine's own transfers (engine_cost.h) are scheduled
-    // against the step's compute, adding what the engine's prefetch and overlap cannot hide.
+  // The expansion's all-reduces are DDP's buckets, which FSDP and ZeRO do not run: they stay as
+  // ordering points at no cost, and the engine's own transfers (engine_cost.h) are scheduled
+  // against the step's compute, adding what the engine's prefetch and overlap cannot hide.
+  if (engine.sharded) {
     for (Op& op : timed.ops) {
       if (op.kind == OpKind::Collective) op.bytes = 0;
     }
-    prediction.schedule = schedule_step(std::move(timed), device, options);
+  }
+  // The calibration, applied here rather than by the scheduler: a profiled kernel's parts are
+  // scaled one by one (sim/cost/calibration.h), which only this step's costing knows.
+  if (calibration != nullptr) {
+    for (size_t i = 0; i < timed.ops.size(); ++i) {
+      Op& op = timed.ops[i];
+      const bool has_parts = i < profiled.parts.size() && profiled.parts[i].total() > 0;
+      const double estimate = estimate_op_ns(op, device, plan.world_size, options);
+      const double calibrated = calibration->apply(op, estimate, has_parts ? &profiled.parts[i] : nullptr);
+      if (calibrated != estimate) op.duration_ns = calibrated;  // the scheduler estimates the rest as before
+    }
+  }
+  prediction.schedule = schedule_step(std::move(timed), device, options);
+  if (engine.sharded) {
     prediction.engine = engine_step_cost(plan, structure, engine, device, prediction.schedule.model);
     prediction.schedule.step_ns += prediction.engine.exposed_ns - prediction.engine.optimizer_saved_ns;
   }

@@ -68,10 +68,9 @@ double ring_allreduce_ns(int64_t bytes, int ranks, const DeviceSpec& device, int
   return bandwidth_ns(moved, collective_link_gbps(ranks, device, gpus_per_node));
 }
 
-double estimate_op_ns(const Op& op, const DeviceSpec& device, int collective_ranks, const TimeModelOptions& options) {
-  if (options.calibration != nullptr) {
-    if (auto measured = options.calibration->lookup(op)) return *measured;
-  }
+namespace {
+
+double uncalibrated_op_ns(const Op& op, const DeviceSpec& device, int collective_ranks, const TimeModelOptions& options) {
   if (op.duration_ns >= 0) return op.duration_ns;
   const double bytes = static_cast<double>(op.bytes);
   switch (op.kind) {
@@ -98,6 +97,13 @@ double estimate_op_ns(const Op& op, const DeviceSpec& device, int collective_ran
     default:
       return 0;
   }
+}
+
+}  // namespace
+
+double estimate_op_ns(const Op& op, const DeviceSpec& device, int collective_ranks, const TimeModelOptions& options) {
+  const double estimate = uncalibrated_op_ns(op, device, collective_ranks, options);
+  return options.calibration != nullptr ? options.calibration->apply(op, estimate) : estimate;
 }
 
 namespace {

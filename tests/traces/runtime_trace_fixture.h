@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -31,6 +32,9 @@ struct RuntimeTraceOptions {
   int steps = 2;
   bool legacy_cpu = false;
   uint32_t seed = 7;
+  // The kernels (name, ns) a work op launches instead of 1-3 random ones around its prediction,
+  // where this gives any: e.g. real kernel names per cost part, for the calibration by part.
+  std::function<std::vector<std::pair<std::string, double>>(const Op&)> kernels;
 };
 
 struct RuntimeTraceTruth {
@@ -132,11 +136,19 @@ inline RuntimeTrace make_runtime_trace(const EventModel& simulated, const Runtim
     // One simulated work op: 1-3 kernels (GPU) or its time on the host (CPU).
     const auto work = [&](const Op& op, const std::string& label) {
       const double predicted = std::max(20000.0, op.duration_ns);
-      const double total = predicted * (0.7 + pick(800) / 1000.0);
-      const int parts = op.kind == OpKind::Kernel ? 1 + static_cast<int>(pick(3)) : 1;
+      double total = predicted * (0.7 + pick(800) / 1000.0);
+      int parts = op.kind == OpKind::Kernel ? 1 + static_cast<int>(pick(3)) : 1;
       std::vector<double> weights;
       double weight_sum = 0;
       for (int p = 0; p < parts; ++p) weights.push_back(1 + pick(4)), weight_sum += weights.back();
+      std::vector<std::pair<std::string, double>> given;
+      if (options.kernels && op.kind == OpKind::Kernel) given = options.kernels(op);
+      if (!given.empty()) {
+        parts = static_cast<int>(given.size());
+        total = weight_sum = 0;
+        weights.clear();
+        for (const auto& kernel : given) weights.push_back(kernel.second), total += kernel.second, weight_sum += kernel.second;
+      }
       auto& group = truth.groups[label];
       if (options.legacy_cpu) {
         events.push_back({{"name", "aten::mm"}, {"ph", "X"}, {"ts", us(host)}, {"dur", us(total)}, {"tid", 1},
@@ -155,7 +167,8 @@ inline RuntimeTrace make_runtime_trace(const EventModel& simulated, const Runtim
         stream_ready[op.stream] = start + duration;
         json args = {{"device", 0}, {"context", 1}, {"stream", stream_id[op.stream]}, {"correlation", c}};
         std::string name = op.kind == OpKind::Collective ? "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*)"
-                                                         : "ampere_bf16_gemm_" + std::to_string(p) + "_" + op.name;
+                           : !given.empty()             ? given[p].first
+                                                        : "ampere_bf16_gemm_" + std::to_string(p) + "_" + op.name;
         std::string category = "kernel";
         if (copy) {
           category = "gpu_memcpy";

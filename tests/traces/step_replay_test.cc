@@ -10,6 +10,7 @@
 #include <set>
 
 #include "sim/cost/calibration.h"
+#include "sim/cost/profiled_costs.h"
 #include "sim/cost/device_spec.h"
 #include "sim/inputs/input_error.h"
 #include "sim/inputs/model_structure.h"
@@ -203,6 +204,79 @@ TEST_CASE("plan comparison: calibration makes the simulator reproduce every matc
     CHECK(g.predicted_ns == Approx(g.measured_ns).epsilon(1e-9));
   }
   CHECK(load_calibration(path).entries.size() > before.groups.size());
+}
+
+TEST_CASE("plan comparison: the calibration's part scales carry to another sequence length", "[traces][replay-step]") {
+  // A trace whose kernels are named as on an H100 (cuBLAS's nvjet GEMMs, cuDNN's SDPA, ATen's
+  // elementwise kernels) and take, part by part, a fixed multiple of the profile's estimate. The
+  // calibration from it must predict the same plan at 4x the length by those multiples: exact
+  // entries (estimate_ns) cannot hold there, the part scales must.
+  const Plan plan = fixture_plan("double_buffer_events");
+  const ModelStructure structure = build_model_structure(plan);
+  const DeviceSpec device = find_device_spec(plan.gpu);
+  REQUIRE(device.profile);
+  const StepPrediction prediction = predict_step(plan, structure, device);
+  const std::vector<CostParts> parts = profiled_cost_parts(prediction.schedule.model, plan, structure, device, *device.profile);
+  std::map<std::string, CostParts> by_name;
+  for (size_t i = 0; i < parts.size(); ++i) by_name[prediction.schedule.model.ops[i].name.str()] = parts[i];
+  const double factor[3] = {1.3, 1.6, 1.2};  // gemm, attention, elementwise
+  test::RuntimeTraceOptions options;
+  options.kernels = [&](const Op& op) {
+    std::vector<std::pair<std::string, double>> kernels;
+    const auto it = by_name.find(op.name.str());
+    if (it == by_name.end()) return kernels;
+    const char* names[3] = {"nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16",
+                            "void at::native::vectorized_elementwise_kernel<4>"};
+    for (CostPart part : kCostParts) {
+      const int k = static_cast<int>(part);
+      if (it->second[part] > 0) kernels.emplace_back(names[k], std::round(it->second[part] * factor[k]));
+    }
+    if (kernels.empty()) kernels.emplace_back(names[2], 0);  // a kernel the model costs at 0 (a frozen embedding's backward)
+    return kernels;
+  };
+  const test::RuntimeTrace trace = test::make_runtime_trace(prediction.schedule.model, options);
+  const auto dir = test::temp_dir("calibration-parts");
+  std::ofstream(dir / "trace.json") << trace.json;
+  const PlanComparison comparison = compare_with_plan(extract_step(load_trace((dir / "trace.json").string())), plan);
+  const std::string path = (dir / "calibration.json").string();
+  std::ofstream(path) << comparison.calibration.dump(2);
+  const Calibration calibration = load_calibration(path);
+  double copy_scale[2] = {0, 0};  // DtoH, HtoD
+  int part_entries = 0;
+  for (const CalibrationEntry& entry : calibration.entries) {
+    part_entries += entry.part.has_value();
+    if (entry.part) CHECK(entry.scale == Approx(factor[static_cast<int>(*entry.part)]).epsilon(1e-4));
+    if (entry.copy == std::string("DtoH")) copy_scale[0] = entry.scale;
+    if (entry.copy == std::string("HtoD")) copy_scale[1] = entry.scale;
+  }
+  CHECK(part_entries >= 7);  // gemm, attention, elementwise of forward, recompute, backward; the head's; the optimizer's
+  REQUIRE(copy_scale[0] > 0);
+  REQUIRE(copy_scale[1] > 0);
+
+  Plan longer = plan;
+  longer.sequence_len = 4 * plan.sequence_len;
+  const StepPrediction estimate = predict_step(longer, structure, device);
+  longer.calibration = path;
+  const StepPrediction calibrated = predict_step(longer, structure, device, &calibration);
+  const std::vector<CostParts> longer_parts = profiled_cost_parts(estimate.schedule.model, longer, structure, device, *device.profile);
+  int kernels = 0, copies = 0;
+  for (size_t i = 0; i < estimate.schedule.model.ops.size(); ++i) {
+    const Op& op = estimate.schedule.model.ops[i];
+    const double got = calibrated.schedule.model.ops[i].duration_ns;
+    INFO(op.name.str());
+    if (op.kind == OpKind::Kernel && longer_parts[i].total() > 0) {
+      double expected = 0;
+      for (CostPart part : kCostParts) expected += longer_parts[i][part] * factor[static_cast<int>(part)];
+      CHECK(got == Approx(expected).epsilon(1e-3));
+      CHECK(std::abs(op.duration_ns - expected) > 0.05 * expected);  // the estimate alone is off
+      ++kernels;
+    } else if (op.kind == OpKind::Copy && (op.copy == CopyKind::DeviceToHost || op.copy == CopyKind::HostToDevice)) {
+      CHECK(got == Approx(op.duration_ns * copy_scale[op.copy == CopyKind::DeviceToHost ? 0 : 1]).epsilon(1e-9));
+      ++copies;
+    }
+  }
+  CHECK(kernels > 100);
+  CHECK(copies > 10);
 }
 
 TEST_CASE("what-if changes on an annotated step", "[traces][replay-step]") {
