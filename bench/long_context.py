@@ -67,6 +67,8 @@ def main():
                     "plan search's choice, to measure where the next limit is when the search finds none")
     ap.add_argument("--deadline", type=float, default=300, help="seconds; no new length starts after it")
     ap.add_argument("--run-timeout", type=float, default=240, help="seconds one run may take; then it is stopped")
+    ap.add_argument("--trace", action="store_true", help="trace each run (hookstream run --trace) and replay its last "
+                    "step against the plan it ran (hookstream replay --plan --calibrate): where measured and predicted differ")
     ap.add_argument("--out", required=True)
     ap.add_argument("--logdir", required=True)
     args = ap.parse_args()
@@ -110,8 +112,10 @@ def main():
         summary_path = f"{args.logdir}/long-{n}.json"
         with open(f"{args.logdir}/long-{n}.log", "w") as log:
             # A process group of its own, so that a run past --run-timeout is stopped with its rank.
+            trace = f"{args.logdir}/trace-long-{n}.json"
             proc = subprocess.Popen([args.hookstream, "run", args.plan, *flags, "--device", "cuda", "--nproc", "1",
-                                     "--steps", str(args.steps), "--json", summary_path] + (["--force"] if args.settings else []),
+                                     "--steps", str(args.steps), "--json", summary_path] + (["--force"] if args.settings else []) +
+                                    (["--trace", trace] if args.trace else []),
                                     stdout=log, stderr=log,
                                     start_new_session=True)
             try:
@@ -133,7 +137,17 @@ def main():
         steps = s.get("steps", [])
         timed = steps[1:] or steps
         step_s = sorted(x["step_seconds"] for x in timed)[len(timed) // 2]
-        row.update(status="ok", step_s=step_s, tokens_per_s=n / step_s,
+        if args.trace and os.path.exists(trace):
+            # The last traced step against the plan with the flags it ran with: per op group measured
+            # vs predicted, and a calibration from it.
+            replay = [args.hookstream, "replay", trace, "--plan", args.plan, *flags]
+            with open(f"{args.logdir}/replay-long-{n}.txt", "w") as out:
+                subprocess.run(replay, stdout=out, stderr=subprocess.STDOUT)
+            subprocess.run(replay + ["--format", "json", "-o", f"{args.logdir}/replay-long-{n}.json",
+                                     "--calibrate", f"{args.logdir}/calibration-long-{n}.json"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(["gzip", "-f", trace])
+        row.update(status="ok", step_s=step_s, tokens_per_s=n / step_s, step_seconds=[x["step_seconds"] for x in steps],
                    peak_gib=max(x.get("peak_memory_bytes", 0) for x in steps) / 2**30, measured=s.get("measured"),
                    predicted=s.get("predicted"))
         rows.append(row)

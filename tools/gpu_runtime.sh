@@ -10,7 +10,9 @@
 # Results: ./out/gpu-runtime, and in $OUT (device tool): results.tgz and the two traces (.json.gz).
 #
 #   tools/gpu_runtime.sh [--steps N] [--long-steps N] [--run-timeout S] [--lengths 16384,32768,...] [--deadline S] [--traces "e:h ..."]
-#                        [--variants "name=plan:k=v,... ..."] [--no-traces] [--no-8k] [--oom-check]
+#                        [--variants "name=plan:k=v,... ..."] [--no-traces] [--no-8k] [--oom-check] [--long-trace]
+# Each traced hookstream plan is replayed against its plan with --calibrate (calibration-PLAN.json); with
+# --long-trace every long-context run is traced and replayed the same way (bench/long_context.py --trace).
 # --oom-check: a real out-of-memory error and `hookstream run`'s fallback (docs/run.md): the 8K
 # plan without checkpointing at a length whose activations cannot fit the device (16K on an H100,
 # 32K on an H200), 2 steps; the log is oom-fallback.log.
@@ -20,8 +22,8 @@ cd "$here"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 out=$here/out/gpu-runtime
 rm -rf "$out"; mkdir -p "$out"
-[[ -n "${OUT:-}" ]] && trap 'tar czf "$OUT/results.tgz" --exclude="trace-*.json*" -C "$out" .; cp "$out"/trace-*.json.gz "$OUT"/ 2>/dev/null' EXIT
-steps=6 long_steps=2 run_timeout=240 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants="" oom=0
+[[ -n "${OUT:-}" ]] && trap 'tar czf "$OUT/results.tgz" --exclude="trace-*.json*" -C "$out" .; cp "$out"/trace-eager-*.json.gz "$out"/trace-hookstream-*.json.gz "$OUT"/ 2>/dev/null' EXIT
+steps=6 long_steps=2 run_timeout=240 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants="" oom=0 long_trace=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps=$2; shift ;;
@@ -34,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --no-traces) traces="" ;;
     --no-8k) eight=0 ;;
     --oom-check) oom=1 ;;
+    --long-trace) long_trace=--trace ;;
     *) echo "gpu_runtime.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -121,6 +124,10 @@ for pair in $traces; do
     [[ -f "$out/trace-$t.json" ]] || continue
     "$hs" replay "$out/trace-$t.json" --format json -o "$out/replay-$t.json" > "$out/replay-$t.log" 2>&1 || log "replay $t FAILED"
     "$hs" replay "$out/trace-$t.json" > "$out/replay-$t.txt" 2>&1
+    if [[ $t == hookstream-* ]]; then  # against its plan: per op group, and the calibration it gives
+      "$hs" replay "$out/trace-$t.json" --plan "bench/plans/llama8b-lora-8k-$h.yaml" --set hookstream.gpu=$gpu \
+        --calibrate "$out/calibration-$h.json" > "$out/replay-plan-$t.txt" 2>&1 || log "replay --plan $t FAILED"
+    fi
     gzip -f "$out/trace-$t.json"
   done
 done
@@ -130,7 +137,8 @@ left=$(( deadline - ($(date +%s) - t0) ))
 if [[ -n "$lengths" && $left -gt 30 ]]; then
   log "long context ($lengths), ${left}s left"
   python3 bench/long_context.py --hookstream "$hs" --plan bench/plans/llama8b-lora-long.yaml --gpu $gpu \
-    --lengths "$lengths" --steps "$long_steps" --deadline "$left" --run-timeout "$run_timeout" --out "$out/long.jsonl" --logdir "$out" || status=1
+    --lengths "$lengths" --steps "$long_steps" --deadline "$left" --run-timeout "$run_timeout" --out "$out/long.jsonl" --logdir "$out" \
+    $long_trace || status=1
 fi
 
 left=$(( deadline + 120 - ($(date +%s) - t0) ))
