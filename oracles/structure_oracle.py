@@ -68,11 +68,11 @@ NON_TARGET_FAMILIES = {
     "audio / speech / music, omni or protein inputs (not a target)": {
         "moshi", "musicgen", "musicgen_melody", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker",
         "evolla"},
-    "state-space, recurrent or linear-attention layers (hookstream models attention decoders only)": {
+    # Token mixers hookstream describes: attention and the gated DeltaNet (qwen3_next, qwen3_5*).
+    "state-space, recurrent or linear-attention layers whose mixer is not described yet (Mamba/Mamba2, short conv, RWKV, xLSTM, lightning/KDA attention)": {
         "bamba", "falcon_h1", "falcon_mamba", "granitemoehybrid", "jamba", "kimi_linear", "lfm2",
-        "lfm2_moe", "lfm2_vl", "mamba", "mamba2", "minimax", "nemotron_h", "olmo_hybrid", "qwen3_5",
-        "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "recurrent_gemma", "rwkv",
-        "xlstm", "zamba", "zamba2", "hrm_text", "blt"},
+        "lfm2_moe", "lfm2_vl", "mamba", "mamba2", "minimax", "nemotron_h", "olmo_hybrid",
+        "recurrent_gemma", "rwkv", "xlstm", "zamba", "zamba2", "hrm_text", "blt"},
 }
 
 

@@ -92,6 +92,7 @@ class KernelCosts {
 
   // Forward of projection p over m tokens: the base GEMM, LoRA's A and B and its scale-and-add.
   double projection_forward(const ProjectionShape& p, double m) const {
+    if (p.in <= 0 || p.out <= 0) return 0;  // absent in this layer (a recurrent mixer's q, k, v)
     double ns = gemm(m, p.out, p.in, GemmForm::Forward);
     if (p.lora_rank > 0) {
       ns += gemm(m, p.lora_rank, p.in, GemmForm::Forward) + gemm(m, p.out, p.lora_rank, GemmForm::Forward) +
@@ -104,6 +105,7 @@ class KernelCosts {
   // weight gradients of A and B, the scale's backward, and the add where the base and adapter
   // input gradients meet.
   double projection_backward(const ProjectionShape& p, double m) const {
+    if (p.in <= 0 || p.out <= 0) return 0;
     double ns = gemm(m, p.out, p.in, GemmForm::InputGrad) + (p.trainable ? gemm(m, p.out, p.in, GemmForm::WeightGrad) : 0);
     if (p.lora_rank > 0) {
       ns += gemm(m, p.out, p.lora_rank, GemmForm::InputGrad) + gemm(m, p.out, p.lora_rank, GemmForm::WeightGrad) +
@@ -113,7 +115,14 @@ class KernelCosts {
     return ns;
   }
 
-  double attention_core(bool backward) const {
+  double attention_core(bool backward, int layer) const {
+    const DecoderLayerUse& use = structure_.layers.at(static_cast<size_t>(layer));
+    if (use.mixer != TokenMixer::Attention) {
+      // No profile has recurrent-mixer kernels: the roofline of its FLOPs at the device's matrix
+      // throughput (backward 2x forward), the same estimate the roofline time model makes.
+      const double flops = recurrent_mixer_flops(use.mixer, use.mixer_shape, tokens_) * (backward ? 2 : 1);
+      return flops / (spec_.matrix_tflops * 1e12 * spec_.matrix_efficiency) * 1e9;
+    }
     return profile_.sdpa_ns(seq_, batch_, plan_.model.num_attention_heads, plan_.model.num_key_value_heads, head_dim_, backward) +
            copy(tokens_ * q_width_);
   }
@@ -135,14 +144,14 @@ class KernelCosts {
     const double inter = projections[4].out;
     const double qk = q_width_ + kv_width_;
     if (what == "forward" || what == "recompute") {
-      double ns = attention_core(false);
+      double ns = attention_core(false, layer);
       for (const ProjectionShape& p : projections) ns += p.mlp ? 0 : projection_forward(p, tokens_);
       // A tiled MLP runs its forward shard by shard (the GEMMs at tokens / shards rows).
       return ns + shards_ * mlp_forward(projections, tokens_ / shards_) +
              (shards_ > 1 ? profile_.elementwise_ns("silu_mul", tokens_ * inter, false) : 0);
     }
     if (what == "attention backward") {
-      double ns = attention_core(true);
+      double ns = attention_core(true, layer);
       for (const ProjectionShape& p : projections) ns += p.mlp ? 0 : projection_backward(p, tokens_);
       // q, k and v read the same normed input: their input gradients are summed (two adds).
       return ns + profile_.elementwise_ns("residual", 2 * tokens_ * h_, true);
@@ -159,8 +168,10 @@ class KernelCosts {
     if (!backward && !ends_with(what, " forward") && !ends_with(what, " recompute")) return -1;
     const std::string kernel = what.substr(0, what.rfind(' '));
     if (kernel == "rmsnorm") {
-      return profile_.elementwise_ns("rmsnorm", tokens_ * (2 * h_ + (plan_.model.qk_norm ? qk : 0)), backward);
+      const bool recurrent = structure_.layers.at(static_cast<size_t>(layer)).mixer != TokenMixer::Attention;
+      return profile_.elementwise_ns("rmsnorm", tokens_ * (2 * h_ + (plan_.model.qk_norm && !recurrent ? qk : 0)), backward);
     }
+    if (kernel == "conv1d+gated norm") return -1;  // not profiled: the roofline of its bytes
     if (kernel == "rope") return profile_.elementwise_ns("rope", tokens_ * qk, backward);
     // A tiled MLP's SiLU * up runs inside its shards (costed with the MLP ops above).
     if (kernel == "silu*up") return shards_ > 1 ? 0 : profile_.elementwise_ns("silu_mul", tokens_ * inter, backward);
