@@ -389,6 +389,11 @@ void read_hybrid_layer_types(const ConfigReader& reader, const ArchitectureSpec&
     for (int i = 0; i < config.num_hidden_layers; ++i) {
       types.push_back((i + 1) % static_cast<int>(interval) != 0 ? rule.other : rule.every);
     }
+    // OlmoHybridConfig.__post_init__: "Ensure at least one full attention layer for small
+    // num_hidden_layers": the last layer when the pattern gave none.
+    if (spec.model_type == "olmo_hybrid" && !types.empty() && std::find(types.begin(), types.end(), rule.every) == types.end()) {
+      types.back() = rule.every;
+    }
   }
   static const std::map<std::string, std::string> legacy = {
       {"conv", "linear_attention"}, {"mamba", "linear_attention"}, {"attention", "full_attention"}};

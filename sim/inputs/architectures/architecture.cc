@@ -234,6 +234,46 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
     a.source = "transformers/models/qwen3_5_moe/modeling_qwen3_5_moe.py";
     t.push_back(a);
   }
+  {  // OLMo-Hybrid: two layer classes. OlmoHybridLinearAttentionDecoderLayer registers mlp,
+     // input_layernorm, post_attention_layernorm, then linear_attn (OlmoHybridGatedDeltaNet: its own
+     // A_log - created float32, so it stays float32 in a bf16 model - and dt_bias, then q/k/v_proj,
+     // a_proj, b_proj, g_proj [V, H], o_proj, conv1d over 2K + V, o_norm over linear_value_head_dim).
+     // OlmoHybridAttentionDecoderLayer is OLMo-2's: self_attn (attention_bias; q_norm/k_norm over the
+     // whole projections), mlp, post_attention_layernorm, post_feedforward_layernorm.
+    ArchitectureSpec a;
+    a.model_type = "olmo_hybrid";
+    const std::string key_dim = "linear_num_key_heads*linear_key_head_dim";
+    const std::string value_dim = "linear_num_value_heads*linear_value_head_dim";
+    std::vector<ModuleSpec> attn = concat({attention("attention_bias", "attention_bias"),
+                                           {norm("self_attn.q_norm", R::QNorm, kQ), norm("self_attn.k_norm", R::KNorm, kKV)}});
+    for (ModuleSpec& m : attn) m.when = full_layer;
+    a.layer = concat({attn, swiglu("mlp", "intermediate_size"),
+                      {norm("input_layernorm", R::InputNorm, "hidden_size", "", linear_layer),
+                       norm("post_attention_layernorm", R::PostAttentionNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm, "hidden_size", "", full_layer),
+                       tensor("linear_attn.A_log", R::MixerOther, "linear_num_value_heads", linear_layer),
+                       tensor("linear_attn.dt_bias", R::MixerOther, "linear_num_value_heads", linear_layer),
+                       linear("linear_attn.q_proj", R::MixerIn, "hidden_size", key_dim, "", linear_layer),
+                       linear("linear_attn.k_proj", R::MixerIn, "hidden_size", key_dim, "", linear_layer),
+                       linear("linear_attn.v_proj", R::MixerIn, "hidden_size", value_dim, "", linear_layer),
+                       linear("linear_attn.a_proj", R::MixerIn, "hidden_size", "linear_num_value_heads", "", linear_layer),
+                       linear("linear_attn.b_proj", R::MixerIn, "hidden_size", "linear_num_value_heads", "", linear_layer),
+                       linear("linear_attn.g_proj", R::MixerIn, "hidden_size", value_dim, "", linear_layer),
+                       linear("linear_attn.o_proj", R::O, value_dim, "hidden_size", "", linear_layer),
+                       depthwise_conv1d("linear_attn.conv1d", "2*" + key_dim + "+" + value_dim, "linear_conv_kernel_dim", "", linear_layer),
+                       norm("linear_attn.o_norm", R::MixerOther, "linear_value_head_dim", "", linear_layer)}});
+    a.mixers = {MixerRule{linear_layer, TokenMixer::GatedDeltaNet, "linear_attn", "linear_num_value_heads", "linear_key_head_dim",
+                          "linear_value_head_dim", "64", "2*" + key_dim + "+" + value_dim, "linear_conv_kernel_dim"}};
+    // OlmoHybridConfig.__post_init__: every 4th layer (i % 4 == 3) full attention, and the last one
+    // when that leaves none (model_config.cc).
+    a.layer_types = qwen_types;
+    a.keep_in_fp32_strict = {"linear_attn.A_log"};
+    a.defaults = {{"tie_word_embeddings", 0}, {"linear_conv_kernel_dim", 4}};
+    a.derived = {{"linear_num_key_heads", "num_attention_heads"}, {"linear_num_value_heads", "num_attention_heads"},
+                 {"linear_value_head_dim", "2*linear_key_head_dim"}};
+    a.source = "transformers/models/olmo_hybrid/modeling_olmo_hybrid.py";
+    t.push_back(a);
+  }
   // mamba_chunk_scan_combined's chunk is the config's mamba_chunk_size.
   const MixerRule mamba2{linear_layer, TokenMixer::Mamba2, "mamba", "mamba_n_heads", "mamba_d_state", "mamba_d_head",
                          "mamba_chunk_size", kMambaConv, "mamba_d_conv"};
