@@ -33,6 +33,11 @@ OracleModel::OracleModel(const Plan& plan, uint64_t seed)
     : plan_(plan), seed_(seed), structure_(build_model_structure(plan)) {
   // The LibTorch forward below runs the Qwen-VL towers only; a described tower (CLIP, SigLIP,
   // Pixtral: sim/inputs/architectures/vision_tower.h) is simulated, not executed here.
+  for (const DecoderLayerUse& layer : structure_.layers) {
+    if (layer.mixer == TokenMixer::Attention) continue;
+    throw InputError(plan.model.source, "layer " + std::to_string(layer.index) + " mixes tokens with a " + to_string(layer.mixer) +
+                                            "; the runtime oracle computes attention layers only");
+  }
   if (plan.model.vision && plan.vision_inputs && !structure_.vision_projector.empty()) {
     throw InputError(plan.source + ": key hookstream.vision_inputs",
                      "the runtime oracle runs the Qwen-VL vision towers only, not the " + plan.model.vision->model_type +

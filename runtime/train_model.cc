@@ -263,6 +263,12 @@ struct TrainModel::Impl {
                        "hookstream run computes the Qwen2-VL, Qwen2.5-VL and Qwen3-VL vision towers only; expected false "
                        "(train the text decoder without images)");
     }
+    for (const DecoderLayerUse& layer : structure.layers) {
+      if (layer.mixer == TokenMixer::Attention) continue;
+      throw InputError(plan.model.source, "layer " + std::to_string(layer.index) + " mixes tokens with a " + to_string(layer.mixer) +
+                                              " (" + layer.mixer_module + "); hookstream run computes attention layers only "
+                                              "(verify and plan model it)");
+    }
     if (plan.device_map != DeviceMap::PerRank) {
       throw InputError(key("device_map"), "hookstream run places one full replica per rank; expected no device_map");
     }

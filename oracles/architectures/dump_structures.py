@@ -43,7 +43,9 @@ def make_config(case):
     text = config.get_text_config()
     for key, value in case.get("overrides", {}).items():
         setattr(text, key, value)
-    if getattr(text, "layer_types", None) is not None:
+    # BambaConfig's layer_types is a read-only property derived from attn_layer_indices (it follows
+    # the layer count by itself).
+    if getattr(text, "layer_types", None) is not None and not isinstance(getattr(type(text), "layers_block_type", None), property):
         text.layer_types = text.layer_types[: text.num_hidden_layers]
     return config
 

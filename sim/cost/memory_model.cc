@@ -77,6 +77,33 @@ struct LayerActivations {
   std::vector<int64_t> mlp_chunk_intermediates;    // gate, up, act(gate), act*up of one token
 };
 
+// A recurrent token mixer's layer (token_mixer.h) in place of attention's terms: not measured on a
+// GPU (estimates from what transformers' Qwen3NextGatedDeltaNet.forward and fla's
+// chunk_gated_delta_rule keep; docs/memory-and-time.md "Recurrent token mixers"). Per token, in the
+// model dtype: input_layernorm's input and output, the in-projections' outputs (the conv1d's input
+// and z, b, a), the conv1d+SiLU output (q, k, v as the chunk kernel saves them), the core output
+// and the gate z (the gated norm's inputs) and its output (out_proj's input). float32: the RMSNorm
+// upcasts, and the kernel's saved WY matrix A ([heads, chunk] per token) and gates g, beta. No
+// recurrent state is kept across the sequence in training: the per-chunk states [heads, dk, dv]
+// are recomputed in backward (a float32 temporary of heads*dk*dv per chunk of tokens).
+void recurrent_mixer_activations(const DecoderLayerUse& layer, int64_t h, bool rms, LayerActivations& a) {
+  const RecurrentMixerShape& s = layer.mixer_shape;
+  const int64_t value = s.heads * s.value_dim;
+  a.saved_attention = rms ? std::vector<int64_t>{h} : std::vector<int64_t>{h, h};
+  a.saved_attention.push_back(s.conv_channels);  // in_proj_qkv(z) output read by conv1d
+  a.saved_attention.push_back(value);            // z (the output gate)
+  a.saved_attention.push_back(s.conv_channels);  // conv1d + SiLU output: q, k, v
+  a.saved_attention.push_back(value);            // core output (gated norm input)
+  a.saved_attention.push_back(value);            // gated norm output (out_proj input)
+  a.saved_norm_inputs_fp32 = rms ? 2 * h + value : value;
+  // The DeltaNet kernel saves its WY matrix [heads, chunk] per token and the gates; Mamba2's
+  // mamba_chunk_scan_combined saves dt and its cumulative dA (float32, per head) and recomputes the rest.
+  a.saved_attention_fp32 = layer.mixer == TokenMixer::GatedDeltaNet ? s.heads * s.chunk + 2 * s.heads : 2 * s.heads;
+  a.saved_scores_fp32 = a.saved_scores = 0;
+  a.attention_backward_temporaries = {h, h, s.conv_channels, s.conv_channels, value, value};
+  a.attention_backward_fp32 = s.chunk > 0 ? (s.heads * s.key_dim * s.value_dim + s.chunk - 1) / s.chunk : 0;
+}
+
 LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, const DecoderLayerUse* layer,
                                    int64_t row_length) {
   const int64_t h = model.hidden_size;
@@ -106,6 +133,7 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
   if (layer != nullptr && plan.adapter != Adapter::None) {
     std::vector<const LinearUse*> uses{&layer->q, &layer->k, &layer->v, &layer->o, &layer->gate, &layer->up, &layer->down};
     for (const LinearUse& use : layer->attention_other) uses.push_back(&use);
+    for (const LinearUse& use : layer->mixer_in) uses.push_back(&use);
     for (const LinearUse& use : layer->mlp_other) uses.push_back(&use);
     for (const LinearUse* use : uses) {
       if (use->lora_a >= 0) a.lora.push_back(plan.lora_r);
@@ -122,6 +150,7 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
   a.attention_backward_temporaries = {h, h, q, kv, kv, q, q, q, kv};
   a.attention_backward_fp32 = plan.eager_attention() ? a.saved_scores_fp32 : 2 * q + model.num_attention_heads;
   a.mlp_chunk_intermediates = {inter, inter, inter, inter};
+  if (layer != nullptr && layer->mixer != TokenMixer::Attention) recurrent_mixer_activations(*layer, h, rms, a);
   return a;
 }
 

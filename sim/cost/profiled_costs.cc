@@ -112,6 +112,7 @@ class KernelCosts {
 
   // Forward of projection p over m tokens: the base GEMM, LoRA's A and B and its scale-and-add.
   CostParts projection_forward(const ProjectionShape& p, double m) const {
+    if (p.in <= 0 || p.out <= 0) return kNone;  // absent in this layer (a recurrent mixer's q, k, v)
     CostParts ns = gemm(m, p.out, p.in, GemmForm::Forward);
     if (p.lora_rank > 0) {
       ns += gemm(m, p.lora_rank, p.in, GemmForm::Forward) + gemm(m, p.out, p.lora_rank, GemmForm::Forward) +
@@ -124,6 +125,7 @@ class KernelCosts {
   // weight gradients of A and B, the scale's backward, and the add where the base and adapter
   // input gradients meet.
   CostParts projection_backward(const ProjectionShape& p, double m) const {
+    if (p.in <= 0 || p.out <= 0) return kNone;
     CostParts ns = gemm(m, p.out, p.in, GemmForm::InputGrad) + (p.trainable ? gemm(m, p.out, p.in, GemmForm::WeightGrad) : kNone);
     if (p.lora_rank > 0) {
       ns += gemm(m, p.out, p.lora_rank, GemmForm::InputGrad) + gemm(m, p.out, p.lora_rank, GemmForm::WeightGrad) +
@@ -133,7 +135,15 @@ class KernelCosts {
     return ns;
   }
 
-  CostParts attention_core(bool backward) const {
+  CostParts attention_core(bool backward, int layer) const {
+    const DecoderLayerUse& use = structure_.layers.at(static_cast<size_t>(layer));
+    if (use.mixer != TokenMixer::Attention) {
+      // No profile has recurrent-mixer kernels: the roofline of its FLOPs at the device's matrix
+      // throughput (backward 2x forward), the same estimate the roofline time model makes. Its own
+      // (Triton) kernels are neither cuBLAS GEMMs nor SDPA: the elementwise part for a calibration.
+      const double flops = recurrent_mixer_flops(use.mixer, use.mixer_shape, tokens_) * (backward ? 2 : 1);
+      return part(CostPart::Elementwise, flops / (spec_.matrix_tflops * 1e12 * spec_.matrix_efficiency) * 1e9);
+    }
     return part(CostPart::Attention, profile_.sdpa_ns(seq_, batch_, plan_.model.num_attention_heads,
                                                       plan_.model.num_key_value_heads, head_dim_, backward)) +
            copy(tokens_ * q_width_);
@@ -156,14 +166,14 @@ class KernelCosts {
     const double inter = projections[4].out;
     const double qk = q_width_ + kv_width_;
     if (what == "forward" || what == "recompute") {
-      CostParts ns = attention_core(false);
+      CostParts ns = attention_core(false, layer);
       for (const ProjectionShape& p : projections) ns += p.mlp ? kNone : projection_forward(p, tokens_);
       // A tiled MLP runs its forward shard by shard (the GEMMs at tokens / shards rows).
       return ns + shards_ * mlp_forward(projections, tokens_ / shards_) +
              (shards_ > 1 ? elementwise("silu_mul", tokens_ * inter, false) : kNone);
     }
     if (what == "attention backward") {
-      CostParts ns = attention_core(true);
+      CostParts ns = attention_core(true, layer);
       for (const ProjectionShape& p : projections) ns += p.mlp ? kNone : projection_backward(p, tokens_);
       // q, k and v read the same normed input: their input gradients are summed (two adds).
       return ns + elementwise("residual", 2 * tokens_ * h_, true);
@@ -179,7 +189,11 @@ class KernelCosts {
     const bool backward = ends_with(what, " backward");
     if (!backward && !ends_with(what, " forward") && !ends_with(what, " recompute")) return std::nullopt;
     const std::string kernel = what.substr(0, what.rfind(' '));
-    if (kernel == "rmsnorm") return elementwise("rmsnorm", tokens_ * (2 * h_ + (plan_.model.qk_norm ? qk : 0)), backward);
+    if (kernel == "rmsnorm") {
+      const bool recurrent = structure_.layers.at(static_cast<size_t>(layer)).mixer != TokenMixer::Attention;
+      return elementwise("rmsnorm", tokens_ * (2 * h_ + (plan_.model.qk_norm && !recurrent ? qk : 0)), backward);
+    }
+    if (kernel == "conv1d+gated norm") return std::nullopt;  // not profiled: the roofline of its bytes
     if (kernel == "rope") return elementwise("rope", tokens_ * qk, backward);
     // A tiled MLP's SiLU * up runs inside its shards (costed with the MLP ops above).
     if (kernel == "silu*up") return shards_ > 1 ? kNone : elementwise("silu_mul", tokens_ * inter, backward);

@@ -152,6 +152,25 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     return engine_.op(layer.path + " residual(attn)", {x, o});
   }
 
+  // A recurrent token mixer (gated DeltaNet: Qwen3NextGatedDeltaNet.forward): every input
+  // projection reads the normed hidden state; the conv1d, the recurrence (dt_bias, A_log) and the
+  // gated norm follow in that order on the mixed q/k/v, then out_proj. Each parameter's gradient is
+  // produced in that part of the layer's backward.
+  SimTensor recurrent_mixer(const DecoderLayerUse& layer, SimTensor x) {
+    const std::string p = layer.path + "." + layer.mixer_module;
+    SimTensor h = norm(layer.input_norm, x, layer.path + ".input_layernorm", layer.input_norm_bias);
+    SimTensor mixed{};
+    bool first = true;
+    for (const LinearUse& use : layer.mixer_in) {
+      SimTensor projected = linear(use, h, p + "." + use.name);
+      mixed = first ? projected : engine_.op(p + " with " + use.name, {mixed, projected});
+      first = false;
+    }
+    SimTensor core = others(layer.mixer_other, mixed, p);
+    SimTensor o = linear(layer.o, core, p + "." + layer.o.name);
+    return engine_.op(layer.path + " residual(mixer)", {x, o});
+  }
+
   // A sparse MoE block with one module per expert (transformers v4.57 MixtralSparseMoeBlock.forward,
   // Qwen2MoeSparseMoeBlock.forward, DeepseekV3MoE.moe): router logits -> softmax/top-k routing
   // weights, then a loop over the experts that got a token (`expert_hit`; Qwen2-MoE v4 `if
@@ -274,7 +293,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
   SimTensor decoder_layer(const DecoderLayerUse& layer, SimTensor x) {
     x = call_pre(ModuleKind::DecoderLayer, layer.path, layer.index, x);
-    SimTensor h = attention(layer, x);
+    SimTensor h = layer.mixer == TokenMixer::Attention ? attention(layer, x) : recurrent_mixer(layer, x);
     SimTensor n = norm(layer.post_attention_norm, h, layer.path + ".post_attention_layernorm", layer.post_attention_norm_bias);
     SimTensor m = mlp(layer, n);
     // Records no node when neither input requires grad (engine op), but keeps the data flow.

@@ -169,6 +169,8 @@ bool has_qk_norm_by_type(const std::string& decoder_type) { return starts_with(d
 // The composite types whose vision tower hookstream builds, and which tower it is.
 std::optional<VisionLayout> vision_layout_of(const std::string& model_type) {
   if (model_type == "qwen3_vl" || model_type == "qwen3_vl_moe") return VisionLayout::Qwen3VL;
+  // Qwen3_5VisionModel: Qwen3-VL's tower without DeepStack mergers (no deepstack_visual_indexes).
+  if (model_type == "qwen3_5" || model_type == "qwen3_5_moe") return VisionLayout::Qwen3VL;
   if (model_type == "qwen2_vl") return VisionLayout::Qwen2VL;
   if (model_type == "qwen2_5_vl") return VisionLayout::Qwen25VL;
   return std::nullopt;
@@ -338,6 +340,79 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   }
   config.values["num_feature_layers"] = feature_layers;
   return tower;
+}
+
+// A hybrid decoder's per-layer types (token_mixer.h LayerTypesRule), as "layer_types.<i>=<type>"
+// values the structure builder reads per layer: the config's list with legacy names remapped, or the
+// config class's interval pattern when the list is absent.
+void read_hybrid_layer_types(const ConfigReader& reader, const ArchitectureSpec& spec, ModelConfig& config) {
+  const LayerTypesRule& rule = spec.layer_types;
+  std::vector<std::string> types;
+  for (auto v = config.values.lower_bound("layer_types."); v != config.values.end() && v->first.rfind("layer_types.", 0) == 0;) {
+    const std::string entry = v->first.substr(12);
+    const size_t eq = entry.find('=');
+    const size_t index = static_cast<size_t>(std::stoul(entry.substr(0, eq)));
+    if (types.size() <= index) types.resize(index + 1);
+    types[index] = entry.substr(eq + 1);
+    v = config.values.erase(v);
+  }
+  // GraniteMoeHybridConfig.attribute_map: a config.json may spell the list layers_block_type.
+  if (types.empty()) {
+    std::string dotted;
+    if (const json* list = reader.find("layers_block_type", &dotted); list != nullptr && !list->is_null()) {
+      if (!list->is_array()) reader.fail(dotted, "expected a list of layer types", shown(*list));
+      for (const json& type : *list) {
+        if (!type.is_string()) reader.fail(dotted, "expected a list of layer types", shown(type));
+        types.push_back(type.get<std::string>());
+      }
+    }
+  }
+  if (types.empty() && !rule.indices_key.empty()) {
+    std::string dotted;
+    std::set<int> every;
+    if (const json* list = reader.find(rule.indices_key, &dotted); list != nullptr && !list->is_null()) {
+      if (!list->is_array()) reader.fail(dotted, "expected a list of layer indices", shown(*list));
+      for (const json& index : *list) {
+        if (!index.is_number_integer()) reader.fail(dotted, "expected a list of layer indices", shown(index));
+        every.insert(index.get<int>());
+      }
+    }
+    for (int i = 0; i < config.num_hidden_layers; ++i) types.push_back(every.count(i) ? rule.every : rule.other);
+  }
+  if (types.empty() && rule.interval_key.empty()) types.assign(static_cast<size_t>(config.num_hidden_layers), rule.other);
+  if (types.empty()) {
+    auto it = config.values.find(rule.interval_key);
+    const double interval = it == config.values.end() ? rule.interval_default : it->second;
+    if (!(interval >= 1) || interval != static_cast<int>(interval)) {
+      reader.fail(rule.interval_key, "expected a positive integer", std::to_string(interval));
+    }
+    for (int i = 0; i < config.num_hidden_layers; ++i) {
+      types.push_back((i + 1) % static_cast<int>(interval) != 0 ? rule.other : rule.every);
+    }
+    // OlmoHybridConfig.__post_init__: "Ensure at least one full attention layer for small
+    // num_hidden_layers": the last layer when the pattern gave none.
+    if (spec.model_type == "olmo_hybrid" && !types.empty() && std::find(types.begin(), types.end(), rule.every) == types.end()) {
+      types.back() = rule.every;
+    }
+  }
+  static const std::map<std::string, std::string> legacy = {
+      {"conv", "linear_attention"}, {"mamba", "linear_attention"}, {"attention", "full_attention"}};
+  std::string known;
+  for (const std::string& type : rule.known) known += (known.empty() ? "\"" : ", \"") + type + "\"";
+  if (static_cast<int>(types.size()) < config.num_hidden_layers) {
+    reader.fail("layer_types", "expected one entry per layer (num_hidden_layers " + std::to_string(config.num_hidden_layers) +
+                                   "), each one of " + known,
+                std::to_string(types.size()) + " entries");
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (auto l = legacy.find(types[i]); l != legacy.end()) types[i] = l->second;
+    if (static_cast<int>(i) < config.num_hidden_layers &&
+        std::find(rule.known.begin(), rule.known.end(), types[i]) == rule.known.end()) {
+      reader.fail("layer_types." + std::to_string(i), "expected one of " + known + " (the layer types " + spec.model_type +
+                                                          " builds)", shown(json(types[i])));
+    }
+    config.values["layer_types." + std::to_string(i) + "=" + types[i]] = 1;
+  }
 }
 
 VisionTowerConfig parse_vision(const ConfigReader& reader, const json& vision, int text_hidden) {
@@ -621,6 +696,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   for (const auto& [key, value] : spec->defaults) {
     if (nulls.count(key) == 0) config.values.emplace(key, value);
   }
+  if (!spec->layer_types.known.empty()) read_hybrid_layer_types(reader, *spec, config);
   // Keys derived when absent or null (GPT2Block: inner_dim = n_inner or 4 * hidden_size). The
   // required keys read above go in first, under their standard names.
   config.values.emplace("hidden_size", config.hidden_size);

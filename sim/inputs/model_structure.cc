@@ -482,7 +482,8 @@ class StructureBuilder {
     };
     switch (spec.moe) {
       case MoeLayers::None: return false;
-      case MoeLayers::All: return true;
+      // GraniteMoeHybrid builds no sparse block when num_local_experts is 0 (a dense model).
+      case MoeLayers::All: return value(spec.experts_key, 1) > 0;
       case MoeLayers::FirstKDense: return i >= value("first_k_dense_replace", 0);
       case MoeLayers::Interval: {
         const int interval = static_cast<int>(value("moe_layer_interval", 1));
@@ -539,6 +540,8 @@ class StructureBuilder {
         layer.post_attention_norm_bias = use.bias;
         break;
       case ModuleRole::AttentionOther: layer.attention_other.push_back(use); break;
+      case ModuleRole::MixerIn: layer.mixer_in.push_back(use); break;
+      case ModuleRole::MixerOther: layer.mixer_other.push_back(use); break;
       case ModuleRole::MlpOther: case ModuleRole::PreFeedforwardNorm: case ModuleRole::PostFeedforwardNorm:
       case ModuleRole::EmbedOther: case ModuleRole::FinalNorm:  // top-level roles; in a layer, "other"
         layer.mlp_other.push_back(use);
@@ -624,9 +627,25 @@ class StructureBuilder {
     LinearUse use;
     use.name = leaf;
     switch (module.kind) {
-      case ModuleKind::Linear: case ModuleKind::Conv1D: case ModuleKind::Conv:  // no decoder has a Conv
+      case ModuleKind::Linear: case ModuleKind::Conv1D:
         return linear(parent, leaf, dim(module.in), dim(module.shape), bias, layer, group, true, true, {},
                       module.kind == ModuleKind::Conv1D);
+      case ModuleKind::Conv: {
+        // A recurrent mixer's depthwise nn.Conv1d (weight [C, 1, k]). bitsandbytes replaces only
+        // nn.Linear, so it is never quantized; PEFT could wrap it as a lora.Conv1d (a target list
+        // naming "conv1d"), which hookstream does not model: refused rather than built without it.
+        if (is_lora_target(full)) {
+          throw InputError(matcher_->where(), "reaches " + full + ", a depthwise nn.Conv1d (groups = channels) of a recurrent "
+                                              "token mixer; LoRA on it (PEFT's lora.Conv1d) is not modelled by hookstream yet");
+        }
+        note(full, ModuleType::Conv);
+        const std::vector<int64_t> out = dims(module.shape);
+        std::vector<int64_t> weight{out.at(0), dim(module.in)};
+        weight.insert(weight.end(), out.begin() + 1, out.end());
+        use.weight = add(full, "weight", weight, full_ft, layer, group);
+        if (bias) use.bias = add(full, "bias", {out.at(0)}, full_ft, layer, group);
+        return use;
+      }
       case ModuleKind::Embedding:
         note(full, ModuleType::Embedding);
         use.weight = add(full, "weight", dims(module.shape), full_ft, layer, group);
@@ -679,8 +698,11 @@ class StructureBuilder {
         auto it = values_.find(factor);
         if (it != values_.end() && it->second == 0) shared = false;
       }
+      // A layer of an all-MoE architecture without experts (GraniteMoeHybrid, num_local_experts 0)
+      // keeps only its shared MLP.
       layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) + (shared ? dim(spec->shared_expert_width) : 0)
-                                  : dim("intermediate_size");
+                        : spec->moe == MoeLayers::All && shared ? dim(spec->shared_expert_width)
+                                                                 : dim("intermediate_size");
       // "moe" / "dense" are terms of a module's condition, true by this layer's MoE rule.
       std::map<std::string, double> layer_values = values_;
       layer_values["moe"] = layer.moe ? 1 : 0;
@@ -692,6 +714,16 @@ class StructureBuilder {
       const std::string type_key = "layer_types." + std::to_string(i) + "=";
       for (auto it = values_.lower_bound(type_key); it != values_.end() && it->first.rfind(type_key, 0) == 0; ++it) {
         layer_values["layer_type=" + it->first.substr(type_key.size())] = 1;
+      }
+      // The layer's token mixer: the first of the architecture's mixer rules that holds, else attention.
+      for (const MixerRule& rule : spec->mixers) {
+        if (!evaluate_flag(rule.when, layer_values)) continue;
+        layer.mixer = rule.mixer;
+        layer.mixer_module = rule.module;
+        auto size = [&](const std::string& expression) { return expression.empty() ? int64_t{0} : dim(expression); };
+        layer.mixer_shape = RecurrentMixerShape{size(rule.heads), size(rule.key_dim), size(rule.value_dim),
+                                                size(rule.chunk), size(rule.conv_channels), size(rule.conv_kernel)};
+        break;
       }
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
@@ -756,7 +788,8 @@ class StructureBuilder {
       out_.lm_head = head.weight;
       out_.lm_head_bias = head.bias;
     }
-    if (spec->moe != MoeLayers::None) {
+    const auto experts = values_.find(spec->experts_key);
+    if (spec->moe != MoeLayers::None && !(experts != values_.end() && experts->second == 0)) {
       out_.num_experts = static_cast<int>(dim(spec->experts_key));
       out_.experts_per_token = static_cast<int>(dim(spec->top_k_key));
     }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/inputs/architectures/token_mixer.h"
 #include "sim/inputs/model_config.h"
 #include "sim/inputs/plan.h"
 
@@ -55,6 +56,13 @@ struct ExpertUse {
 struct DecoderLayerUse {
   int index = 0;
   std::string path;  // e.g. base_model.model.model.layers.3
+  // The layer's token mixer (token_mixer.h) and its attribute in the layer ("self_attn",
+  // "linear_attn"). A recurrent mixer fills mixer_in (input projections), mixer_other (conv1d,
+  // dt_bias, A_log, gated norm) and `o` (out_proj); q, k, v stay empty.
+  TokenMixer mixer = TokenMixer::Attention;
+  std::string mixer_module = "self_attn";
+  RecurrentMixerShape mixer_shape;
+  std::vector<LinearUse> mixer_in, mixer_other;
   int input_norm = -1, input_norm_bias = -1;
   LinearUse q, k, v, o;
   int q_norm = -1, k_norm = -1;

@@ -32,6 +32,14 @@ std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const M
       {use ? use->gate : kAbsent, h, inter, true},  {use ? use->up : kAbsent, h, inter, true},
       {use ? use->down : kAbsent, inter, h, true}};
   std::vector<ProjectionShape> shapes;
+  const bool recurrent = use != nullptr && use->mixer != TokenMixer::Attention;
+  // A recurrent mixer's projections have the shapes the table built (its in-projections appended
+  // after the seven; q, k and v absent, o its out_proj).
+  auto from_weight = [&](const LinearUse& linear, ProjectionShape& shape) {
+    const std::vector<int64_t>& w = structure->parameters[static_cast<size_t>(linear.weight)].shape;
+    shape.out = static_cast<double>(w.at(0));
+    shape.in = static_cast<double>(w.at(1));
+  };
   for (const Projection& p : projections) {
     ProjectionShape shape;
     shape.in = p.in;
@@ -43,9 +51,44 @@ std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const M
     if (use != nullptr && p.linear.lora_a >= 0) {
       shape.lora_rank = static_cast<double>(structure->parameters[p.linear.lora_a].shape[0]);  // lora_A is [r, in]
     }
+    if (recurrent && !p.mlp) {
+      shape.in = shape.out = 0;
+      if (p.linear.weight >= 0) from_weight(p.linear, shape);
+    }
     shapes.push_back(shape);
   }
+  if (recurrent) {
+    for (const LinearUse& linear : use->mixer_in) {
+      ProjectionShape shape;
+      from_weight(linear, shape);
+      shape.trainable = structure->parameters[static_cast<size_t>(linear.weight)].trainable;
+      if (linear.lora_a >= 0) shape.lora_rank = static_cast<double>(structure->parameters[linear.lora_a].shape[0]);
+      shapes.push_back(shape);
+    }
+  }
   return shapes;
+}
+
+double recurrent_mixer_flops(TokenMixer mixer, const RecurrentMixerShape& s, double tokens) {
+  switch (mixer) {
+    case TokenMixer::Attention: return 0;
+    case TokenMixer::GatedDeltaNet: {
+      // fla's chunk_gated_delta_rule per head and chunk of C tokens: the intra-chunk products
+      // (K K^T, the WY transform's A K and A V, Q K^T, (Q K^T) V: about 4 C (dk + dv) per token)
+      // and the chunk-state ones (Q S, W S, K^T V into S: 3 x 2 dk dv per token). Causal masks do
+      // not halve it: the kernels compute whole C x C blocks.
+      const double per_token = 4.0 * s.chunk * (s.key_dim + s.value_dim) + 6.0 * s.key_dim * s.value_dim;
+      return tokens * s.heads * per_token;
+    }
+    case TokenMixer::Mamba2: {
+      // mamba_chunk_scan_combined (SSD) per head and chunk of C tokens: C Bᵀ and its product with
+      // X inside the chunk (2 C (d_state + head_dim) per token), the chunk state Bᵀ X and the
+      // output's C S (2 x 2 d_state head_dim per token); the scan between chunks is negligible.
+      const double per_token = 2.0 * s.chunk * (s.key_dim + s.value_dim) + 4.0 * s.key_dim * s.value_dim;
+      return tokens * s.heads * per_token;
+    }
+  }
+  return 0;
 }
 
 LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch, const ModelStructure* structure, int layer,
@@ -74,7 +117,11 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
     }
   }
   // QK^T and PV: 2 GEMMs of 2*seq*seq*head_dim per head; causal masking halves the useful work.
-  cost.attention_flops = 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
+  const DecoderLayerUse* use =
+      structure != nullptr && layer >= 0 && layer < static_cast<int>(structure->layers.size()) ? &structure->layers[layer] : nullptr;
+  const bool recurrent = use != nullptr && use->mixer != TokenMixer::Attention;
+  cost.attention_flops = recurrent ? recurrent_mixer_flops(use->mixer, use->mixer_shape, tokens)
+                                   : 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
   cost.attention_backward_flops += 2 * cost.attention_flops;
   cost.hidden_state_bytes = static_cast<int64_t>(model.hidden_size) * sequence_len * micro_batch * dtype_bytes(model.torch_dtype);
   // Elementwise kernels, in bytes of the model dtype (eager PyTorch: each reads its inputs and
@@ -89,6 +136,18 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
   // RoPE: q and k read and written (forward), their grads likewise (backward).
   cost.rope_bytes = bytes(2 * qk);
   cost.rope_backward_bytes = bytes(2 * qk);
+  if (recurrent) {
+    // No RoPE and no q/k norms; instead the conv1d + SiLU (read and write conv_channels; backward
+    // reads the grad and the input, writes the input grad) and the gated RMSNorm (reads the core
+    // output and the gate z, writes its output; backward reads three, writes two).
+    const double c = static_cast<double>(use->mixer_shape.conv_channels);
+    const double v = static_cast<double>(use->mixer_shape.heads * use->mixer_shape.value_dim);
+    cost.rope_bytes = cost.rope_backward_bytes = 0;
+    cost.rmsnorm_bytes = bytes(2 * 2 * h);
+    cost.rmsnorm_backward_bytes = bytes(2 * 3 * h);
+    cost.mixer_elementwise_bytes = bytes(2 * c + 3 * v);
+    cost.mixer_elementwise_backward_bytes = bytes(3 * c + 5 * v);
+  }
   // act(gate) * up: read gate, write act; read act and up, write the product. Backward: read the
   // grad, gate and up, write the gate and up grads.
   cost.silu_mul_bytes = bytes(5 * inter);
@@ -548,9 +607,13 @@ class StepExpander {
         {"rope", backward ? cost.rope_backward_bytes : cost.rope_bytes},
         {"silu*up", backward ? cost.silu_mul_backward_bytes : cost.silu_mul_bytes},
         {"residual add", backward ? cost.residual_backward_bytes : cost.residual_bytes},
-        {"eager attention scores", backward ? cost.eager_scores_backward_bytes : cost.eager_scores_bytes}};
+        {"eager attention scores", backward ? cost.eager_scores_backward_bytes : cost.eager_scores_bytes},
+        {"conv1d+gated norm", backward ? cost.mixer_elementwise_backward_bytes : cost.mixer_elementwise_bytes}};
+    const bool recurrent = cost.mixer_elementwise_bytes > 0;
     for (const auto& [what, bytes] : kernels) {
       if (bytes <= 0 && std::string(what) == "eager attention scores") continue;  // sdpa/flash/flex: none
+      if (!recurrent && std::string(what) == "conv1d+gated norm") continue;       // attention layers
+      if (recurrent && std::string(what) == "rope") continue;                     // no RoPE in a recurrent mixer
       Op& op = add(OpKind::Kernel, stream, layer_name(layer, std::string(what) + suffix), phase, layer);
       op.bytes = bytes;
       op.accesses = reads;

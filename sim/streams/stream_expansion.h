@@ -60,6 +60,9 @@ struct LayerCost {
   // attn_implementation "eager": the [B, H, S, S] scores go through HBM (QK^T written, softmax in
   // fp32, cast back, read by PV; backward reads them and writes dP and dS). 0 for sdpa/flash/flex.
   int64_t eager_scores_bytes = 0, eager_scores_backward_bytes = 0;
+  // A recurrent token mixer's elementwise work (token_mixer.h): the causal depthwise conv1d with its
+  // SiLU over conv_channels, and the gated RMSNorm over the value width. 0 in an attention layer.
+  int64_t mixer_elementwise_bytes = 0, mixer_elementwise_backward_bytes = 0;
 
   double forward_flops() const { return projection_flops + lora_flops + attention_flops; }
   double mlp_forward_flops() const { return mlp_flops + lora_mlp_flops; }
@@ -76,6 +79,9 @@ struct ProjectionShape {
 // Without `structure`: every weight trainable, no adapter. An MoE layer's MLP width is the experts
 // a token goes through.
 std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const ModelStructure* structure = nullptr, int layer = -1);
+// Forward FLOPs of a recurrent token mixer's core over `tokens` tokens (0 for attention), a
+// roofline estimate of the chunked kernel (docs/memory-and-time.md "Recurrent token mixers").
+double recurrent_mixer_flops(TokenMixer mixer, const RecurrentMixerShape& shape, double tokens);
 // Without `structure`: every weight trainable, no adapter (a full fine-tune). With it: decoder
 // layer `layer`'s trainable flags and LoRA pairs.
 LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch,

@@ -74,6 +74,27 @@ std::string describe(const json& p) {
          (p.at(3).get<bool>() ? " trainable" : "");
 }
 
+// A hybrid decoder's per-layer types are read when its config is parsed, so its full-depth config
+// is written before parsing, as dump_structures.py's full_size builds it: a layer_types list the
+// case wrote goes on with its last entry; the config class's own list (cut to the fixture's depth)
+// is dropped, so that the class's pattern applies at full depth.
+json full_depth_hybrid(json fixture, int layers) {
+  json& root = fixture["config"];
+  json& text = root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
+  const ArchitectureSpec* spec = find_architecture(text.value("model_type", std::string()));
+  if (spec == nullptr || spec->layer_types.known.empty()) return fixture;
+  text["num_hidden_layers"] = layers;
+  const json& overrides = fixture.at("case").value("overrides", json::object());
+  if (overrides.contains("layer_types")) {
+    json types = overrides.at("layer_types");
+    while (static_cast<int>(types.size()) < layers) types.push_back(types.back());
+    text["layer_types"] = types;
+  } else {
+    text.erase("layer_types");
+  }
+  return fixture;
+}
+
 }  // namespace
 
 TEST_CASE("architecture fixtures: hookstream's structure equals what transformers and PEFT build", "[architecture]") {
@@ -124,8 +145,8 @@ TEST_CASE("architecture fixtures: real-size models have transformers' parameter 
     const json fixture = read_fixture(kFixtures + "/" + name + ".json");
     if (!fixture.contains("full")) continue;
     INFO("fixture " << name);
-    Plan plan = plan_for(fixture, name);
     const int layers = fixture.at("full").at("num_hidden_layers").get<int>();
+    Plan plan = plan_for(full_depth_hybrid(fixture, layers), name);
     plan.model.num_hidden_layers = layers;
     plan.model.values["num_hidden_layers"] = layers;
     const ModelStructure structure = build_model_structure(plan);

@@ -91,9 +91,252 @@ std::vector<ModuleSpec> mla_attention() {
           linear("self_attn.o_proj", R::O, "num_attention_heads*v_head_dim", "hidden_size", "attention_bias")};
 }
 
+// ---- Hybrid decoders: layers whose token mixer is not attention (token_mixer.h). Each mixer's
+// modules are ordinary table rows with a per-layer condition ("layer_type=linear_attention"), and a
+// MixerRule names the mixer and its sizes for the forward graph and the cost models.
+
+// A depthwise causal nn.Conv1d(C, C, k, groups=C, bias=False): weight [C, 1, k].
+ModuleSpec depthwise_conv1d(std::string path, std::string channels, std::string kernel, std::string bias, std::string when) {
+  return ModuleSpec{std::move(path), K::Conv, R::MixerOther, "1", channels + "," + kernel, std::move(bias), std::move(when),
+                    /*frozen=*/false, /*repeat=*/""};
+}
+
+// Qwen3-Next / Qwen3.5 full-attention layers (Qwen3NextAttention): q_proj is twice the heads (the
+// query and its output gate, chunked in forward), q/k norms over head_dim; attention_bias on all four.
+std::vector<ModuleSpec> gated_attention(const std::string& when) {
+  return {linear("self_attn.q_proj", R::Q, "hidden_size", "2*" + kQ, "attention_bias", when),
+          linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias", when),
+          linear("self_attn.v_proj", R::V, "hidden_size", kKV, "attention_bias", when),
+          linear("self_attn.o_proj", R::O, kQ, "hidden_size", "attention_bias", when),
+          norm("self_attn.q_norm", R::QNorm, "head_dim", "", when),
+          norm("self_attn.k_norm", R::KNorm, "head_dim", "", when)};
+}
+
+// The gated DeltaNet of Qwen3-Next and Qwen3.5 (Qwen3NextGatedDeltaNet / Qwen3_5GatedDeltaNet):
+// its own dt_bias and A_log ([linear_num_value_heads]) first, then its children in __init__ order.
+// key_dim = linear_num_key_heads * linear_key_head_dim, value_dim = linear_num_value_heads *
+// linear_value_head_dim, conv_dim = 2 * key_dim + value_dim. Qwen3-Next fuses the input projections
+// (in_proj_qkvz [2K + 2V], in_proj_ba [2 * heads], registered after conv1d); Qwen3.5 splits them
+// (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, registered after out_proj).
+std::vector<ModuleSpec> gated_deltanet(bool qwen3_5, const std::string& when) {
+  const std::string key_dim = "linear_num_key_heads*linear_key_head_dim";
+  const std::string value_dim = "linear_num_value_heads*linear_value_head_dim";
+  const std::string conv_dim = "2*" + key_dim + "+" + value_dim;
+  std::vector<ModuleSpec> head = {tensor("linear_attn.dt_bias", R::MixerOther, "linear_num_value_heads", when),
+                                  tensor("linear_attn.A_log", R::MixerOther, "linear_num_value_heads", when),
+                                  depthwise_conv1d("linear_attn.conv1d", conv_dim, "linear_conv_kernel_dim", "", when)};
+  const ModuleSpec gated_norm = norm("linear_attn.norm", R::MixerOther, "linear_value_head_dim", "", when);
+  const ModuleSpec out = linear("linear_attn.out_proj", R::O, value_dim, "hidden_size", "", when);
+  if (!qwen3_5) {
+    return concat({head,
+                   {linear("linear_attn.in_proj_qkvz", R::MixerIn, "hidden_size", "2*" + key_dim + "+2*" + value_dim, "", when),
+                    linear("linear_attn.in_proj_ba", R::MixerIn, "hidden_size", "2*linear_num_value_heads", "", when),
+                    gated_norm, out}});
+  }
+  return concat({head,
+                 {gated_norm, out,
+                  linear("linear_attn.in_proj_qkv", R::MixerIn, "hidden_size", conv_dim, "", when),
+                  linear("linear_attn.in_proj_z", R::MixerIn, "hidden_size", value_dim, "", when),
+                  linear("linear_attn.in_proj_b", R::MixerIn, "hidden_size", "linear_num_value_heads", "", when),
+                  linear("linear_attn.in_proj_a", R::MixerIn, "hidden_size", "linear_num_value_heads", "", when)}});
+}
+
+// Mamba2's mixer as Bamba and GraniteMoeHybrid build it (BambaMixer, GraniteMoeHybridMambaLayer):
+// its own dt_bias, A_log, D ([mamba_n_heads]) first, then conv1d (depthwise over conv_dim =
+// I + 2 * mamba_n_groups * mamba_d_state, I = mamba_expand * hidden_size; mamba_conv_bias),
+// in_proj [I + conv_dim + heads, H] (mamba_proj_bias), norm (gated RMSNorm over I), out_proj [H, I].
+const std::string kMambaInner = "mamba_expand*hidden_size";
+const std::string kMambaConv = kMambaInner + "+2*mamba_n_groups*mamba_d_state";
+std::vector<ModuleSpec> mamba2_mixer(const std::string& module, const std::string& when) {
+  return {tensor(module + ".dt_bias", R::MixerOther, "mamba_n_heads", when),
+          tensor(module + ".A_log", R::MixerOther, "mamba_n_heads", when),
+          tensor(module + ".D", R::MixerOther, "mamba_n_heads", when),
+          depthwise_conv1d(module + ".conv1d", kMambaConv, "mamba_d_conv", "mamba_conv_bias", when),
+          linear(module + ".in_proj", R::MixerIn, "hidden_size", "2*" + kMambaInner + "+2*mamba_n_groups*mamba_d_state+mamba_n_heads",
+                 "mamba_proj_bias", when),
+          norm(module + ".norm", R::MixerOther, kMambaInner, "", when),
+          linear(module + ".out_proj", R::O, kMambaInner, "hidden_size", "mamba_proj_bias", when)};
+}
+
+void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
+  const std::string linear_layer = "layer_type=linear_attention";
+  const std::string full_layer = "layer_type=full_attention";
+  // fla's chunk_gated_delta_rule (the kernel transformers calls when flash-linear-attention is
+  // installed; torch_chunk_gated_delta_rule, its fallback, uses the same chunk_size=64).
+  const MixerRule deltanet{linear_layer, TokenMixer::GatedDeltaNet, "linear_attn",
+                           "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "64",
+                           "2*linear_num_key_heads*linear_key_head_dim+linear_num_value_heads*linear_value_head_dim",
+                           "linear_conv_kernel_dim"};
+  // Qwen3NextConfig / Qwen3_5TextConfig.__post_init__: without layer_types, every
+  // full_attention_interval-th layer (default 4) is full attention.
+  const LayerTypesRule qwen_types{"", "full_attention_interval", 4, "linear_attention", "full_attention",
+                                  {"linear_attention", "full_attention"}};
+  {  // Qwen3-Next (Qwen3NextDecoderLayer): linear_attn or self_attn by layer_types, then Qwen2-MoE's
+     // sparse block (gate, experts, shared_expert, shared_expert_gate) by decoder_sparse_step /
+     // mlp_only_layers, else a dense MLP; the two norms last.
+    ArchitectureSpec a;
+    a.model_type = "qwen3_next";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_expert", "shared_expert_intermediate_size", "", "moe");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({gated_deltanet(false, linear_layer), gated_attention(full_layer),
+                      swiglu("mlp", "intermediate_size", "", "dense"),
+                      {tensor("mlp.gate.weight", R::Router, "num_experts,hidden_size", "moe"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_experts,hidden_size,moe_intermediate_size", "moe")},
+                      shared, {linear("mlp.shared_expert_gate", R::MlpOther, "hidden_size", "1", "", "moe")}, kLlamaNorms});
+    a.mixers = {deltanet};
+    a.layer_types = qwen_types;
+    a.moe = MoeLayers::SparseStep;
+    a.experts_key = "num_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["qwen3_next"]
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "shared_expert_intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"decoder_sparse_step", 1}, {"linear_conv_kernel_dim", 4},
+                  {"linear_key_head_dim", 128}, {"linear_value_head_dim", 128}, {"linear_num_key_heads", 16},
+                  {"linear_num_value_heads", 32}, {"num_experts", 512}, {"num_experts_per_tok", 10},
+                  {"moe_intermediate_size", 512}, {"shared_expert_intermediate_size", 512}};
+    a.source = "transformers/models/qwen3_next/modeling_qwen3_next.py";
+    t.push_back(a);
+  }
+  {  // Qwen3.5 (Qwen3_5DecoderLayer): the same mixers with Qwen3.5's split input projections and a
+     // dense MLP in every layer; Qwen3.5's vision-language model nests it under model.language_model
+     // with Qwen3-VL's tower (no DeepStack).
+    ArchitectureSpec a;
+    a.model_type = "qwen3_5_text";
+    a.aliases = {"qwen3_5"};
+    a.layer = concat({gated_deltanet(true, linear_layer), gated_attention(full_layer), swiglu("mlp", "intermediate_size"), kLlamaNorms});
+    a.mixers = {deltanet};
+    a.layer_types = qwen_types;
+    a.defaults = {{"tie_word_embeddings", 0}, {"linear_conv_kernel_dim", 4}, {"linear_key_head_dim", 128},
+                  {"linear_value_head_dim", 128}, {"linear_num_key_heads", 16}, {"linear_num_value_heads", 32}};
+    a.source = "transformers/models/qwen3_5/modeling_qwen3_5.py";
+    t.push_back(a);
+    // Qwen3.5-MoE (Qwen3_5MoeDecoderLayer): Qwen3_5MoeSparseMoeBlock in every layer (gate, experts,
+    // shared_expert, shared_expert_gate). No PEFT MoE conversion: _MODEL_TO_CONVERSION_PATTERN maps
+    // qwen3_5_moe_text to qwen3_5_text, which has no MoE target mapping.
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_expert", "shared_expert_intermediate_size");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.model_type = "qwen3_5_moe_text";
+    a.aliases = {"qwen3_5_moe"};
+    a.layer = concat({gated_deltanet(true, linear_layer), gated_attention(full_layer),
+                      {tensor("mlp.gate.weight", R::Router, "num_experts,hidden_size"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_experts,2*moe_intermediate_size,hidden_size"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_experts,hidden_size,moe_intermediate_size")},
+                      shared, {linear("mlp.shared_expert_gate", R::MlpOther, "hidden_size", "1")}, kLlamaNorms});
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "shared_expert_intermediate_size";
+    a.defaults.insert({{"num_experts", 256}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 512},
+                       {"shared_expert_intermediate_size", 512}});
+    a.source = "transformers/models/qwen3_5_moe/modeling_qwen3_5_moe.py";
+    t.push_back(a);
+  }
+  {  // OLMo-Hybrid: two layer classes. OlmoHybridLinearAttentionDecoderLayer registers mlp,
+     // input_layernorm, post_attention_layernorm, then linear_attn (OlmoHybridGatedDeltaNet: its own
+     // A_log - created float32, so it stays float32 in a bf16 model - and dt_bias, then q/k/v_proj,
+     // a_proj, b_proj, g_proj [V, H], o_proj, conv1d over 2K + V, o_norm over linear_value_head_dim).
+     // OlmoHybridAttentionDecoderLayer is OLMo-2's: self_attn (attention_bias; q_norm/k_norm over the
+     // whole projections), mlp, post_attention_layernorm, post_feedforward_layernorm.
+    ArchitectureSpec a;
+    a.model_type = "olmo_hybrid";
+    const std::string key_dim = "linear_num_key_heads*linear_key_head_dim";
+    const std::string value_dim = "linear_num_value_heads*linear_value_head_dim";
+    std::vector<ModuleSpec> attn = concat({attention("attention_bias", "attention_bias"),
+                                           {norm("self_attn.q_norm", R::QNorm, kQ), norm("self_attn.k_norm", R::KNorm, kKV)}});
+    for (ModuleSpec& m : attn) m.when = full_layer;
+    a.layer = concat({attn, swiglu("mlp", "intermediate_size"),
+                      {norm("input_layernorm", R::InputNorm, "hidden_size", "", linear_layer),
+                       norm("post_attention_layernorm", R::PostAttentionNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm, "hidden_size", "", full_layer),
+                       tensor("linear_attn.A_log", R::MixerOther, "linear_num_value_heads", linear_layer),
+                       tensor("linear_attn.dt_bias", R::MixerOther, "linear_num_value_heads", linear_layer),
+                       linear("linear_attn.q_proj", R::MixerIn, "hidden_size", key_dim, "", linear_layer),
+                       linear("linear_attn.k_proj", R::MixerIn, "hidden_size", key_dim, "", linear_layer),
+                       linear("linear_attn.v_proj", R::MixerIn, "hidden_size", value_dim, "", linear_layer),
+                       linear("linear_attn.a_proj", R::MixerIn, "hidden_size", "linear_num_value_heads", "", linear_layer),
+                       linear("linear_attn.b_proj", R::MixerIn, "hidden_size", "linear_num_value_heads", "", linear_layer),
+                       linear("linear_attn.g_proj", R::MixerIn, "hidden_size", value_dim, "", linear_layer),
+                       linear("linear_attn.o_proj", R::O, value_dim, "hidden_size", "", linear_layer),
+                       depthwise_conv1d("linear_attn.conv1d", "2*" + key_dim + "+" + value_dim, "linear_conv_kernel_dim", "", linear_layer),
+                       norm("linear_attn.o_norm", R::MixerOther, "linear_value_head_dim", "", linear_layer)}});
+    a.mixers = {MixerRule{linear_layer, TokenMixer::GatedDeltaNet, "linear_attn", "linear_num_value_heads", "linear_key_head_dim",
+                          "linear_value_head_dim", "64", "2*" + key_dim + "+" + value_dim, "linear_conv_kernel_dim"}};
+    // OlmoHybridConfig.__post_init__: every 4th layer (i % 4 == 3) full attention, and the last one
+    // when that leaves none (model_config.cc).
+    a.layer_types = qwen_types;
+    a.keep_in_fp32_strict = {"linear_attn.A_log"};
+    a.defaults = {{"tie_word_embeddings", 0}, {"linear_conv_kernel_dim", 4}};
+    a.derived = {{"linear_num_key_heads", "num_attention_heads"}, {"linear_num_value_heads", "num_attention_heads"},
+                 {"linear_value_head_dim", "2*linear_key_head_dim"}};
+    a.source = "transformers/models/olmo_hybrid/modeling_olmo_hybrid.py";
+    t.push_back(a);
+  }
+  // mamba_chunk_scan_combined's chunk is the config's mamba_chunk_size.
+  const MixerRule mamba2{linear_layer, TokenMixer::Mamba2, "mamba", "mamba_n_heads", "mamba_d_state", "mamba_d_head",
+                         "mamba_chunk_size", kMambaConv, "mamba_d_conv"};
+  const std::map<std::string, double> mamba2_defaults = {
+      {"mamba_n_heads", 128}, {"mamba_d_head", 64}, {"mamba_n_groups", 1}, {"mamba_d_state", 256}, {"mamba_d_conv", 4},
+      {"mamba_expand", 2}, {"mamba_chunk_size", 256}, {"mamba_conv_bias", 1}, {"mamba_proj_bias", 0}};
+  {  // Bamba (BambaDecoderLayer): feed_forward (BambaMLP, mlp_bias), input_layernorm,
+     // pre_ff_layernorm, then mamba (Mamba2) or self_attn (Llama's, attention_bias); layer types from
+     // attn_layer_indices (BambaConfig.layers_block_type); the final norm is model.final_layernorm.
+    ArchitectureSpec a;
+    a.model_type = "bamba";
+    std::vector<ModuleSpec> attn = attention("attention_bias", "attention_bias");
+    for (ModuleSpec& m : attn) m.when = full_layer;
+    a.layer = concat({swiglu("feed_forward", "intermediate_size", "mlp_bias"),
+                      {norm("input_layernorm", R::InputNorm), norm("pre_ff_layernorm", R::PostAttentionNorm)},
+                      mamba2_mixer("mamba", linear_layer), attn});
+    a.final_norm = "model.final_layernorm";
+    a.mixers = {mamba2};
+    a.layer_types = LayerTypesRule{"attn_layer_indices", "", 0, "linear_attention", "full_attention",
+                                   {"linear_attention", "full_attention"}};
+    a.defaults = mamba2_defaults;
+    a.defaults["tie_word_embeddings"] = 0;
+    a.source = "transformers/models/bamba/modeling_bamba.py";
+    t.push_back(a);
+  }
+  {  // GraniteMoeHybrid (GraniteMoeHybridDecoderLayer): input_layernorm, post_attention_layernorm,
+     // block_sparse_moe (router, experts; absent when num_local_experts is 0), shared_mlp
+     // (input_linear [2S, H], output_linear [H, S]), then mamba or self_attn: both start as None
+     // attributes and are registered when assigned, after shared_mlp. layer_types (legacy
+     // "mamba"/"attention" remapped); without it every layer is Mamba2.
+    ArchitectureSpec a;
+    a.model_type = "granitemoehybrid";
+    std::vector<ModuleSpec> attn = attention("attention_bias", "attention_bias");
+    for (ModuleSpec& m : attn) m.when = full_layer;
+    a.layer = concat({kLlamaNorms,
+                      {tensor("block_sparse_moe.router.weight", R::Router, "num_local_experts,hidden_size", "num_local_experts"),
+                       tensor("block_sparse_moe.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*intermediate_size,hidden_size",
+                              "num_local_experts"),
+                       tensor("block_sparse_moe.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,intermediate_size",
+                              "num_local_experts"),
+                       linear("shared_mlp.input_linear", R::MlpOther, "hidden_size", "2*shared_intermediate_size"),
+                       linear("shared_mlp.output_linear", R::MlpOther, "shared_intermediate_size", "hidden_size")},
+                      mamba2_mixer("mamba", linear_layer), attn});
+    a.mixers = {mamba2};
+    a.layer_types = LayerTypesRule{"", "", 0, "linear_attention", "full_attention", {"linear_attention", "full_attention"}};
+    a.moe = MoeLayers::All;
+    a.experts_key = "num_local_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "intermediate_size";
+    a.shared_expert_width = "shared_intermediate_size";
+    // _MODEL_TO_CONVERSION_PATTERN maps granitemoehybrid to granitemoe, which has no MoE target mapping.
+    a.defaults = mamba2_defaults;
+    a.defaults.insert({{"tie_word_embeddings", 0}, {"num_local_experts", 8}, {"num_experts_per_tok", 2},
+                       {"shared_intermediate_size", 1024}});
+    a.source = "transformers/models/granitemoehybrid/modeling_granitemoehybrid.py";
+    t.push_back(a);
+  }
+}
+
 std::vector<ArchitectureSpec> build_table() {
   std::vector<ArchitectureSpec> t;
   auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
+  add_hybrid_decoders(t);
 
   {  // modeling_llama.py: attention_bias on all four projections, mlp_bias on the MLP.
     ArchitectureSpec a;

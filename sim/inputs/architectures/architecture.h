@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "sim/inputs/architectures/token_mixer.h"
+
 namespace hookstream {
 
 // What the forward graph (sim/engine/forward_graph.cc) does with a module of a decoder layer.
@@ -32,6 +34,10 @@ enum class ModuleRole {
   // projection right after the token embedding (GPT-2 wpe, BLOOM word_embeddings_layernorm, OPT
   // project_in/out), and a final norm registered before the layers (OPT's decoder.final_layer_norm).
   EmbedOther, FinalNorm,
+  // A recurrent token mixer (token_mixer.h): its input projections (each reads the normed hidden
+  // state), and its other parameters in the order the mixer applies them (conv1d, dt_bias, A_log,
+  // the gated norm); its output projection takes the O role.
+  MixerIn, MixerOther,
 };
 
 enum class ModuleKind {
@@ -44,7 +50,9 @@ enum class ModuleKind {
   Conv1D,
   Embedding,  // nn.Embedding: weight [shape] (learned position embeddings)
   // nn.Conv2d(in, out, kernel): `in` the input channels, `shape` "out,kernel_h,kernel_w"; weight
-  // [out, in, kh, kw] (+ bias [out]). A vision tower's patch embedding (vision_tower.h).
+  // [out, in, kh, kw] (+ bias [out]). A vision tower's patch embedding (vision_tower.h). In a decoder
+  // layer, a recurrent mixer's depthwise nn.Conv1d(C, C, k, groups=C): `in` "1" (in_channels /
+  // groups), `shape` "C,k", weight [C, 1, k].
   Conv,
 };
 
@@ -137,6 +145,10 @@ struct ArchitectureSpec {
   // Keys the config class (or the modelling code) derives when a config.json omits them or writes
   // null, as shape expressions evaluated in order (GPT-2: n_inner None -> 4 * n_embd).
   std::vector<std::pair<std::string, std::string>> derived;
+  // Hybrid decoders: the layers whose token mixer is not attention (the first rule whose condition
+  // holds for the layer decides; none: attention under "self_attn").
+  std::vector<MixerRule> mixers;
+  LayerTypesRule layer_types;
   // What the description was checked against (see tests/sim/architectures/).
   std::string source;
 };

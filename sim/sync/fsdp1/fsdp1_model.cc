@@ -606,8 +606,9 @@ class Fsdp1Model : public SyncModel {
     const DecoderLayerUse& layer = structure_.layers[static_cast<size_t>(index)];
     const int64_t rows =
         plan_.micro_batch_size * plan_.sequence_len_for(position_.rank, position_.step.iteration, position_.step.micro_step);
-    if (!module_unused(unused_, layer.path + ".self_attn")) {
+    if (!module_unused(unused_, layer.path + "." + layer.mixer_module)) {
       add_norm(reads, layer.input_norm, 2);
+      for (const LinearUse& use : layer.mixer_in) add_linear(reads, use, rows);  // a recurrent mixer's input projections
       add_linear(reads, layer.q, rows);
       add_linear(reads, layer.k, rows);
       add_linear(reads, layer.v, rows);

@@ -1,0 +1,70 @@
+// What mixes tokens in a decoder layer. Most decoders use attention in every layer; hybrid decoders
+// choose a mixer per layer from their config (Qwen3-Next / Qwen3.5 `layer_types`: "linear_attention"
+// is a gated DeltaNet, "full_attention" attention). The layer's parameters come from the
+// architecture table like any other module (their conditions read the layer's type); this names the
+// mixer so that the forward graph, the time model and the memory model cost what runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hookstream {
+
+enum class TokenMixer {
+  Attention,
+  // A chunked linear recurrence over a [key_dim x value_dim] state per head: gated DeltaNet
+  // (Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet: fla's chunk_gated_delta_rule, chunk 64).
+  GatedDeltaNet,
+  // Mamba2's state-space duality scan (Bamba, GraniteMoeHybrid: BambaMixer, mamba_ssm's
+  // mamba_chunk_scan_combined) over a [d_state x head_dim] state per head, chunk mamba_chunk_size.
+  Mamba2,
+};
+
+// Sizes of a recurrent mixer, evaluated per layer from the table's expressions (MixerRule).
+struct RecurrentMixerShape {
+  int64_t heads = 0;          // recurrent heads (linear_num_value_heads)
+  int64_t key_dim = 0;        // per-head key (state rows) width
+  int64_t value_dim = 0;      // per-head value (state columns) width
+  int64_t chunk = 0;          // tokens per chunk of the chunked scan
+  int64_t conv_channels = 0;  // channels of the causal depthwise conv1d
+  int64_t conv_kernel = 0;    // its kernel width
+};
+
+// When a layer uses a mixer other than attention: `when` is a condition as evaluate_flag reads it
+// (per layer, "layer_type=<type>" reads the layer's layer_types entry), `module` the mixer's
+// attribute in the layer ("linear_attn"), and the sizes as shape expressions over config keys.
+struct MixerRule {
+  std::string when;
+  TokenMixer mixer = TokenMixer::Attention;
+  std::string module;
+  std::string heads, key_dim, value_dim, chunk, conv_channels, conv_kernel;
+};
+
+// The per-layer types of a hybrid decoder as its config class reads them (Qwen3NextConfig,
+// Qwen3_5TextConfig.__post_init__): `layer_types` when the config has it, with the legacy names
+// remapped (configuration_utils.py _LEGACY_LAYER_TYPE_REMAP: "mamba"/"conv" -> "linear_attention",
+// "attention" -> "full_attention"); without it, from the indices list (below) or: layer i is `every` when (i + 1) % interval == 0 and
+// `other` otherwise, the interval from `interval_key` (default `interval_default`); with neither key,
+// every layer is `other` (GraniteMoeHybridConfig). A type outside `known` is refused (the table has
+// no modules for it). `known` empty: the architecture does not read layer_types for its mixers.
+struct LayerTypesRule {
+  // BambaConfig.layers_block_type: layer i is `every` when i is in the list `indices_key`
+  // (attn_layer_indices), `other` otherwise; read instead of the interval when set.
+  std::string indices_key;
+  std::string interval_key;
+  int interval_default = 0;
+  std::string other, every;
+  std::vector<std::string> known;
+};
+
+inline std::string to_string(TokenMixer mixer) {
+  switch (mixer) {
+    case TokenMixer::Attention: return "attention";
+    case TokenMixer::GatedDeltaNet: return "gated_deltanet";
+    case TokenMixer::Mamba2: return "mamba2";
+  }
+  return "attention";
+}
+
+}  // namespace hookstream
