@@ -75,7 +75,7 @@ namespace {
 // its fsdp_config keys. Every fix touching fsdp_config must use that spelling (`prefix`), its patch
 // must apply to the file with `patch`, and the patched file must load (verify exits 0 or 1, never
 // 2) and equal --write-fixed's output. No change may be rejected as a duplicate key.
-void check_fixes_keep_spelling(const std::string& plan_text, const std::string& prefix, const std::string& name) {
+void check_fixes_keep_spelling(const std::string& plan_text, const std::string& prefix, const std::string& name, bool searches_reshard) {
   hookstream::test::TempDir dir("hookstream-fix-spelling-" + name + "-" + std::to_string(getpid()));
   std::ofstream(dir / "plan.yaml") << plan_text;
   const auto json = run_command(in(dir, "verify plan.yaml --format json"));
@@ -115,7 +115,8 @@ void check_fixes_keep_spelling(const std::string& plan_text, const std::string& 
   }
   CHECK(fsdp_fixes >= 1);
   // The plan search explores fsdp_config.reshard_after_forward: its changes are in the file's spelling.
-  const auto plan = run_command(in(dir, "plan plan.yaml --gpu H100 --budget-gib 76 --top 5 --format json"));
+  // 85 GiB: the plan's own reshard_after_forward: false does not fit (92.6 GiB), true does (80.4).
+  const auto plan = run_command(in(dir, "plan plan.yaml --gpu H200 --budget-gib 85 --top 5 --format json"));
   INFO(plan.out.substr(0, 2000));
   CHECK(plan.out.find("duplicate key") == std::string::npos);
   REQUIRE((plan.exit_code == 0 || plan.exit_code == 1));
@@ -129,7 +130,7 @@ void check_fixes_keep_spelling(const std::string& plan_text, const std::string& 
       CHECK(key == "fsdp_config." + prefix + "reshard_after_forward");
     }
   }
-  CHECK(reshards >= 1);
+  if (searches_reshard) CHECK(reshards >= 1);
 }
 
 const char* kFsdpPlanHead =
@@ -146,21 +147,21 @@ TEST_CASE("FSDP fixes are written in the fsdp_config spelling the plan uses, and
     check_fixes_keep_spelling(std::string(kFsdpPlanHead) +
                                   "fsdp_version: 2\nfsdp_config:\n  fsdp_offload_params: false\n  fsdp_reshard_after_forward: false\n"
                                   "  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n",
-                              "fsdp_", "prefixed2");
+                              "fsdp_", "prefixed2", true);
   }
   SECTION("fsdp_ prefixed keys and fsdp_version inside fsdp_config, FSDP1") {
     check_fixes_keep_spelling(std::string(kFsdpPlanHead) +
                                   "fsdp_config:\n  fsdp_version: 1\n  fsdp_offload_params: false\n  fsdp_reshard_after_forward: false\n"
                                   "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n",
-                              "fsdp_", "prefixed1");
+                              "fsdp_", "prefixed1", true);
   }
   SECTION("plain keys, `version` alias") {
     check_fixes_keep_spelling(std::string(kFsdpPlanHead) +
                                   "fsdp_config:\n  version: 2\n  offload_params: false\n  reshard_after_forward: false\n",
-                              "", "plain");
+                              "", "plain", true);
   }
   SECTION("prefixed keys the plan leaves out are added in the canonical spelling") {
     check_fixes_keep_spelling(std::string(kFsdpPlanHead) + "fsdp_version: 2\nfsdp_config:\n  fsdp_state_dict_type: FULL_STATE_DICT\n",
-                              "", "absent");
+                              "", "absent", false);
   }
 }
