@@ -127,6 +127,19 @@ TEST_CASE("QLoRA: 4-bit packed base weights plus quantization state, fp32 adapte
   CHECK(state < quantized / 64 * 11 / 10);  // ... plus a little for the second-level scales
   CHECK(category(step, MemoryCategory::Adapters) == 4 * adapter);
   CHECK(category(step, MemoryCategory::OptimizerStates) == 8 * adapter);
+  // Sharded engines shard the packed storage but not the quantization state: bitsandbytes keeps
+  // the QuantState as an attribute of the parameter and its module, which FSDP's flattening and
+  // ZeRO-3's partitioning leave whole on every rank.
+  for (const std::string& engine : {std::string("fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: true\n"),
+                                    std::string("fsdp_config:\n  use_orig_params: true\n"),
+                                    std::string("deepspeed:\n  zero_optimization:\n    stage: 3\n")}) {
+    const Plan sharded = plan_from("base_model: Llama-3.1-8B\nsequence_len: 1024\nadapter: qlora\nload_in_4bit: true\nlora_r: 16\n"
+                                   "lora_target_linear: true\n" + engine + "hookstream:\n  world_size: 4\n");
+    INFO(engine);
+    const MemoryPoint& at = point(estimate(sharded, false), "optimizer", "AdamW step");
+    CHECK(category(at, MemoryCategory::QuantizationState) == state);
+    CHECK(category(at, MemoryCategory::Weights) < quantized / 2);  // the packed weights are sharded
+  }
 }
 
 TEST_CASE("checkpointing and tiled MLP shrink activations, an oversized plan is an oom finding", "[memory]") {
