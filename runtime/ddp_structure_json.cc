@@ -106,6 +106,12 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
                           {"reduce_bucket_size", ds.reduce_bucket_size || ds.reduce_bucket_size_auto
                                                      ? Json(zero_reduce_bucket_size(plan)) : Json(nullptr)},
                           {"param_persistence_threshold", zero_persistence_threshold(plan)},
+                          // "auto": what HF's Trainer fills, int(0.9 * hidden_size^2).
+                          {"prefetch_bucket_size", ds.stage3_prefetch_bucket_size_auto && !ds.stage3_prefetch_bucket_size
+                                                       ? Json(static_cast<long long>(0.9 * m.hidden_size * m.hidden_size))
+                                                       : optional_json(ds.stage3_prefetch_bucket_size)},
+                          {"max_live_parameters", optional_json(ds.stage3_max_live_parameters)},
+                          {"max_reuse_distance", optional_json(ds.stage3_max_reuse_distance)},
                           {"leaf_modules", plan.z3_leaf_mlp}};
   } else {
     j["deepspeed"] = nullptr;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fmt/format.h>
+#include <optional>
 
 #include "sim/cost/optimizer_states.h"
 #include "sim/cost/time_model.h"
@@ -138,7 +139,12 @@ EngineCostSettings engine_cost_settings(const Plan& plan) {
       s.reduce_bucket_elements = zero_reduce_bucket_size(plan);
       if (ds.allgather_bucket_size) s.allgather_bucket_elements = *ds.allgather_bucket_size;
       if (ds.stage3_prefetch_bucket_size) s.prefetch_bucket_elements = *ds.stage3_prefetch_bucket_size;
+      else if (ds.stage3_prefetch_bucket_size_auto && plan.model.hidden_size > 0) {
+        // transformers' trainer_config_finalize: int(0.9 * hidden_size * hidden_size).
+        s.prefetch_bucket_elements = static_cast<int64_t>(0.9 * plan.model.hidden_size * plan.model.hidden_size);
+      }
       if (ds.stage3_max_live_parameters) s.max_live_parameters = *ds.stage3_max_live_parameters;
+      if (ds.stage3_max_reuse_distance) s.max_reuse_distance = *ds.stage3_max_reuse_distance;
       s.param_persistence_threshold = zero_persistence_threshold(plan);
       if (ds.sub_group_size) s.sub_group_elements = *ds.sub_group_size;
       s.offload_optimizer = ds.offload_optimizer == "cpu" || ds.offload_optimizer == "nvme";
@@ -165,6 +171,7 @@ EngineCostSettings engine_cost_settings(const Plan& plan) {
       if (ds.zero_stage == 3) {
         s.settings.push_back(fmt::format("stage3_prefetch_bucket_size: {}", s.prefetch_bucket_elements));
         s.settings.push_back(fmt::format("stage3_max_live_parameters: {}", s.max_live_parameters));
+        s.settings.push_back(fmt::format("stage3_max_reuse_distance: {}", s.max_reuse_distance));
         s.settings.push_back(fmt::format("stage3_param_persistence_threshold: {}", s.param_persistence_threshold));
       }
       break;
@@ -191,6 +198,10 @@ struct CostUnit {
   int64_t persistent_bytes = 0;    // ZeRO-3: 16-bit bytes beyond the partition of whole-kept parameters
   int64_t largest_module = 0;      // ZeRO-3: the largest module's own elements (one fetch)
 };
+
+// parameter_offload.py mark_persistent_parameters: `param.ds_numel <= param_threshold` stays whole
+// (ds_persist) on every rank, gathered once at its first use.
+bool zero3_persistent(const Parameter& p, const EngineCostSettings& s) { return p.numel() <= s.param_persistence_threshold; }
 
 // Bytes per element as stored when not upcast: PEFT's adapters are fp32 (autocast_adapter_dtype).
 int stored_bytes(const Parameter& p) { return p.adapter ? 4 : dtype_bytes(p.dtype); }
@@ -270,7 +281,7 @@ std::vector<CostUnit> cost_units(const Plan& plan, const ModelStructure& structu
     int64_t local = ceil_div(p.numel(), world);
     if (s.kind == EngineKind::Fsdp2 && !p.shape.empty() && p.shape[0] > 0) local = ceil_div(p.shape[0], world) * (p.numel() / p.shape[0]);
     int64_t gathered = local * world;
-    if (zero3 && p.numel() < s.param_persistence_threshold) {
+    if (zero3 && zero3_persistent(p, s)) {
       // stage3.py persistent_parameters: under param_persistence_threshold a parameter is
       // gathered once and kept whole (ds_persist); its fp32 partition is still 1/world.
       c.persistent_bytes += (p.numel() - local) * (p.trainable ? s.param_dtype_bytes : stored_bytes(p));
@@ -294,6 +305,256 @@ std::vector<CostUnit> cost_units(const Plan& plan, const ModelStructure& structu
 }
 
 }  // namespace
+
+namespace {
+
+// One module that owns parameters, as ZeRO-3 fetches it.
+struct TraceModule {
+  int layer = -1;            // decoder layer; -1 outside the stack
+  int64_t elements = 0;      // every parameter's elements: the reuse-distance walk counts them all (ds_numel)
+  int64_t gathered = 0;      // the non-persistent ones: what a fetch all-gathers
+  bool trainable = false;
+  bool in_backward = false;  // its output requires grad, so its backward hook fetches it again
+};
+
+struct TraceUse {
+  int module = 0;
+  bool backward = false;   // a backward use or a recompute (the coordinator's step runs on)
+  bool recompute = false;  // a checkpointed layer's forward run again inside backward
+  // Only the release of `module`, later than its use: a non-reentrant checkpoint's trigger module
+  // is released after the recompute its backward ran.
+  bool release_only = false;
+  bool held = false;       // its release waits for `owner`'s (a frozen module's recompute use)
+  // The module whose backward release also releases it (-1: the step's end); its own index: the
+  // use's release comes with a later release_only entry.
+  int owner = -1;
+};
+
+// The parameter indices of one decoder layer in the order its forward calls their modules
+// (input norm, attention projections, post-attention norm, MLP / experts), then any other
+// parameter of the layer in named_parameters() order.
+std::vector<int> layer_call_order(const ModelStructure& structure, const DecoderLayerUse& use) {
+  std::vector<int> order;
+  auto add = [&](int index) {
+    if (index >= 0) order.push_back(index);
+  };
+  auto add_linear = [&](const LinearUse& linear) {
+    for (int index : {linear.weight, linear.bias, linear.lora_a, linear.lora_b}) add(index);
+  };
+  add(use.input_norm);
+  add(use.input_norm_bias);
+  for (const LinearUse* linear : {&use.q, &use.k, &use.v}) add_linear(*linear);
+  add(use.q_norm);
+  add(use.k_norm);
+  for (const LinearUse& linear : use.attention_other) add_linear(linear);
+  add_linear(use.o);
+  add(use.post_attention_norm);
+  add(use.post_attention_norm_bias);
+  add_linear(use.gate);
+  for (const ExpertUse& expert : use.experts) {
+    for (const LinearUse* linear : {&expert.gate, &expert.up, &expert.down}) add_linear(*linear);
+  }
+  add_linear(use.up);
+  add_linear(use.down);
+  for (const LinearUse& linear : use.mlp_other) add_linear(linear);
+  for (size_t i = 0; i < structure.parameters.size(); ++i) {
+    if (structure.parameters[i].layer == use.index) order.push_back(static_cast<int>(i));
+  }
+  return order;
+}
+
+}  // namespace
+
+Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& s) {
+  const int layers = static_cast<int>(structure.layers.size());
+  Zero3Fetches out;
+  out.forward_elements.assign(static_cast<size_t>(layers) + 1, 0);
+  out.backward_elements.assign(static_cast<size_t>(layers) + 1, 0);
+  // Modules in call order: embedding (and vision tower) first, the decoder layers, then the final
+  // norm and the head; each module where its first parameter in that order puts it.
+  std::vector<int> order;
+  for (size_t i = 0; i < structure.parameters.size(); ++i) {
+    const Parameter& p = structure.parameters[i];
+    if ((p.layer < 0 || p.layer >= layers) && p.group != "final_norm" && p.group != "head") order.push_back(static_cast<int>(i));
+  }
+  for (const DecoderLayerUse& use : structure.layers) {
+    const std::vector<int> in_layer = layer_call_order(structure, use);
+    order.insert(order.end(), in_layer.begin(), in_layer.end());
+  }
+  for (size_t i = 0; i < structure.parameters.size(); ++i) {
+    const Parameter& p = structure.parameters[i];
+    if ((p.layer < 0 || p.layer >= layers) && (p.group == "final_norm" || p.group == "head")) order.push_back(static_cast<int>(i));
+  }
+  std::vector<TraceModule> modules;
+  std::map<std::string, int> module_of;
+  std::vector<char> seen(structure.parameters.size(), 0);
+  for (int index : order) {
+    if (seen[static_cast<size_t>(index)]) continue;
+    seen[static_cast<size_t>(index)] = 1;
+    const Parameter& p = structure.parameters[static_cast<size_t>(index)];
+    auto [it, added] = module_of.emplace(p.module, static_cast<int>(modules.size()));
+    if (added) {
+      modules.push_back(TraceModule{});
+      modules.back().layer = p.layer >= 0 && p.layer < layers ? p.layer : -1;
+    }
+    TraceModule& m = modules[static_cast<size_t>(it->second)];
+    m.elements += p.numel();
+    if (!zero3_persistent(p, s)) m.gathered += p.numel();
+    m.trainable = m.trainable || p.trainable;
+  }
+  // A module's backward hook runs when its output requires grad: it holds a trainable parameter,
+  // or one before it does (or the embedding output requires grad: enable_input_require_grads).
+  bool flow = false;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    modules[i].in_backward = modules[i].trainable || flow;
+    flow = modules[i].in_backward || (plan.input_require_grads() && modules[i].layer < 0);
+  }
+  // The trace: forward in call order; backward in reverse, each checkpointed layer's modules run
+  // forward again (the recompute) just before its backward.
+  std::vector<TraceUse> trace;
+  for (size_t i = 0; i < modules.size(); ++i) trace.push_back({static_cast<int>(i), false, false});
+  // Tied embeddings: the head's weight is the embedding's parameter, fetched again where the head runs.
+  int tied_head = -1;
+  if (plan.model.tie_word_embeddings) {
+    for (size_t i = 0; i < structure.parameters.size() && tied_head < 0; ++i) {
+      if (structure.parameters[i].group == "embed") tied_head = module_of.at(structure.parameters[i].module);
+    }
+  }
+  if (tied_head >= 0) trace.push_back({tied_head, false, false});
+  std::vector<std::vector<int>> of_layer(static_cast<size_t>(layers) + 1);
+  for (size_t i = 0; i < modules.size(); ++i) {
+    of_layer[modules[i].layer >= 0 ? static_cast<size_t>(modules[i].layer) : static_cast<size_t>(layers)].push_back(static_cast<int>(i));
+  }
+  size_t at = modules.size();
+  // Modules after the stack (final norm, head), then the layers, then those before it.
+  if (tied_head >= 0) trace.push_back({tied_head, true, false});
+  while (at > 0 && modules[at - 1].layer < 0) {
+    --at;
+    if (modules[at].in_backward) trace.push_back({static_cast<int>(at), true, false});
+  }
+  // A recompute's frozen parameters stay gathered until the backward release of the module whose
+  // backward is running (DeepSpeed PR #8148: fetch_sub_module's update_recompute_parameters while
+  // `forward and torch._C._current_graph_task_id() != -1`; release_sub_module releases them with
+  // that module's backward): under reentrant checkpointing the root's, so the step's end; under
+  // non-reentrant the module whose backward unpacked the layer's saved tensors.
+  for (int layer = layers - 1; layer >= 0; --layer) {
+    const std::vector<int>& own = of_layer[static_cast<size_t>(layer)];
+    std::vector<int> backward_order;
+    for (auto it = own.rbegin(); it != own.rend(); ++it) {
+      if (modules[static_cast<size_t>(*it)].in_backward) backward_order.push_back(*it);
+    }
+    if (plan.layer_checkpointed(layer) && plan.use_reentrant) {
+      // CheckpointFunction.backward reruns the whole layer before any of its modules' backward.
+      for (int m : own) trace.push_back({m, true, true, false, !modules[static_cast<size_t>(m)].trainable, -1});
+    } else if (plan.layer_checkpointed(layer) && !backward_order.empty()) {
+      // Non-reentrant: the backward of the layer's last module comes first (its pre-backward fetch);
+      // unpacking its saved tensors recomputes the modules before it (early stop: not itself),
+      // then it is released and the rest of the layer runs backward.
+      const int trigger = backward_order.front();
+      trace.push_back({trigger, true, false, false, false, trigger});
+      for (int m : own) {
+        if (m == trigger) break;
+        trace.push_back({m, true, true, false, !modules[static_cast<size_t>(m)].trainable, trigger});
+      }
+      trace.push_back({trigger, true, false, true, false, -1});
+      backward_order.erase(backward_order.begin());
+    }
+    for (int m : backward_order) trace.push_back({m, true, false});
+  }
+  while (at > 0) {
+    --at;
+    if (modules[at].layer < 0 && modules[at].in_backward) trace.push_back({static_cast<int>(at), true, false});
+  }
+
+  const size_t n = trace.size();
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (size_t k = 0; k < n; ++k) {
+    prefix[k + 1] = prefix[k] + (trace[k].release_only ? 0 : modules[static_cast<size_t>(trace[k].module)].elements);
+  }
+  std::vector<long> next_use(n, -1), last_seen(modules.size(), -1);
+  for (size_t k = n; k-- > 0;) {
+    next_use[k] = last_seen[static_cast<size_t>(trace[k].module)];
+    if (!trace[k].release_only) last_seen[static_cast<size_t>(trace[k].module)] = static_cast<long>(k);
+  }
+  std::vector<std::vector<int>> held_by(modules.size());  // owner -> frozen modules it keeps gathered
+  std::vector<char> held(modules.size(), 0);
+  std::vector<char> available(modules.size(), 0), last_use_forward(modules.size(), 0);
+  std::vector<long> protect(modules.size(), -1);  // __most_recent_step_id_param_fetched_for
+  int64_t live = 0;
+  size_t queue = 0;  // the coordinator's __param_queue: the trace position it has popped up to
+  auto record = [&](size_t k) {
+    const TraceUse& use = trace[k];
+    const TraceModule& m = modules[static_cast<size_t>(use.module)];
+    const size_t slot = m.layer >= 0 ? static_cast<size_t>(m.layer) : static_cast<size_t>(layers);
+    (use.backward ? out.backward_elements : out.forward_elements)[slot] += m.gathered;
+    (use.backward ? out.backward_gathers : out.forward_gathers) += 1;
+    if (use.recompute) out.recompute_elements += m.gathered;
+    available[static_cast<size_t>(use.module)] = 1;
+    last_use_forward[static_cast<size_t>(use.module)] = 0;  // gathered afresh, not kept
+    live += m.gathered;
+  };
+  auto release = [&](int module) {
+    if (!available[static_cast<size_t>(module)]) return;
+    available[static_cast<size_t>(module)] = 0;
+    live -= modules[static_cast<size_t>(module)].gathered;
+  };
+  for (size_t k = 0; k < n; ++k) {
+    const int mi = trace[k].module;
+    TraceModule& m = modules[static_cast<size_t>(mi)];
+    if (trace[k].release_only) {
+      for (int frozen : held_by[static_cast<size_t>(mi)]) {
+        held[static_cast<size_t>(frozen)] = 0;
+        release(frozen);
+      }
+      held_by[static_cast<size_t>(mi)].clear();
+    }
+    if (trace[k].release_only) {
+      if (m.gathered == 0 || !available[static_cast<size_t>(mi)] || held[static_cast<size_t>(mi)]) continue;
+      bool keep = protect[static_cast<size_t>(mi)] > static_cast<long>(k) + 1;
+      if (!keep && next_use[k] >= 0) keep = prefix[static_cast<size_t>(next_use[k])] - prefix[k + 1] < s.max_reuse_distance;
+      if (!keep) release(mi);
+      continue;
+    }
+    if (trace[k].held && m.gathered > 0) {
+      held[static_cast<size_t>(mi)] = 1;
+      if (trace[k].owner >= 0) held_by[static_cast<size_t>(trace[k].owner)].push_back(mi);
+    }
+    if (m.gathered > 0 && !available[static_cast<size_t>(mi)]) {
+      record(k);
+    } else if (m.gathered > 0 && trace[k].backward && last_use_forward[static_cast<size_t>(mi)]) {
+      out.kept_elements += m.gathered;  // still gathered since its forward
+    }
+    last_use_forward[static_cast<size_t>(mi)] = !trace[k].backward;
+    // fetch_sub_module pops the module's own entry, then prefetches the next entries of the trace
+    // up to min(max_live_parameters - available, prefetch_bucket_size) elements, skipping gathered
+    // ones (whose skipped use it records, so they are not released before it).
+    queue = std::max(queue, k + 1);
+    if (s.prefetch_bucket_elements > 0) {
+      const int64_t limit = std::min(s.max_live_parameters - live, s.prefetch_bucket_elements);
+      int64_t prefetching = 0;
+      while (queue < n && prefetching < limit) {
+        const int next = trace[queue].module;
+        protect[static_cast<size_t>(next)] = std::max(protect[static_cast<size_t>(next)], static_cast<long>(queue));
+        const TraceModule& nm = modules[static_cast<size_t>(next)];
+        if (nm.gathered > 0 && !available[static_cast<size_t>(next)]) {
+          record(queue);
+          prefetching += nm.gathered;
+        }
+        ++queue;
+      }
+    }
+    out.peak_available = std::max(out.peak_available, live);
+    // release_sub_module after the module's forward / backward: released unless a prefetch skipped
+    // over a later use, or the trace uses it again within max_reuse_distance elements
+    // (__params_to_release walks the modules after this step until that many elements).
+    if (m.gathered == 0 || !available[static_cast<size_t>(mi)] || held[static_cast<size_t>(mi)]) continue;
+    if (trace[k].owner == mi) continue;  // a non-reentrant recompute's trigger: released after it
+    bool keep = protect[static_cast<size_t>(mi)] > static_cast<long>(k) + 1;
+    if (!keep && next_use[k] >= 0) keep = prefix[static_cast<size_t>(next_use[k])] - prefix[k + 1] < s.max_reuse_distance;
+    if (!keep) release(mi);
+  }
+  return out;
+}
 
 EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& s,
                            bool allocator_rounding) {
@@ -470,12 +731,18 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
     m.comm_buffers = device(bucket) * (s.overlap_comm && s.zero_stage < 3 ? 2 : 1);
   }
   if (s.zero_stage == 3) {
-    // Gathered at the peak: the fetched module and the modules prefetched after it, up to
-    // stage3_prefetch_bucket_size elements (PartitionedParameterCoordinator.fetch_sub_module),
-    // all under stage3_max_live_parameters (it releases beyond that), in the 16-bit dtype; plus
-    // the computing module's 16-bit gradients: the estimate's 4 x largest layer with no prefetch.
-    const int64_t live = std::max(largest, std::min(largest + s.prefetch_bucket_elements, s.max_live_parameters));
+    // Gathered at the peak: what the coordinator holds at once over the fetch trace (zero3_fetches:
+    // the computing module, the modules prefetched after it, and those kept for a reuse within
+    // stage3_max_reuse_distance), in the 16-bit dtype; plus the computing module's 16-bit gradients.
+    // With no prefetch and no reuse that is the estimate's 4 x largest layer.
+    const Zero3Fetches fetches = zero3_fetches(plan, structure, s);
+    const int64_t live = std::max(largest, fetches.peak_available);
     m.unsharded_peak = device(live * pb) + device(largest_trainable * pb);
+    if (fetches.kept_elements > 0) {
+      m.notes.push_back(fmt::format("stage3_max_reuse_distance {}: {:.3g} M parameter elements stay gathered from their forward to their "
+                                    "backward use (released only when reused beyond that distance)",
+                                    s.max_reuse_distance, fetches.kept_elements / 1e6));
+    }
     m.parts["gathered"] = live * pb + largest_trainable * pb;
     if (persistent > 0) m.notes.push_back("parameters under stage3_param_persistence_threshold stay whole on every rank");
   }
@@ -608,7 +875,31 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
   // after its forward unless persistent).
   std::vector<char> need_gather(segments.size(), 0);
   std::vector<double> ready_at(segments.size(), -1);
-  {
+  // ZeRO-3: the elements each segment's modules all-gather, from the coordinator's fetch trace
+  // (zero3_fetches: releases within stage3_max_reuse_distance are skipped, recomputes re-gather),
+  // issued with the layer's first segment of the phase.
+  std::vector<int64_t> zero3_elements(segments.size(), 0);
+  std::optional<Zero3Fetches> fetches;
+  if (zero3) {
+    fetches = zero3_fetches(plan, structure, s);
+    std::vector<char> forward_done(static_cast<size_t>(layers) + 1, 0), backward_done(static_cast<size_t>(layers) + 1, 0);
+    int current = -1;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const Segment& seg = segments[i];
+      if (seg.optimizer) continue;
+      if (seg.micro != current) {
+        current = seg.micro;
+        std::fill(forward_done.begin(), forward_done.end(), 0);
+        std::fill(backward_done.begin(), backward_done.end(), 0);
+      }
+      const size_t at = seg.layer >= 0 && seg.layer < layers ? static_cast<size_t>(seg.layer) : static_cast<size_t>(layers);
+      std::vector<char>& done = seg.backward ? backward_done : forward_done;
+      if (done[at]) continue;
+      done[at] = 1;
+      zero3_elements[i] = (seg.backward ? fetches->backward_elements : fetches->forward_elements)[at];
+    }
+  }
+  if (!zero3) {
     int current = -1;
     for (size_t i = 0; i < segments.size(); ++i) {
       const Segment& seg = segments[i];
@@ -624,12 +915,14 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
         needed = true;
       } else if (seg.backward && !regathered[at]) {
         regathered[at] = 1;
-        needed = zero3 || (s.reshard_after_forward && seg.layer >= 0 && seg.layer < layers) || !gathered[at];
+        needed = (s.reshard_after_forward && seg.layer >= 0 && seg.layer < layers) || !gathered[at];
       }
       gathered[at] = 1;
       const CostUnit* unit = unit_at(seg.layer);
       need_gather[i] = gathers && needed && unit != nullptr && unit->gathered_elements > 0;
     }
+  } else {
+    for (size_t i = 0; i < segments.size(); ++i) need_gather[i] = zero3_elements[i] > 0;
   }
   auto prefetches = [&](const Segment& seg) {
     if (zero3) return s.prefetch_bucket_elements > 0;
@@ -642,10 +935,10 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
     const std::string phase = seg.backward ? "backward" : "forward";
     double ready = issue;
     if (s.offload_params) {
-      const int64_t shard = unit->shard_elements * pb;
+      const int64_t shard = (zero3 ? ceil_div(zero3_elements[i], n) : unit->shard_elements) * pb;
       ready = link.run("H2D", phase, shard, link.h2d_ns(shard), ready);
     }
-    const int64_t bytes = unit->gathered_elements * pb;
+    const int64_t bytes = (zero3 ? zero3_elements[i] : unit->gathered_elements) * pb;
     return link.run("all_gather", phase, bytes, ring_allgather_ns(bytes, n, device, gpus_per_node), ready);
   };
   auto reduce_bucket = [&](int64_t bytes, double issue) {
@@ -750,6 +1043,16 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
   cost.exposed_ns = std::max(0.0, end - compute);
   if (s.kind == EngineKind::Fsdp1 && s.backward_prefetch == BackwardPrefetch::None && s.reshard_after_forward) {
     cost.notes.push_back("FSDP1 without backward_prefetch: each backward all-gather waits for the previous unit's backward (HF's default NO_PREFETCH)");
+  }
+  if (fetches) {
+    cost.notes.push_back(fmt::format("ZeRO-3 all-gathers as the coordinator's complete trace issues them (from the second step on; the "
+                                     "first records the trace without prefetching): {} module fetches in forward, {} in backward per "
+                                     "micro-step, prefetch {} elements, max_reuse_distance {}",
+                                     fetches->forward_gathers, fetches->backward_gathers, s.prefetch_bucket_elements, s.max_reuse_distance));
+    if (fetches->recompute_elements > 0) {
+      cost.notes.push_back(fmt::format("checkpointed layers' recomputes all-gather {:.3g} M elements again in backward per micro-step",
+                                       fetches->recompute_elements / 1e6));
+    }
   }
   cost.notes.push_back("collectives share one link in issue order; NCCL's per-collective latency and CPU issue overhead are not modelled");
   return cost;

@@ -44,6 +44,7 @@ struct EngineCostSettings {
   int64_t allgather_bucket_elements = 500000000;
   int64_t prefetch_bucket_elements = 50000000;
   int64_t max_live_parameters = 1000000000;
+  int64_t max_reuse_distance = 1000000000;  // ZeRO-3 stage3_max_reuse_distance (config.py default 1e9)
   int64_t param_persistence_threshold = 100000;
   int64_t sub_group_elements = 1000000000;  // ZeRO-3 sub_group_size (config.py default 1e9)
   std::vector<std::string> settings;  // what was read, in the user's keys ("zero_optimization.stage: 2")
@@ -69,6 +70,25 @@ struct EngineMemory {
 };
 EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& settings,
                            bool allocator_rounding);
+
+// ZeRO-3's parameter fetches in one micro-step once the coordinator's trace is complete (from
+// the second forward on), module by module as PartitionedParameterCoordinator runs them
+// (deepspeed/runtime/zero/partitioned_param_coordinator.py, 0.19): a module's parameters are
+// all-gathered unless still gathered; after its use they are released unless the trace uses them
+// again within stage3_max_reuse_distance elements (or a prefetch already skipped over that use);
+// stage3_prefetch_bucket_size elements of the modules next in the trace are gathered ahead, under
+// stage3_max_live_parameters. Checkpointed layers run their modules' forwards again in backward (the
+// recompute fetches; their backward then finds them gathered unless the layer is larger than the
+// reuse distance). Parameters under the persistence threshold are left out (gathered once, kept).
+struct Zero3Fetches {
+  std::vector<int64_t> forward_elements;   // all-gathered in forward, by decoder layer; [layers]: outside the stack
+  std::vector<int64_t> backward_elements;  // all-gathered in backward (recomputes included), by layer
+  int64_t recompute_elements = 0;          // the part of the backward's that recomputes gather
+  int64_t kept_elements = 0;               // released in no module's forward: still gathered when backward uses them
+  int64_t peak_available = 0;              // most elements gathered at once (the coordinator's __n_available_params)
+  int forward_gathers = 0, backward_gathers = 0;  // module fetches that all-gather (prefetches included)
+};
+Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& settings);
 
 // One kind of transfer in a step: its count, bytes and time on the link.
 struct CommTotal {

@@ -430,11 +430,16 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   EngineMemory engine_states;
   if (engine.sharded) {
     engine_states = engine_memory(plan, structure, engine, options.allocator_rounding);
-    for (MemoryCategory category : {MemoryCategory::Weights, MemoryCategory::Adapters, MemoryCategory::QuantizationState,
-                                    MemoryCategory::OptimizerStates}) {
+    for (MemoryCategory category : {MemoryCategory::Weights, MemoryCategory::Adapters, MemoryCategory::OptimizerStates}) {
       persistent.bytes.erase(category);
     }
-    // Adapters and quantization state are part of their unit's sharded weights.
+    // Adapters are part of their unit's sharded weights, and so is a 4/8-bit weight's packed
+    // storage (a bf16 tensor under axolotl's bnb_4bit_quant_storage). Its quantization state
+    // (absmax, nested absmax and code) is not: bitsandbytes keeps the QuantState as an attribute of
+    // the Params4bit and of its Linear4bit module (bitsandbytes/nn/modules.py
+    // fix_4bit_weight_quant_state_from_module: "the quant state got lost when the parameter got
+    // converted. This happens for example for fsdp"), which FSDP and ZeRO-3 neither flatten nor
+    // partition: it stays whole on every rank, as counted above.
     for (const auto& [category, bytes] : engine_states.device) persistent.bytes[category] += bytes;
     grads_by_layer = engine_states.grads_by_layer;
     trainable_bytes = engine_states.optimizer_bytes;

@@ -180,7 +180,9 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     const Plan plan = parse_plan(source.yaml_text, source.source, with_changes(source, settings).options);
     PlanCandidate candidate = measure(plan, result.device, measured);
     for (const FixChange& change : settings) {
-      if (effective_value(plan, change.key) != effective_value(base, change.key)) candidate.changes.push_back(change);
+      if (effective_value(plan, change.key) != effective_value(base, change.key)) {
+        candidate.changes.push_back({key_as_written(source.yaml_text, change.key), change.value});
+      }
     }
     std::string key;
     for (const FixChange& change : candidate.changes) key += change.key + "=" + change.value + ";";

@@ -298,6 +298,78 @@ void for_each_entry(const Origin& origin, const YAML::Node& map, const std::stri
   }
 }
 
+// The FSDPConfig field an fsdp_config key names: axolotl's check_fsdp_config_kwargs_prefix
+// (src/axolotl/utils/schemas/validation.py) drops a `fsdp_` prefix from every key but fsdp_version,
+// and `version` is fsdp_version (FSDPConfig's AliasChoices).
+std::string fsdp_config_field(const std::string& written) {
+  std::string name = written;
+  if (name.rfind("fsdp_", 0) == 0 && name != "fsdp_version") name = name.substr(5);
+  if (name == "version") name = "fsdp_version";
+  return name;
+}
+
+// DeepSpeed 0.19's DeepSpeedZeroConfig fields that also load under a `stage3_` alias
+// (deepspeed/runtime/zero/config.py: Field(..., alias="stage3_..."), populate_by_name).
+const std::vector<std::string>& zero_config_aliased_fields() {
+  static const std::vector<std::string> fields = {
+      "prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold", "max_live_parameters",
+      "max_reuse_distance", "gather_16bit_weights_on_model_save", "module_granularity_threshold",
+      "use_all_reduce_for_fetch_params", "allgather_sequential"};
+  return fields;
+}
+
+// Every dotted spelling the loader reads as the same setting as `parts` (itself first): an
+// fsdp_config key with or without axolotl's `fsdp_` prefix, an inline DeepSpeed mapping's
+// zero_optimization field under its name or its `stage3_` alias.
+std::vector<std::vector<std::string>> key_spellings(const std::vector<std::string>& parts) {
+  std::vector<std::vector<std::string>> out = {parts};
+  auto with_last = [&](const std::string& last) {
+    std::vector<std::string> other = parts;
+    other.back() = last;
+    if (other != parts) out.push_back(other);
+  };
+  if (parts.size() == 2 && parts[0] == "fsdp_config") {
+    const std::string field = fsdp_config_field(parts[1]);
+    if (field == "fsdp_version") {
+      with_last("fsdp_version");
+      with_last("version");
+    } else {
+      with_last(field);
+      with_last("fsdp_" + field);
+    }
+  } else if (parts.size() == 3 && parts[0] == "deepspeed" && parts[1] == "zero_optimization") {
+    const std::string& name = parts[2];
+    const std::string field = name.rfind("stage3_", 0) == 0 ? name.substr(7) : name;
+    if (contains(zero_config_aliased_fields(), field)) {
+      with_last(field);
+      with_last("stage3_" + field);
+    }
+  }
+  return out;
+}
+
+// The node at `parts` under `root`, or an undefined node.
+YAML::Node node_at(const YAML::Node& root, const std::vector<std::string>& parts) {
+  YAML::Node current = root;
+  for (const std::string& part : parts) {
+    if (!current.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node child = current[part];
+    if (!child.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
+    current.reset(child);
+  }
+  return current;
+}
+
+// The spelling of `parts` that `root` already holds (the first found among key_spellings), else
+// `parts` itself: a change to a setting edits the key the user wrote instead of adding a second
+// spelling of it, which the loader would reject as a duplicate.
+std::vector<std::string> spelling_in(const YAML::Node& root, const std::vector<std::string>& parts) {
+  for (const std::vector<std::string>& spelling : key_spellings(parts)) {
+    if (node_at(root, spelling).IsDefined()) return spelling;
+  }
+  return parts;
+}
+
 // ----------------------------------------------------------------------------------------------
 // Conversion: YAML tree -> Plan
 // ----------------------------------------------------------------------------------------------
@@ -492,9 +564,7 @@ class Converter {
     for (const auto& entry : value) {
       const std::string written = entry.first.IsScalar() ? entry.first.Scalar() : "";
       const std::string path = key + "." + written;
-      std::string name = written;
-      if (name.rfind("fsdp_", 0) == 0 && name != "fsdp_version") name = name.substr(5);
-      if (name == "version") name = "fsdp_version";
+      const std::string name = fsdp_config_field(written);
       if (stripped[name]) throw InputError(origin_.at(entry.first, path), "duplicate key \"" + path + "\" (axolotl drops the fsdp_ prefix)");
       if (!contains(known, name)) {
         const std::string close = closest_name(name, known);
@@ -869,9 +939,11 @@ std::string apply_set(YAML::Node& root, const std::string& assignment) {
   if (equals == std::string::npos || equals == 0) {
     throw InputError("--set", "expected KEY=VALUE, got \"" + assignment + "\"");
   }
-  const std::string key = assignment.substr(0, equals);
-  const std::vector<std::string> parts = split(key, '.');
-  check_set_key(parts, key);
+  const std::string requested = assignment.substr(0, equals);
+  check_set_key(split(requested, '.'), requested);
+  // Another spelling of the same setting already in the plan is the one that gets the value.
+  const std::vector<std::string> parts = spelling_in(root, split(requested, '.'));
+  const std::string key = join(parts, ".");
   YAML::Node value;
   try {
     value = YAML::Load(assignment.substr(equals + 1));
@@ -1657,6 +1729,17 @@ std::vector<std::string> modelled_axolotl_keys() {
   keys.insert(keys.end(), engine_keys().begin(), engine_keys().end());
   std::sort(keys.begin(), keys.end());
   return keys;
+}
+
+std::string key_as_written(const std::string& yaml_text, const std::string& key) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception&) {
+    return key;
+  }
+  if (!root.IsMap()) return key;
+  return join(spelling_in(root, split(key, '.')), ".");
 }
 
 }  // namespace hookstream

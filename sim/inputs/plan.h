@@ -270,6 +270,11 @@ std::string parse_transformers_version(const std::string& text, const std::strin
 Plan load_plan(const std::string& path, const LoadOptions& options = {});
 Plan parse_plan(const std::string& yaml_text, const std::string& source,
                 const LoadOptions& options = {});
+// `key` (dotted) as the plan text spells that setting: another spelling the loader reads as the
+// same key (fsdp_config's `fsdp_` prefix, `version` for fsdp_version, a DeepSpeed mapping's
+// `stage3_` aliases) when the text uses it, else `key`. Fixes are written in it, so a patch edits
+// the user's key instead of adding a duplicate; --set does the same.
+std::string key_as_written(const std::string& yaml_text, const std::string& key);
 // Renders the plan back to YAML (only keys that differ from defaults, stable order).
 std::string to_yaml(const Plan& plan);
 // The set of keys a plan accepts (dotted), for --set validation and "did you mean".

@@ -241,6 +241,7 @@ void search_check_fixes(SimulationReport& report, const PlanSource& source, cons
     return cost_of(checks);
   };
   auto verify = [&](std::vector<VerifiedFix> candidates, std::vector<VerifiedFix>& into) {
+    spell_as_written(candidates, source.yaml_text);
     for (VerifiedFix& fix : candidates) {
       std::string failure;
       fix.cost = attempt(fix.changes, failure);

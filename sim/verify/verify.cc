@@ -168,6 +168,12 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
   return out;
 }
 
+void spell_as_written(std::vector<VerifiedFix>& fixes, const std::string& yaml_text) {
+  for (VerifiedFix& fix : fixes) {
+    for (FixChange& change : fix.changes) change.key = key_as_written(yaml_text, change.key);
+  }
+}
+
 VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options) {
   VerifyResult result;
   result.plan = parse_plan(source.yaml_text, source.source, source.options);
@@ -224,6 +230,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
       if (!known) singles.push_back(std::move(fix));
     }
   }
+  spell_as_written(singles, source.yaml_text);
   for (const auto& fix : singles) {
     std::string failure;
     VerifiedFix verified = fix;

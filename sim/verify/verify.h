@@ -77,6 +77,10 @@ struct VerifyOptions {
 
 VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options = {});
 
+// `fixes` with every key spelled as the plan text spells that setting (key_as_written in
+// sim/inputs/plan.h), so a fix is verified, printed and patched in the user's own keys.
+void spell_as_written(std::vector<VerifiedFix>& fixes, const std::string& yaml_text);
+
 // The plan's predicted step time and peak device memory; nullopt when the models cannot run for it
 // (an unknown GPU name, a protocol file that cannot be read: verify itself does not need them).
 // `ddp`: the plan's DDP simulation when the caller has it (not simulated again).

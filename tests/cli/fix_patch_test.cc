@@ -68,3 +68,100 @@ TEST_CASE("verify prints each fix as a patch to the plan file, and --write-fixed
   CHECK(clean.exit_code == 0);
   CHECK_FALSE(fs::exists(dir / "again.yaml"));
 }
+
+namespace {
+
+// Runs `verify` (memory fixes) and `plan` (the plan search) on a plan written with one spelling of
+// its fsdp_config keys. Every fix touching fsdp_config must use that spelling (`prefix`), its patch
+// must apply to the file with `patch`, and the patched file must load (verify exits 0 or 1, never
+// 2) and equal --write-fixed's output. No change may be rejected as a duplicate key.
+void check_fixes_keep_spelling(const std::string& plan_text, const std::string& prefix, const std::string& name, bool searches_reshard) {
+  hookstream::test::TempDir dir("hookstream-fix-spelling-" + name + "-" + std::to_string(getpid()));
+  std::ofstream(dir / "plan.yaml") << plan_text;
+  const auto json = run_command(in(dir, "verify plan.yaml --format json"));
+  INFO(json.out.substr(0, 4000));
+  REQUIRE(json.exit_code == 1);
+  CHECK(json.out.find("duplicate key") == std::string::npos);
+  const auto report = nlohmann::json::parse(json.out);
+  REQUIRE(report["fixes"].size() >= 1);
+  int fsdp_fixes = 0;
+  for (size_t i = 0; i < report["fixes"].size(); ++i) {
+    const nlohmann::json& fix = report["fixes"][i];
+    bool touches_fsdp = false;
+    for (const auto& change : fix["changes"]) {
+      const std::string key = change["key"];
+      if (key.rfind("fsdp_config.", 0) != 0) continue;
+      touches_fsdp = true;
+      INFO(key);
+      CHECK(key.rfind("fsdp_config." + prefix, 0) == 0);
+      if (!prefix.empty()) CHECK(key.rfind("fsdp_config." + prefix + prefix, 0) != 0);
+    }
+    if (!touches_fsdp) continue;
+    ++fsdp_fixes;
+    const fs::path copy = dir / ("patched-" + std::to_string(i));
+    fs::create_directories(copy);
+    std::ofstream(copy / "plan.yaml") << plan_text;
+    std::ofstream(dir / "fix.diff") << fix["patch"].get<std::string>();
+    const auto applied = run_command("cd '" + copy.string() + "' && patch -p0 < ../fix.diff");
+    INFO(fix["patch"].get<std::string>());
+    REQUIRE(applied.exit_code == 0);
+    const auto patched = run_command(in(copy, "verify plan.yaml"));
+    INFO(patched.out.substr(0, 2000));
+    CHECK(patched.exit_code != 2);
+    CHECK(patched.out.find("duplicate key") == std::string::npos);
+    const auto written = run_command(in(dir, "verify plan.yaml --write-fixed fixed.yaml --fix " + std::to_string(i + 1)));
+    CHECK(written.exit_code == 1);
+    CHECK(read(dir / "fixed.yaml") == read(copy / "plan.yaml"));
+  }
+  CHECK(fsdp_fixes >= 1);
+  // The plan search explores fsdp_config.reshard_after_forward: its changes are in the file's spelling.
+  // 85 GiB: the plan's own reshard_after_forward: false does not fit (92.6 GiB), true does (80.4).
+  const auto plan = run_command(in(dir, "plan plan.yaml --gpu H200 --budget-gib 85 --top 5 --format json"));
+  INFO(plan.out.substr(0, 2000));
+  CHECK(plan.out.find("duplicate key") == std::string::npos);
+  REQUIRE((plan.exit_code == 0 || plan.exit_code == 1));
+  const auto searched = nlohmann::json::parse(plan.out);
+  int reshards = 0;
+  for (const auto& candidate : searched["best"]) {
+    for (const auto& change : candidate["changes"]) {
+      const std::string key = change["key"];
+      if (key.rfind("fsdp_config.", 0) != 0) continue;
+      ++reshards;
+      CHECK(key == "fsdp_config." + prefix + "reshard_after_forward");
+    }
+  }
+  if (searches_reshard) CHECK(reshards >= 1);
+}
+
+const char* kFsdpPlanHead =
+    "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 16384\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
+    "hookstream:\n  world_size: 2\n  gpu: H100-SXM\n";
+
+}  // namespace
+
+TEST_CASE("FSDP fixes are written in the fsdp_config spelling the plan uses, and their patches apply", "[cli][patch][fsdp]") {
+  // axolotl's check_fsdp_config_kwargs_prefix drops a `fsdp_` prefix (the accelerate-era flat keys):
+  // a fix for offload_params or reshard_after_forward edits `fsdp_offload_params` in such a file
+  // instead of adding `offload_params` beside it (a duplicate the loader rejects).
+  SECTION("fsdp_ prefixed keys, FSDP2") {
+    check_fixes_keep_spelling(std::string(kFsdpPlanHead) +
+                                  "fsdp_version: 2\nfsdp_config:\n  fsdp_offload_params: false\n  fsdp_reshard_after_forward: false\n"
+                                  "  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer\n",
+                              "fsdp_", "prefixed2", true);
+  }
+  SECTION("fsdp_ prefixed keys and fsdp_version inside fsdp_config, FSDP1") {
+    check_fixes_keep_spelling(std::string(kFsdpPlanHead) +
+                                  "fsdp_config:\n  fsdp_version: 1\n  fsdp_offload_params: false\n  fsdp_reshard_after_forward: false\n"
+                                  "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n",
+                              "fsdp_", "prefixed1", true);
+  }
+  SECTION("plain keys, `version` alias") {
+    check_fixes_keep_spelling(std::string(kFsdpPlanHead) +
+                                  "fsdp_config:\n  version: 2\n  offload_params: false\n  reshard_after_forward: false\n",
+                              "", "plain", true);
+  }
+  SECTION("prefixed keys the plan leaves out are added in the canonical spelling") {
+    check_fixes_keep_spelling(std::string(kFsdpPlanHead) + "fsdp_version: 2\nfsdp_config:\n  fsdp_state_dict_type: FULL_STATE_DICT\n",
+                              "", "absent", false);
+  }
+}

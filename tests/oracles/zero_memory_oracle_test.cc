@@ -39,12 +39,16 @@ std::string read_file(const fs::path& path) {
 }
 
 Plan zero_plan(const Case& c) {
-  // No prefetch and no persistent parameters: the estimate's "largest layer" is the one fetched
-  // module, and every parameter is partitioned.
+  // No prefetch, no persistent parameters and no reuse distance (a released module is not kept for
+  // its next use, which the estimate does not model): the estimate's "largest layer" is the one
+  // fetched module, and every parameter is partitioned.
   std::string yaml = fmt::format("base_model: {}\nsequence_len: 2048\ndeepspeed:\n  zero_optimization:\n    stage: {}\n", c.model, c.stage);
   // One optimizer sub-group (sub_group_size above every partition): the estimate counts the whole
   // fp32 gradient partition, step() makes it one sub-group at a time.
-  if (c.stage == 3) yaml += "    stage3_prefetch_bucket_size: 0\n    stage3_param_persistence_threshold: 0\n    sub_group_size: 1e12\n";
+  if (c.stage == 3) {
+    yaml += "    stage3_prefetch_bucket_size: 0\n    stage3_param_persistence_threshold: 0\n    stage3_max_reuse_distance: 0\n"
+            "    sub_group_size: 1e12\n";
+  }
   if (c.offload_optimizer) yaml += "    offload_optimizer:\n      device: cpu\n";
   if (c.offload_param) yaml += "    offload_param:\n      device: cpu\n";
   yaml += fmt::format("hookstream:\n  world_size: {}\n", c.gpus);

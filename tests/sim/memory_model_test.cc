@@ -127,6 +127,19 @@ TEST_CASE("QLoRA: 4-bit packed base weights plus quantization state, fp32 adapte
   CHECK(state < quantized / 64 * 11 / 10);  // ... plus a little for the second-level scales
   CHECK(category(step, MemoryCategory::Adapters) == 4 * adapter);
   CHECK(category(step, MemoryCategory::OptimizerStates) == 8 * adapter);
+  // Sharded engines shard the packed storage but not the quantization state: bitsandbytes keeps
+  // the QuantState as an attribute of the parameter and its module, which FSDP's flattening and
+  // ZeRO-3's partitioning leave whole on every rank.
+  for (const std::string& engine : {std::string("fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: true\n"),
+                                    std::string("fsdp_config:\n  use_orig_params: true\n"),
+                                    std::string("deepspeed:\n  zero_optimization:\n    stage: 3\n")}) {
+    const Plan sharded = plan_from("base_model: Llama-3.1-8B\nsequence_len: 1024\nadapter: qlora\nload_in_4bit: true\nlora_r: 16\n"
+                                   "lora_target_linear: true\n" + engine + "hookstream:\n  world_size: 4\n");
+    INFO(engine);
+    const MemoryPoint& at = point(estimate(sharded, false), "optimizer", "AdamW step");
+    CHECK(category(at, MemoryCategory::QuantizationState) == state);
+    CHECK(category(at, MemoryCategory::Weights) < quantized / 2);  // the packed weights are sharded
+  }
 }
 
 TEST_CASE("checkpointing and tiled MLP shrink activations, an oversized plan is an oom finding", "[memory]") {
@@ -246,12 +259,36 @@ TEST_CASE("ZeRO-1 keeps whole 16-bit gradients, ZeRO-3 partitions the weights an
   CHECK(category(step, MemoryCategory::Weights) == 2 * part);
   // Llama-3.1-8B's largest module is embed_tokens (= lm_head): 128256 x 4096; fetched 16-bit plus its 16-bit grads.
   CHECK(category(step, MemoryCategory::GatheredParams) == 4 * int64_t{128256} * 4096);
-  // The prefetch bucket adds fetched modules, up to stage3_max_live_parameters.
+  // Prefetching: every module fetch gathers up to stage3_prefetch_bucket_size more elements of the
+  // trace ahead, whole parameters, as long as fewer than stage3_max_live_parameters are gathered
+  // (fetch_sub_module: min(max_n_available - n_available, prefetch_bucket_sz)). Without a reuse
+  // distance the gathered elements fill to max_live_parameters, overshooting by less than the
+  // module being fetched plus one prefetched MLP weight (14336 x 4096).
+  const int64_t largest = int64_t{128256} * 4096, mlp_weight = int64_t{14336} * 4096;
+  auto gathered_elements = [&](const std::string& zero) {
+    const Plan plan = plan_from(zero_yaml(3, 8, zero));
+    return (category(point(estimate(plan, false), "optimizer", "AdamW step"), MemoryCategory::GatheredParams) - 2 * largest) / 2;
+  };
+  const int64_t live = gathered_elements("    stage3_prefetch_bucket_size: 1e8\n    stage3_max_reuse_distance: 0\n");
+  CHECK(live > int64_t{1000000000} - mlp_weight);
+  CHECK(live < int64_t{1000000000} + largest + mlp_weight);
+  const int64_t capped = gathered_elements("    stage3_prefetch_bucket_size: 1e8\n    stage3_max_live_parameters: 6e8\n    stage3_max_reuse_distance: 0\n");
+  CHECK(capped > int64_t{600000000} - mlp_weight);
+  CHECK(capped < int64_t{600000000} + largest + mlp_weight);
+  // DeepSpeed's default reuse distance keeps modules near the forward/backward turn (not subject to
+  // max_live_parameters, which only limits prefetching); with this prefetch they are already kept,
+  // the prefetch having skipped over their backward use.
+  CHECK(gathered_elements("    stage3_prefetch_bucket_size: 1e8\n") >= live);
   const MemoryPoint prefetch = point(estimate(plan_from(zero_yaml(3, 8, "    stage3_prefetch_bucket_size: 1e8\n")), false), "optimizer", "AdamW step");
-  CHECK(category(prefetch, MemoryCategory::GatheredParams) == 4 * int64_t{128256} * 4096 + 2 * int64_t{100000000});
-  const MemoryPoint capped = point(estimate(plan_from(zero_yaml(3, 8, "    stage3_prefetch_bucket_size: 1e8\n    stage3_max_live_parameters: 6e8\n")), false),
-                                   "optimizer", "AdamW step");
-  CHECK(category(capped, MemoryCategory::GatheredParams) == 4 * int64_t{128256} * 4096 + 2 * (int64_t{600000000} - int64_t{128256} * 4096));
+  // stage3_max_reuse_distance (default 1e9) keeps a released module gathered when the trace uses
+  // it again within that many elements: with every parameter partitioned and no prefetch, a reuse
+  // distance above the whole model keeps every module from its forward to its backward.
+  const Plan kept = plan_from(zero_yaml(3, 8, "    stage3_prefetch_bucket_size: 0\n    stage3_param_persistence_threshold: 0\n"
+                                              "    stage3_max_reuse_distance: 2e10\n"));
+  const ModelStructure kept_structure = build_model_structure(kept);
+  int64_t all = 0;
+  for (const Parameter& p : kept_structure.parameters) all += p.numel();
+  CHECK(category(point(estimate(kept, false), "optimizer", "AdamW step"), MemoryCategory::GatheredParams) == 2 * all + 2 * largest);
   // Persistent parameters (the norms, 4096 elements < 1e5) stay whole: more weights than without.
   CHECK(category(prefetch, MemoryCategory::Weights) > category(step, MemoryCategory::Weights));
 }

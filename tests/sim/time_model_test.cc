@@ -453,6 +453,26 @@ TEST_CASE("ZeRO-3 gathers in forward and backward, offload_param adds host copie
   CHECK(no_prefetch.engine.exposed_ns > three.engine.exposed_ns);
   const StepPrediction offload = predict(engine_plan(zero(3, "    offload_param:\n      device: cpu\n"), 8));
   REQUIRE(comm(offload, "H2D", "forward") != nullptr);
+  // Reentrant checkpointing re-gathers each layer for its recompute; with stage3_max_reuse_distance 0
+  // the backward then gathers it once more (released after the recompute's forward), with the
+  // default 1e9 the backward finds the recomputed layer still gathered.
+  const std::string no_reuse = "    stage3_prefetch_bucket_size: 0\n    stage3_max_reuse_distance: 0\n";
+  const std::string checkpointed = "gradient_checkpointing: true\n";
+  const StepPrediction plain = predict(engine_plan(zero(3, no_reuse), 8));
+  const StepPrediction recompute = predict(engine_plan(zero(3, no_reuse), 8, checkpointed));
+  const StepPrediction reused = predict(engine_plan(zero(3, "    stage3_prefetch_bucket_size: 0\n"), 8, checkpointed));
+  REQUIRE(comm(plain, "all_gather", "backward") != nullptr);
+  REQUIRE(comm(recompute, "all_gather", "backward") != nullptr);
+  REQUIRE(comm(reused, "all_gather", "backward") != nullptr);
+  CHECK(comm(recompute, "all_gather", "forward")->bytes == comm(plain, "all_gather", "forward")->bytes);
+  const ModelStructure llama = build_model_structure(parse_plan(engine_plan(zero(3, no_reuse), 8), "plan.yaml"));
+  int64_t layer_elements = 0;
+  for (const Parameter& p : llama.parameters) {
+    if (p.layer >= 0 && p.numel() > 100000) layer_elements += p.numel();  // above the persistence threshold
+  }
+  CHECK(comm(recompute, "all_gather", "backward")->bytes == comm(plain, "all_gather", "backward")->bytes + 2 * layer_elements);
+  CHECK(comm(reused, "all_gather", "backward")->bytes <= comm(plain, "all_gather", "backward")->bytes);
+  CHECK(recompute.engine.comm_ns > plain.engine.comm_ns);
   // DDP plans are not costed here: their all-reduces are ops of the step.
   CHECK(predict(engine_plan("", 8)).engine.collectives.empty());
 }

@@ -119,17 +119,25 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
       (std::string(key) == "overlap_comm" ? result.overlap_comm : result.contiguous_gradients) = zero.at(key).get<bool>();
     }
     // Sizes in elements (DeepSpeedZeroConfig, deepspeed/runtime/zero/config.py: pp_int fields, ge=0
-    // or gt=0; HF writes 5e8 as a float). "auto": reduce_bucket_size is filled by HF's Trainer from
-    // the model (see reduce_bucket_size_auto); for the others it keeps DeepSpeed's default. The
+    // or gt=0; HF writes 5e8 as a float). "auto": reduce_bucket_size and stage3_prefetch_bucket_size
+    // are filled by HF's Trainer from the model (reduce_bucket_size_auto,
+    // stage3_prefetch_bucket_size_auto); for the others DeepSpeed drops it and keeps its default. The
     // persistence threshold, read under both its names, follows below.
+    // The stage-3 sizes load under DeepSpeedZeroConfig's field name or its `stage3_` alias (the
+    // alias first, as HF's Trainer fills "auto" only there).
     const std::vector<std::pair<const char*, std::optional<long long>*>> sizes = {
         {"reduce_bucket_size", &result.reduce_bucket_size},
         {"allgather_bucket_size", &result.allgather_bucket_size},
         {"stage3_prefetch_bucket_size", &result.stage3_prefetch_bucket_size},
+        {"prefetch_bucket_size", &result.stage3_prefetch_bucket_size},
         {"stage3_max_live_parameters", &result.stage3_max_live_parameters},
+        {"max_live_parameters", &result.stage3_max_live_parameters},
+        {"stage3_max_reuse_distance", &result.stage3_max_reuse_distance},
+        {"max_reuse_distance", &result.stage3_max_reuse_distance},
         {"sub_group_size", &result.sub_group_size}};
     for (const auto& [key, field] : sizes) {
       if (!zero.contains(key)) continue;
+      if (*field || (std::string(key) == "prefetch_bucket_size" && result.stage3_prefetch_bucket_size_auto)) continue;
       const nlohmann::json& size = zero.at(key);
       const bool bucket = std::string(key) == "reduce_bucket_size";
       // reduce_bucket_size must be > 0 (gt=0); the others may be 0 (ge=0).
@@ -138,6 +146,7 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
         *field = static_cast<long long>(size.get<double>());
       } else if (size.is_string() && size.get<std::string>() == "auto") {
         if (bucket) result.reduce_bucket_size_auto = true;
+        if (std::string(key) == "stage3_prefetch_bucket_size") result.stage3_prefetch_bucket_size_auto = true;
       } else {
         throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected a number " + (least > 0 ? "> 0" : ">= 0") +
                                     " or \"auto\", got " + size.dump());

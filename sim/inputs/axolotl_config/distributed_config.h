@@ -33,6 +33,12 @@ struct DeepSpeedConfig {
   std::optional<long long> stage3_prefetch_bucket_size;
   std::optional<long long> stage3_max_live_parameters;
   std::optional<long long> sub_group_size;
+  // zero_optimization.stage3_max_reuse_distance: a released parameter stays gathered when the
+  // fetch trace uses it again within this many elements (DeepSpeed's default 1e9). The three
+  // stage-3 fields load under their `stage3_` name or the bare one (DeepSpeedZeroConfig aliases).
+  std::optional<long long> stage3_max_reuse_distance;
+  // stage3_prefetch_bucket_size: "auto": HF fills int(0.9 * hidden_size^2) (trainer_config_finalize).
+  bool stage3_prefetch_bucket_size_auto = false;
   // reduce_bucket_size: "auto": transformers' HfTrainerDeepSpeedConfig.trainer_config_finalize fills
   // it with hidden_size * hidden_size (integrations/deepspeed.py), as the HF Trainer axolotl runs does.
   bool reduce_bucket_size_auto = false;
