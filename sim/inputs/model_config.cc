@@ -166,6 +166,35 @@ DType parse_dtype(const ConfigReader& reader) {
 bool has_qkv_bias_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen2"); }
 bool has_qk_norm_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen3"); }
 
+// per_layer_config as HeterogeneousConfigMixin reads it (transformers
+// integrations/heterogeneity/configuration_utils.py _apply_heterogeneous_config): keys are layer
+// indices (int("05") == 5), values the keys that layer overrides. Only the config classes that read
+// it accept it; an override hookstream cannot hold as a number (`skip`, a list) is refused rather
+// than ignored. An index at or past num_hidden_layers names a layer that is not built (transformers
+// rejects it on load; a config cut to fewer layers keeps the original's), so it changes nothing.
+void read_per_layer_config(const ConfigReader& reader, const ArchitectureSpec& spec, const json& per_layer,
+                           std::map<std::string, double>& values) {
+  if (per_layer.empty()) return;
+  if (!spec.reads_per_layer_config) {
+    reader.fail("per_layer_config", "set, but transformers' " + spec.model_type +
+                                        " modelling code reads every layer from the global config (its config class "
+                                        "raises AmbiguousGlobalPerLayerAttributeError); expected it absent");
+  }
+  values["per_layer_config"] = 1;
+  for (auto layer = per_layer.begin(); layer != per_layer.end(); ++layer) {
+    const std::string& index = layer.key();
+    const bool digits = !index.empty() && std::all_of(index.begin(), index.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (!digits || index.size() > 6) reader.fail("per_layer_config", "expected layer indices as keys", shown(json(index)));
+    if (!layer->is_object()) reader.fail("per_layer_config." + index, "expected an object of overrides", shown(*layer));
+    const int i = std::stoi(index);
+    for (auto it = layer->begin(); it != layer->end(); ++it) {
+      if (it->is_boolean()) values[per_layer_key(i, it.key())] = it->get<bool>() ? 1 : 0;
+      else if (it->is_number()) values[per_layer_key(i, it.key())] = it->get<double>();
+      else reader.fail("per_layer_config." + index + "." + it.key(), "not modelled by hookstream; expected a number", shown(*it));
+    }
+  }
+}
+
 // The composite types whose vision tower hookstream builds, and which tower it is.
 std::optional<VisionLayout> vision_layout_of(const std::string& model_type) {
   if (model_type == "qwen3_vl" || model_type == "qwen3_vl_moe") return VisionLayout::Qwen3VL;
@@ -535,6 +564,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // rather than modelled as a dense Llama. A config without model_type (hand-written) is a Llama.
   const ArchitectureSpec* spec = find_architecture(decoder_type.empty() ? "llama" : decoder_type);
   if (spec == nullptr) spec = find_architecture(config.model_type);
+  if (spec == nullptr) spec = find_composite_decoder(config.model_type);
   if (spec == nullptr) {
     std::string known;
     for (const std::string& type : modelled_model_types()) known += (known.empty() ? "" : ", ") + type;
@@ -607,6 +637,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
           if ((*it)[i].is_string()) config.values["layer_types." + std::to_string(i) + "=" + (*it)[i].get<std::string>()] = 1;
         }
       }
+      // per_layer_config ({layer index: {key: value}}, HeterogeneousConfigMixin): numeric overrides
+      // held as per_layer_key(layer, key); the structure builder sets them in that layer's values.
+      else if (it.key() == "per_layer_config" && it->is_object()) {
+        read_per_layer_config(reader, *spec, *it, config.values);
+      }
       if (it->is_null()) nulls.insert(it.key());
       else nulls.erase(it.key());
       if (it->is_null()) config.values.erase(it.key());
@@ -628,6 +663,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   for (const auto& [key, expression] : spec->derived) {
     if (config.values.count(key) == 0) config.values[key] = static_cast<double>(evaluate_shape(expression, config.values, source).at(0));
   }
+  if (spec->config_rules != nullptr) spec->config_rules(config.values, config.num_hidden_layers);
   {
     std::string dotted;
     if (const json* only = reader.find("mlp_only_layers", &dotted)) {
@@ -691,6 +727,18 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if ((reader.has_text_config() && ends_with(config.architecture, "ForConditionalGeneration")) ||
       is_vision_language_type(config.model_type)) {
     config.text_prefix = "model.language_model";
+  }
+  // A composite type of the decoder (Gemma 4): Gemma4Model nests the decoder under
+  // model.language_model and builds a tower only for a sub-config that is not null.
+  if (std::find(spec->composite_types.begin(), spec->composite_types.end(), config.model_type) != spec->composite_types.end()) {
+    config.text_prefix = "model.language_model";
+    for (const std::string& key : spec->absent_sub_configs) {
+      if (const json* sub = ConfigReader::find_in(root, key)) {
+        reader.fail(key, "the " + key.substr(0, key.find('_')) + " tower of model_type \"" + config.model_type +
+                             "\" is not modelled yet; expected null (hookstream models its text decoder " + spec->model_type + ")",
+                    shown(*sub));
+      }
+    }
   }
   const VisionLanguageSpec* described = find_vision_language(config.model_type);
   if (described != nullptr && !described->text_prefix.empty()) config.text_prefix = described->text_prefix;

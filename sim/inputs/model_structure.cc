@@ -464,13 +464,17 @@ class StructureBuilder {
     return path;
   }
 
+  // The values shapes are evaluated against: the config's, or while a decoder layer is built, that
+  // layer's (its per_layer_config overrides and the architecture's layer rules over the config's).
+  const std::map<std::string, double>& shape_values() const { return layer_values_ != nullptr ? *layer_values_ : values_; }
+
   int64_t dim(const std::string& expression) const {
-    const std::vector<long long> dims = evaluate_shape(expression, values_, plan_.model.source);
+    const std::vector<long long> dims = evaluate_shape(expression, shape_values(), plan_.model.source);
     return dims.at(0);
   }
 
   std::vector<int64_t> dims(const std::string& expressions) const {
-    const std::vector<long long> d = evaluate_shape(expressions, values_, plan_.model.source);
+    const std::vector<long long> d = evaluate_shape(expressions, shape_values(), plan_.model.source);
     return std::vector<int64_t>(d.begin(), d.end());
   }
 
@@ -620,7 +624,7 @@ class StructureBuilder {
     const size_t dot = full.rfind('.');
     const std::string parent = dot == std::string::npos ? "" : full.substr(0, dot);
     const std::string leaf = full.substr(dot + 1);
-    const bool bias = evaluate_flag(module.bias, values_);
+    const bool bias = evaluate_flag(module.bias, shape_values());
     LinearUse use;
     use.name = leaf;
     switch (module.kind) {
@@ -679,8 +683,6 @@ class StructureBuilder {
         auto it = values_.find(factor);
         if (it != values_.end() && it->second == 0) shared = false;
       }
-      layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) + (shared ? dim(spec->shared_expert_width) : 0)
-                                  : dim("intermediate_size");
       // "moe" / "dense" are terms of a module's condition, true by this layer's MoE rule.
       std::map<std::string, double> layer_values = values_;
       layer_values["moe"] = layer.moe ? 1 : 0;
@@ -693,6 +695,16 @@ class StructureBuilder {
       for (auto it = values_.lower_bound(type_key); it != values_.end() && it->first.rfind(type_key, 0) == 0; ++it) {
         layer_values["layer_type=" + it->first.substr(type_key.size())] = 1;
       }
+      // per_layer_config's overrides of this layer's keys, then the keys the modelling code
+      // derives per layer (ArchitectureSpec::layer_rules).
+      const std::string override_key = per_layer_key(i, "");
+      for (auto it = values_.lower_bound(override_key); it != values_.end() && it->first.rfind(override_key, 0) == 0; ++it) {
+        layer_values[it->first.substr(override_key.size())] = it->second;
+      }
+      if (spec->layer_rules != nullptr) spec->layer_rules(i, m.num_hidden_layers, layer_values);
+      layer_values_ = &layer_values;
+      layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) + (shared ? dim(spec->shared_expert_width) : 0)
+                                  : dim(spec->mlp_width.empty() ? "intermediate_size" : spec->mlp_width);
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
         if (!module.when.empty() && !evaluate_flag(module.when, layer_values)) continue;
@@ -734,6 +746,7 @@ class StructureBuilder {
         }
         place(layer, module.role, module_of(module, full, i, "decoder"));
       }
+      layer_values_ = nullptr;
       out_.layers.push_back(std::move(layer));
     }
     if (!spec->final_norm.empty()) {
@@ -742,6 +755,10 @@ class StructureBuilder {
       if (evaluate_flag(spec->final_norm_bias, values_)) {
         out_.final_norm_bias = add(norm, "bias", {m.hidden_size}, full_ft, -1, "final_norm");
       }
+    }
+    for (const ModuleSpec& extra : spec->after_norm) {
+      if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
+      out_.embed_other.push_back(module_of(extra, text_path(extra.path), -1, "embed"));
     }
     const bool head_bias = evaluate_flag(spec->head_bias, values_);
     if (m.tie_word_embeddings) {
@@ -1067,6 +1084,7 @@ class StructureBuilder {
   std::vector<ModuleEntry>* catalog_;
   std::vector<std::string>* param_catalog_;
   const std::map<std::string, double> values_;
+  const std::map<std::string, double>* layer_values_ = nullptr;  // see shape_values()
   std::set<std::string> seen_;
   std::string prefix_;
   std::vector<std::regex> unfrozen_;

@@ -91,6 +91,60 @@ std::vector<ModuleSpec> mla_attention() {
           linear("self_attn.o_proj", R::O, "num_attention_heads*v_head_dim", "hidden_size", "attention_bias")};
 }
 
+// Gemma4TextConfig.__post_init__ (and Gemma4UnifiedTextConfig's): layer_types defaults to five
+// sliding layers then a full one, its last entry is forced to full_attention, and without a
+// per_layer_config every full-attention layer gets head_dim = global_head_dim (default 512) and,
+// when attention_k_eq_v, num_key_value_heads = num_global_key_value_heads (if set).
+void gemma4_config_rules(std::map<std::string, double>& values, int layers) {
+  auto has = [&](const std::string& prefix) {
+    auto it = values.lower_bound(prefix);
+    return it != values.end() && it->first.rfind(prefix, 0) == 0;
+  };
+  auto set_type = [&](int i, const std::string& type) {
+    const std::string prefix = "layer_types." + std::to_string(i) + "=";
+    for (auto it = values.lower_bound(prefix); it != values.end() && it->first.rfind(prefix, 0) == 0;) it = values.erase(it);
+    values[prefix + type] = 1;
+  };
+  if (!has("layer_types.")) {
+    for (int i = 0; i < layers; ++i) set_type(i, (i + 1) % 6 != 0 ? "sliding_attention" : "full_attention");
+  }
+  if (layers > 0) set_type(layers - 1, "full_attention");
+  if (values.count("per_layer_config") == 0) {
+    auto value = [&](const std::string& key) {
+      auto it = values.find(key);
+      return it == values.end() ? 0.0 : it->second;
+    };
+    for (int i = 0; i < layers; ++i) {
+      if (values.count("layer_types." + std::to_string(i) + "=full_attention") == 0) continue;
+      values[per_layer_key(i, "head_dim")] = value("global_head_dim");
+      if (value("attention_k_eq_v") != 0 && value("num_global_key_value_heads") > 0) {
+        values[per_layer_key(i, "num_key_value_heads")] = value("num_global_key_value_heads");
+      }
+    }
+  }
+}
+
+// Gemma4TextAttention / Gemma4TextMLP: layers from num_hidden_layers - num_kv_shared_layers on
+// reuse an earlier layer's keys and values (no k/v projections or norms; the attention tests
+// `index >= first >= 0`), and their MLP is twice as wide when use_double_wide_mlp (the MLP tests
+// `index >= first > 0`); attention_k_eq_v drops v_proj in the layers that are not sliding.
+void gemma4_layer_rules(int index, int layers, std::map<std::string, double>& values) {
+  auto value = [&](const std::string& key) {
+    auto it = values.find(key);
+    return it == values.end() ? 0.0 : it->second;
+  };
+  const int first_shared = layers - static_cast<int>(value("num_kv_shared_layers"));
+  const bool sliding = values.count("layer_type=sliding_attention") != 0;
+  values["kv_shared_layer"] = index >= first_shared && first_shared >= 0 ? 1 : 0;
+  values["k_eq_v_layer"] = value("attention_k_eq_v") != 0 && !sliding ? 1 : 0;
+  const bool double_wide = value("use_double_wide_mlp") != 0 && index >= first_shared && first_shared > 0;
+  values["layer_intermediate_size"] = value("intermediate_size") * (double_wide ? 2 : 1);
+  // A token's MLP work: the dense MLP plus, with the MoE block beside it, top_k_experts experts.
+  double width = values["layer_intermediate_size"];
+  if (value("enable_moe_block") != 0) width += value("top_k_experts") * value("moe_intermediate_size");
+  values["layer_mlp_width"] = width;
+}
+
 std::vector<ArchitectureSpec> build_table() {
   std::vector<ArchitectureSpec> t;
   auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
@@ -313,6 +367,66 @@ std::vector<ArchitectureSpec> build_table() {
     a.head_bias = "1";
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/phi/modeling_phi.py";
+    add(a);
+  }
+
+  // ---- Gemma 4 (branch arch5): per-layer attention widths (per_layer_config), KV-shared layers,
+  // double-wide MLPs, per-layer inputs and an MoE block beside the MLP.
+  for (const bool unified : {false, true}) {
+    ArchitectureSpec a;
+    a.model_type = unified ? "gemma4_unified_text" : "gemma4_text";
+    a.composite_types = {unified ? "gemma4_unified" : "gemma4"};
+    a.absent_sub_configs = {"vision_config", "audio_config"};
+    a.reads_per_layer_config = true;
+    a.config_rules = gemma4_config_rules;
+    a.layer_rules = gemma4_layer_rules;
+    // Gemma4TextAttention: q_proj, q_norm, then (not a KV-shared layer) k_norm, v_norm (no weight:
+    // with_scale=False), k_proj, v_proj (absent where attention_k_eq_v and the layer is not
+    // sliding: keys are the values), o_proj; all attention_bias. head_dim and num_key_value_heads
+    // are the layer's (per_layer_config: full-attention layers take global_head_dim).
+    const std::string kv_own = "!kv_shared_layer";
+    a.layer = {linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "attention_bias"),
+               norm("self_attn.q_norm", R::QNorm, "head_dim"),
+               norm("self_attn.k_norm", R::KNorm, "head_dim", "", kv_own),
+               linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias", kv_own),
+               linear("self_attn.v_proj", R::V, "hidden_size", kKV, "attention_bias", kv_own + "&!k_eq_v_layer"),
+               linear("self_attn.o_proj", R::O, kQ, "hidden_size", "attention_bias")};
+    // Gemma4TextMLP: intermediate_size, doubled in KV-shared layers when use_double_wide_mlp.
+    a.layer = concat({a.layer, swiglu("mlp", "layer_intermediate_size"), kLlamaNorms,
+                      {norm("pre_feedforward_layernorm", R::PreFeedforwardNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm)}});
+    a.mlp_width = "layer_mlp_width";
+    if (!unified) {
+      // Gemma4TextDecoderLayer: per-layer inputs (hidden_size_per_layer_input, 0 or null: none)
+      // and, with enable_moe_block, Gemma4TextRouter (its own scale [H] and per_expert_scale [E],
+      // then proj; its norm has no weight), Gemma4TextExperts ([E, 2 * moe_intermediate_size, H],
+      // [E, H, moe_intermediate_size]) and three more norms, beside the dense MLP.
+      const std::string ple = "hidden_size_per_layer_input";
+      a.layer = concat({a.layer,
+                        {linear("per_layer_input_gate", R::MlpOther, "hidden_size", ple, "", ple),
+                         linear("per_layer_projection", R::MlpOther, ple, "hidden_size", "", ple),
+                         norm("post_per_layer_input_norm", R::MlpOther, "hidden_size", "", ple),
+                         tensor("router.scale", R::MlpOther, "hidden_size", "enable_moe_block"),
+                         tensor("router.per_expert_scale", R::MlpOther, "num_experts", "enable_moe_block"),
+                         linear("router.proj", R::MlpOther, "hidden_size", "num_experts", "", "enable_moe_block"),
+                         tensor("experts.gate_up_proj", R::MlpOther, "num_experts,2*moe_intermediate_size,hidden_size", "enable_moe_block"),
+                         tensor("experts.down_proj", R::MlpOther, "num_experts,hidden_size,moe_intermediate_size", "enable_moe_block"),
+                         norm("post_feedforward_layernorm_1", R::PostFeedforwardNorm, "hidden_size", "", "enable_moe_block"),
+                         norm("post_feedforward_layernorm_2", R::PostFeedforwardNorm, "hidden_size", "", "enable_moe_block"),
+                         norm("pre_feedforward_layernorm_2", R::PreFeedforwardNorm, "hidden_size", "", "enable_moe_block")}});
+      // Gemma4TextModel registers the per-layer embedding, its projection and norm after `norm`;
+      // its forward computes every layer's input from them before the first layer.
+      a.after_norm = {embedding("model.embed_tokens_per_layer", "vocab_size_per_layer_input,num_hidden_layers*" + ple, ple),
+                      linear("model.per_layer_model_projection", R::EmbedOther, "hidden_size", "num_hidden_layers*" + ple, "", ple),
+                      norm("model.per_layer_projection_norm", R::EmbedOther, ple, "", ple)};
+      a.defaults = {{"tie_word_embeddings", 1}, {"hidden_size_per_layer_input", 256}, {"vocab_size_per_layer_input", 262144},
+                    {"global_head_dim", 512}};
+      a.source = "transformers/models/gemma4/modeling_gemma4.py";
+    } else {
+      // Gemma4UnifiedTextConfig has no per-layer inputs and no MoE block.
+      a.defaults = {{"tie_word_embeddings", 1}, {"global_head_dim", 512}};
+      a.source = "transformers/models/gemma4_unified/modeling_gemma4_unified.py";
+    }
     add(a);
   }
 
@@ -1357,11 +1471,23 @@ const ArchitectureSpec* find_architecture(const std::string& model_type) {
   return nullptr;
 }
 
+const ArchitectureSpec* find_composite_decoder(const std::string& model_type) {
+  for (const ArchitectureSpec& spec : table()) {
+    if (std::find(spec.composite_types.begin(), spec.composite_types.end(), model_type) != spec.composite_types.end()) return &spec;
+  }
+  return nullptr;
+}
+
+std::string per_layer_key(int layer, const std::string& key) {
+  return "per_layer_config." + std::to_string(layer) + "." + key;
+}
+
 std::vector<std::string> modelled_model_types() {
   std::vector<std::string> types;
   for (const ArchitectureSpec& spec : table()) {
     types.push_back(spec.model_type);
     types.insert(types.end(), spec.aliases.begin(), spec.aliases.end());
+    types.insert(types.end(), spec.composite_types.begin(), spec.composite_types.end());
   }
   // Vision-language types whose tower and projector are described (vision_tower.h); their text
   // decoder is this table's entry for text_config.model_type.
