@@ -59,7 +59,9 @@ def full_size(case):
     if "constructor" in case:
         # The same keys at the class's default depth (its own layer_types for it).
         def default_depth(keys):
-            keys = {k: v for k, v in keys.items() if k not in ("num_hidden_layers", "layer_types")}
+            # Per-layer keys (lists, GLM-MoE-DSA's index_topk_pattern) belong to the cut depth.
+            keys = {k: v for k, v in keys.items()
+                    if k not in ("num_hidden_layers", "layer_types", "index_topk_pattern") and not isinstance(v, list)}
             if isinstance(keys.get("text_config"), dict):
                 keys["text_config"] = default_depth(keys["text_config"])
             return keys

@@ -586,12 +586,42 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     return reader.positive_int(key);  // throws, naming the standard key
   };
   config.hidden_size = required_int("hidden_size");
-  // Required unless every layer is MoE (below): SolarOpenConfig has no intermediate_size at all.
-  const std::optional<int> intermediate_size = aliased_int("intermediate_size");
   config.num_hidden_layers = required_int("num_hidden_layers");
-  config.num_attention_heads = required_int("num_attention_heads");
-  config.num_key_value_heads =
-      aliased_int("num_key_value_heads").value_or(config.num_attention_heads);
+  // Keys given per layer as a list (Gemma3nTextConfig.__post_init__: intermediate_size is one
+  // number, or a list of exactly num_hidden_layers): each entry held as per_layer_key(i, key), the
+  // first as the key's value.
+  std::map<std::string, double> per_layer_lists;
+  for (const std::string& key : spec->per_layer_lists) {
+    std::string dotted;
+    const json* list = reader.find(key, &dotted);
+    if (list == nullptr || !list->is_array()) continue;
+    if (static_cast<int>(list->size()) != config.num_hidden_layers) {
+      reader.fail(dotted, "expected one number, or one per layer (num_hidden_layers " + std::to_string(config.num_hidden_layers) + ")",
+                  std::to_string(list->size()) + " entries");
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      per_layer_lists[per_layer_key(static_cast<int>(i), key)] = reader.to_positive_int((*list)[i], dotted + "[" + std::to_string(i) + "]");
+    }
+    per_layer_lists[key] = per_layer_lists[per_layer_key(0, key)];
+  }
+  // Required unless every layer is MoE (below): SolarOpenConfig has no intermediate_size at all.
+  const std::optional<int> intermediate_size =
+      per_layer_lists.count("intermediate_size") ? std::optional<int>(static_cast<int>(per_layer_lists["intermediate_size"]))
+                                                 : aliased_int("intermediate_size");
+  if (!spec->num_attention_heads_from.empty()) {
+    std::map<std::string, double> keys(spec->defaults.begin(), spec->defaults.end());
+    for (const std::string& factor : {std::string("num_key_value_heads"), std::string("num_experts_per_tok")}) {
+      if (std::optional<int> value = aliased_int(factor)) keys[factor] = *value;
+    }
+    config.num_attention_heads = static_cast<int>(evaluate_shape(spec->num_attention_heads_from, keys, source).at(0));
+  } else {
+    config.num_attention_heads = required_int("num_attention_heads");
+  }
+  // The class default where the table has one (JetMoeConfig: 16), else num_attention_heads (MHA).
+  auto kv_default = spec->defaults.find("num_key_value_heads");
+  config.num_key_value_heads = aliased_int("num_key_value_heads")
+                                   .value_or(kv_default != spec->defaults.end() ? static_cast<int>(kv_default->second)
+                                                                                : config.num_attention_heads);
   config.vocab_size = required_int("vocab_size");
   // transformers floors: LlamaAttention (and every decoder modelled after it) takes
   // getattr(config, "head_dim", hidden_size // num_attention_heads), so GLM-4-MoE's 4096 / 96 heads
@@ -629,13 +659,26 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       // layer_types (a list of strings, one per layer): "layer_types.<i>=<type>", which the structure
       // builder turns into the layer's "layer_type=<type>" condition (MiMo-V2-Flash's sliding layers
       // have their own key/value widths and attention sinks).
-      else if (it->is_array() && it.key() == "layer_types") {
-        for (auto v = config.values.lower_bound("layer_types."); v != config.values.end() && v->first.rfind("layer_types.", 0) == 0;) {
+      // indexer_types (GLM-MoE-DSA: which layers build a sparse-attention indexer) the same way.
+      else if (it->is_array() && (it.key() == "layer_types" || it.key() == "indexer_types")) {
+        const std::string prefix = it.key() + ".";
+        for (auto v = config.values.lower_bound(prefix); v != config.values.end() && v->first.rfind(prefix, 0) == 0;) {
           v = config.values.erase(v);
         }
         for (size_t i = 0; i < it->size(); ++i) {
-          if ((*it)[i].is_string()) config.values["layer_types." + std::to_string(i) + "=" + (*it)[i].get<std::string>()] = 1;
+          if ((*it)[i].is_string()) config.values[prefix + std::to_string(i) + "=" + (*it)[i].get<std::string>()] = 1;
         }
+      }
+      // GlmMoeDsaConfig's index_topk_pattern as a list ("full"/"shared" per layer): read as its
+      // string form ("F"/"S" per layer), which the config rules expand.
+      else if (it->is_array() && it.key() == "index_topk_pattern") {
+        std::string pattern;
+        for (const json& entry : *it) {
+          if (entry == "full" || entry == "F") pattern += 'F';
+          else if (entry == "shared" || entry == "S") pattern += 'S';
+          else reader.fail("index_topk_pattern", "expected \"full\" / \"shared\" per layer", shown(entry));
+        }
+        config.values["index_topk_pattern=" + pattern] = 1;
       }
       // per_layer_config ({layer index: {key: value}}, HeterogeneousConfigMixin): numeric overrides
       // held as per_layer_key(layer, key); the structure builder sets them in that layer's values.
@@ -649,6 +692,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   };
   collect(root);
   if (reader.has_text_config()) collect(root["text_config"]);
+  for (const auto& [key, value] : per_layer_lists) config.values[key] = value;
   for (const auto& [alias, key] : spec->attribute_map) {
     auto it = config.values.find(alias);
     if (it != config.values.end()) config.values.emplace(key, it->second);
@@ -663,7 +707,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   for (const auto& [key, expression] : spec->derived) {
     if (config.values.count(key) == 0) config.values[key] = static_cast<double>(evaluate_shape(expression, config.values, source).at(0));
   }
-  if (spec->config_rules != nullptr) spec->config_rules(config.values, config.num_hidden_layers);
+  if (spec->config_rules != nullptr) spec->config_rules(config.values, config.num_hidden_layers, source);
   {
     std::string dotted;
     if (const json* only = reader.find("mlp_only_layers", &dotted)) {

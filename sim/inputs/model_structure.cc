@@ -543,6 +543,7 @@ class StructureBuilder {
         layer.post_attention_norm_bias = use.bias;
         break;
       case ModuleRole::AttentionOther: layer.attention_other.push_back(use); break;
+      case ModuleRole::NoGrad: layer.no_grad.push_back(use); break;
       case ModuleRole::MlpOther: case ModuleRole::PreFeedforwardNorm: case ModuleRole::PostFeedforwardNorm:
       case ModuleRole::EmbedOther: case ModuleRole::FinalNorm:  // top-level roles; in a layer, "other"
         layer.mlp_other.push_back(use);
@@ -758,7 +759,15 @@ class StructureBuilder {
     }
     for (const ModuleSpec& extra : spec->after_norm) {
       if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
-      out_.embed_other.push_back(module_of(extra, text_path(extra.path), -1, "embed"));
+      const std::string full = text_path(extra.path);
+      if (extra.repeat.empty()) {
+        out_.embed_other.push_back(module_of(extra, full, -1, "embed"));
+        continue;
+      }
+      const size_t at = full.find("{i}");
+      for (int64_t r = 0; r < dim(extra.repeat); ++r) {
+        out_.embed_other.push_back(module_of(extra, full.substr(0, at) + std::to_string(r) + full.substr(at + 3), -1, "embed"));
+      }
     }
     const bool head_bias = evaluate_flag(spec->head_bias, values_);
     if (m.tie_word_embeddings) {

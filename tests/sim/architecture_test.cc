@@ -261,11 +261,11 @@ TEST_CASE("the architecture table is the list of modelled model types", "[archit
   CHECK(find_architecture("qwen2_vl")->model_type == "qwen2");
   CHECK(find_architecture("qwen2_5_vl")->model_type == "qwen2");
   // A type transformers knows and the table does not describe is refused, never built as a Llama.
-  CHECK(find_architecture("jetmoe") == nullptr);
-  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "jetmoe", "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "jetmoe/config.json"),
-                    Catch::Contains("jetmoe/config.json") && Catch::Contains("key \"model_type\"") &&
-                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"jetmoe\""));
+  CHECK(find_architecture("laguna") == nullptr);
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "laguna", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "laguna/config.json"),
+                    Catch::Contains("laguna/config.json") && Catch::Contains("key \"model_type\"") &&
+                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"laguna\""));
   // A config class's own key names (GPT2Config.attribute_map: n_embd, n_layer, n_head) are read.
   const ModelConfig gpt2 = parse_model_config(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4,
       "vocab_size": 100, "n_positions": 32})", "gpt2/config.json");

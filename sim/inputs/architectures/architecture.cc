@@ -95,7 +95,39 @@ std::vector<ModuleSpec> mla_attention() {
 // sliding layers then a full one, its last entry is forced to full_attention, and without a
 // per_layer_config every full-attention layer gets head_dim = global_head_dim (default 512) and,
 // when attention_k_eq_v, num_key_value_heads = num_global_key_value_heads (if set).
-void gemma4_config_rules(std::map<std::string, double>& values, int layers) {
+// The layer type of each layer ("" where layer_types does not say).
+std::vector<std::string> layer_types_of(const std::map<std::string, double>& values, int layers) {
+  std::vector<std::string> types(static_cast<size_t>(std::max(layers, 0)));
+  for (int i = 0; i < layers; ++i) {
+    const std::string prefix = "layer_types." + std::to_string(i) + "=";
+    auto it = values.lower_bound(prefix);
+    if (it != values.end() && it->first.rfind(prefix, 0) == 0) types[static_cast<size_t>(i)] = it->first.substr(prefix.size());
+  }
+  return types;
+}
+
+// Gemma3nTextAttention / Gemma4TextAttention.__init__: a layer that keeps its own keys and values
+// looks its layer type up among layer_types[:num_hidden_layers - num_kv_shared_layers] (a Python
+// slice: a negative end drops entries from the end), for the last such layer that stores the full
+// KV; a type not there is transformers' ValueError ("... is not in list"), so no model.
+void check_kv_sharing(const std::map<std::string, double>& values, int layers, bool shared_from_zero, const std::string& source) {
+  auto it = values.find("num_kv_shared_layers");
+  const int first = layers - static_cast<int>(it == values.end() ? 0 : it->second);
+  const std::vector<std::string> types = layer_types_of(values, layers);
+  const int end = first >= 0 ? std::min(first, layers) : std::max(layers + first, 0);
+  for (int i = 0; i < layers; ++i) {
+    const bool shared = shared_from_zero ? (i >= first && first >= 0) : (i >= first && first > 0);
+    if (shared) continue;
+    if (std::find(types.begin(), types.begin() + end, types[static_cast<size_t>(i)]) == types.begin() + end) {
+      throw InputError(source, "key \"num_kv_shared_layers\": transformers cannot build layer " + std::to_string(i) + ": its type \"" +
+                                   types[static_cast<size_t>(i)] + "\" is not among layer_types[:num_hidden_layers - num_kv_shared_layers] " +
+                                   "(the layers that keep their own keys and values); expected at most " +
+                                   std::to_string(std::max(layers - 1, 0)) + " shared layers with both attention types before them");
+    }
+  }
+}
+
+void gemma4_config_rules(std::map<std::string, double>& values, int layers, const std::string& source) {
   auto has = [&](const std::string& prefix) {
     auto it = values.lower_bound(prefix);
     return it != values.end() && it->first.rfind(prefix, 0) == 0;
@@ -122,6 +154,7 @@ void gemma4_config_rules(std::map<std::string, double>& values, int layers) {
       }
     }
   }
+  check_kv_sharing(values, layers, /*shared_from_zero=*/true, source);
 }
 
 // Gemma4TextAttention / Gemma4TextMLP: layers from num_hidden_layers - num_kv_shared_layers on
@@ -143,6 +176,58 @@ void gemma4_layer_rules(int index, int layers, std::map<std::string, double>& va
   double width = values["layer_intermediate_size"];
   if (value("enable_moe_block") != 0) width += value("top_k_experts") * value("moe_intermediate_size");
   values["layer_mlp_width"] = width;
+}
+
+// DeepSeek-V3.2 builds an indexer in every layer; GLM-MoE-DSA where indexer_types[i] is "full".
+void dsa_layer_rules(int index, int, std::map<std::string, double>& values) {
+  const std::string prefix = "indexer_types." + std::to_string(index) + "=";
+  auto it = values.lower_bound(prefix);
+  const bool listed = it != values.end() && it->first.rfind(prefix, 0) == 0;
+  values["indexer"] = !listed || values.count(prefix + "full") != 0 ? 1 : 0;
+}
+
+// GlmMoeDsaConfig.__post_init__: without indexer_types, index_topk_pattern (a string of F/S, one a
+// layer) or else layer i is "full" when max(i - offset + 1, 0) % freq == 0 (index_topk_freq, at
+// least 1, default 1; index_skip_topk_offset default 2).
+void glm_moe_dsa_config_rules(std::map<std::string, double>& values, int layers, const std::string&) {
+  auto it = values.lower_bound("indexer_types.");
+  if (it != values.end() && it->first.rfind("indexer_types.", 0) == 0) return;
+  std::string pattern;
+  if (auto p = values.lower_bound("index_topk_pattern="); p != values.end() && p->first.rfind("index_topk_pattern=", 0) == 0) {
+    pattern = p->first.substr(std::string("index_topk_pattern=").size());
+  }
+  auto value = [&](const std::string& key, double fallback) {
+    auto found = values.find(key);
+    return found == values.end() ? fallback : found->second;
+  };
+  const int freq = std::max(static_cast<int>(value("index_topk_freq", 1)), 1);
+  const int offset = static_cast<int>(value("index_skip_topk_offset", 2));
+  for (int i = 0; i < layers; ++i) {
+    const bool full = !pattern.empty() ? (static_cast<size_t>(i) < pattern.size() && pattern[static_cast<size_t>(i)] == 'F')
+                                       : std::max(i - offset + 1, 0) % freq == 0;
+    values["indexer_types." + std::to_string(i) + "=" + (full ? "full" : "shared")] = 1;
+  }
+}
+
+// Gemma3nTextModel: altup_num_inputs - 1 extra residual streams, each with its projection in and out.
+void gemma3n_config_rules(std::map<std::string, double>& values, int layers, const std::string& source) {
+  auto it = values.find("altup_num_inputs");
+  values["altup_extra_streams"] = it == values.end() ? 0 : std::max(it->second - 1, 0.0);
+  // Gemma3nTextConfig.__post_init__: layer_types defaults to four sliding layers then a full one.
+  if (layer_types_of(values, 1).front().empty()) {
+    for (int i = 0; i < layers; ++i) {
+      values["layer_types." + std::to_string(i) + "=" + ((i + 1) % 5 == 0 ? "full_attention" : "sliding_attention")] = 1;
+    }
+  }
+  check_kv_sharing(values, layers, /*shared_from_zero=*/false, source);
+}
+
+// Gemma3nTextAttention: layers from num_hidden_layers - num_kv_shared_layers on (when that is > 0)
+// reuse an earlier layer's keys and values: no k/v projections or norms.
+void gemma3n_layer_rules(int index, int layers, std::map<std::string, double>& values) {
+  auto it = values.find("num_kv_shared_layers");
+  const int first_shared = layers - static_cast<int>(it == values.end() ? 0 : it->second);
+  values["kv_shared_layer"] = index >= first_shared && first_shared > 0 ? 1 : 0;
 }
 
 std::vector<ArchitectureSpec> build_table() {
@@ -427,6 +512,55 @@ std::vector<ArchitectureSpec> build_table() {
       a.defaults = {{"tie_word_embeddings", 1}, {"global_head_dim", 512}};
       a.source = "transformers/models/gemma4_unified/modeling_gemma4_unified.py";
     }
+    add(a);
+  }
+
+  {  // ---- Gemma 3n's decoder (branch arch5; Gemma3nTextDecoderLayer): Gemma 3's attention (q_proj,
+     // q_norm, then - not in a KV-shared layer - k_proj, v_proj, k_norm, v_norm without weight,
+     // o_proj) and four norms; an MLP of that layer's intermediate_size (one number or a list);
+     // AltUp (correct_output_scale [H], correction_coefs n -> n, prediction_coefs n -> n^2,
+     // modality_router H -> n, router_norm; n = altup_num_inputs), LAuReL (linear_left H ->
+     // laurel_rank, linear_right, post_laurel_norm) and the per-layer input gate, projection and
+     // norm. Gemma3nTextModel registers after `norm` the per-layer embedding, its projection and
+     // norm, then altup_projections and altup_unembed_projections (n - 1 Linear(H, H) each).
+    ArchitectureSpec a;
+    a.model_type = "gemma3n_text";
+    const std::string kv_own = "!kv_shared_layer";
+    const std::string n = "altup_num_inputs";
+    const std::string ple = "hidden_size_per_layer_input";
+    a.layer = concat({{linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "attention_bias"),
+                       norm("self_attn.q_norm", R::QNorm, "head_dim"),
+                       linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias", kv_own),
+                       linear("self_attn.v_proj", R::V, "hidden_size", kKV, "attention_bias", kv_own),
+                       norm("self_attn.k_norm", R::KNorm, "head_dim", "", kv_own),
+                       linear("self_attn.o_proj", R::O, kQ, "hidden_size", "attention_bias")},
+                      swiglu("mlp", "intermediate_size"), kLlamaNorms,
+                      {norm("pre_feedforward_layernorm", R::PreFeedforwardNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm),
+                       tensor("altup.correct_output_scale", R::MlpOther, "hidden_size"),
+                       linear("altup.correction_coefs", R::MlpOther, n, n),
+                       linear("altup.prediction_coefs", R::MlpOther, n, n + "*" + n),
+                       linear("altup.modality_router", R::MlpOther, "hidden_size", n),
+                       norm("altup.router_norm", R::MlpOther),
+                       linear("laurel.linear_left", R::AttentionOther, "hidden_size", "laurel_rank"),
+                       linear("laurel.linear_right", R::AttentionOther, "laurel_rank", "hidden_size"),
+                       norm("laurel.post_laurel_norm", R::AttentionOther),
+                       linear("per_layer_input_gate", R::MlpOther, "hidden_size", ple),
+                       linear("per_layer_projection", R::MlpOther, ple, "hidden_size"),
+                       norm("post_per_layer_input_norm", R::MlpOther)}});
+    ModuleSpec altup_in = linear("model.altup_projections.{i}", R::EmbedOther, "hidden_size", "hidden_size", "", "altup_extra_streams");
+    altup_in.repeat = "altup_extra_streams";
+    ModuleSpec altup_out = linear("model.altup_unembed_projections.{i}", R::EmbedOther, "hidden_size", "hidden_size", "", "altup_extra_streams");
+    altup_out.repeat = "altup_extra_streams";
+    a.after_norm = {embedding("model.embed_tokens_per_layer", "vocab_size_per_layer_input,num_hidden_layers*" + ple),
+                    linear("model.per_layer_model_projection", R::EmbedOther, "hidden_size", "num_hidden_layers*" + ple),
+                    norm("model.per_layer_projection_norm", R::EmbedOther, ple), altup_in, altup_out};
+    a.per_layer_lists = {"intermediate_size"};
+    a.config_rules = gemma3n_config_rules;
+    a.layer_rules = gemma3n_layer_rules;
+    a.defaults = {{"tie_word_embeddings", 1}, {"intermediate_size", 16384}, {ple, 256}, {"vocab_size_per_layer_input", 262144}, {n, 4},
+                  {"laurel_rank", 64}, {"num_kv_shared_layers", 15}};
+    a.source = "transformers/models/gemma3n/modeling_gemma3n.py";
     add(a);
   }
 
@@ -1447,6 +1581,72 @@ std::vector<ArchitectureSpec> build_table() {
     a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["glm4_moe_lite"]
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"q_lora_rank", 768}};
     a.source = "transformers/models/glm4_moe_lite/modeling_glm4_moe_lite.py";
+    add(a);
+
+    // ---- JetMoE (branch arch5): JetMoeDecoderLayer registers mlp (JetMoeMoE: its output bias,
+    // input_linear / output_linear - JetMoeParallelExperts, a weight [E, out, in] each - and a router
+    // whose `layer` is an nn.Linear), the two norms, then self_attention: a mixture of attention
+    // experts (JetMoeMoA: bias, per-expert query projection input_linear [E, kv_channels *
+    // num_key_value_heads, H] and output projection output_linear, its router) and one kv_proj for
+    // every expert. num_attention_heads = num_key_value_heads * num_experts_per_tok (JetMoeConfig).
+    {
+      ArchitectureSpec jet;
+      jet.model_type = "jetmoe";
+      const std::string kv = "kv_channels*num_key_value_heads";
+      jet.layer = {tensor("mlp.bias", R::MlpOther, "hidden_size"),
+                   tensor("mlp.input_linear.weight", R::ExpertsGateUp, "num_local_experts,2*intermediate_size,hidden_size"),
+                   tensor("mlp.output_linear.weight", R::ExpertsDown, "num_local_experts,hidden_size,intermediate_size"),
+                   linear("mlp.router.layer", R::Router, "hidden_size", "num_local_experts"),
+                   kLlamaNorms[0], kLlamaNorms[1],
+                   tensor("self_attention.experts.bias", R::AttentionOther, "hidden_size"),
+                   tensor("self_attention.experts.input_linear.weight", R::Q, "num_local_experts," + kv + ",hidden_size"),
+                   tensor("self_attention.experts.output_linear.weight", R::O, "num_local_experts,hidden_size," + kv),
+                   linear("self_attention.experts.router.layer", R::AttentionOther, "hidden_size", "num_local_experts"),
+                   linear("self_attention.kv_proj", R::K, "hidden_size", "2*" + kv)};
+      jet.moe = MoeLayers::All;
+      jet.experts_key = "num_local_experts";
+      jet.top_k_key = "num_experts_per_tok";
+      jet.expert_width = "intermediate_size";
+      // The attention's head width is kv_channels (JetMoeAttention: head_dim = config.kv_channels).
+      jet.attribute_map = {{"kv_channels", "head_dim"}};
+      jet.num_attention_heads_from = "num_key_value_heads*num_experts_per_tok";
+      jet.defaults = {{"tie_word_embeddings", 1}, {"kv_channels", 128}, {"num_local_experts", 8}, {"num_experts_per_tok", 2},
+                      {"num_key_value_heads", 16}};
+      jet.source = "transformers/models/jetmoe/modeling_jetmoe.py";
+      add(jet);
+    }
+
+    // ---- DeepSeek sparse attention (branch arch5): DeepSeek-V3's MLA and MoE block where
+    // mlp_layer_types says "sparse" (the config class writes the list from first_k_dense_replace),
+    // and after o_proj the attention's indexer (DeepseekV32Indexer: wq_b q_lora_rank ->
+    // index_n_heads * index_head_dim, wk hidden -> index_head_dim, k_norm an nn.LayerNorm with
+    // bias, weights_proj hidden -> index_n_heads). Its forward is @torch.no_grad(): trainable
+    // parameters that never get a gradient (ModuleRole::NoGrad), so DDP needs
+    // find_unused_parameters=True, and LoRA on them trains nothing.
+    const std::vector<ModuleSpec> indexer = {
+        linear("self_attn.indexer.wq_b", R::NoGrad, "q_lora_rank", "index_n_heads*index_head_dim", "", "indexer"),
+        linear("self_attn.indexer.wk", R::NoGrad, "hidden_size", "index_head_dim", "", "indexer"),
+        norm("self_attn.indexer.k_norm", R::NoGrad, "index_head_dim", "1", "indexer"),
+        linear("self_attn.indexer.weights_proj", R::NoGrad, "hidden_size", "index_n_heads", "", "indexer")};
+    a.model_type = "deepseek_v32";
+    a.layer = moe_layer(concat({mla, indexer}), "");
+    a.moe = MoeLayers::LayerTypes;
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}, {"num_experts", "n_routed_experts"}};
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["deepseek_v32"], ["glm_moe_dsa"]
+    a.layer_rules = dsa_layer_rules;
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}, {"q_lora_rank", 1536},
+                  {"index_head_dim", 128}, {"index_n_heads", 64}};
+    a.source = "transformers/models/deepseek_v32/modeling_deepseek_v32.py";
+    add(a);
+    // GLM-MoE-DSA (GlmMoeDsaAttention): the same layer, where the indexer exists only in the layers whose
+    // indexer_types entry is "full" ("shared" layers reuse the previous layer's top-k);
+    // GlmMoeDsaConfig writes the list from index_topk_pattern ("F"/"S" per layer) or index_topk_freq
+    // and index_skip_topk_offset.
+    a.model_type = "glm_moe_dsa";
+    a.config_rules = glm_moe_dsa_config_rules;
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}, {"q_lora_rank", 2048},
+                  {"index_head_dim", 128}, {"index_n_heads", 32}};
+    a.source = "transformers/models/glm_moe_dsa/modeling_glm_moe_dsa.py";
     add(a);
   }
   return t;

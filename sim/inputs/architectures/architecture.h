@@ -32,6 +32,10 @@ enum class ModuleRole {
   // projection right after the token embedding (GPT-2 wpe, BLOOM word_embeddings_layernorm, OPT
   // project_in/out), and a final norm registered before the layers (OPT's decoder.final_layer_norm).
   EmbedOther, FinalNorm,
+  // Read only under torch.no_grad() (DeepSeek sparse attention's indexer, whose forward is
+  // decorated @torch.no_grad(): it picks the tokens, the attention it masks carries the gradient).
+  // Listed and requires_grad, so in DDP's list, but never given a gradient: unused as the Reducer sees it.
+  NoGrad,
 };
 
 enum class ModuleKind {
@@ -154,9 +158,16 @@ struct ArchitectureSpec {
   // that layer's keys. Other classes raise AmbiguousGlobalPerLayerAttributeError on such a config,
   // so hookstream refuses it there.
   bool reads_per_layer_config = false;
+  // num_attention_heads as the config class sets it whatever the file says, an expression over the
+  // file's keys and the defaults (JetMoeConfig.__post_init__: num_key_value_heads * num_experts_per_tok).
+  std::string num_attention_heads_from;
+  // Keys the config class takes as one number or a list of one per layer (Gemma3nTextConfig's
+  // intermediate_size): a list is held per layer as per_layer_key(layer, key), its first entry as the key.
+  std::vector<std::string> per_layer_lists;
   // The config class's __post_init__ rules over the parsed values (num_hidden_layers given), run
-  // after the defaults: what a config.json may leave out that the class derives.
-  void (*config_rules)(std::map<std::string, double>& values, int num_hidden_layers) = nullptr;
+  // after the defaults: what a config.json may leave out that the class derives. Throws InputError
+  // (naming `source`) for a config the model class cannot build.
+  void (*config_rules)(std::map<std::string, double>& values, int num_hidden_layers, const std::string& source) = nullptr;
   // Per-layer keys the modelling code derives for layer `index` of `num_hidden_layers` (Gemma 4's
   // KV-shared layers, double-wide MLPs), set in that layer's values, which its modules' conditions
   // and shapes read.
