@@ -29,6 +29,11 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_
 
 
 def make_config(case):
+    if "constructor" in case:
+        # The config class built from these keys, as from a config.json that holds them: its
+        # __post_init__ runs (Gemma4TextConfig derives per_layer_config from global_head_dim and
+        # num_global_key_value_heads), and the fixture's config is the keys themselves.
+        return AutoConfig.for_model(case["model_type"], **case["constructor"])
     config = AutoConfig.for_model(case["model_type"])
     # Vision-language cases: "vision_config" replaces the tower's config (Pixtral under LLaVA),
     # "vision_overrides" are set on it, "model_overrides" on the composite config
@@ -53,6 +58,28 @@ def make_config(case):
 def full_size(case):
     """Parameter count and bytes of the model at transformers' default depth (the case's other
     overrides kept): checks the per-layer rules (MoE layer selection) over a whole real-size model."""
+    if "constructor" in case:
+        # The same keys at the class's default depth (its own layer_types for it).
+        def default_depth(keys):
+            # Per-layer keys (lists, GLM-MoE-DSA's index_topk_pattern) belong to the cut depth.
+            keys = {k: v for k, v in keys.items()
+                    if k not in ("num_hidden_layers", "layer_types", "index_topk_pattern") and not isinstance(v, list)}
+            if isinstance(keys.get("text_config"), dict):
+                keys["text_config"] = default_depth(keys["text_config"])
+            return keys
+        keys = default_depth(case["constructor"])
+        config = make_config({**case, "constructor": keys})
+        model = build({**case, "lora": None}, config)
+        params = list(model.parameters())
+        layers = config.get_text_config().num_hidden_layers
+        written = {"model_type": case["model_type"], **keys}
+        (written["text_config"] if "text_config" in written else written)["num_hidden_layers"] = layers
+        return {
+            "num_hidden_layers": layers,
+            "numel": sum(p.numel() for p in params),
+            "bytes": sum(p.numel() * p.element_size() for p in params),
+            "config": written,
+        }
     overrides = {k: v for k, v in case.get("overrides", {}).items() if k != "num_hidden_layers"}
     config = make_config({**case, "overrides": {k: v for k, v in overrides.items() if not isinstance(v, list)}})
     # A per-layer list (mlp_layer_types) written for the reduced depth goes on with its last entry
@@ -63,11 +90,16 @@ def full_size(case):
             setattr(text, key, value + value[-1:] * (text.num_hidden_layers - len(value)))
     model = build({**case, "lora": None}, config)
     params = list(model.parameters())
-    return {
+    full = {
         "num_hidden_layers": config.get_text_config().num_hidden_layers,
         "numel": sum(p.numel() for p in params),
         "bytes": sum(p.numel() * p.element_size() for p in params),
     }
+    if case.get("full_config"):
+        # Per-layer keys a cut config cannot extend (Gemma 4's layer_types and per_layer_config at
+        # the default depth): the full-depth config.json, which the size check reads instead.
+        full["config"] = json.loads(config.to_json_string(use_diff=False))
+    return full
 
 
 def build(case, config):
@@ -93,7 +125,8 @@ def dump(case):
         "case": case,
     }
     config = make_config(case)
-    result["config"] = json.loads(config.to_json_string(use_diff=False))
+    result["config"] = ({"model_type": case["model_type"], **case["constructor"]} if "constructor" in case
+                        else json.loads(config.to_json_string(use_diff=False)))
     try:
         model = build(case, config)
     except Exception as error:  # the refusal is the expectation

@@ -166,6 +166,35 @@ DType parse_dtype(const ConfigReader& reader) {
 bool has_qkv_bias_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen2"); }
 bool has_qk_norm_by_type(const std::string& decoder_type) { return starts_with(decoder_type, "qwen3"); }
 
+// per_layer_config as HeterogeneousConfigMixin reads it (transformers
+// integrations/heterogeneity/configuration_utils.py _apply_heterogeneous_config): keys are layer
+// indices (int("05") == 5), values the keys that layer overrides. Only the config classes that read
+// it accept it; an override hookstream cannot hold as a number (`skip`, a list) is refused rather
+// than ignored. An index at or past num_hidden_layers names a layer that is not built (transformers
+// rejects it on load; a config cut to fewer layers keeps the original's), so it changes nothing.
+void read_per_layer_config(const ConfigReader& reader, const ArchitectureSpec& spec, const json& per_layer,
+                           std::map<std::string, double>& values) {
+  if (per_layer.empty()) return;
+  if (!spec.reads_per_layer_config) {
+    reader.fail("per_layer_config", "set, but transformers' " + spec.model_type +
+                                        " modelling code reads every layer from the global config (its config class "
+                                        "raises AmbiguousGlobalPerLayerAttributeError); expected it absent");
+  }
+  values["per_layer_config"] = 1;
+  for (auto layer = per_layer.begin(); layer != per_layer.end(); ++layer) {
+    const std::string& index = layer.key();
+    const bool digits = !index.empty() && std::all_of(index.begin(), index.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (!digits || index.size() > 6) reader.fail("per_layer_config", "expected layer indices as keys", shown(json(index)));
+    if (!layer->is_object()) reader.fail("per_layer_config." + index, "expected an object of overrides", shown(*layer));
+    const int i = std::stoi(index);
+    for (auto it = layer->begin(); it != layer->end(); ++it) {
+      if (it->is_boolean()) values[per_layer_key(i, it.key())] = it->get<bool>() ? 1 : 0;
+      else if (it->is_number()) values[per_layer_key(i, it.key())] = it->get<double>();
+      else reader.fail("per_layer_config." + index + "." + it.key(), "not modelled by hookstream; expected a number", shown(*it));
+    }
+  }
+}
+
 // The composite types whose vision tower hookstream builds, and which tower it is.
 std::optional<VisionLayout> vision_layout_of(const std::string& model_type) {
   if (model_type == "qwen3_vl" || model_type == "qwen3_vl_moe") return VisionLayout::Qwen3VL;
@@ -610,6 +639,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // rather than modelled as a dense Llama. A config without model_type (hand-written) is a Llama.
   const ArchitectureSpec* spec = find_architecture(decoder_type.empty() ? "llama" : decoder_type);
   if (spec == nullptr) spec = find_architecture(config.model_type);
+  if (spec == nullptr) spec = find_composite_decoder(config.model_type);
   if (spec == nullptr) {
     std::string known;
     for (const std::string& type : modelled_model_types()) known += (known.empty() ? "" : ", ") + type;
@@ -631,12 +661,42 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     return reader.positive_int(key);  // throws, naming the standard key
   };
   config.hidden_size = required_int("hidden_size");
-  // Required unless every layer is MoE (below): SolarOpenConfig has no intermediate_size at all.
-  const std::optional<int> intermediate_size = aliased_int("intermediate_size");
   config.num_hidden_layers = required_int("num_hidden_layers");
-  config.num_attention_heads = required_int("num_attention_heads");
-  config.num_key_value_heads =
-      aliased_int("num_key_value_heads").value_or(config.num_attention_heads);
+  // Keys given per layer as a list (Gemma3nTextConfig.__post_init__: intermediate_size is one
+  // number, or a list of exactly num_hidden_layers): each entry held as per_layer_key(i, key), the
+  // first as the key's value.
+  std::map<std::string, double> per_layer_lists;
+  for (const std::string& key : spec->per_layer_lists) {
+    std::string dotted;
+    const json* list = reader.find(key, &dotted);
+    if (list == nullptr || !list->is_array()) continue;
+    if (static_cast<int>(list->size()) != config.num_hidden_layers) {
+      reader.fail(dotted, "expected one number, or one per layer (num_hidden_layers " + std::to_string(config.num_hidden_layers) + ")",
+                  std::to_string(list->size()) + " entries");
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      per_layer_lists[per_layer_key(static_cast<int>(i), key)] = reader.to_positive_int((*list)[i], dotted + "[" + std::to_string(i) + "]");
+    }
+    per_layer_lists[key] = per_layer_lists[per_layer_key(0, key)];
+  }
+  // Required unless every layer is MoE (below): SolarOpenConfig has no intermediate_size at all.
+  const std::optional<int> intermediate_size =
+      per_layer_lists.count("intermediate_size") ? std::optional<int>(static_cast<int>(per_layer_lists["intermediate_size"]))
+                                                 : aliased_int("intermediate_size");
+  if (!spec->num_attention_heads_from.empty()) {
+    std::map<std::string, double> keys(spec->defaults.begin(), spec->defaults.end());
+    for (const std::string& factor : {std::string("num_key_value_heads"), std::string("num_experts_per_tok")}) {
+      if (std::optional<int> value = aliased_int(factor)) keys[factor] = *value;
+    }
+    config.num_attention_heads = static_cast<int>(evaluate_shape(spec->num_attention_heads_from, keys, source).at(0));
+  } else {
+    config.num_attention_heads = required_int("num_attention_heads");
+  }
+  // The class default where the table has one (JetMoeConfig: 16), else num_attention_heads (MHA).
+  auto kv_default = spec->defaults.find("num_key_value_heads");
+  config.num_key_value_heads = aliased_int("num_key_value_heads")
+                                   .value_or(kv_default != spec->defaults.end() ? static_cast<int>(kv_default->second)
+                                                                                : config.num_attention_heads);
   config.vocab_size = required_int("vocab_size");
   // transformers floors: LlamaAttention (and every decoder modelled after it) takes
   // getattr(config, "head_dim", hidden_size // num_attention_heads), so GLM-4-MoE's 4096 / 96 heads
@@ -674,13 +734,31 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       // layer_types (a list of strings, one per layer): "layer_types.<i>=<type>", which the structure
       // builder turns into the layer's "layer_type=<type>" condition (MiMo-V2-Flash's sliding layers
       // have their own key/value widths and attention sinks).
-      else if (it->is_array() && it.key() == "layer_types") {
-        for (auto v = config.values.lower_bound("layer_types."); v != config.values.end() && v->first.rfind("layer_types.", 0) == 0;) {
+      // indexer_types (GLM-MoE-DSA: which layers build a sparse-attention indexer) the same way.
+      else if (it->is_array() && (it.key() == "layer_types" || it.key() == "indexer_types")) {
+        const std::string prefix = it.key() + ".";
+        for (auto v = config.values.lower_bound(prefix); v != config.values.end() && v->first.rfind(prefix, 0) == 0;) {
           v = config.values.erase(v);
         }
         for (size_t i = 0; i < it->size(); ++i) {
-          if ((*it)[i].is_string()) config.values["layer_types." + std::to_string(i) + "=" + (*it)[i].get<std::string>()] = 1;
+          if ((*it)[i].is_string()) config.values[prefix + std::to_string(i) + "=" + (*it)[i].get<std::string>()] = 1;
         }
+      }
+      // GlmMoeDsaConfig's index_topk_pattern as a list ("full"/"shared" per layer): read as its
+      // string form ("F"/"S" per layer), which the config rules expand.
+      else if (it->is_array() && it.key() == "index_topk_pattern") {
+        std::string pattern;
+        for (const json& entry : *it) {
+          if (entry == "full" || entry == "F") pattern += 'F';
+          else if (entry == "shared" || entry == "S") pattern += 'S';
+          else reader.fail("index_topk_pattern", "expected \"full\" / \"shared\" per layer", shown(entry));
+        }
+        config.values["index_topk_pattern=" + pattern] = 1;
+      }
+      // per_layer_config ({layer index: {key: value}}, HeterogeneousConfigMixin): numeric overrides
+      // held as per_layer_key(layer, key); the structure builder sets them in that layer's values.
+      else if (it.key() == "per_layer_config" && it->is_object()) {
+        read_per_layer_config(reader, *spec, *it, config.values);
       }
       if (it->is_null()) nulls.insert(it.key());
       else nulls.erase(it.key());
@@ -689,6 +767,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   };
   collect(root);
   if (reader.has_text_config()) collect(root["text_config"]);
+  for (const auto& [key, value] : per_layer_lists) config.values[key] = value;
   for (const auto& [alias, key] : spec->attribute_map) {
     auto it = config.values.find(alias);
     if (it != config.values.end()) config.values.emplace(key, it->second);
@@ -704,6 +783,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   for (const auto& [key, expression] : spec->derived) {
     if (config.values.count(key) == 0) config.values[key] = static_cast<double>(evaluate_shape(expression, config.values, source).at(0));
   }
+  if (spec->config_rules != nullptr) spec->config_rules(config.values, config.num_hidden_layers, source);
   {
     std::string dotted;
     if (const json* only = reader.find("mlp_only_layers", &dotted)) {
@@ -767,6 +847,18 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if ((reader.has_text_config() && ends_with(config.architecture, "ForConditionalGeneration")) ||
       is_vision_language_type(config.model_type)) {
     config.text_prefix = "model.language_model";
+  }
+  // A composite type of the decoder (Gemma 4): Gemma4Model nests the decoder under
+  // model.language_model and builds a tower only for a sub-config that is not null.
+  if (std::find(spec->composite_types.begin(), spec->composite_types.end(), config.model_type) != spec->composite_types.end()) {
+    config.text_prefix = "model.language_model";
+    for (const std::string& key : spec->absent_sub_configs) {
+      if (const json* sub = ConfigReader::find_in(root, key)) {
+        reader.fail(key, "the " + key.substr(0, key.find('_')) + " tower of model_type \"" + config.model_type +
+                             "\" is not modelled yet; expected null (hookstream models its text decoder " + spec->model_type + ")",
+                    shown(*sub));
+      }
+    }
   }
   const VisionLanguageSpec* described = find_vision_language(config.model_type);
   if (described != nullptr && !described->text_prefix.empty()) config.text_prefix = described->text_prefix;

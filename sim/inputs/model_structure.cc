@@ -464,13 +464,17 @@ class StructureBuilder {
     return path;
   }
 
+  // The values shapes are evaluated against: the config's, or while a decoder layer is built, that
+  // layer's (its per_layer_config overrides and the architecture's layer rules over the config's).
+  const std::map<std::string, double>& shape_values() const { return layer_values_ != nullptr ? *layer_values_ : values_; }
+
   int64_t dim(const std::string& expression) const {
-    const std::vector<long long> dims = evaluate_shape(expression, values_, plan_.model.source);
+    const std::vector<long long> dims = evaluate_shape(expression, shape_values(), plan_.model.source);
     return dims.at(0);
   }
 
   std::vector<int64_t> dims(const std::string& expressions) const {
-    const std::vector<long long> d = evaluate_shape(expressions, values_, plan_.model.source);
+    const std::vector<long long> d = evaluate_shape(expressions, shape_values(), plan_.model.source);
     return std::vector<int64_t>(d.begin(), d.end());
   }
 
@@ -542,6 +546,7 @@ class StructureBuilder {
       case ModuleRole::AttentionOther: layer.attention_other.push_back(use); break;
       case ModuleRole::MixerIn: layer.mixer_in.push_back(use); break;
       case ModuleRole::MixerOther: layer.mixer_other.push_back(use); break;
+      case ModuleRole::NoGrad: layer.no_grad.push_back(use); break;
       case ModuleRole::MlpOther: case ModuleRole::PreFeedforwardNorm: case ModuleRole::PostFeedforwardNorm:
       case ModuleRole::EmbedOther: case ModuleRole::FinalNorm:  // top-level roles; in a layer, "other"
         layer.mlp_other.push_back(use);
@@ -623,7 +628,7 @@ class StructureBuilder {
     const size_t dot = full.rfind('.');
     const std::string parent = dot == std::string::npos ? "" : full.substr(0, dot);
     const std::string leaf = full.substr(dot + 1);
-    const bool bias = evaluate_flag(module.bias, values_);
+    const bool bias = evaluate_flag(module.bias, shape_values());
     LinearUse use;
     use.name = leaf;
     switch (module.kind) {
@@ -698,11 +703,6 @@ class StructureBuilder {
         auto it = values_.find(factor);
         if (it != values_.end() && it->second == 0) shared = false;
       }
-      // A layer of an all-MoE architecture without experts (GraniteMoeHybrid, num_local_experts 0)
-      // keeps only its shared MLP.
-      layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) + (shared ? dim(spec->shared_expert_width) : 0)
-                        : spec->moe == MoeLayers::All && shared ? dim(spec->shared_expert_width)
-                                                                 : dim("intermediate_size");
       // "moe" / "dense" are terms of a module's condition, true by this layer's MoE rule.
       std::map<std::string, double> layer_values = values_;
       layer_values["moe"] = layer.moe ? 1 : 0;
@@ -715,6 +715,19 @@ class StructureBuilder {
       for (auto it = values_.lower_bound(type_key); it != values_.end() && it->first.rfind(type_key, 0) == 0; ++it) {
         layer_values["layer_type=" + it->first.substr(type_key.size())] = 1;
       }
+      // per_layer_config's overrides of this layer's keys, then the keys the modelling code
+      // derives per layer (ArchitectureSpec::layer_rules).
+      const std::string override_key = per_layer_key(i, "");
+      for (auto it = values_.lower_bound(override_key); it != values_.end() && it->first.rfind(override_key, 0) == 0; ++it) {
+        layer_values[it->first.substr(override_key.size())] = it->second;
+      }
+      if (spec->layer_rules != nullptr) spec->layer_rules(i, m.num_hidden_layers, layer_values);
+      layer_values_ = &layer_values;
+      // A layer of an all-MoE architecture without experts (GraniteMoeHybrid, num_local_experts 0)
+      // keeps only its shared MLP.
+      layer.mlp_width = layer.moe ? dim(spec->top_k_key) * dim(spec->expert_width) + (shared ? dim(spec->shared_expert_width) : 0)
+                        : spec->moe == MoeLayers::All && shared ? dim(spec->shared_expert_width)
+                                                                 : dim(spec->mlp_width.empty() ? "intermediate_size" : spec->mlp_width);
       // The layer's token mixer: the first of the architecture's mixer rules that holds, else attention.
       for (const MixerRule& rule : spec->mixers) {
         if (!evaluate_flag(rule.when, layer_values)) continue;
@@ -766,6 +779,7 @@ class StructureBuilder {
         }
         place(layer, module.role, module_of(module, full, i, "decoder"));
       }
+      layer_values_ = nullptr;
       out_.layers.push_back(std::move(layer));
     }
     if (!spec->final_norm.empty()) {
@@ -773,6 +787,18 @@ class StructureBuilder {
       out_.final_norm = add(norm, "weight", {m.hidden_size}, full_ft, -1, "final_norm");
       if (evaluate_flag(spec->final_norm_bias, values_)) {
         out_.final_norm_bias = add(norm, "bias", {m.hidden_size}, full_ft, -1, "final_norm");
+      }
+    }
+    for (const ModuleSpec& extra : spec->after_norm) {
+      if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
+      const std::string full = text_path(extra.path);
+      if (extra.repeat.empty()) {
+        out_.embed_other.push_back(module_of(extra, full, -1, "embed"));
+        continue;
+      }
+      const size_t at = full.find("{i}");
+      for (int64_t r = 0; r < dim(extra.repeat); ++r) {
+        out_.embed_other.push_back(module_of(extra, full.substr(0, at) + std::to_string(r) + full.substr(at + 3), -1, "embed"));
       }
     }
     const bool head_bias = evaluate_flag(spec->head_bias, values_);
@@ -1100,6 +1126,7 @@ class StructureBuilder {
   std::vector<ModuleEntry>* catalog_;
   std::vector<std::string>* param_catalog_;
   const std::map<std::string, double> values_;
+  const std::map<std::string, double>* layer_values_ = nullptr;  // see shape_values()
   std::set<std::string> seen_;
   std::string prefix_;
   std::vector<std::regex> unfrozen_;

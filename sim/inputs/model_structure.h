@@ -70,6 +70,9 @@ struct DecoderLayerUse {
   int post_attention_norm = -1, post_attention_norm_bias = -1;
   LinearUse gate, up, down;
   std::vector<LinearUse> mlp_other;
+  // Parameters the forward reads only under torch.no_grad() (ModuleRole::NoGrad): no op of the
+  // autograd graph uses them, so they never get a gradient.
+  std::vector<LinearUse> no_grad;
   bool moe = false;  // a sparse MoE block instead of the dense MLP
   // Per-expert layout: `gate` is the router and each routed expert is its own MLP (empty with fused
   // experts or a dense MLP). Sorted by expert index.

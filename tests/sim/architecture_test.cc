@@ -147,6 +147,12 @@ TEST_CASE("architecture fixtures: real-size models have transformers' parameter 
     INFO("fixture " << name);
     const int layers = fixture.at("full").at("num_hidden_layers").get<int>();
     Plan plan = plan_for(full_depth_hybrid(fixture, layers), name);
+    if (fixture.at("full").contains("config")) {
+      // Per-layer keys (Gemma 4's layer_types, per_layer_config) the cut config cannot extend: the
+      // full-depth config.json as transformers wrote it.
+      plan.model = parse_model_config(fixture.at("full").at("config").dump(), name + "/full/config.json");
+      CHECK(plan.model.num_hidden_layers == layers);
+    }
     plan.model.num_hidden_layers = layers;
     plan.model.values["num_hidden_layers"] = layers;
     const ModelStructure structure = build_model_structure(plan);
@@ -276,11 +282,11 @@ TEST_CASE("the architecture table is the list of modelled model types", "[archit
   CHECK(find_architecture("qwen2_vl")->model_type == "qwen2");
   CHECK(find_architecture("qwen2_5_vl")->model_type == "qwen2");
   // A type transformers knows and the table does not describe is refused, never built as a Llama.
-  CHECK(find_architecture("jetmoe") == nullptr);
-  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "jetmoe", "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "jetmoe/config.json"),
-                    Catch::Contains("jetmoe/config.json") && Catch::Contains("key \"model_type\"") &&
-                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"jetmoe\""));
+  CHECK(find_architecture("laguna") == nullptr);
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "laguna", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "laguna/config.json"),
+                    Catch::Contains("laguna/config.json") && Catch::Contains("key \"model_type\"") &&
+                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"laguna\""));
   // A config class's own key names (GPT2Config.attribute_map: n_embd, n_layer, n_head) are read.
   const ModelConfig gpt2 = parse_model_config(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4,
       "vocab_size": 100, "n_positions": 32})", "gpt2/config.json");
@@ -410,4 +416,54 @@ TEST_CASE("Llama 4: moe_layers picks the sparse layers, the VL model nests a who
   REQUIRE(structure.vision_final_norm.size() == 1);
   CHECK(structure.parameters[static_cast<size_t>(structure.vision_final_norm[0].weight)].name == "vision_model.layernorm_post.weight");
   CHECK(structure.parameters[static_cast<size_t>(structure.vision_patch_embed.weight)].name == "vision_model.patch_embedding.linear.weight");
+}
+
+TEST_CASE("Gemma 4: towers not modelled and per_layer_config where transformers does not read it are refused", "[architecture]") {
+  const std::string text = R"("text_config": {"model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100})";
+  // Gemma4Model builds its vision and audio towers only for a non-null sub-config; a text-only
+  // Gemma 4 is the decoder under model.language_model.
+  const ModelConfig text_only = parse_model_config("{\"model_type\": \"gemma4\", \"vision_config\": null, " + text + "}", "g4/config.json");
+  CHECK(text_only.text_prefix == "model.language_model");
+  CHECK(text_only.decoder_type == "gemma4_text");
+  CHECK_THROWS_WITH(parse_model_config("{\"model_type\": \"gemma4\", \"vision_config\": {\"hidden_size\": 32}, " + text + "}",
+                                       "g4/config.json"),
+                    Catch::StartsWith("g4/config.json: key \"vision_config\": the vision tower of model_type \"gemma4\" is not modelled yet"));
+  CHECK_THROWS_WITH(parse_model_config("{\"model_type\": \"gemma4\", \"audio_config\": {\"hidden_size\": 32}, " + text + "}",
+                                       "g4/config.json"),
+                    Catch::StartsWith("g4/config.json: key \"audio_config\": the audio tower of model_type \"gemma4\" is not modelled yet"));
+  // Only the classes that read per_layer_config accept it (LlamaConfig raises
+  // AmbiguousGlobalPerLayerAttributeError when a layer reads an overridden key globally).
+  const std::string llama = R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 100, "per_layer_config": {"1": {"intermediate_size": 256}}})";
+  CHECK_THROWS_WITH(parse_model_config(llama, "l/config.json"),
+                    Catch::StartsWith("l/config.json: key \"per_layer_config\": set, but transformers' llama modelling code"));
+  const std::string skip = R"({"model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 100, "per_layer_config": {"1": {"skip": ["mlp"]}}})";
+  CHECK_THROWS_WITH(parse_model_config(skip, "s/config.json"),
+                    "s/config.json: key \"per_layer_config.1.skip\": not modelled by hookstream; expected a number, got [\"mlp\"]");
+}
+
+TEST_CASE("Gemma 4: layer_types default, the forced full last layer and global_head_dim", "[architecture]") {
+  // Gemma4TextConfig.__post_init__: no layer_types -> five sliding layers then a full one, the last
+  // forced to full; full layers take global_head_dim and, with attention_k_eq_v, the global kv heads.
+  Plan plan;
+  plan.source = "g.yaml";
+  plan.model = parse_model_config(R"({"model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100,
+      "global_head_dim": 32, "attention_k_eq_v": true, "num_global_key_value_heads": 1, "hidden_size_per_layer_input": null})",
+                                  "g/config.json");
+  const ModelStructure structure = build_model_structure(plan);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const Parameter& p : structure.parameters) shapes[p.name] = p.shape;
+  CHECK(shapes.at("model.layers.0.self_attn.q_proj.weight") == std::vector<int64_t>{64, 64});
+  CHECK(shapes.at("model.layers.0.self_attn.v_proj.weight") == std::vector<int64_t>{32, 64});
+  for (const int full : {5, 7}) {
+    const std::string layer = "model.layers." + std::to_string(full) + ".self_attn.";
+    CHECK(shapes.at(layer + "q_proj.weight") == std::vector<int64_t>{128, 64});
+    CHECK(shapes.at(layer + "k_proj.weight") == std::vector<int64_t>{32, 64});
+    CHECK(shapes.count(layer + "v_proj.weight") == 0);
+  }
+  CHECK(shapes.count("model.layers.6.self_attn.v_proj.weight") == 1);
+  CHECK(shapes.count("model.embed_tokens_per_layer.weight") == 0);
 }

@@ -333,6 +333,146 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
   }
 }
 
+
+// Gemma4TextConfig.__post_init__ (and Gemma4UnifiedTextConfig's): layer_types defaults to five
+// sliding layers then a full one, its last entry is forced to full_attention, and without a
+// per_layer_config every full-attention layer gets head_dim = global_head_dim (default 512) and,
+// when attention_k_eq_v, num_key_value_heads = num_global_key_value_heads (if set).
+// The layer type of each layer ("" where layer_types does not say).
+std::vector<std::string> layer_types_of(const std::map<std::string, double>& values, int layers) {
+  std::vector<std::string> types(static_cast<size_t>(std::max(layers, 0)));
+  for (int i = 0; i < layers; ++i) {
+    const std::string prefix = "layer_types." + std::to_string(i) + "=";
+    auto it = values.lower_bound(prefix);
+    if (it != values.end() && it->first.rfind(prefix, 0) == 0) types[static_cast<size_t>(i)] = it->first.substr(prefix.size());
+  }
+  return types;
+}
+
+// Gemma3nTextAttention / Gemma4TextAttention.__init__: a layer that keeps its own keys and values
+// looks its layer type up among layer_types[:num_hidden_layers - num_kv_shared_layers] (a Python
+// slice: a negative end drops entries from the end), for the last such layer that stores the full
+// KV; a type not there is transformers' ValueError ("... is not in list"), so no model.
+void check_kv_sharing(const std::map<std::string, double>& values, int layers, bool shared_from_zero, const std::string& source) {
+  auto it = values.find("num_kv_shared_layers");
+  const int first = layers - static_cast<int>(it == values.end() ? 0 : it->second);
+  const std::vector<std::string> types = layer_types_of(values, layers);
+  const int end = first >= 0 ? std::min(first, layers) : std::max(layers + first, 0);
+  for (int i = 0; i < layers; ++i) {
+    const bool shared = shared_from_zero ? (i >= first && first >= 0) : (i >= first && first > 0);
+    if (shared) continue;
+    if (std::find(types.begin(), types.begin() + end, types[static_cast<size_t>(i)]) == types.begin() + end) {
+      throw InputError(source, "key \"num_kv_shared_layers\": transformers cannot build layer " + std::to_string(i) + ": its type \"" +
+                                   types[static_cast<size_t>(i)] + "\" is not among layer_types[:num_hidden_layers - num_kv_shared_layers] " +
+                                   "(the layers that keep their own keys and values); expected at most " +
+                                   std::to_string(std::max(layers - 1, 0)) + " shared layers with both attention types before them");
+    }
+  }
+}
+
+void gemma4_config_rules(std::map<std::string, double>& values, int layers, const std::string& source) {
+  auto has = [&](const std::string& prefix) {
+    auto it = values.lower_bound(prefix);
+    return it != values.end() && it->first.rfind(prefix, 0) == 0;
+  };
+  auto set_type = [&](int i, const std::string& type) {
+    const std::string prefix = "layer_types." + std::to_string(i) + "=";
+    for (auto it = values.lower_bound(prefix); it != values.end() && it->first.rfind(prefix, 0) == 0;) it = values.erase(it);
+    values[prefix + type] = 1;
+  };
+  if (!has("layer_types.")) {
+    for (int i = 0; i < layers; ++i) set_type(i, (i + 1) % 6 != 0 ? "sliding_attention" : "full_attention");
+  }
+  if (layers > 0) set_type(layers - 1, "full_attention");
+  if (values.count("per_layer_config") == 0) {
+    auto value = [&](const std::string& key) {
+      auto it = values.find(key);
+      return it == values.end() ? 0.0 : it->second;
+    };
+    for (int i = 0; i < layers; ++i) {
+      if (values.count("layer_types." + std::to_string(i) + "=full_attention") == 0) continue;
+      values[per_layer_key(i, "head_dim")] = value("global_head_dim");
+      if (value("attention_k_eq_v") != 0 && value("num_global_key_value_heads") > 0) {
+        values[per_layer_key(i, "num_key_value_heads")] = value("num_global_key_value_heads");
+      }
+    }
+  }
+  check_kv_sharing(values, layers, /*shared_from_zero=*/true, source);
+}
+
+// Gemma4TextAttention / Gemma4TextMLP: layers from num_hidden_layers - num_kv_shared_layers on
+// reuse an earlier layer's keys and values (no k/v projections or norms; the attention tests
+// `index >= first >= 0`), and their MLP is twice as wide when use_double_wide_mlp (the MLP tests
+// `index >= first > 0`); attention_k_eq_v drops v_proj in the layers that are not sliding.
+void gemma4_layer_rules(int index, int layers, std::map<std::string, double>& values) {
+  auto value = [&](const std::string& key) {
+    auto it = values.find(key);
+    return it == values.end() ? 0.0 : it->second;
+  };
+  const int first_shared = layers - static_cast<int>(value("num_kv_shared_layers"));
+  const bool sliding = values.count("layer_type=sliding_attention") != 0;
+  values["kv_shared_layer"] = index >= first_shared && first_shared >= 0 ? 1 : 0;
+  values["k_eq_v_layer"] = value("attention_k_eq_v") != 0 && !sliding ? 1 : 0;
+  const bool double_wide = value("use_double_wide_mlp") != 0 && index >= first_shared && first_shared > 0;
+  values["layer_intermediate_size"] = value("intermediate_size") * (double_wide ? 2 : 1);
+  // A token's MLP work: the dense MLP plus, with the MoE block beside it, top_k_experts experts.
+  double width = values["layer_intermediate_size"];
+  if (value("enable_moe_block") != 0) width += value("top_k_experts") * value("moe_intermediate_size");
+  values["layer_mlp_width"] = width;
+}
+
+// DeepSeek-V3.2 builds an indexer in every layer; GLM-MoE-DSA where indexer_types[i] is "full".
+void dsa_layer_rules(int index, int, std::map<std::string, double>& values) {
+  const std::string prefix = "indexer_types." + std::to_string(index) + "=";
+  auto it = values.lower_bound(prefix);
+  const bool listed = it != values.end() && it->first.rfind(prefix, 0) == 0;
+  values["indexer"] = !listed || values.count(prefix + "full") != 0 ? 1 : 0;
+}
+
+// GlmMoeDsaConfig.__post_init__: without indexer_types, index_topk_pattern (a string of F/S, one a
+// layer) or else layer i is "full" when max(i - offset + 1, 0) % freq == 0 (index_topk_freq, at
+// least 1, default 1; index_skip_topk_offset default 2).
+void glm_moe_dsa_config_rules(std::map<std::string, double>& values, int layers, const std::string&) {
+  auto it = values.lower_bound("indexer_types.");
+  if (it != values.end() && it->first.rfind("indexer_types.", 0) == 0) return;
+  std::string pattern;
+  if (auto p = values.lower_bound("index_topk_pattern="); p != values.end() && p->first.rfind("index_topk_pattern=", 0) == 0) {
+    pattern = p->first.substr(std::string("index_topk_pattern=").size());
+  }
+  auto value = [&](const std::string& key, double fallback) {
+    auto found = values.find(key);
+    return found == values.end() ? fallback : found->second;
+  };
+  const int freq = std::max(static_cast<int>(value("index_topk_freq", 1)), 1);
+  const int offset = static_cast<int>(value("index_skip_topk_offset", 2));
+  for (int i = 0; i < layers; ++i) {
+    const bool full = !pattern.empty() ? (static_cast<size_t>(i) < pattern.size() && pattern[static_cast<size_t>(i)] == 'F')
+                                       : std::max(i - offset + 1, 0) % freq == 0;
+    values["indexer_types." + std::to_string(i) + "=" + (full ? "full" : "shared")] = 1;
+  }
+}
+
+// Gemma3nTextModel: altup_num_inputs - 1 extra residual streams, each with its projection in and out.
+void gemma3n_config_rules(std::map<std::string, double>& values, int layers, const std::string& source) {
+  auto it = values.find("altup_num_inputs");
+  values["altup_extra_streams"] = it == values.end() ? 0 : std::max(it->second - 1, 0.0);
+  // Gemma3nTextConfig.__post_init__: layer_types defaults to four sliding layers then a full one.
+  if (layer_types_of(values, 1).front().empty()) {
+    for (int i = 0; i < layers; ++i) {
+      values["layer_types." + std::to_string(i) + "=" + ((i + 1) % 5 == 0 ? "full_attention" : "sliding_attention")] = 1;
+    }
+  }
+  check_kv_sharing(values, layers, /*shared_from_zero=*/false, source);
+}
+
+// Gemma3nTextAttention: layers from num_hidden_layers - num_kv_shared_layers on (when that is > 0)
+// reuse an earlier layer's keys and values: no k/v projections or norms.
+void gemma3n_layer_rules(int index, int layers, std::map<std::string, double>& values) {
+  auto it = values.find("num_kv_shared_layers");
+  const int first_shared = layers - static_cast<int>(it == values.end() ? 0 : it->second);
+  values["kv_shared_layer"] = index >= first_shared && first_shared > 0 ? 1 : 0;
+}
+
 std::vector<ArchitectureSpec> build_table() {
   std::vector<ArchitectureSpec> t;
   auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
@@ -556,6 +696,115 @@ std::vector<ArchitectureSpec> build_table() {
     a.head_bias = "1";
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/phi/modeling_phi.py";
+    add(a);
+  }
+
+  // ---- Gemma 4 (branch arch5): per-layer attention widths (per_layer_config), KV-shared layers,
+  // double-wide MLPs, per-layer inputs and an MoE block beside the MLP.
+  for (const bool unified : {false, true}) {
+    ArchitectureSpec a;
+    a.model_type = unified ? "gemma4_unified_text" : "gemma4_text";
+    a.composite_types = {unified ? "gemma4_unified" : "gemma4"};
+    a.absent_sub_configs = {"vision_config", "audio_config"};
+    a.reads_per_layer_config = true;
+    a.config_rules = gemma4_config_rules;
+    a.layer_rules = gemma4_layer_rules;
+    // Gemma4TextAttention: q_proj, q_norm, then (not a KV-shared layer) k_norm, v_norm (no weight:
+    // with_scale=False), k_proj, v_proj (absent where attention_k_eq_v and the layer is not
+    // sliding: keys are the values), o_proj; all attention_bias. head_dim and num_key_value_heads
+    // are the layer's (per_layer_config: full-attention layers take global_head_dim).
+    const std::string kv_own = "!kv_shared_layer";
+    a.layer = {linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "attention_bias"),
+               norm("self_attn.q_norm", R::QNorm, "head_dim"),
+               norm("self_attn.k_norm", R::KNorm, "head_dim", "", kv_own),
+               linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias", kv_own),
+               linear("self_attn.v_proj", R::V, "hidden_size", kKV, "attention_bias", kv_own + "&!k_eq_v_layer"),
+               linear("self_attn.o_proj", R::O, kQ, "hidden_size", "attention_bias")};
+    // Gemma4TextMLP: intermediate_size, doubled in KV-shared layers when use_double_wide_mlp.
+    a.layer = concat({a.layer, swiglu("mlp", "layer_intermediate_size"), kLlamaNorms,
+                      {norm("pre_feedforward_layernorm", R::PreFeedforwardNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm)}});
+    a.mlp_width = "layer_mlp_width";
+    if (!unified) {
+      // Gemma4TextDecoderLayer: per-layer inputs (hidden_size_per_layer_input, 0 or null: none)
+      // and, with enable_moe_block, Gemma4TextRouter (its own scale [H] and per_expert_scale [E],
+      // then proj; its norm has no weight), Gemma4TextExperts ([E, 2 * moe_intermediate_size, H],
+      // [E, H, moe_intermediate_size]) and three more norms, beside the dense MLP.
+      const std::string ple = "hidden_size_per_layer_input";
+      a.layer = concat({a.layer,
+                        {linear("per_layer_input_gate", R::MlpOther, "hidden_size", ple, "", ple),
+                         linear("per_layer_projection", R::MlpOther, ple, "hidden_size", "", ple),
+                         norm("post_per_layer_input_norm", R::MlpOther, "hidden_size", "", ple),
+                         tensor("router.scale", R::MlpOther, "hidden_size", "enable_moe_block"),
+                         tensor("router.per_expert_scale", R::MlpOther, "num_experts", "enable_moe_block"),
+                         linear("router.proj", R::MlpOther, "hidden_size", "num_experts", "", "enable_moe_block"),
+                         tensor("experts.gate_up_proj", R::MlpOther, "num_experts,2*moe_intermediate_size,hidden_size", "enable_moe_block"),
+                         tensor("experts.down_proj", R::MlpOther, "num_experts,hidden_size,moe_intermediate_size", "enable_moe_block"),
+                         norm("post_feedforward_layernorm_1", R::PostFeedforwardNorm, "hidden_size", "", "enable_moe_block"),
+                         norm("post_feedforward_layernorm_2", R::PostFeedforwardNorm, "hidden_size", "", "enable_moe_block"),
+                         norm("pre_feedforward_layernorm_2", R::PreFeedforwardNorm, "hidden_size", "", "enable_moe_block")}});
+      // Gemma4TextModel registers the per-layer embedding, its projection and norm after `norm`;
+      // its forward computes every layer's input from them before the first layer.
+      a.after_norm = {embedding("model.embed_tokens_per_layer", "vocab_size_per_layer_input,num_hidden_layers*" + ple, ple),
+                      linear("model.per_layer_model_projection", R::EmbedOther, "hidden_size", "num_hidden_layers*" + ple, "", ple),
+                      norm("model.per_layer_projection_norm", R::EmbedOther, ple, "", ple)};
+      a.defaults = {{"tie_word_embeddings", 1}, {"hidden_size_per_layer_input", 256}, {"vocab_size_per_layer_input", 262144},
+                    {"global_head_dim", 512}};
+      a.source = "transformers/models/gemma4/modeling_gemma4.py";
+    } else {
+      // Gemma4UnifiedTextConfig has no per-layer inputs and no MoE block.
+      a.defaults = {{"tie_word_embeddings", 1}, {"global_head_dim", 512}};
+      a.source = "transformers/models/gemma4_unified/modeling_gemma4_unified.py";
+    }
+    add(a);
+  }
+
+  {  // ---- Gemma 3n's decoder (branch arch5; Gemma3nTextDecoderLayer): Gemma 3's attention (q_proj,
+     // q_norm, then - not in a KV-shared layer - k_proj, v_proj, k_norm, v_norm without weight,
+     // o_proj) and four norms; an MLP of that layer's intermediate_size (one number or a list);
+     // AltUp (correct_output_scale [H], correction_coefs n -> n, prediction_coefs n -> n^2,
+     // modality_router H -> n, router_norm; n = altup_num_inputs), LAuReL (linear_left H ->
+     // laurel_rank, linear_right, post_laurel_norm) and the per-layer input gate, projection and
+     // norm. Gemma3nTextModel registers after `norm` the per-layer embedding, its projection and
+     // norm, then altup_projections and altup_unembed_projections (n - 1 Linear(H, H) each).
+    ArchitectureSpec a;
+    a.model_type = "gemma3n_text";
+    const std::string kv_own = "!kv_shared_layer";
+    const std::string n = "altup_num_inputs";
+    const std::string ple = "hidden_size_per_layer_input";
+    a.layer = concat({{linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "attention_bias"),
+                       norm("self_attn.q_norm", R::QNorm, "head_dim"),
+                       linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias", kv_own),
+                       linear("self_attn.v_proj", R::V, "hidden_size", kKV, "attention_bias", kv_own),
+                       norm("self_attn.k_norm", R::KNorm, "head_dim", "", kv_own),
+                       linear("self_attn.o_proj", R::O, kQ, "hidden_size", "attention_bias")},
+                      swiglu("mlp", "intermediate_size"), kLlamaNorms,
+                      {norm("pre_feedforward_layernorm", R::PreFeedforwardNorm),
+                       norm("post_feedforward_layernorm", R::PostFeedforwardNorm),
+                       tensor("altup.correct_output_scale", R::MlpOther, "hidden_size"),
+                       linear("altup.correction_coefs", R::MlpOther, n, n),
+                       linear("altup.prediction_coefs", R::MlpOther, n, n + "*" + n),
+                       linear("altup.modality_router", R::MlpOther, "hidden_size", n),
+                       norm("altup.router_norm", R::MlpOther),
+                       linear("laurel.linear_left", R::AttentionOther, "hidden_size", "laurel_rank"),
+                       linear("laurel.linear_right", R::AttentionOther, "laurel_rank", "hidden_size"),
+                       norm("laurel.post_laurel_norm", R::AttentionOther),
+                       linear("per_layer_input_gate", R::MlpOther, "hidden_size", ple),
+                       linear("per_layer_projection", R::MlpOther, ple, "hidden_size"),
+                       norm("post_per_layer_input_norm", R::MlpOther)}});
+    ModuleSpec altup_in = linear("model.altup_projections.{i}", R::EmbedOther, "hidden_size", "hidden_size", "", "altup_extra_streams");
+    altup_in.repeat = "altup_extra_streams";
+    ModuleSpec altup_out = linear("model.altup_unembed_projections.{i}", R::EmbedOther, "hidden_size", "hidden_size", "", "altup_extra_streams");
+    altup_out.repeat = "altup_extra_streams";
+    a.after_norm = {embedding("model.embed_tokens_per_layer", "vocab_size_per_layer_input,num_hidden_layers*" + ple),
+                    linear("model.per_layer_model_projection", R::EmbedOther, "hidden_size", "num_hidden_layers*" + ple),
+                    norm("model.per_layer_projection_norm", R::EmbedOther, ple), altup_in, altup_out};
+    a.per_layer_lists = {"intermediate_size"};
+    a.config_rules = gemma3n_config_rules;
+    a.layer_rules = gemma3n_layer_rules;
+    a.defaults = {{"tie_word_embeddings", 1}, {"intermediate_size", 16384}, {ple, 256}, {"vocab_size_per_layer_input", 262144}, {n, 4},
+                  {"laurel_rank", 64}, {"num_kv_shared_layers", 15}};
+    a.source = "transformers/models/gemma3n/modeling_gemma3n.py";
     add(a);
   }
 
@@ -1577,6 +1826,72 @@ std::vector<ArchitectureSpec> build_table() {
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"q_lora_rank", 768}};
     a.source = "transformers/models/glm4_moe_lite/modeling_glm4_moe_lite.py";
     add(a);
+
+    // ---- JetMoE (branch arch5): JetMoeDecoderLayer registers mlp (JetMoeMoE: its output bias,
+    // input_linear / output_linear - JetMoeParallelExperts, a weight [E, out, in] each - and a router
+    // whose `layer` is an nn.Linear), the two norms, then self_attention: a mixture of attention
+    // experts (JetMoeMoA: bias, per-expert query projection input_linear [E, kv_channels *
+    // num_key_value_heads, H] and output projection output_linear, its router) and one kv_proj for
+    // every expert. num_attention_heads = num_key_value_heads * num_experts_per_tok (JetMoeConfig).
+    {
+      ArchitectureSpec jet;
+      jet.model_type = "jetmoe";
+      const std::string kv = "kv_channels*num_key_value_heads";
+      jet.layer = {tensor("mlp.bias", R::MlpOther, "hidden_size"),
+                   tensor("mlp.input_linear.weight", R::ExpertsGateUp, "num_local_experts,2*intermediate_size,hidden_size"),
+                   tensor("mlp.output_linear.weight", R::ExpertsDown, "num_local_experts,hidden_size,intermediate_size"),
+                   linear("mlp.router.layer", R::Router, "hidden_size", "num_local_experts"),
+                   kLlamaNorms[0], kLlamaNorms[1],
+                   tensor("self_attention.experts.bias", R::AttentionOther, "hidden_size"),
+                   tensor("self_attention.experts.input_linear.weight", R::Q, "num_local_experts," + kv + ",hidden_size"),
+                   tensor("self_attention.experts.output_linear.weight", R::O, "num_local_experts,hidden_size," + kv),
+                   linear("self_attention.experts.router.layer", R::AttentionOther, "hidden_size", "num_local_experts"),
+                   linear("self_attention.kv_proj", R::K, "hidden_size", "2*" + kv)};
+      jet.moe = MoeLayers::All;
+      jet.experts_key = "num_local_experts";
+      jet.top_k_key = "num_experts_per_tok";
+      jet.expert_width = "intermediate_size";
+      // The attention's head width is kv_channels (JetMoeAttention: head_dim = config.kv_channels).
+      jet.attribute_map = {{"kv_channels", "head_dim"}};
+      jet.num_attention_heads_from = "num_key_value_heads*num_experts_per_tok";
+      jet.defaults = {{"tie_word_embeddings", 1}, {"kv_channels", 128}, {"num_local_experts", 8}, {"num_experts_per_tok", 2},
+                      {"num_key_value_heads", 16}};
+      jet.source = "transformers/models/jetmoe/modeling_jetmoe.py";
+      add(jet);
+    }
+
+    // ---- DeepSeek sparse attention (branch arch5): DeepSeek-V3's MLA and MoE block where
+    // mlp_layer_types says "sparse" (the config class writes the list from first_k_dense_replace),
+    // and after o_proj the attention's indexer (DeepseekV32Indexer: wq_b q_lora_rank ->
+    // index_n_heads * index_head_dim, wk hidden -> index_head_dim, k_norm an nn.LayerNorm with
+    // bias, weights_proj hidden -> index_n_heads). Its forward is @torch.no_grad(): trainable
+    // parameters that never get a gradient (ModuleRole::NoGrad), so DDP needs
+    // find_unused_parameters=True, and LoRA on them trains nothing.
+    const std::vector<ModuleSpec> indexer = {
+        linear("self_attn.indexer.wq_b", R::NoGrad, "q_lora_rank", "index_n_heads*index_head_dim", "", "indexer"),
+        linear("self_attn.indexer.wk", R::NoGrad, "hidden_size", "index_head_dim", "", "indexer"),
+        norm("self_attn.indexer.k_norm", R::NoGrad, "index_head_dim", "1", "indexer"),
+        linear("self_attn.indexer.weights_proj", R::NoGrad, "hidden_size", "index_n_heads", "", "indexer")};
+    a.model_type = "deepseek_v32";
+    a.layer = moe_layer(concat({mla, indexer}), "");
+    a.moe = MoeLayers::LayerTypes;
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}, {"num_experts", "n_routed_experts"}};
+    a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["deepseek_v32"], ["glm_moe_dsa"]
+    a.layer_rules = dsa_layer_rules;
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}, {"q_lora_rank", 1536},
+                  {"index_head_dim", 128}, {"index_n_heads", 64}};
+    a.source = "transformers/models/deepseek_v32/modeling_deepseek_v32.py";
+    add(a);
+    // GLM-MoE-DSA (GlmMoeDsaAttention): the same layer, where the indexer exists only in the layers whose
+    // indexer_types entry is "full" ("shared" layers reuse the previous layer's top-k);
+    // GlmMoeDsaConfig writes the list from index_topk_pattern ("F"/"S" per layer) or index_topk_freq
+    // and index_skip_topk_offset.
+    a.model_type = "glm_moe_dsa";
+    a.config_rules = glm_moe_dsa_config_rules;
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 3}, {"n_shared_experts", 1}, {"q_lora_rank", 2048},
+                  {"index_head_dim", 128}, {"index_n_heads", 32}};
+    a.source = "transformers/models/glm_moe_dsa/modeling_glm_moe_dsa.py";
+    add(a);
   }
   return t;
 }
@@ -1600,11 +1915,23 @@ const ArchitectureSpec* find_architecture(const std::string& model_type) {
   return nullptr;
 }
 
+const ArchitectureSpec* find_composite_decoder(const std::string& model_type) {
+  for (const ArchitectureSpec& spec : table()) {
+    if (std::find(spec.composite_types.begin(), spec.composite_types.end(), model_type) != spec.composite_types.end()) return &spec;
+  }
+  return nullptr;
+}
+
+std::string per_layer_key(int layer, const std::string& key) {
+  return "per_layer_config." + std::to_string(layer) + "." + key;
+}
+
 std::vector<std::string> modelled_model_types() {
   std::vector<std::string> types;
   for (const ArchitectureSpec& spec : table()) {
     types.push_back(spec.model_type);
     types.insert(types.end(), spec.aliases.begin(), spec.aliases.end());
+    types.insert(types.end(), spec.composite_types.begin(), spec.composite_types.end());
   }
   // Vision-language types whose tower and projector are described (vision_tower.h); their text
   // decoder is this table's entry for text_config.model_type.

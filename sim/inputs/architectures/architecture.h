@@ -38,6 +38,10 @@ enum class ModuleRole {
   // state), and its other parameters in the order the mixer applies them (conv1d, dt_bias, A_log,
   // the gated norm); its output projection takes the O role.
   MixerIn, MixerOther,
+  // Read only under torch.no_grad() (DeepSeek sparse attention's indexer, whose forward is
+  // decorated @torch.no_grad(): it picks the tokens, the attention it masks carries the gradient).
+  // Listed and requires_grad, so in DDP's list, but never given a gradient: unused as the Reducer sees it.
+  NoGrad,
 };
 
 enum class ModuleKind {
@@ -149,12 +153,49 @@ struct ArchitectureSpec {
   // holds for the layer decides; none: attention under "self_attn").
   std::vector<MixerRule> mixers;
   LayerTypesRule layer_types;
+  // Modules registered after the final norm, with full paths (Gemma 4's per-layer embeddings:
+  // Gemma4TextModel registers embed_tokens_per_layer, per_layer_model_projection and
+  // per_layer_projection_norm after `norm`). Their forward runs before the layers, as embed_extras'.
+  std::vector<ModuleSpec> after_norm;
+  // The width a dense layer's MLP is costed at (time and memory models), an expression over the
+  // layer's values (see layer_rules); "" is intermediate_size.
+  std::string mlp_width;
+  // Composite model types whose config wraps this decoder in text_config and whose model nests it
+  // under model.language_model, modelled when their other sub-configs (absent_sub_configs) are null:
+  // Gemma 4's Gemma4Model builds vision_tower / audio_tower only for a vision_config / audio_config.
+  std::vector<std::string> composite_types;
+  std::vector<std::string> absent_sub_configs;
+  // The config class reads `per_layer_config` (transformers' HeterogeneousConfigMixin,
+  // integrations/heterogeneity/configuration_utils.py): {layer index: {key: value}} overrides of
+  // that layer's keys. Other classes raise AmbiguousGlobalPerLayerAttributeError on such a config,
+  // so hookstream refuses it there.
+  bool reads_per_layer_config = false;
+  // num_attention_heads as the config class sets it whatever the file says, an expression over the
+  // file's keys and the defaults (JetMoeConfig.__post_init__: num_key_value_heads * num_experts_per_tok).
+  std::string num_attention_heads_from;
+  // Keys the config class takes as one number or a list of one per layer (Gemma3nTextConfig's
+  // intermediate_size): a list is held per layer as per_layer_key(layer, key), its first entry as the key.
+  std::vector<std::string> per_layer_lists;
+  // The config class's __post_init__ rules over the parsed values (num_hidden_layers given), run
+  // after the defaults: what a config.json may leave out that the class derives. Throws InputError
+  // (naming `source`) for a config the model class cannot build.
+  void (*config_rules)(std::map<std::string, double>& values, int num_hidden_layers, const std::string& source) = nullptr;
+  // Per-layer keys the modelling code derives for layer `index` of `num_hidden_layers` (Gemma 4's
+  // KV-shared layers, double-wide MLPs), set in that layer's values, which its modules' conditions
+  // and shapes read.
+  void (*layer_rules)(int index, int num_hidden_layers, std::map<std::string, double>& values) = nullptr;
   // What the description was checked against (see tests/sim/architectures/).
   std::string source;
 };
 
+// "per_layer_config.<layer>.<key>": how a config's per_layer_config override of `key` for layer
+// `layer` is held in ModelConfig::values; the structure builder sets it as that layer's `key`.
+std::string per_layer_key(int layer, const std::string& key);
+
 // The architecture for a model_type (or one of its aliases); nullptr if hookstream does not model it.
 const ArchitectureSpec* find_architecture(const std::string& model_type);
+// The decoder a composite model_type (ArchitectureSpec::composite_types: "gemma4") wraps, or nullptr.
+const ArchitectureSpec* find_composite_decoder(const std::string& model_type);
 // Every modelled model_type, sorted (for messages and docs): the table's, and the vision-language
 // types of sim/inputs/architectures/vision_tower.h.
 std::vector<std::string> modelled_model_types();

@@ -16,7 +16,8 @@ namespace hookstream {
 
 bool is_modelled_model_type(const std::string& model_type) {
   // The architecture table (and the vision-language table beside it) is the one list of modelled types.
-  return find_architecture(model_type) != nullptr || find_vision_language(model_type) != nullptr;
+  return find_architecture(model_type) != nullptr || find_vision_language(model_type) != nullptr ||
+         find_composite_decoder(model_type) != nullptr;
 }
 
 KnownModelTypes transformers_model_types() {
