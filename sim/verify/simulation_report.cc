@@ -132,7 +132,7 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncS
       step_ns = checks.time.schedule.step_ns + (fixed.step_ns - *race_checked_ns);
     }
     streams.fix_costs[i] = PlanCost{device.name, step_ns * 1e-9, checks.memory.estimate.device_peak.total(),
-                                    checks.memory.estimate.host_peak.total()};
+                                    checks.memory.estimate.host_peak.total(), {}, {}};
   }
   return checks;
 }
@@ -150,7 +150,7 @@ std::string check_failure(const Checks& checks) {
 
 PlanCost cost_of(const Checks& checks) {
   return PlanCost{checks.time.device, checks.time.schedule.step_ns * 1e-9, checks.memory.estimate.device_peak.total(),
-                  checks.memory.estimate.host_peak.total()};
+                  checks.memory.estimate.host_peak.total(), {}, {}};
 }
 
 // Plan changes that remove races: a built-in protocol the race checker proves correct.
@@ -278,7 +278,7 @@ void search_check_fixes(SimulationReport& report, const PlanSource& source, cons
 
 PlanCost SimulationReport::cost() const {
   return PlanCost{time.device, time.schedule.step_ns * 1e-9, memory.estimate.device_peak.total(),
-                  memory.estimate.host_peak.total()};
+                  memory.estimate.host_peak.total(), {}, {}};
 }
 
 SimulationReport simulate_plan(const PlanSource& source, const std::string& plan_path, const SimulateOptions& options) {

@@ -83,7 +83,7 @@ std::optional<PlanCost> predict_cost(const Plan& plan, const ModelStructure& str
     const DeviceSpec device = find_device_spec(plan.gpu);
     const StepPrediction prediction = predict_step(plan, structure, device, nullptr, ddp);
     PlanCost cost{plan.gpu, prediction.schedule.step_ns * 1e-9, prediction.memory.device_peak.total(),
-                  prediction.memory.host_peak.total()};
+                  prediction.memory.host_peak.total(), {}, {}};
     const auto label = [](const MemoryPoint& point) { return point.phase + " " + point.at; };
     cost.peak_at = label(prediction.memory.device_peak);
     for (const MemoryPoint& point : prediction.memory.device_points) cost.device_points.emplace_back(label(point), point.total());
