@@ -206,7 +206,7 @@ def main():
         model = Model(cfg, args.lora_r, args.lora_alpha, torch.bfloat16)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=5e-5, fused=True)
-    times, peaks, losses = [], [], []
+    times, peaks, losses, parts = [], [], [], []
     total = args.warmup + args.steps + (1 if args.trace else 0)
     profiler = None
     for step in range(total):
@@ -220,6 +220,10 @@ def main():
         inputs, labels = ids[:, :-1], ids[:, 1:]
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+        # What the step starts with (weights, adapter, optimizer states, the allocator's and
+        # cuBLAS's persistent blocks), to set against `hookstream run`'s "step start" part: the
+        # difference of two peaks is then split into persistent memory and the step's own.
+        start_bytes = torch.cuda.memory_allocated()
         start = time.perf_counter()
         step_range = torch.profiler.record_function(f"hookstream:step:{step + 1}") if profiler else None
         if step_range is not None:
@@ -235,6 +239,7 @@ def main():
             loss = model(inputs, labels, args.mode, args.chunks, decoder_context=lambda: offload)
         else:
             loss = model(inputs, labels, args.mode, args.chunks)
+        forward_peak = torch.cuda.max_memory_allocated()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -248,11 +253,14 @@ def main():
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
             peaks.append(torch.cuda.max_memory_allocated())
+            parts.append({"start_gib": start_bytes / 2**30, "forward_peak_gib": forward_peak / 2**30,
+                          "step_peak_gib": peaks[-1] / 2**30})
             losses.append(loss.item())
     step_s = statistics.median(times)
     print(json.dumps({
         "mode": args.mode, "seq": args.seq, "steps": args.steps, "step_s": step_s,
         "step_s_all": times, "tokens_per_s": args.seq / step_s, "peak_gib": max(peaks) / 2**30,
+        "memory_parts": parts[-1],
         "loss": losses, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(), **anchor,
     }))
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <csignal>
 #include <filesystem>
+#include <optional>
 #include <regex>
 
 #include "runtime/cuda_device.h"
@@ -206,9 +207,17 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
     model.set_position_listener([&phase_peaks](const std::string& label) { phase_peaks->move_to(label); });
   }
 
+  // One process trains without a DDP wrapper, as accelerate does: Accelerator.prepare_model wraps
+  // DistributedDataParallel only when `multi_device` (accelerate/state.py: distributed_type != NO and
+  // num_processes > 1), so axolotl / the HF Trainer on one GPU run plain autograd with no Reducer,
+  // no bucket copies and no all-reduce. The memory model leaves the buckets out at one rank for the
+  // same reason (sim/cost/memory_model.cc), and the eager anchors run no DDP either.
   const char* debug = std::getenv("TORCH_DISTRIBUTED_DEBUG");
-  DdpWrapper ddp(model.ddp_parameters(), model.ddp_parameter_names(), group,
-                 ddp_settings_for(plan, debug && std::string(debug) != "OFF"));
+  std::optional<DdpWrapper> ddp;
+  if (options.world_size > 1) {
+    ddp.emplace(model.ddp_parameters(), model.ddp_parameter_names(), group,
+                ddp_settings_for(plan, debug && std::string(debug) != "OFF"));
+  }
   // On CUDA the fused kernel of torch.optim.AdamW(fused=True) (runtime/fused_adamw.h); AdamW::step
   // elsewhere.
   FusedAdamW optimizer(model.ddp_parameters(), torch::optim::AdamWOptions(plan.learning_rate)
@@ -283,10 +292,10 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
           const int64_t sequence_len = plan.sequence_len_for(rank, step, micro_step);
           const TokenBatch batch = data.next(rank, step, micro_step, plan.micro_batch_size, sequence_len);
           phase = "forward";
-          ddp.pre_forward(sync);
+          if (ddp) ddp->pre_forward(sync);
           at::Tensor loss = model.loss(to_device(batch.input_ids, device), to_device(batch.labels, device),
                                        TrainPosition{rank, step, micro_step});
-          loss = ddp.post_forward(loss, sync);
+          if (ddp) loss = ddp->post_forward(loss, sync);
           phase = "backward";
           loss.backward();
           micro_losses.push_back(loss.detach());

@@ -9,7 +9,7 @@
 # the deadline; then the GPU correctness checks.
 # Results: ./out/gpu-runtime, and in $OUT (device tool): results.tgz and the two traces (.json.gz).
 #
-#   tools/gpu_runtime.sh [--steps N] [--long-steps N] [--run-timeout S] [--lengths 16384,32768,...] [--deadline S] [--traces "e:h ..."]
+#   tools/gpu_runtime.sh [--steps N] [--repeats N] [--long-steps N] [--run-timeout S] [--lengths 16384,32768,...] [--deadline S] [--traces "e:h ..."]
 #                        [--variants "name=plan:k=v,... ..."] [--no-traces] [--no-8k] [--oom-check] [--long-trace]
 # Each traced hookstream plan is replayed against its plan with --calibrate (calibration-PLAN.json); with
 # --long-trace every long-context run is traced and replayed the same way (bench/long_context.py --trace).
@@ -23,10 +23,11 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 out=$here/out/gpu-runtime
 rm -rf "$out"; mkdir -p "$out"
 [[ -n "${OUT:-}" ]] && trap 'tar czf "$OUT/results.tgz" --exclude="trace-*.json*" -C "$out" .; cp "$out"/trace-eager-*.json.gz "$out"/trace-hookstream-*.json.gz "$OUT"/ 2>/dev/null' EXIT
-steps=6 long_steps=2 run_timeout=240 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants="" oom=0 long_trace=""
+steps=6 repeats=1 sfx="" long_steps=2 run_timeout=240 lengths=16384,32768,65536,131072 deadline=420 traces="none:none" eight=1 variants="" oom=0 long_trace=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps=$2; shift ;;
+    --repeats) repeats=$2; shift ;;  # the 8K pairs, run this many times (interleaved)
     --long-steps) long_steps=$2; shift ;;
     --run-timeout) run_timeout=$2; shift ;;  # seconds one long-context run may take
     --lengths) lengths=$2; shift ;;
@@ -59,50 +60,39 @@ status=0
 py() {  # mode [extra args]
   local m=$1; shift
   python3 bench/python_offload_baseline.py --config presets/Llama-3.1-8B.json --mode "$m" --steps "$steps" "$@" \
-    > "$out/python-$m.json" 2> "$out/python-$m.log" || { log "python $m FAILED"; tail -5 "$out/python-$m.log"; status=1; }
+    > "$out/python-$m$sfx.json" 2> "$out/python-$m$sfx.log" || { log "python $m FAILED"; tail -5 "$out/python-$m$sfx.log"; status=1; }
 }
 hsrun() {  # name plan [extra]
   local name=$1 plan=$2; shift 2
-  "$hs" run "$plan" --device cuda --nproc 1 --steps "$steps" --set hookstream.gpu=$gpu --json "$out/run-$name.json" "$@" \
-    > "$out/run-$name.log" 2>&1 || { log "run $name FAILED"; tail -20 "$out/run-$name.log"; status=1; }
+  "$hs" run "$plan" --device cuda --nproc 1 --steps "$steps" --set hookstream.gpu=$gpu --json "$out/run-$name$sfx.json" "$@" \
+    > "$out/run-$name$sfx.log" 2>&1 || { log "run $name FAILED"; tail -20 "$out/run-$name$sfx.log"; status=1; }
 }
 
 if [[ $eight == 1 ]]; then
-  # Order alternates (eager first, then hookstream first) so that neither side always runs on the
-  # warmer GPU.
-  log "eager none / hookstream none"; py none; hsrun none bench/plans/llama8b-lora-8k-none.yaml
-  log "hookstream checkpoint / eager checkpoint"; hsrun checkpoint bench/plans/llama8b-lora-8k-checkpoint.yaml; py checkpoint
-  log "eager save_on_cpu / hookstream offload_double"; py save_on_cpu; hsrun offload_double bench/plans/llama8b-lora-8k-offload_double.yaml
-  # torchtune's OffloadActivations (bench/anchor-wheels.txt, carried in .wheels) over the same
-  # checkpointing: the anchor of issue 22 item 4.
-  log "eager torchtune_offload"; py torchtune_offload --wheels "$here/.wheels"
-  for v in $variants; do  # name=plan-suffix:--set k=v,...
-    name=${v%%=*}; rest=${v#*=}; plan=${rest%%:*}; sets=${rest#*:}
-    log "hookstream $name"; hsrun "$name" "bench/plans/llama8b-lora-8k-$plan.yaml" $(echo "$sets" | tr ',' '\n' | sed 's/^/--set /')
+  # Each repeat runs every eager/hookstream pair back to back, the order alternating between
+  # repeats (eager first, then hookstream first) so that neither side always runs on the warmer
+  # GPU; the summary compares each pair within its repeat, so slow drift of the machine cancels.
+  for r in $(seq 1 "$repeats"); do
+    sfx=""; [[ $repeats -gt 1 ]] && sfx="-r$r"
+    if (( r % 2 )); then
+      log "repeat $r: eager none / hookstream none"; py none; hsrun none bench/plans/llama8b-lora-8k-none.yaml
+      log "repeat $r: hookstream checkpoint / eager checkpoint"; hsrun checkpoint bench/plans/llama8b-lora-8k-checkpoint.yaml; py checkpoint
+      log "repeat $r: eager save_on_cpu / hookstream offload_double"; py save_on_cpu; hsrun offload_double bench/plans/llama8b-lora-8k-offload_double.yaml
+    else
+      log "repeat $r: hookstream none / eager none"; hsrun none bench/plans/llama8b-lora-8k-none.yaml; py none
+      log "repeat $r: eager checkpoint / hookstream checkpoint"; py checkpoint; hsrun checkpoint bench/plans/llama8b-lora-8k-checkpoint.yaml
+      log "repeat $r: hookstream offload_double / eager save_on_cpu"; hsrun offload_double bench/plans/llama8b-lora-8k-offload_double.yaml; py save_on_cpu
+    fi
+    # torchtune's OffloadActivations (bench/anchor-wheels.txt, carried in .wheels) over the same
+    # checkpointing: the anchor of issue 22 item 4.
+    log "repeat $r: eager torchtune_offload"; py torchtune_offload --wheels "$here/.wheels"
+    for v in $variants; do  # name=plan-suffix:--set k=v,...
+      name=${v%%=*}; rest=${v#*=}; plan=${rest%%:*}; sets=${rest#*:}
+      log "repeat $r: hookstream $name"; hsrun "$name" "bench/plans/llama8b-lora-8k-$plan.yaml" $(echo "$sets" | tr ',' '\n' | sed 's/^/--set /')
+    done
   done
-  python3 - "$out" <<'PY'
-import json, sys, glob, os
-out = sys.argv[1]
-def med(xs): xs = sorted(xs); return xs[len(xs) // 2]
-eager = {}
-for f in sorted(glob.glob(f"{out}/python-*.json")):
-    try: p = json.load(open(f))
-    except Exception: continue
-    if "step_s_all" in p and len(p["step_s_all"]) > 1:
-        eager[p["mode"]] = p
-        print(f"eager {p['mode']:22s} {p['step_s']:.4f} s  {p['peak_gib']:.2f} GiB")
-ref = {"none": "none", "checkpoint": "checkpoint"}
-for f in sorted(glob.glob(f"{out}/run-*.json")):
-    name = os.path.basename(f)[4:-5]
-    if name == "traced" or name.startswith("traced"): continue
-    h = json.load(open(f)); steps = h["steps"][1:]
-    hs_s = med([s["step_seconds"] for s in steps]); peak = max(s["peak_memory_bytes"] for s in steps) / 2**30
-    base = eager.get("none" if name == "none" else "checkpoint")
-    vs = f"{100 * (hs_s / base['step_s'] - 1):+.1f}% vs eager {base['mode']}" if base else ""
-    print(f"hookstream {name:17s} {hs_s:.4f} s  {peak:.2f} GiB  {vs}  pred {h['predicted']['step_seconds']:.3f} s "
-          f"{h['predicted']['peak_memory_bytes'] / 2**30:.2f} GiB  peak at {h['measured'].get('peak_at')} "
-          f"(pred {h['predicted'].get('peak_at')})")
-PY
+  sfx=""
+  python3 bench/gpu_8k_summary.py "$out" | tee "$out/summary-8k.txt"
 fi
 
 if [[ $oom == 1 ]]; then

@@ -594,6 +594,40 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     for (const MemorySample& sample : memory_over_ops(step)) {
       if (sample.rank == 0 && sample.device == 0) allocated[sample.op] = sample.bytes;
     }
+    // The protocol's reload buffers, from its own steps rather than a count by name: the device
+    // buffers an H2D copy writes. One the step never frees is allocated at its first write and kept
+    // (the runtime's interpreter reuses it, runtime/activation_offload.cc), so it is held from the
+    // step's start; one the protocol frees (save_on_cpu, deepspeed_offload) is held from its
+    // copy to its free. The caching allocator counts a freed block out of the allocated bytes at
+    // the free, record_stream or not (c10/cuda/CUDACachingAllocator.cpp, free(): the stats drop
+    // before the stream uses' events are inserted); only the block's reuse waits for them.
+    // (The expansion's protocol buffers carry no size: a reload buffer is as large as its copy.)
+    std::map<int, int64_t> reload_bytes;  // buffer -> its copy's bytes, allocator-rounded
+    std::set<int> reload_buffers, freed_reloads;
+    for (const Op& op : step.ops) {
+      if (op.kind == OpKind::Copy && op.copy == CopyKind::HostToDevice && op.destination == MemoryKind::Device) {
+        for (const BufferAccess& access : op.accesses) {
+          if (!access.write || access.buffer < 0 || access.buffer >= static_cast<int>(step.buffers.size())) continue;
+          const Buffer& buffer = step.buffers[access.buffer];
+          if (buffer.rank != 0 || buffer.device != 0) continue;
+          reload_buffers.insert(access.buffer);
+          reload_bytes[access.buffer] = std::max(reload_bytes[access.buffer], ledger.device(op.bytes));
+        }
+      }
+    }
+    for (const Op& op : step.ops) {
+      if (op.kind != OpKind::Free) continue;
+      for (const BufferAccess& access : op.accesses) {
+        if (reload_buffers.count(access.buffer)) freed_reloads.insert(access.buffer);
+      }
+    }
+    int64_t kept_reloads = 0;
+    for (int b : reload_buffers) {
+      if (!freed_reloads.count(b)) kept_reloads += reload_bytes[b];
+    }
+    std::set<int> live_reloads;
+    int64_t live_reload_bytes = 0;
+    const bool reloads_from_step = !reload_buffers.empty();
     std::vector<MemoryPoint> op_points;
     std::vector<char> layer_released(layers, 0), layer_grads(layers, 0);
     int64_t held = 0, grads = 0, live_allocated = 0;
@@ -646,10 +680,27 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
       } else if (what == "optimizer step") {
         temporaries = ledger.device(trainable_bytes) + engine_states.step_bytes;
       }
+      // A freed reload buffer's copy allocates it: held from this op on.
+      if (op.kind == OpKind::Copy && op.copy == CopyKind::HostToDevice) {
+        for (const BufferAccess& access : op.accesses) {
+          if (access.write && freed_reloads.count(access.buffer) && live_reloads.insert(access.buffer).second) {
+            live_reload_bytes += reload_bytes[access.buffer];
+          }
+        }
+      }
       MemoryPoint point = base();
       point.phase = op.phase.empty() ? "step" : op.phase;
       point.at = op.name;
       point.op = i;
+      if (reloads_from_step) {
+        point.bytes[MemoryCategory::ReloadBuffers] = kept_reloads + live_reload_bytes;
+        if (point.bytes[MemoryCategory::ReloadBuffers] == 0) point.bytes.erase(MemoryCategory::ReloadBuffers);
+      }
+      if (op.kind == OpKind::Free) {
+        for (const BufferAccess& access : op.accesses) {
+          if (live_reloads.erase(access.buffer) > 0) live_reload_bytes -= reload_bytes[access.buffer];
+        }
+      }
       point.bytes[MemoryCategory::Activations] += held + (head_held ? head_inputs : 0) + live_allocated;
       point.bytes[MemoryCategory::RecomputeWorkspace] += workspace;
       if (chunk_bytes > 0) point.bytes[MemoryCategory::TiledMlpChunks] += chunk_bytes;

@@ -43,6 +43,9 @@ std::string effective_value(const Plan& plan, const std::string& key) {
   if (key == "ddp_bucket_cap_mb") return number(plan.ddp_bucket_cap_mb.value_or(25.0));
   if (key == "micro_batch_size") return std::to_string(plan.micro_batch_size);
   if (key == "chunked_cross_entropy") return plan.chunked_cross_entropy ? "true" : "false";
+  if (key == "chunked_cross_entropy_num_chunks") {
+    return plan.chunked_cross_entropy ? std::to_string(plan.chunked_cross_entropy_num_chunks) : "";
+  }
   if (key == "fsdp_config.reshard_after_forward") {
     const EngineCostSettings engine = engine_cost_settings(plan);
     const bool fsdp = engine.kind == EngineKind::Fsdp1 || engine.kind == EngineKind::Fsdp2;
@@ -91,20 +94,39 @@ std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool ch
                                                        : std::set<int>{plan.micro_batch_size, 2 * plan.micro_batch_size};
   std::vector<std::string> losses = {plan.chunked_cross_entropy ? "true" : "false"};
   if (chunking && !plan.chunked_cross_entropy) losses.push_back("true");
+  // A chunked loss holds one chunk's logits (and their float32 upcast and gradient) at a time:
+  // with a fixed chunk count (axolotl's default 8) they grow with the sequence, ~49 GiB per
+  // chunk for Llama-3's 128K vocabulary at 320K tokens. So the search also tries chunks of
+  // kLossChunkTokens tokens (axolotl's chunked_cross_entropy_num_chunks), as it tiles the MLP.
+  constexpr int64_t kLossChunkTokens = 2048;
+  auto loss_chunk_counts = [&](const std::string& chunked, int micro) {
+    std::set<int> counts;
+    if (chunked != "true") return counts;
+    counts.insert(plan.chunked_cross_entropy_num_chunks);
+    const int64_t tokens = static_cast<int64_t>(plan.sequence_len) * micro;
+    const int64_t finer = (tokens + kLossChunkTokens - 1) / kLossChunkTokens;
+    if (finer > plan.chunked_cross_entropy_num_chunks && finer <= (1 << 20)) counts.insert(static_cast<int>(finer));
+    return counts;
+  };
   std::vector<std::vector<FixChange>> settings;
   for (const Mode& memory : memory_modes) {
     for (const auto& tiled : tiled_modes) {
       for (double cap : bucket_caps) {
         for (int micro : micro_batches) {
           for (const std::string& chunked : losses) {
-            for (const std::string& reshard : reshards) {
-              std::vector<FixChange> changes = memory.changes;
-              changes.insert(changes.end(), tiled.begin(), tiled.end());
-              if (ddp) changes.push_back({"ddp_bucket_cap_mb", number(cap)});
-              if (!reshard.empty()) changes.push_back({"fsdp_config.reshard_after_forward", reshard});
-              changes.push_back({"micro_batch_size", std::to_string(micro)});
-              changes.push_back({"chunked_cross_entropy", chunked});
-              settings.push_back(std::move(changes));
+            std::set<int> chunk_counts = loss_chunk_counts(chunked, micro);
+            if (chunk_counts.empty()) chunk_counts.insert(0);  // unchunked: no count to set
+            for (int chunks : chunk_counts) {
+              for (const std::string& reshard : reshards) {
+                std::vector<FixChange> changes = memory.changes;
+                changes.insert(changes.end(), tiled.begin(), tiled.end());
+                if (ddp) changes.push_back({"ddp_bucket_cap_mb", number(cap)});
+                if (!reshard.empty()) changes.push_back({"fsdp_config.reshard_after_forward", reshard});
+                changes.push_back({"micro_batch_size", std::to_string(micro)});
+                changes.push_back({"chunked_cross_entropy", chunked});
+                if (chunks > 0) changes.push_back({"chunked_cross_entropy_num_chunks", std::to_string(chunks)});
+                settings.push_back(std::move(changes));
+              }
             }
           }
         }
@@ -211,7 +233,8 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     std::string ddp_key;
     for (const FixChange& change : candidate.changes) {
       // The loss's chunking does not touch DDP's hooks either.
-      if (change.key != "micro_batch_size" && change.key != "hookstream.offload_protocol" && change.key != "chunked_cross_entropy") {
+      if (change.key != "micro_batch_size" && change.key != "hookstream.offload_protocol" && change.key != "chunked_cross_entropy" &&
+          change.key != "chunked_cross_entropy_num_chunks") {
         ddp_key += change.key + "=" + change.value + ";";
       }
     }

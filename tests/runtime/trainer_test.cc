@@ -1,5 +1,5 @@
 // The trainer's parts as library calls: token data, fault hooks, checkpoints, and one rank's
-// training loop (world size 1: the real Reducer still runs) with save and resume.
+// training loop (world size 1: no DDP wrapper, as accelerate at one process) with save and resume.
 
 #include <unistd.h>
 
@@ -118,7 +118,7 @@ TEST_CASE("the failed request of an out-of-memory text, in the caching allocator
   CHECK(requested_bytes_in("CUDA out of memory (injected: oom-rank)") == 0);
 }
 
-TEST_CASE("one rank trains under the real Reducer, the loss falls, and a resumed run repeats it bit for bit",
+TEST_CASE("one rank trains without a Reducer, the loss falls, and a resumed run repeats it bit for bit",
           "[trainer]") {
   const auto dir = scratch("train");
   const Plan plan = tiny_run_plan(1);

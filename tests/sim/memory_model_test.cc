@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "sim/cost/device_spec.h"
+#include "sim/cost/step_prediction.h"
 #include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
 #include "sim/sync/fsdp1/fsdp1_model.h"
@@ -409,8 +410,8 @@ TEST_CASE("cuBLAS's two workspaces and the residual stream's two gradients in ev
   const MemoryEstimate a100 = estimate(plan_from(yaml + "hookstream:\n  gpu: A100-80GB\n"), false);
   CHECK(category(point(a100, "optimizer", "AdamW step"), MemoryCategory::Workspaces) == 2 * int64_t{8519680});
   // The 8K checkpointed LoRA plan of the GPU benchmark: measured peak 19.78 GiB in layer 31's
-  // backward, of which 0.16 GiB is the Reducer's bucket that `hookstream run` builds at world size 1
-  // and accelerate does not (no DDP for one process): 19.62 GiB to predict. Without the residual
+  // backward, of which 0.16 GiB is the Reducer's bucket that `hookstream run` built at world size 1
+  // until session 20 and accelerate does not (no DDP for one process): 19.62 GiB to predict. Without the residual
   // gradients and the workspaces the model said 19.28 GiB (-1.7%).
   const Plan bench = load_plan(std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-8k-checkpoint.yaml");
   const MemoryEstimate b = estimate(bench);
@@ -418,4 +419,33 @@ TEST_CASE("cuBLAS's two workspaces and the residual stream's two gradients in ev
   INFO(format_gib(b.device_peak.total()) << " at " << b.device_peak.phase << " " << b.device_peak.at);
   CHECK(b.device_peak.phase == "backward");
   CHECK(std::abs(b.device_peak.total() / measured - 1) < 0.01);
+}
+
+TEST_CASE("over a step, a protocol that frees its reload buffers holds one at the peak, one that keeps them two",
+          "[memory]") {
+  // The 8K offloaded LoRA plan of the GPU benchmark under three protocols. double_buffer_events
+  // allocates its two reload buffers once and reuses them (runtime/activation_offload.cc), so both
+  // are held in every layer's backward; save_on_cpu and deepspeed_offload free each reload after the
+  // layer's backward, before the next layer's copy allocates (host order), and the caching
+  // allocator counts a freed block out at the free, record_stream or not.
+  Plan plan = load_plan(std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-8k-offload_double.yaml");
+  const ModelStructure structure = build_model_structure(plan);
+  const DeviceSpec device = find_device_spec(plan.gpu);
+  const int64_t hidden_state = device_allocation_bytes(int64_t{8192} * 4096 * 2);
+  auto peak_of = [&](const std::string& protocol) {
+    Plan p = plan;
+    p.offload_protocol = protocol;
+    return predict_step(p, structure, device).memory.device_peak;
+  };
+  const MemoryPoint kept = peak_of("double_buffer_events");
+  CHECK(category(kept, MemoryCategory::ReloadBuffers) == 2 * hidden_state);
+  for (const char* protocol : {"save_on_cpu", "deepspeed_offload"}) {
+    INFO(protocol);
+    const MemoryPoint freed = peak_of(protocol);
+    CHECK(category(freed, MemoryCategory::ReloadBuffers) == hidden_state);
+    CHECK(kept.total() - freed.total() == hidden_state);
+    CHECK(freed.at == kept.at);
+  }
+  // single_buffer keeps its one buffer: the same peak as the freeing protocols.
+  CHECK(category(peak_of("single_buffer"), MemoryCategory::ReloadBuffers) == hidden_state);
 }
