@@ -20,7 +20,7 @@ import statistics
 # hookstream run -> the eager run its time is compared with (issue 22: (a) vs eager none, (b) and
 # the offloaded (d) vs eager checkpoint) and the eager runs its peak is compared with.
 TIME_REF = {"none": "none", "checkpoint": "checkpoint"}
-PEAK_REFS = {"offload_double": ["save_on_cpu", "torchtune_offload"]}
+OFFLOAD_PEAK_REFS = ["save_on_cpu", "torchtune_offload"]  # for every offloading run (all but none, checkpoint)
 
 
 def repeat_of(stem):
@@ -91,7 +91,7 @@ def main():
             entry["vs_eager"] = {"mode": ref, **spread(ratios)}
             line += (f"\n    vs eager {ref} in the same repeat: median {100 * (entry['vs_eager']['median'] - 1):+.2f}%, "
                      f"range {100 * (min(ratios) - 1):+.2f}% .. {100 * (max(ratios) - 1):+.2f}% over {len(ratios)}")
-        for peer in PEAK_REFS.get(name, []):
+        for peer in ([] if name in TIME_REF else OFFLOAD_PEAK_REFS):
             peaks = [eager[(peer, r)]["peak"] for r in repeats if (peer, r) in eager]
             if peaks:
                 delta = max(x["peak"] for _, x in xs) - max(peaks)
