@@ -113,10 +113,17 @@ def main():
         with open(f"{args.logdir}/long-{n}.log", "w") as log:
             # A process group of its own, so that a run past --run-timeout is stopped with its rank.
             trace = f"{args.logdir}/trace-long-{n}.json"
+            # Expandable segments for the caching allocator (unless the caller chose a setting): the
+            # plan's peak is allocated bytes, and at 320K tokens the classic allocator's segments left
+            # 8 GiB reserved but unallocated, so a 5 GiB request failed 3.5 GiB short (2026-11-27,
+            # bench/gpu-results/2026-11-27-h100-s20); with expandable segments the step ran.
+            env = dict(os.environ)
+            env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+            row["allocator"] = env["PYTORCH_CUDA_ALLOC_CONF"]
             proc = subprocess.Popen([args.hookstream, "run", args.plan, *flags, "--device", "cuda", "--nproc", "1",
                                      "--steps", str(args.steps), "--json", summary_path] + (["--force"] if args.settings else []) +
                                     (["--trace", trace] if args.trace else []),
-                                    stdout=log, stderr=log,
+                                    stdout=log, stderr=log, env=env,
                                     start_new_session=True)
             try:
                 rc = proc.wait(timeout=args.run_timeout)

@@ -39,10 +39,10 @@ int buffer_count(const ProtocolBuffer& buffer, int layers) { return buffer.count
 
 std::unique_ptr<StreamBackend> make_cpu_stream_backend() { return std::make_unique<CpuStreamBackend>(); }
 
-std::unique_ptr<StreamBackend> make_stream_backend(c10::Device device) {
-  if (device.is_cpu()) return make_cpu_stream_backend();
+std::unique_ptr<StreamBackend> make_stream_backend(c10::Device device, bool exact_pinned) {
+  if (device.is_cpu()) return make_cpu_stream_backend();  // no pinned memory on the CPU path
 #ifdef HOOKSTREAM_HAVE_CUDA
-  if (device.is_cuda()) return make_cuda_stream_backend(device);
+  if (device.is_cuda()) return make_cuda_stream_backend(device, exact_pinned);
 #endif
   throw InputError("device " + device.str(), "this build runs offload protocols on the CPU" +
                                                  std::string(device.is_cuda() ? " only (LibTorch without CUDA)" : ""));

@@ -69,10 +69,12 @@ class StreamBackend {
 
 std::unique_ptr<StreamBackend> make_cpu_stream_backend();
 #ifdef HOOKSTREAM_HAVE_CUDA
-std::unique_ptr<StreamBackend> make_cuda_stream_backend(c10::Device device);
+// exact_pinned: pinned slots of their own size (cudaHostAlloc), not the caching allocator's
+// power-of-two blocks (Plan::pinned_slots_exact).
+std::unique_ptr<StreamBackend> make_cuda_stream_backend(c10::Device device, bool exact_pinned = false);
 #endif
 // The backend for `device`: CPU, or CUDA when built with it (InputError otherwise).
-std::unique_ptr<StreamBackend> make_stream_backend(c10::Device device);
+std::unique_ptr<StreamBackend> make_stream_backend(c10::Device device, bool exact_pinned = false);
 
 // The callbacks a protocol's compute steps call.
 struct OffloadedLayer {

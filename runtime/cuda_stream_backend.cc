@@ -3,8 +3,11 @@
 // 1.13 and 2.x. Compiled only when LibTorch has CUDA (HOOKSTREAM_HAVE_CUDA, runtime/CMakeLists.txt).
 #ifdef HOOKSTREAM_HAVE_CUDA
 
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <ATen/cuda/CUDAEvent.h>
@@ -20,7 +23,7 @@ namespace {
 
 class CudaStreamBackend : public StreamBackend {
  public:
-  explicit CudaStreamBackend(c10::Device device) : device_(device) {}
+  CudaStreamBackend(c10::Device device, bool exact_pinned) : device_(device), exact_pinned_(exact_pinned) {}
 
   void bind(const StreamProtocol& protocol) override {
     streams_.clear();
@@ -46,7 +49,26 @@ class CudaStreamBackend : public StreamBackend {
     // Pinned slots are allocated once per slot and reused (the caller keeps them), so the pinned
     // allocator's cost is paid once.
     const bool pinned = memory == MemoryKind::PinnedHost;
+    if (pinned && exact_pinned_) return exact_pinned(like);
     return at::empty(like.sizes(), like.options().device(at::kCPU).pinned_memory(pinned));
+  }
+
+  // `hookstream.pinned_slots: exact`: one cudaHostAlloc of the slot's own size. PyTorch's pinned
+  // caching allocator rounds every block up to a power of two (CachingHostAllocator.h), so a 2.5 GiB
+  // slot (320K tokens x 4096 x bf16) takes 4 GiB and 32 of them no longer fit a 128 GiB host. The
+  // memory is page-locked and mapped as cudaHostAlloc's default, so a non_blocking copy from or to
+  // it is asynchronous as from the caching allocator's blocks; the tensor frees it with cudaFreeHost.
+  at::Tensor exact_pinned(const at::Tensor& like) {
+    const size_t bytes = static_cast<size_t>(like.numel()) * like.element_size();
+    void* data = nullptr;
+    const cudaError_t status = cudaHostAlloc(&data, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: the failure is reported here, not by a later call
+      throw std::runtime_error("pinned host memory: cudaHostAlloc of " + std::to_string(bytes) +
+                               " bytes for an offload slot failed: " + cudaGetErrorString(status));
+    }
+    return at::from_blob(data, like.sizes(), [](void* p) { cudaFreeHost(p); },
+                         like.options().device(at::kCPU));
   }
 
   void run_on(int stream, const std::function<void()>& work) override {
@@ -129,12 +151,13 @@ class CudaStreamBackend : public StreamBackend {
   std::vector<c10::cuda::CUDAStream> streams_;
   std::map<EventSlot, std::unique_ptr<at::cuda::CUDAEvent>> events_;
   std::vector<Timed> copies_, waits_;
+  bool exact_pinned_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<StreamBackend> make_cuda_stream_backend(c10::Device device) {
-  return std::make_unique<CudaStreamBackend>(device);
+std::unique_ptr<StreamBackend> make_cuda_stream_backend(c10::Device device, bool exact_pinned) {
+  return std::make_unique<CudaStreamBackend>(device, exact_pinned);
 }
 
 }  // namespace hookstream

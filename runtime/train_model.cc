@@ -246,7 +246,8 @@ struct TrainModel::Impl {
         protocol = load_stream_protocol(plan.offload_protocol_name(), dir);
       }
       offload = std::make_unique<ActivationOffload>(std::move(protocol), plan.model.num_hidden_layers,
-                                                    make_stream_backend(options.device), options.inject_reload_oom);
+                                                    make_stream_backend(options.device, plan.pinned_slots_exact),
+                                                    options.inject_reload_oom);
     }
   }
 

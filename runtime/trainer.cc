@@ -85,7 +85,11 @@ int64_t max_rss_bytes() {
 }
 
 // A collective every rank joins; also the barrier (Gloo and NCCL both reduce a small tensor).
+// One rank: a reduction is the identity, and skipping it keeps NCCL from creating its communicator
+// on the first collective, which allocates device memory: after a 320K-token step that left the
+// H100 full, that first all-reduce failed with "Failed to CUDA calloc async 4 bytes" (2026-11-27).
 at::Tensor all_reduce_sum(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor values) {
+  if (group->getSize() == 1) return values;
   std::vector<at::Tensor> tensors = {values};
   group->allreduce(tensors)->wait();
   return tensors[0];
@@ -96,6 +100,7 @@ void barrier(const c10::intrusive_ptr<c10d::ProcessGroup>& group, c10::Device de
 }
 
 at::Tensor all_reduce(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor values, c10d::ReduceOp op) {
+  if (group->getSize() == 1) return values;  // as all_reduce_sum
   std::vector<at::Tensor> tensors = {values};
   c10d::AllreduceOptions options;
   options.reduceOp = op;

@@ -55,6 +55,9 @@ if ! tools/gpu_build.sh "$here/build-gpu" > "$out/build.log" 2>&1; then
 fi
 hs=build-gpu/tools/hookstream
 gpu=H100-SXM; nvidia-smi -L | grep -q H200 && gpu=H200
+# The device budget of the long-context plans: ~96% of what torch sees (79.18 GiB on an H100,
+# 139.8 GiB on an H200), leaving the CUDA context and the allocator's fragmentation room.
+budget=76; [[ $gpu == H200 ]] && budget=134
 status=0
 
 py() {  # mode [extra args]
@@ -126,7 +129,7 @@ ls -la "$out"/trace-* 2>/dev/null
 left=$(( deadline - ($(date +%s) - t0) ))
 if [[ -n "$lengths" && $left -gt 30 ]]; then
   log "long context ($lengths), ${left}s left"
-  python3 bench/long_context.py --hookstream "$hs" --plan bench/plans/llama8b-lora-long.yaml --gpu $gpu \
+  python3 bench/long_context.py --hookstream "$hs" --plan bench/plans/llama8b-lora-long.yaml --gpu $gpu --budget-gib $budget \
     --lengths "$lengths" --steps "$long_steps" --deadline "$left" --run-timeout "$run_timeout" --out "$out/long.jsonl" --logdir "$out" \
     $long_trace || status=1
 fi

@@ -38,6 +38,10 @@ class Ledger {
     return rounding_ ? pinned_allocation_bytes(tensor_bytes) : tensor_bytes;
   }
   int64_t device(int64_t tensor_bytes) const { return rounding_ ? device_allocation_bytes(tensor_bytes) : tensor_bytes; }
+  int64_t pinned_exact(int64_t tensor_bytes) const {
+    constexpr int64_t kPage = 4096;
+    return rounding_ ? (tensor_bytes + kPage - 1) / kPage * kPage : tensor_bytes;
+  }
 
  private:
   bool rounding_;
@@ -517,7 +521,9 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
       saved[i] = full[i];
     } else if (plan.activation_offloading) {
       saved[i] = 0;  // moved to a pinned CPU slot once the D2H copy completes
-      offloaded_host += ledger.pinned(h * per_token);
+      // A slot of PyTorch's pinned caching allocator is rounded up to a power of two; an exact one
+      // (`hookstream.pinned_slots: exact`, cudaHostAlloc per slot) to the 4 KiB page.
+      offloaded_host += plan.pinned_slots_exact ? ledger.pinned_exact(h * per_token) : ledger.pinned(h * per_token);
     } else {
       saved[i] = hidden_state;  // the checkpoint keeps only the layer's input
     }

@@ -37,6 +37,7 @@ std::string effective_value(const Plan& plan, const std::string& key) {
   }
   if (key == "activation_offloading") return plan.activation_offloading ? "true" : "false";
   if (key == "hookstream.offload_protocol") return plan.activation_offloading ? plan.offload_protocol_name() : "";
+  if (key == "hookstream.pinned_slots") return plan.activation_offloading ? (plan.pinned_slots_exact ? "exact" : "caching") : "";
   if (key == "tiled_mlp") return plan.tiled_mlp ? "true" : "false";
   if (key == "tiled_mlp_num_shards") return plan.tiled_mlp ? std::to_string(plan.tiled_shards_for(0, 0)) : "";
   if (key == "hookstream.tiled_mlp_backward") return plan.tiled_mlp ? tiled_backward_name(plan.tiled_mlp_backward) : "";
@@ -67,6 +68,12 @@ std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool ch
     memory_modes.push_back({{on, kind, {"activation_offloading", "false"}}});
     for (const char* protocol : {"double_buffer_events", "single_buffer"}) {
       memory_modes.push_back({{on, kind, {"activation_offloading", "true"}, {"hookstream.offload_protocol", protocol}}});
+      // `hookstream run` can pin each slot at its own size instead of the caching allocator's
+      // power of two (Plan::pinned_slots_exact): less host memory, the same device figures.
+      if (!plan.pinned_slots_exact) {
+        memory_modes.push_back({{on, kind, {"activation_offloading", "true"}, {"hookstream.offload_protocol", protocol},
+                                 {"hookstream.pinned_slots", "exact"}}});
+      }
     }
   }
   // Tiled MLP: off, or ALST's default shard count ceil(seq / hidden) and twice that; with the plan's
@@ -234,7 +241,7 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     for (const FixChange& change : candidate.changes) {
       // The loss's chunking does not touch DDP's hooks either.
       if (change.key != "micro_batch_size" && change.key != "hookstream.offload_protocol" && change.key != "chunked_cross_entropy" &&
-          change.key != "chunked_cross_entropy_num_chunks") {
+          change.key != "chunked_cross_entropy_num_chunks" && change.key != "hookstream.pinned_slots") {
         ddp_key += change.key + "=" + change.value + ";";
       }
     }

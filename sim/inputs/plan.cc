@@ -72,7 +72,7 @@ const std::vector<std::string>& hookstream_keys() {
       "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs", "tiled_mlp_ds_grad_is_ready",
       "z3_leaf_mlp",
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
-      "rank_overrides", "iteration_overrides", "offload_protocol", "gpu", "calibration", "weights",
+      "rank_overrides", "iteration_overrides", "offload_protocol", "pinned_slots", "gpu", "calibration", "weights",
       "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version",
       "optimize_ddp", "compiled_autograd", "transformers_version", "torch_distributed_debug",
       "chunked_loss"};
@@ -785,6 +785,7 @@ class Converter {
       }
     } else if (key == "compiled_autograd") plan_.torch_compile.compiled_autograd = read_bool(origin_, value, path);
     else if (key == "offload_protocol") plan_.offload_protocol = read_string(origin_, value, path);
+    else if (key == "pinned_slots") plan_.pinned_slots_exact = pinned_slots(value, path);
     else if (key == "gpu") plan_.gpu = read_string(origin_, value, path);
     else if (key == "calibration") plan_.calibration = read_string(origin_, value, path);
     else if (key == "weights") plan_.weights = read_string(origin_, value, path);
@@ -831,6 +832,15 @@ class Converter {
     if (name == "per_chunk_backward") return TiledBackward::BackwardPerChunk;
     if (name == "grad_then_backward") return TiledBackward::GradThenBackward;
     if (name == "function_returns_grads") return TiledBackward::FunctionReturnsGrads;
+    fail_type(origin_, value, path, expected);
+  }
+
+  bool pinned_slots(const YAML::Node& value, const std::string& path) {
+    const std::string expected = "caching (PyTorch's pinned allocator) or exact (one allocation per slot)";
+    if (!value.IsScalar()) fail_type(origin_, value, path, expected);
+    const std::string name = lowercase(value.Scalar());
+    if (name == "caching") return false;
+    if (name == "exact") return true;
     fail_type(origin_, value, path, expected);
   }
 
@@ -1560,6 +1570,7 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (plan.vision_tokens != defaults.vision_tokens) emit(out, "vision_tokens", plan.vision_tokens);
   if (!plan.unused_modules.empty()) emit_strings(out, "unused_modules", plan.unused_modules);
   if (plan.offload_protocol) emit(out, "offload_protocol", *plan.offload_protocol);
+  if (plan.pinned_slots_exact) emit(out, "pinned_slots", std::string("exact"));
   if (plan.gpu != defaults.gpu) emit(out, "gpu", plan.gpu);
   if (plan.calibration) emit(out, "calibration", *plan.calibration);
   if (plan.weights) emit(out, "weights", *plan.weights);

@@ -182,6 +182,13 @@ struct Plan {
   // file in protocols/) or path; unset: "none" without activation_offloading, "double_buffer_events"
   // with it. The GPU, by name (a file in devices/) or path. Measured per-op durations, if any.
   std::optional<std::string> offload_protocol;
+  // How the offloaded checkpoints' pinned CPU slots are allocated. false ("caching"): PyTorch's
+  // CachingHostAllocator, as torch.empty(pin_memory=True) and save_on_cpu / torchtune's
+  // OffloadActivations (axolotl's activation_offloading) get them, each slot rounded up to a power
+  // of two (aten/src/ATen/core/CachingHostAllocator.h, c10::llvm::PowerOf2Ceil). true ("exact"):
+  // `hookstream run` pins each slot at its own size (cudaHostAlloc), which a 2.5 GiB slot at 320K
+  // tokens needs to fit 32 layers in a 128 GiB host (80 GiB, not 128).
+  bool pinned_slots_exact = false;
   std::string gpu = "H100-SXM";
   std::optional<std::string> calibration;
   // hookstream run's inputs (paths relative to the plan's folder): a safetensors file of weights

@@ -79,6 +79,18 @@ TEST_CASE("offloading one bf16 hidden state per layer of Llama-3.1-8B at 100K to
   CHECK(rounded_off.host_peak.total() == 32 * (int64_t{1} << 30));
 }
 
+TEST_CASE("exact pinned slots take their own size, the caching allocator's a power of two", "[memory]") {
+  // 320K tokens: a 2.5 GiB hidden state per layer. PyTorch's pinned caching allocator gives each slot
+  // 4 GiB (128 GiB for 32 layers, more than the GPU machines' host); `pinned_slots: exact` 80 GiB.
+  const std::string yaml = "base_model: Llama-3.1-8B\nsequence_len: 327680\ngradient_checkpointing: true\n"
+                           "activation_offloading: true\n";
+  const int64_t slot = int64_t{327680} * 4096 * 2;
+  CHECK(estimate(plan_from(yaml)).host_peak.total() == 32 * (int64_t{4} << 30));
+  CHECK(estimate(plan_from(yaml + "hookstream:\n  pinned_slots: exact\n")).host_peak.total() == 32 * slot);
+  CHECK_THROWS_WITH(plan_from(yaml + "hookstream:\n  pinned_slots: huge\n"),
+                    Catch::Contains("pinned_slots") && Catch::Contains("caching") && Catch::Contains("exact"));
+}
+
 TEST_CASE("a single-buffer protocol keeps one reload buffer", "[memory]") {
   const MemoryEstimate single =
       estimate(plan_from(kLlama100k + "activation_offloading: true\nhookstream:\n  offload_protocol: single_buffer\n"), false);
