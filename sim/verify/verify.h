@@ -26,6 +26,9 @@ PlanSource read_plan_source(const std::string& path, const LoadOptions& options)
 struct FixChange {
   std::string key;    // dotted plan key
   std::string value;  // YAML value
+  // The file the change edits: "" for the plan; the DeepSpeed JSON the plan's `deepspeed:` names,
+  // or the --accelerate-config file that sets the engine (setting_as_written in sim/inputs/plan.h).
+  std::string file;
 };
 
 // What a plan costs on its GPU (plan.gpu), by the memory and time models.
@@ -79,7 +82,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options 
 
 // `fixes` with every key spelled as the plan text spells that setting (key_as_written in
 // sim/inputs/plan.h), so a fix is verified, printed and patched in the user's own keys.
-void spell_as_written(std::vector<VerifiedFix>& fixes, const std::string& yaml_text);
+void spell_as_written(std::vector<VerifiedFix>& fixes, const PlanSource& source);
 
 // The plan's predicted step time and peak device memory; nullopt when the models cannot run for it
 // (an unknown GPU name, a protocol file that cannot be read: verify itself does not need them).
