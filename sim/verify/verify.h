@@ -24,6 +24,11 @@ struct PlanSource {
 PlanSource read_plan_source(const std::string& path, const LoadOptions& options);
 
 struct FixChange {
+  FixChange() = default;
+  // Most changes edit the plan: {key, value} leaves `file` empty (a constructor, so the two-value
+  // braces every fix list uses stay free of -Wmissing-field-initializers).
+  FixChange(std::string key_, std::string value_, std::string file_ = "")
+      : key(std::move(key_)), value(std::move(value_)), file(std::move(file_)) {}
   std::string key;    // dotted plan key
   std::string value;  // YAML value
   // The file the change edits: "" for the plan; the DeepSpeed JSON the plan's `deepspeed:` names,
