@@ -804,6 +804,23 @@ std::vector<Segment> segments_of(const EventModel& model) {
   return segments;
 }
 
+// Walks the compute segments (not the optimizer's) in order: `new_micro_step()` before the first
+// segment of each micro-step (per-micro-step gather state starts over), then `visit(i, segment,
+// slot)`, `slot` being the segment's decoder layer or, outside the stack, the root's slot `layers`.
+template <typename NewMicroStep, typename Visit>
+void for_each_compute_segment(const std::vector<Segment>& segments, int layers, NewMicroStep new_micro_step, Visit visit) {
+  int current = -1;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& seg = segments[i];
+    if (seg.optimizer) continue;
+    if (seg.micro != current) {
+      current = seg.micro;
+      new_micro_step();
+    }
+    visit(i, seg, seg.layer >= 0 && seg.layer < layers ? static_cast<size_t>(seg.layer) : static_cast<size_t>(layers));
+  }
+}
+
 class LinkTimeline {
  public:
   LinkTimeline(const DeviceSpec& device, EngineStepCost& cost) : device_(device), cost_(cost) {}
@@ -883,46 +900,38 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
   if (zero3) {
     fetches = zero3_fetches(plan, structure, s);
     std::vector<char> forward_done(static_cast<size_t>(layers) + 1, 0), backward_done(static_cast<size_t>(layers) + 1, 0);
-    int current = -1;
-    for (size_t i = 0; i < segments.size(); ++i) {
-      const Segment& seg = segments[i];
-      if (seg.optimizer) continue;
-      if (seg.micro != current) {
-        current = seg.micro;
-        std::fill(forward_done.begin(), forward_done.end(), 0);
-        std::fill(backward_done.begin(), backward_done.end(), 0);
-      }
-      const size_t at = seg.layer >= 0 && seg.layer < layers ? static_cast<size_t>(seg.layer) : static_cast<size_t>(layers);
-      std::vector<char>& done = seg.backward ? backward_done : forward_done;
-      if (done[at]) continue;
-      done[at] = 1;
-      zero3_elements[i] = (seg.backward ? fetches->backward_elements : fetches->forward_elements)[at];
-    }
-  }
-  if (!zero3) {
-    int current = -1;
-    for (size_t i = 0; i < segments.size(); ++i) {
-      const Segment& seg = segments[i];
-      if (seg.optimizer) continue;
-      if (seg.micro != current) {
-        current = seg.micro;
-        std::fill(gathered.begin(), gathered.end(), 0);
-        std::fill(regathered.begin(), regathered.end(), 0);
-      }
-      const size_t at = seg.layer >= 0 && seg.layer < layers ? static_cast<size_t>(seg.layer) : static_cast<size_t>(layers);
-      bool needed = false;
-      if (!seg.backward && !gathered[at]) {
-        needed = true;
-      } else if (seg.backward && !regathered[at]) {
-        regathered[at] = 1;
-        needed = (s.reshard_after_forward && seg.layer >= 0 && seg.layer < layers) || !gathered[at];
-      }
-      gathered[at] = 1;
-      const CostUnit* unit = unit_at(seg.layer);
-      need_gather[i] = gathers && needed && unit != nullptr && unit->gathered_elements > 0;
-    }
+    for_each_compute_segment(
+        segments, layers,
+        [&] {
+          std::fill(forward_done.begin(), forward_done.end(), 0);
+          std::fill(backward_done.begin(), backward_done.end(), 0);
+        },
+        [&](size_t i, const Segment& seg, size_t at) {
+          std::vector<char>& done = seg.backward ? backward_done : forward_done;
+          if (done[at]) return;
+          done[at] = 1;
+          zero3_elements[i] = (seg.backward ? fetches->backward_elements : fetches->forward_elements)[at];
+          need_gather[i] = zero3_elements[i] > 0;
+        });
   } else {
-    for (size_t i = 0; i < segments.size(); ++i) need_gather[i] = zero3_elements[i] > 0;
+    for_each_compute_segment(
+        segments, layers,
+        [&] {
+          std::fill(gathered.begin(), gathered.end(), 0);
+          std::fill(regathered.begin(), regathered.end(), 0);
+        },
+        [&](size_t i, const Segment& seg, size_t at) {
+          bool needed = false;
+          if (!seg.backward && !gathered[at]) {
+            needed = true;
+          } else if (seg.backward && !regathered[at]) {
+            regathered[at] = 1;
+            needed = (s.reshard_after_forward && seg.layer >= 0 && seg.layer < layers) || !gathered[at];
+          }
+          gathered[at] = 1;
+          const CostUnit* unit = unit_at(seg.layer);
+          need_gather[i] = gathers && needed && unit != nullptr && unit->gathered_elements > 0;
+        });
   }
   auto prefetches = [&](const Segment& seg) {
     if (zero3) return s.prefetch_bucket_elements > 0;

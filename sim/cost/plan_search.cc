@@ -210,7 +210,8 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     PlanCandidate candidate = measure(plan, result.device, measured);
     for (const FixChange& change : settings) {
       if (effective_value(plan, change.key) != effective_value(base, change.key)) {
-        candidate.changes.push_back({key_as_written(source.yaml_text, change.key), change.value});
+        const SettingLocation where = setting_as_written(source.yaml_text, change.key, source.options);
+        candidate.changes.push_back({where.key, change.value, where.file});
       }
     }
     std::string key;

@@ -41,4 +41,26 @@ nlohmann::json parse_input_json(const std::string& text, const std::string& sour
   }
 }
 
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  if (node.IsMap()) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& entry : node) object[entry.first.Scalar()] = yaml_to_json(entry.second);
+    return object;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json array = nlohmann::json::array();
+    for (const YAML::Node& item : node) array.push_back(yaml_to_json(item));
+    return array;
+  }
+  if (node.IsNull()) return nullptr;
+  if (node.Tag() == "!") return node.Scalar();  // quoted: a string
+  long long integer = 0;
+  double number = 0;
+  bool flag = false;
+  if (YAML::convert<long long>::decode(node, integer)) return integer;
+  if (YAML::convert<double>::decode(node, number)) return number;
+  if (YAML::convert<bool>::decode(node, flag)) return flag;
+  return node.Scalar();
+}
+
 }  // namespace hookstream

@@ -370,6 +370,79 @@ std::vector<std::string> spelling_in(const YAML::Node& root, const std::vector<s
   return parts;
 }
 
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, separator)) parts.push_back(part);
+  if (!text.empty() && text.back() == separator) parts.push_back("");
+  return parts;
+}
+
+// The DeepSpeed JSON file at `path` as a plan tree `{deepspeed: <its contents>}` (JSON is YAML),
+// so the plan's key rules (key_spellings, apply_set) address its settings as `deepspeed.*`.
+// Throws InputError when the file cannot be read or parsed.
+YAML::Node deepspeed_file_tree(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError(path, std::string("cannot read the DeepSpeed config: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  YAML::Node tree(YAML::NodeType::Map);
+  try {
+    tree["deepspeed"] = YAML::Load(text.str());
+  } catch (const YAML::Exception& error) {
+    throw InputError(path, "malformed JSON: " + yaml_parse_message(error));
+  }
+  if (!tree["deepspeed"].IsMap()) throw InputError(path, "expected a JSON object of DeepSpeed settings");
+  return tree;
+}
+
+// The accelerate config at `path` as a YAML tree (accelerate reads YAML or JSON). Throws InputError.
+YAML::Node accelerate_file_tree(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError("--accelerate-config", "cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  try {
+    YAML::Node tree = YAML::Load(text.str());
+    if (!tree.IsMap()) throw InputError(path, "expected a mapping of accelerate config keys");
+    return tree;
+  } catch (const YAML::Exception& error) {
+    throw InputError(path, "malformed YAML: " + yaml_parse_message(error));
+  }
+}
+
+// Which file holds the setting `key` (dotted, as --set and fixes write it) for the plan `root`:
+// the DeepSpeed JSON `deepspeed:` names for a `deepspeed.*` key; the --accelerate-config file
+// for an `fsdp_config.*` key when the plan itself sets no engine (no fsdp_config, fsdp or
+// deepspeed: the accelerate config's fsdp_config is the one that runs); else "" (the plan).
+std::string file_holding(const YAML::Node& root, const LoadOptions& options, const std::string& key) {
+  if (key.rfind("deepspeed.", 0) == 0 && node_at(root, {"deepspeed"}).IsScalar()) return root["deepspeed"].Scalar();
+  if (key.rfind("fsdp_config.", 0) == 0 && options.accelerate_config && !node_at(root, {"fsdp_config"}).IsDefined() &&
+      !node_at(root, {"fsdp"}).IsDefined() && !node_at(root, {"deepspeed"}).IsDefined()) {
+    return *options.accelerate_config;
+  }
+  return "";
+}
+
+// `key` as the file holding it spells it. accelerate's own fsdp_config keys carry the `fsdp_`
+// prefix (accelerate/commands/config/cluster.py writes fsdp_offload_params, ...): a key the
+// accelerate file lacks is written that way.
+std::vector<std::string> spelling_in_file(const YAML::Node& root, const LoadOptions& options, const std::string& key) {
+  const std::string file = file_holding(root, options, key);
+  const std::vector<std::string> parts = split(key, '.');
+  if (file.empty()) return spelling_in(root, parts);
+  if (parts[0] == "deepspeed") return spelling_in(deepspeed_file_tree(file), parts);
+  const YAML::Node tree = accelerate_file_tree(file);
+  for (const std::vector<std::string>& spelling : key_spellings(parts)) {
+    if (node_at(tree, spelling).IsDefined()) return spelling;
+  }
+  std::vector<std::string> prefixed = parts;
+  if (parts.size() == 2) prefixed[1] = "fsdp_" + fsdp_config_field(parts[1]);
+  if (prefixed[1] == "fsdp_fsdp_version") prefixed[1] = "fsdp_version";
+  return prefixed;
+}
+
 // ----------------------------------------------------------------------------------------------
 // Conversion: YAML tree -> Plan
 // ----------------------------------------------------------------------------------------------
@@ -387,6 +460,9 @@ struct Draft {
   std::map<std::string, std::string> where;  // dotted key -> "FILE:LINE" or "--set"
   // The engine keys as written (engine_rules() decides the engine from them).
   std::optional<YAML::Node> deepspeed;
+  // --set assignments of `deepspeed.*` keys while `deepspeed:` names a JSON file: they edit that
+  // file's settings (what a fix's patch to the file does), applied when it is read.
+  std::vector<std::string> deepspeed_file_sets;
   bool fsdp_list = false;                    // the deprecated `fsdp:` list is non-empty
   std::optional<YAML::Node> fsdp_config;     // the mapping, `fsdp_` prefixes already stripped
   FsdpSettings fsdp_settings;                // its typed fields
@@ -893,14 +969,6 @@ class Converter {
 // --set
 // ----------------------------------------------------------------------------------------------
 
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, separator)) parts.push_back(part);
-  if (!text.empty() && text.back() == separator) parts.push_back("");
-  return parts;
-}
 
 bool is_index(const std::string& text) {
   return !text.empty() && text.size() < 10 && std::all_of(text.begin(), text.end(), ::isdigit);
@@ -1031,30 +1099,6 @@ void resolve_model(Draft& draft, const LoadOptions& options) {
 // World size and engine: from the plan, the command line and an accelerate config
 // ----------------------------------------------------------------------------------------------
 
-// A YAML mapping written where a JSON document is expected (axolotl's `deepspeed:` may be the
-// DeepSpeed config itself): plain scalars typed as PyYAML's safe_load types them.
-nlohmann::json yaml_to_json(const YAML::Node& node) {
-  if (node.IsMap()) {
-    nlohmann::json object = nlohmann::json::object();
-    for (const auto& entry : node) object[entry.first.Scalar()] = yaml_to_json(entry.second);
-    return object;
-  }
-  if (node.IsSequence()) {
-    nlohmann::json array = nlohmann::json::array();
-    for (const YAML::Node& item : node) array.push_back(yaml_to_json(item));
-    return array;
-  }
-  if (node.IsNull()) return nullptr;
-  if (node.Tag() == "!") return node.Scalar();  // quoted: a string
-  long long integer = 0;
-  double number = 0;
-  bool flag = false;
-  if (YAML::convert<long long>::decode(node, integer)) return integer;
-  if (YAML::convert<double>::decode(node, number)) return number;
-  if (YAML::convert<bool>::decode(node, flag)) return flag;
-  return node.Scalar();
-}
-
 int check_world_size(int value, const std::string& flag) {
   if (value < 1 || value > 65536) throw InputError(flag, "expected an integer in [1, 65536], got " + std::to_string(value));
   return value;
@@ -1104,7 +1148,7 @@ void resolve_world_size(Draft& draft, const LoadOptions& options, const std::opt
 // axolotl opens a `deepspeed:` path as given, i.e. relative to the working directory
 // (src/axolotl/utils/config/__init__.py: os.path.exists(cfg.deepspeed), then json.load); when it
 // does not exist transformers' HfDeepSpeedConfig raises. Same here.
-DeepSpeedConfig plan_deepspeed(const YAML::Node& value, const std::string& where) {
+DeepSpeedConfig plan_deepspeed(const YAML::Node& value, const std::string& where, const std::vector<std::string>& file_sets = {}) {
   if (value.IsMap()) {
     DeepSpeedConfig config = parse_deepspeed_config(yaml_to_json(value), where + ": key \"deepspeed\"");
     config.file = "inline";
@@ -1116,7 +1160,16 @@ DeepSpeedConfig plan_deepspeed(const YAML::Node& value, const std::string& where
     throw InputError(where, "key \"deepspeed\": DeepSpeed config \"" + path + "\" not found; axolotl opens it relative to the working directory (" +
                                 fs::current_path(error).string() + "), where `axolotl fetch deepspeed_configs` puts axolotl's own");
   }
-  return read_deepspeed_config(path, where);
+  DeepSpeedConfig config = read_deepspeed_config(path, where);
+  if (file_sets.empty()) return config;
+  // The file as read (its own errors first), then the --set edits on its tree, in the spelling
+  // the file uses (apply_set's rule), parsed as the edited file would be.
+  YAML::Node edited = deepspeed_file_tree(path);
+  std::vector<std::string> keys;
+  for (const std::string& assignment : file_sets) keys.push_back(apply_set(edited, assignment));
+  config = parse_deepspeed_config(yaml_to_json(edited["deepspeed"]), path + " with --set " + join(keys, ", "));
+  config.file = path;
+  return config;
 }
 
 void deepspeed_engine(Draft& draft, const DeepSpeedConfig& config, const std::string& decided_by) {
@@ -1190,7 +1243,8 @@ void engine_rules(Draft& draft, const std::optional<AccelerateConfig>& accelerat
   const int fsdp_version = draft.fsdp_version.value_or(draft.fsdp_config_version.value_or(1));
   if (draft.deepspeed) {
     const std::string text = draft.deepspeed->IsScalar() ? draft.deepspeed->Scalar() : "(inline mapping)";
-    deepspeed_engine(draft, plan_deepspeed(*draft.deepspeed, where("deepspeed")), "deepspeed: " + text + " (" + where("deepspeed") + ")");
+    deepspeed_engine(draft, plan_deepspeed(*draft.deepspeed, where("deepspeed"), draft.deepspeed_file_sets),
+                     "deepspeed: " + text + " (" + where("deepspeed") + ")");
   } else if (fsdp) {
     std::string decided = draft.fsdp_version ? "fsdp_version: " + std::to_string(fsdp_version) + " (" + where("fsdp_version") + ")"
                           : draft.fsdp_config_version ? "fsdp_config.fsdp_version: " + std::to_string(fsdp_version) + " (" + where("fsdp_config") + ")"
@@ -1685,14 +1739,35 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
   if (!root.IsMap()) throw InputError(source + ":1", "expected a mapping of plan keys at the top level, got " + shown(root));
 
   std::vector<std::string> set_paths;
-  for (const std::string& assignment : options.set) set_paths.push_back(apply_set(root, assignment));
+  std::vector<std::string> deepspeed_file_sets, accelerate_sets;
+  for (const std::string& assignment : options.set) {
+    // A setting inside the DeepSpeed JSON or accelerate config that runs (file_holding) is set
+    // there, as a fix's patch to that file does.
+    const std::string file = file_holding(root, options, assignment.substr(0, assignment.find('=')));
+    if (file.empty()) set_paths.push_back(apply_set(root, assignment));
+    else if (assignment.rfind("deepspeed.", 0) == 0) deepspeed_file_sets.push_back(assignment);
+    else accelerate_sets.push_back(assignment);
+  }
 
   const Origin origin(source, set_paths);
   Draft draft;
+  draft.deepspeed_file_sets = std::move(deepspeed_file_sets);
   draft.plan.source = source;
   Converter(origin, draft).top_level(root);
   std::optional<AccelerateConfig> accelerate;
-  if (options.accelerate_config) accelerate = read_accelerate_config(*options.accelerate_config);
+  if (options.accelerate_config) {
+    accelerate = read_accelerate_config(*options.accelerate_config);
+    if (!accelerate_sets.empty()) {
+      YAML::Node tree = accelerate_file_tree(*options.accelerate_config);
+      std::vector<std::string> keys;
+      for (const std::string& assignment : accelerate_sets) {
+        const size_t equals = assignment.find('=');
+        const std::string key = join(spelling_in_file(root, options, assignment.substr(0, equals)), ".");
+        keys.push_back(apply_set(tree, key + assignment.substr(equals)));
+      }
+      accelerate = parse_accelerate_config(tree, *options.accelerate_config, *options.accelerate_config + " with --set " + join(keys, ", "));
+    }
+  }
   resolve_world_size(draft, options, accelerate);
   resolve_attention(draft);
   engine_rules(draft, accelerate);
@@ -1742,15 +1817,23 @@ std::vector<std::string> modelled_axolotl_keys() {
   return keys;
 }
 
-std::string key_as_written(const std::string& yaml_text, const std::string& key) {
+SettingLocation setting_as_written(const std::string& yaml_text, const std::string& key, const LoadOptions& options) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception&) {
-    return key;
+    return {key, ""};
   }
-  if (!root.IsMap()) return key;
-  return join(spelling_in(root, split(key, '.')), ".");
+  if (!root.IsMap()) return {key, ""};
+  try {
+    return {join(spelling_in_file(root, options, key), "."), file_holding(root, options, key)};
+  } catch (const InputError&) {
+    return {key, ""};  // an unreadable file is reported when the plan loads
+  }
+}
+
+std::string key_as_written(const std::string& yaml_text, const std::string& key, const LoadOptions& options) {
+  return setting_as_written(yaml_text, key, options).key;
 }
 
 }  // namespace hookstream

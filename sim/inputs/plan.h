@@ -281,7 +281,17 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source,
 // same key (fsdp_config's `fsdp_` prefix, `version` for fsdp_version, a DeepSpeed mapping's
 // `stage3_` aliases) when the text uses it, else `key`. Fixes are written in it, so a patch edits
 // the user's key instead of adding a duplicate; --set does the same.
-std::string key_as_written(const std::string& yaml_text, const std::string& key);
+// With `options`: a `deepspeed.*` key while `deepspeed:` names a JSON file is spelled as that file
+// spells it, and an `fsdp_config.*` key of a plan whose engine comes from --accelerate-config as
+// the accelerate file spells it (`fsdp_` prefixed when absent there).
+std::string key_as_written(const std::string& yaml_text, const std::string& key, const LoadOptions& options = {});
+// The spelling of key_as_written and the file holding that setting: "" for the plan itself, else
+// the DeepSpeed JSON path or the accelerate config path (a fix edits that file; --set does too).
+struct SettingLocation {
+  std::string key;
+  std::string file;
+};
+SettingLocation setting_as_written(const std::string& yaml_text, const std::string& key, const LoadOptions& options = {});
 // Renders the plan back to YAML (only keys that differ from defaults, stable order).
 std::string to_yaml(const Plan& plan);
 // The set of keys a plan accepts (dotted), for --set validation and "did you mean".

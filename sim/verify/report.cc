@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "sim/inputs/axolotl_config/config_patch.h"
+#include "sim/inputs/input_error.h"
 #include <map>
 #include <optional>
 
@@ -102,7 +103,18 @@ std::string fix_yaml(const std::vector<FixChange>& changes) {
 }
 
 std::string fix_patch(const VerifiedFix& fix, const std::string& source_text, const std::string& source_path) {
-  return unified_diff(source_text, apply_changes_to_config(source_text, fix.changes), source_path);
+  // A change to a `deepspeed.*` key edits the DeepSpeed JSON file the plan names, in the same patch.
+  try {
+    return fix_file_patch(source_text, source_path, fix.changes);
+  } catch (const InputError&) {
+    return unified_diff(source_text, apply_changes_to_config(source_text, fix.changes), source_path);
+  }
+}
+
+nlohmann::json change_json(const FixChange& change) {
+  nlohmann::json out = {{"key", change.key}, {"value", change.value}};
+  if (!change.file.empty()) out["file"] = change.file;
+  return out;
 }
 
 std::vector<std::string> fix_code_changes(const VerifiedFix& fix) {
@@ -370,7 +382,7 @@ nlohmann::json render_json(const VerifyResult& r) {
   j["fixes"] = nlohmann::json::array();
   for (const auto& fix : r.fixes) {
     nlohmann::json changes = nlohmann::json::array();
-    for (const auto& c : fix.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
+    for (const auto& c : fix.changes) changes.push_back(change_json(c));
     nlohmann::json entry = {{"changes", changes}, {"yaml", fix_yaml(fix.changes)}, {"rationale", fix.rationale}, {"verified", true}};
     entry["patch"] = fix_patch(fix, r.source_text, r.plan.source);
     entry["code_changes"] = fix_code_changes(fix);
@@ -380,7 +392,7 @@ nlohmann::json render_json(const VerifyResult& r) {
   j["rejected_fixes"] = nlohmann::json::array();
   for (const auto& rej : r.rejected) {
     nlohmann::json changes = nlohmann::json::array();
-    for (const auto& c : rej.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
+    for (const auto& c : rej.changes) changes.push_back(change_json(c));
     j["rejected_fixes"].push_back({{"changes", changes}, {"still", rej.outcome}});
   }
   return j;

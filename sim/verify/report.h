@@ -24,5 +24,7 @@ std::string fix_list_text(const std::vector<VerifiedFix>& fixes, const std::opti
 // The diff of one fix against the user's config, and its code-change notes (JSON `patch`, `code_changes`).
 std::string fix_patch(const VerifiedFix& fix, const std::string& source_text, const std::string& source_path);
 std::vector<std::string> fix_code_changes(const VerifiedFix& fix);
+// One change as JSON: key and value, and `file` when it edits a file other than the plan.
+nlohmann::json change_json(const FixChange& change);
 
 }  // namespace hookstream

@@ -193,13 +193,33 @@ std::vector<VerifiedFix> memory_candidates(const Plan& plan, const MemoryEstimat
   if (plan.world_size > 1 && !engine.sharded && !plan.gradient_as_bucket_view) {
     add({{"hookstream.gradient_as_bucket_view", "true"}}, "gradients become views into DDP's buckets instead of a second copy");
   }
-  // FSDP's own memory savers (sim/cost/engine_cost.h); ZeRO's live in the DeepSpeed JSON.
+  // FSDP's own memory savers (sim/cost/engine_cost.h).
   const bool fsdp = engine.sharded && (engine.kind == EngineKind::Fsdp1 || engine.kind == EngineKind::Fsdp2);
   if (fsdp && !engine.reshard_after_forward && engine.shard_ranks > 1) {
     add({{"fsdp_config.reshard_after_forward", "true"}}, "each layer is resharded after its forward and all-gathered again in backward");
   }
   if (fsdp && !engine.offload_params) {
     add({{"fsdp_config.offload_params", "true"}}, "sharded parameters, gradients and optimizer states move to pinned host memory; the optimizer steps on the CPU");
+  }
+  // ZeRO's memory savers are DeepSpeed JSON settings (deepspeed/runtime/zero/config.py); a plan
+  // whose `deepspeed:` names a file gets them as a patch to that file (config_patch.h).
+  if (plan.engine.kind == EngineKind::DeepSpeed && plan.engine.deepspeed) {
+    const DeepSpeedConfig& ds = *plan.engine.deepspeed;
+    if (ds.zero_stage < 3 && plan.world_size > 1) {
+      add({{"deepspeed.zero_optimization.stage", "3"}},
+          "ZeRO-3 partitions the 16-bit parameters as well as gradients and optimizer states, all-gathering each module's "
+          "parameters for its forward and backward");
+    }
+    const bool optimizer_offloaded = ds.offload_optimizer == "cpu" || ds.offload_optimizer == "nvme";
+    if (ds.zero_stage >= 1 && !optimizer_offloaded) {
+      add({{"deepspeed.zero_optimization.offload_optimizer.device", "cpu"}},
+          "ZeRO-Offload: the fp32 master weights, optimizer states and fp32 gradients move to pinned host memory; the "
+          "optimizer steps on the CPU");
+    }
+    if (ds.zero_stage == 3 && ds.offload_param != "cpu" && ds.offload_param != "nvme") {
+      add({{"deepspeed.zero_optimization.offload_param.device", "cpu"}},
+          "ZeRO-3 keeps the 16-bit parameter partitions in pinned host memory and copies each module's in for its all-gather");
+    }
   }
   if (plan.micro_batch_size > 1 && plan.micro_batch_size % 2 == 0) {
     add({{"micro_batch_size", std::to_string(plan.micro_batch_size / 2)},
@@ -241,7 +261,7 @@ void search_check_fixes(SimulationReport& report, const PlanSource& source, cons
     return cost_of(checks);
   };
   auto verify = [&](std::vector<VerifiedFix> candidates, std::vector<VerifiedFix>& into) {
-    spell_as_written(candidates, source.yaml_text);
+    spell_as_written(candidates, source);
     for (VerifiedFix& fix : candidates) {
       std::string failure;
       fix.cost = attempt(fix.changes, failure);
@@ -409,7 +429,7 @@ std::string duration_text(double ns) {
 
 nlohmann::json fix_json(const VerifiedFix& fix, const char* check, const VerifyResult& ddp) {
   nlohmann::json changes = nlohmann::json::array();
-  for (const auto& c : fix.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
+  for (const auto& c : fix.changes) changes.push_back(change_json(c));
   return {{"check", check},       {"changes", changes}, {"yaml", fix_yaml(fix.changes)}, {"rationale", fix.rationale},
           {"verified", true},     {"predicted", fix.cost ? cost_json(*fix.cost) : nlohmann::json(nullptr)},
           {"patch", fix_patch(fix, ddp.source_text, ddp.plan.source)}, {"code_changes", fix_code_changes(fix)}};
@@ -417,7 +437,7 @@ nlohmann::json fix_json(const VerifiedFix& fix, const char* check, const VerifyR
 
 nlohmann::json rejected_json(const RejectedFix& rejected) {
   nlohmann::json changes = nlohmann::json::array();
-  for (const auto& c : rejected.changes) changes.push_back({{"key", c.key}, {"value", c.value}});
+  for (const auto& c : rejected.changes) changes.push_back(change_json(c));
   return {{"changes", changes}, {"still", rejected.outcome}};
 }
 

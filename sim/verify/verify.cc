@@ -159,6 +159,18 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
           "parameters unused in an iteration are marked ready at the first hook instead of leaving their bucket pending");
     }
   }
+  if (plan.engine.kind == EngineKind::DeepSpeed && plan.engine.deepspeed && plan.engine.deepspeed->zero_stage >= 2) {
+    // ZeRO-1 without overlap_comm registers no bucketing hook work: stage_1_and_2.py
+    // process_gradients buckets only for partition_gradients or overlap_comm, and ZeRO-1 reduces at
+    // the boundary from each parameter's summed .grad (reduce_gradients), so gradients that reach a
+    // weight in several AccumulateGrad calls are reduced once (observed with DeepSpeed 0.19.8,
+    // docs/engines/deepspeed-zero.md). A change to the DeepSpeed JSON: written into the file the plan names.
+    std::vector<FixChange> changes{{"deepspeed.zero_optimization.stage", "1"}};
+    if (plan.engine.deepspeed->overlap_comm.value_or(false)) changes.push_back({"deepspeed.zero_optimization.overlap_comm", "false"});
+    add(out, changes,
+        "ZeRO-1 without overlap_comm reduces each parameter's summed .grad once at the accumulation boundary instead of "
+        "bucketing every AccumulateGrad (gradients and parameters are then not partitioned: more memory per rank)");
+  }
   if (plan.engine.kind == EngineKind::Fsdp1) {
     // FSDP2 reduces once per unit from RegisterPostBackwardFunction, not from the flat parameter's
     // AccumulateGrad, so nested backwards inside a unit do not reshard it (docs/engines/fsdp2.md).
@@ -168,9 +180,13 @@ std::vector<VerifiedFix> candidate_fixes(const Plan& plan) {
   return out;
 }
 
-void spell_as_written(std::vector<VerifiedFix>& fixes, const std::string& yaml_text) {
+void spell_as_written(std::vector<VerifiedFix>& fixes, const PlanSource& source) {
   for (VerifiedFix& fix : fixes) {
-    for (FixChange& change : fix.changes) change.key = key_as_written(yaml_text, change.key);
+    for (FixChange& change : fix.changes) {
+      const SettingLocation where = setting_as_written(source.yaml_text, change.key, source.options);
+      change.key = where.key;
+      change.file = where.file;
+    }
   }
 }
 
@@ -230,7 +246,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options)
       if (!known) singles.push_back(std::move(fix));
     }
   }
-  spell_as_written(singles, source.yaml_text);
+  spell_as_written(singles, source);
   for (const auto& fix : singles) {
     std::string failure;
     VerifiedFix verified = fix;

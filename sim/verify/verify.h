@@ -24,8 +24,16 @@ struct PlanSource {
 PlanSource read_plan_source(const std::string& path, const LoadOptions& options);
 
 struct FixChange {
+  FixChange() = default;
+  // Most changes edit the plan: {key, value} leaves `file` empty (a constructor, so the two-value
+  // braces every fix list uses stay free of -Wmissing-field-initializers).
+  FixChange(std::string key_, std::string value_, std::string file_ = "")
+      : key(std::move(key_)), value(std::move(value_)), file(std::move(file_)) {}
   std::string key;    // dotted plan key
   std::string value;  // YAML value
+  // The file the change edits: "" for the plan; the DeepSpeed JSON the plan's `deepspeed:` names,
+  // or the --accelerate-config file that sets the engine (setting_as_written in sim/inputs/plan.h).
+  std::string file;
 };
 
 // What a plan costs on its GPU (plan.gpu), by the memory and time models.
@@ -79,7 +87,7 @@ VerifyResult verify_plan(const PlanSource& source, const VerifyOptions& options 
 
 // `fixes` with every key spelled as the plan text spells that setting (key_as_written in
 // sim/inputs/plan.h), so a fix is verified, printed and patched in the user's own keys.
-void spell_as_written(std::vector<VerifiedFix>& fixes, const std::string& yaml_text);
+void spell_as_written(std::vector<VerifiedFix>& fixes, const PlanSource& source);
 
 // The plan's predicted step time and peak device memory; nullopt when the models cannot run for it
 // (an unknown GPU name, a protocol file that cannot be read: verify itself does not need them).

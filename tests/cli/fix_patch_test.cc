@@ -165,3 +165,155 @@ TEST_CASE("FSDP fixes are written in the fsdp_config spelling the plan uses, and
                               "", "absent", false);
   }
 }
+
+namespace {
+
+// The fixes of `verify --format json` whose changes include a key under `deepspeed.`.
+std::vector<nlohmann::json> deepspeed_fixes(const nlohmann::json& report) {
+  std::vector<nlohmann::json> out;
+  for (const auto& fix : report["fixes"]) {
+    for (const auto& change : fix["changes"]) {
+      if (change["key"].get<std::string>().rfind("deepspeed.", 0) == 0) {
+        out.push_back(fix);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Applies `patch` with `patch -p0` in a fresh copy of `plan` and `json_path`, and returns the copy.
+fs::path patched_copy(const fs::path& dir, const std::string& name, const std::string& plan, const std::string& json_path,
+                      const std::string& json, const std::string& patch) {
+  const fs::path copy = dir / name;
+  fs::create_directories(copy / fs::path(json_path).parent_path());
+  std::ofstream(copy / "plan.yaml") << plan;
+  std::ofstream(copy / json_path) << json;
+  std::ofstream(dir / (name + ".diff")) << patch;
+  const auto applied = run_command("cd '" + copy.string() + "' && patch -p0 < ../" + name + ".diff");
+  INFO(patch);
+  INFO(applied.out);
+  REQUIRE(applied.exit_code == 0);
+  return copy;
+}
+
+}  // namespace
+
+TEST_CASE("DeepSpeed fixes are patches to the JSON file the plan's deepspeed key names", "[cli][patch][zero]") {
+  hookstream::test::TempDir dir("hookstream-fix-deepspeed-" + std::to_string(getpid()));
+  // axolotl's deepspeed_configs layout; the stage-3 setting under its bare alias.
+  const std::string json =
+      "{\n  \"zero_optimization\": {\n    \"stage\": 2,\n    \"overlap_comm\": true,\n    \"max_live_parameters\": 1e9\n  },\n"
+      "  \"bf16\": {\n    \"enabled\": \"auto\"\n  },\n  \"train_micro_batch_size_per_gpu\": \"auto\"\n}\n";
+  fs::create_directories(dir / "ds");
+  std::ofstream(dir / "ds/zero2.json") << json;
+
+  SECTION("a hook-schedule fix: ZeRO-1 without overlap_comm, re-verified, in the file") {
+    // ZeRO-2 asserts on a tiled MLP whose shards each run AccumulateGrad (docs/engines/deepspeed-zero.md).
+    const std::string plan =
+        "base_model: tiny-llama\nsequence_len: 8\nmicro_batch_size: 1\ntiled_mlp: true\ntiled_mlp_num_shards: 2\n"
+        "deepspeed: ds/zero2.json\nhookstream:\n  world_size: 2\n  iterations: 2\n  tiled_mlp_backward: per_chunk_backward\n"
+        "  tiled_mlp_ds_grad_is_ready: false\n";
+    std::ofstream(dir / "plan.yaml") << plan;
+    const auto json_out = run_command(in(dir, "verify plan.yaml --format json"));
+    INFO(json_out.out.substr(0, 4000));
+    REQUIRE(json_out.exit_code == 1);
+    const auto report = nlohmann::json::parse(json_out.out);
+    const auto fixes = deepspeed_fixes(report);
+    REQUIRE(fixes.size() == 1);
+    const std::string patch = fixes[0]["patch"];
+    CHECK(patch ==
+          "--- ds/zero2.json\n+++ ds/zero2.json\n@@ -1,7 +1,7 @@\n {\n   \"zero_optimization\": {\n-    \"stage\": 2,\n"
+          "-    \"overlap_comm\": true,\n+    \"stage\": 1,\n+    \"overlap_comm\": false,\n     \"max_live_parameters\": 1e9\n   },\n"
+          "   \"bf16\": {\n");
+    const fs::path copy = patched_copy(dir, "ds-fixed", plan, "ds/zero2.json", json, patch);
+    const auto fixed = run_command(in(copy, "verify plan.yaml"));
+    INFO(fixed.out.substr(0, 2000));
+    CHECK(fixed.exit_code == 0);
+    CHECK(read(copy / "plan.yaml") == plan);
+    // --write-fixed writes one file: a fix that edits the JSON says to apply its patch, writes nothing.
+    int number = 0;
+    for (size_t i = 0; i < report["fixes"].size(); ++i) {
+      if (report["fixes"][i]["patch"] == patch) number = static_cast<int>(i) + 1;
+    }
+    const auto refused = run_command(in(dir, "verify plan.yaml --write-fixed out.yaml --fix " + std::to_string(number)));
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.out.find("edits ds/zero2.json, the DeepSpeed config the plan names") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "out.yaml"));
+    CHECK(read(dir / "ds/zero2.json") == json);
+  }
+
+  SECTION("memory fixes: ZeRO-3 and offload in the file; --set edits the file's own spelling") {
+    const std::string plan =
+        "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 4096\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
+        "deepspeed: ds/zero2.json\nhookstream:\n  world_size: 2\n  gpu: H100-SXM\n";
+    std::ofstream(dir / "plan.yaml") << plan;
+    const auto json_out = run_command(in(dir, "verify plan.yaml --format json"));
+    INFO(json_out.out.substr(0, 4000));
+    REQUIRE(json_out.exit_code == 1);
+    const auto fixes = deepspeed_fixes(nlohmann::json::parse(json_out.out));
+    REQUIRE(fixes.size() >= 1);
+    for (size_t i = 0; i < fixes.size(); ++i) {
+      const std::string patch = fixes[i]["patch"];
+      CHECK(patch.rfind("--- ds/zero2.json\n+++ ds/zero2.json\n", 0) == 0);
+      CHECK(patch.find("plan.yaml") == std::string::npos);
+      const fs::path copy = patched_copy(dir, "mem-" + std::to_string(i), plan, "ds/zero2.json", json, patch);
+      // The patched file loads and its memory fits (the fix was re-verified before it was printed).
+      const auto fixed = run_command(in(copy, "verify plan.yaml"));
+      INFO(fixed.out.substr(0, 3000));
+      CHECK(fixed.exit_code == 0);
+    }
+    // --set of an aliased stage-3 key sets the spelling the file uses, not a second key beside it.
+    const auto set = run_command(in(dir, "verify plan.yaml --set deepspeed.zero_optimization.stage=3 "
+                                         "--set deepspeed.zero_optimization.stage3_max_live_parameters=1000 --format json"));
+    INFO(set.out.substr(0, 2000));
+    CHECK(set.exit_code != 2);
+    CHECK(set.out.find("zero_optimization.stage: 3 (ds/zero2.json)") != std::string::npos);
+    CHECK(read(dir / "ds/zero2.json") == json);
+  }
+}
+
+TEST_CASE("FSDP fixes of a plan whose engine comes from --accelerate-config are patches to that file", "[cli][patch][fsdp]") {
+  hookstream::test::TempDir dir("hookstream-fix-accelerate-" + std::to_string(getpid()));
+  // accelerate's own spelling (fsdp_-prefixed keys); the plan sets no engine, so this file's
+  // fsdp_config is the one that runs. 16k tokens of Llama-3.1-8B over 2 ranks does not fit with
+  // reshard_after_forward false (the FSDP spelling test above: 92.6 GiB on an H100's 79).
+  const std::string accelerate =
+      "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n"
+      "  fsdp_offload_params: false\n  fsdp_reshard_after_forward: false   # keep layers gathered\nmixed_precision: bf16\n";
+  const std::string plan = std::string(kFsdpPlanHead);
+  std::ofstream(dir / "plan.yaml") << plan;
+  std::ofstream(dir / "acc.yaml") << accelerate;
+  const auto json_out = run_command(in(dir, "verify plan.yaml --accelerate-config acc.yaml --format json"));
+  INFO(json_out.out.substr(0, 4000));
+  REQUIRE(json_out.exit_code == 1);
+  const auto report = nlohmann::json::parse(json_out.out);
+  int accelerate_fixes = 0;
+  for (const auto& fix : report["fixes"]) {
+    bool touches = false;
+    for (const auto& change : fix["changes"]) {
+      const std::string key = change["key"];
+      if (key.rfind("fsdp_config.", 0) != 0) continue;
+      touches = true;
+      CHECK(key.rfind("fsdp_config.fsdp_", 0) == 0);
+      CHECK(change["file"] == "acc.yaml");
+    }
+    if (!touches) continue;
+    const std::string patch = fix["patch"];
+    CHECK(patch.find("--- acc.yaml\n+++ acc.yaml\n") != std::string::npos);
+    CHECK(patch.find("+fsdp_config:") == std::string::npos);  // no second fsdp_config in the plan
+    const fs::path copy = dir / ("patched-" + std::to_string(accelerate_fixes++));
+    fs::create_directories(copy);
+    std::ofstream(copy / "plan.yaml") << plan;
+    std::ofstream(copy / "acc.yaml") << accelerate;
+    std::ofstream(dir / "fix.diff") << patch;
+    const auto applied = run_command("cd '" + copy.string() + "' && patch -p0 < ../fix.diff");
+    INFO(patch);
+    REQUIRE(applied.exit_code == 0);
+    const auto fixed = run_command(in(copy, "verify plan.yaml --accelerate-config acc.yaml"));
+    INFO(fixed.out.substr(0, 3000));
+    CHECK(fixed.exit_code == 0);
+  }
+  CHECK(accelerate_fixes >= 1);
+  CHECK(read(dir / "acc.yaml") == accelerate);
+}

@@ -61,3 +61,41 @@ TEST_CASE("hookstream: keys of a fix name the training code they stand for", "[p
 }
 
 }  // namespace hookstream
+
+namespace hookstream {
+
+TEST_CASE("a DeepSpeed fix edits the JSON file's own lines and keeps the rest byte for byte", "[patch][zero]") {
+  // axolotl's deepspeed_configs layout: 2-space members, one-line objects inside.
+  const std::string json =
+      "{\n"
+      "  \"zero_optimization\": {\n"
+      "    \"stage\": 2,\n"
+      "    \"offload_optimizer\": {\"device\": \"none\"},\n"
+      "    \"overlap_comm\": true\n"
+      "  },\n"
+      "  \"bf16\": {\n"
+      "    \"enabled\": \"auto\"\n"
+      "  }\n"
+      "}\n";
+  // A member's value replaced where it stands.
+  CHECK(apply_changes_to_json(json, {{"zero_optimization.stage", "1"}, {"zero_optimization.overlap_comm", "false"}}) ==
+        "{\n  \"zero_optimization\": {\n    \"stage\": 1,\n    \"offload_optimizer\": {\"device\": \"none\"},\n"
+        "    \"overlap_comm\": false\n  },\n  \"bf16\": {\n    \"enabled\": \"auto\"\n  }\n}\n");
+  // Inside a one-line object; a YAML word becomes a JSON string.
+  CHECK(apply_changes_to_json(json, {{"zero_optimization.offload_optimizer.device", "cpu"}})
+            .find("    \"offload_optimizer\": {\"device\": \"cpu\"},\n") != std::string::npos);
+  // A missing member: the last of its object, its siblings' indentation; missing objects around it.
+  CHECK(apply_changes_to_json(json, {{"zero_optimization.offload_param.device", "cpu"}}) ==
+        "{\n  \"zero_optimization\": {\n    \"stage\": 2,\n    \"offload_optimizer\": {\"device\": \"none\"},\n"
+        "    \"overlap_comm\": true,\n    \"offload_param\": {\n      \"device\": \"cpu\"\n    }\n  },\n"
+        "  \"bf16\": {\n    \"enabled\": \"auto\"\n  }\n}\n");
+  CHECK(apply_changes_to_json("{\"zero_optimization\": {\"stage\": 3}}", {{"zero_optimization.stage3_max_live_parameters", "1000"}}) ==
+        "{\"zero_optimization\": {\"stage\": 3, \"stage3_max_live_parameters\": 1000}}");
+  CHECK(apply_changes_to_json("{\n    \"train_batch_size\": \"auto\"\n}\n", {{"zero_optimization.stage", "3"}}) ==
+        "{\n    \"train_batch_size\": \"auto\",\n    \"zero_optimization\": {\n        \"stage\": 3\n    }\n}\n");
+  // Strings holding braces and escaped quotes do not confuse the scan.
+  CHECK(apply_changes_to_json("{\"a\": \"}{\\\"\", \"zero_optimization\": {\"stage\": 0}}", {{"zero_optimization.stage", "2"}}) ==
+        "{\"a\": \"}{\\\"\", \"zero_optimization\": {\"stage\": 2}}");
+}
+
+}  // namespace hookstream

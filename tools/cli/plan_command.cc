@@ -6,6 +6,7 @@
 
 #include "sim/verify/json_text.h"
 #include "sim/cost/plan_search.h"
+#include "sim/verify/report.h"
 #include "sim/events/timeline.h"
 #include "tools/cli/commands.h"
 
@@ -63,7 +64,7 @@ std::string set_flags(const PlanCandidate& c) { return set_flags(c.changes); }
 
 nlohmann::json changes_json(const std::vector<FixChange>& changes) {
   nlohmann::json list = nlohmann::json::array();
-  for (const FixChange& change : changes) list.push_back({{"key", change.key}, {"value", change.value}});
+  for (const FixChange& change : changes) list.push_back(change_json(change));
   return list;
 }
 

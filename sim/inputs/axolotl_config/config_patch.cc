@@ -1,10 +1,16 @@
 #include "sim/inputs/axolotl_config/config_patch.h"
 
 #include <algorithm>
+#include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+
+#include "sim/inputs/input_error.h"
+#include "sim/inputs/json_input.h"
 
 namespace hookstream {
 namespace {
@@ -142,7 +148,206 @@ std::vector<std::string> split_key(const std::string& key) {
   return parts;
 }
 
+// A JSON text scanner that keeps byte positions, for editing a user's DeepSpeed file in place
+// (nlohmann::json parses but forgets where each value was written).
+struct JsonMember {
+  std::string key;
+  size_t key_begin = 0;    // the opening quote of the key
+  size_t value_begin = 0;  // first byte of the value
+  size_t value_end = 0;    // one past its last byte
+};
+
+struct JsonObjectText {
+  size_t open = 0;   // '{'
+  size_t close = 0;  // '}'
+  std::vector<JsonMember> members;
+};
+
+size_t skip_space(const std::string& text, size_t at) {
+  while (at < text.size() && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r')) ++at;
+  return at;
+}
+
+// One past the end of the string whose opening quote is at `at`.
+size_t string_end(const std::string& text, size_t at) {
+  for (size_t i = at + 1; i < text.size(); ++i) {
+    if (text[i] == '\\') ++i;
+    else if (text[i] == '"') return i + 1;
+  }
+  return text.size();
+}
+
+// One past the end of the value starting at `at`.
+size_t value_end(const std::string& text, size_t at) {
+  if (at >= text.size()) return at;
+  if (text[at] == '"') return string_end(text, at);
+  if (text[at] == '{' || text[at] == '[') {
+    int depth = 0;
+    for (size_t i = at; i < text.size(); ++i) {
+      const char c = text[i];
+      if (c == '"') {
+        i = string_end(text, i) - 1;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if ((c == '}' || c == ']') && --depth == 0) {
+        return i + 1;
+      }
+    }
+    return text.size();
+  }
+  size_t i = at;
+  while (i < text.size() && text[i] != ',' && text[i] != '}' && text[i] != ']' && text[i] != ' ' && text[i] != '\n' &&
+         text[i] != '\r' && text[i] != '\t') {
+    ++i;
+  }
+  return i;
+}
+
+// The object whose '{' is at `open` (the text was checked as JSON before).
+JsonObjectText scan_object(const std::string& text, size_t open) {
+  JsonObjectText object;
+  object.open = open;
+  size_t at = skip_space(text, open + 1);
+  while (at < text.size() && text[at] != '}') {
+    JsonMember member;
+    member.key_begin = at;
+    const size_t key_end = string_end(text, at);
+    member.key = text.substr(at + 1, key_end - at - 2);
+    at = skip_space(text, key_end);
+    at = skip_space(text, at + 1);  // ':'
+    member.value_begin = at;
+    member.value_end = value_end(text, at);
+    object.members.push_back(member);
+    at = skip_space(text, member.value_end);
+    if (at < text.size() && text[at] == ',') at = skip_space(text, at + 1);
+  }
+  object.close = at;
+  return object;
+}
+
+// The column of byte `at` (spaces and tabs before it on its line).
+std::string line_indent(const std::string& text, size_t at) {
+  const size_t start = text.rfind('\n', at == 0 ? 0 : at - 1);
+  const size_t begin = start == std::string::npos ? 0 : start + 1;
+  size_t end = begin;
+  while (end < text.size() && (text[end] == ' ' || text[end] == '\t')) ++end;
+  return text.substr(begin, end - begin);
+}
+
+// A fix's YAML value as JSON text.
+std::string json_value_text(const std::string& yaml_value) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(yaml_value);
+  } catch (const YAML::Exception&) {
+    return nlohmann::json(yaml_value).dump();
+  }
+  return yaml_to_json(node).dump();
+}
+
+// `{ "a": { "b": value } }` for parts[depth..], laid out at `indent` with `step` per level.
+std::string nested_json(const std::vector<std::string>& parts, size_t depth, const std::string& value, const std::string& indent,
+                        const std::string& step) {
+  if (depth == parts.size()) return value;
+  const std::string inner = indent + step;
+  return "{\n" + inner + nlohmann::json(parts[depth]).dump() + ": " + nested_json(parts, depth + 1, value, inner, step) + "\n" + indent + "}";
+}
+
+std::string set_in_json(std::string text, const std::vector<std::string>& parts, const std::string& value) {
+  size_t open = skip_space(text, 0);
+  if (open >= text.size() || text[open] != '{') return text;
+  std::string step = "  ";
+  for (size_t depth = 0; depth < parts.size(); ++depth) {
+    const JsonObjectText object = scan_object(text, open);
+    const bool leaf = depth + 1 == parts.size();
+    const std::string object_indent = line_indent(text, object.open);
+    if (!object.members.empty()) {
+      const std::string member_indent = line_indent(text, object.members.front().key_begin);
+      if (member_indent.size() > object_indent.size()) step = member_indent.substr(object_indent.size());
+    }
+    const auto found = std::find_if(object.members.begin(), object.members.end(),
+                                    [&](const JsonMember& m) { return m.key == parts[depth]; });
+    if (found != object.members.end()) {
+      if (!leaf && found->value_begin < text.size() && text[found->value_begin] == '{') {
+        open = found->value_begin;
+        continue;
+      }
+      const std::string replacement =
+          leaf ? value : nested_json(parts, depth + 1, value, line_indent(text, found->key_begin), step);
+      return text.replace(found->value_begin, found->value_end - found->value_begin, replacement);
+    }
+    // Not there: the last member of this object, on a line of its own unless the object is on one line.
+    const bool one_line = text.find('\n', object.open) > object.close;
+    const std::string member_indent =
+        object.members.empty() ? object_indent + step : line_indent(text, object.members.front().key_begin);
+    const std::string member = nlohmann::json(parts[depth]).dump() + ": " + nested_json(parts, depth + 1, value, member_indent, step);
+    if (one_line) {
+      if (object.members.empty()) return text.insert(object.open + 1, member);
+      return text.insert(object.members.back().value_end, ", " + member);
+    }
+    if (object.members.empty()) return text.insert(object.open + 1, "\n" + member_indent + member);
+    return text.insert(object.members.back().value_end, ",\n" + member_indent + member);
+  }
+  return text;
+}
+
+std::string read_file_text(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw InputError(path, "cannot read the DeepSpeed config the plan names");
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
 }  // namespace
+
+std::string apply_changes_to_json(const std::string& text, const std::vector<FixChange>& changes) {
+  std::string out = text;
+  for (const FixChange& change : changes) {
+    const std::vector<std::string> parts = split_key(change.key);
+    if (!parts.empty()) out = set_in_json(out, parts, json_value_text(change.value));
+  }
+  return out;
+}
+
+std::vector<ConfigFileEdit> fix_file_edits(const std::string& plan_text, const std::string& plan_path,
+                                           const std::vector<FixChange>& changes) {
+  // Files in first-seen order, the plan first.
+  std::vector<std::string> files{""};
+  std::map<std::string, std::vector<FixChange>> by_file;
+  for (const FixChange& change : changes) {
+    if (std::find(files.begin(), files.end(), change.file) == files.end()) files.push_back(change.file);
+    by_file[change.file].push_back(change);
+  }
+  std::vector<ConfigFileEdit> edits;
+  for (const std::string& file : files) {
+    const std::vector<FixChange>& own = by_file[file];
+    if (file.empty()) {
+      if (!own.empty() || changes.empty()) edits.push_back({plan_path, plan_text, apply_changes_to_config(plan_text, own)});
+      continue;
+    }
+    const std::string before = read_file_text(file);
+    std::vector<FixChange> json_changes;
+    std::vector<FixChange> yaml_changes;
+    for (const FixChange& change : own) {
+      // A DeepSpeed JSON's keys are the plan's `deepspeed.*` keys without the prefix; an accelerate
+      // config's fsdp_config keys are its own.
+      if (change.key.rfind("deepspeed.", 0) == 0) json_changes.push_back({change.key.substr(10), change.value, file});
+      else yaml_changes.push_back(change);
+    }
+    std::string after = before;
+    if (!json_changes.empty()) after = apply_changes_to_json(after, json_changes);
+    if (!yaml_changes.empty()) after = apply_changes_to_config(after, yaml_changes);
+    edits.push_back({file, before, after});
+  }
+  return edits;
+}
+
+std::string fix_file_patch(const std::string& plan_text, const std::string& plan_path, const std::vector<FixChange>& changes) {
+  std::string patch;
+  for (const ConfigFileEdit& edit : fix_file_edits(plan_text, plan_path, changes)) patch += unified_diff(edit.before, edit.after, edit.path);
+  return patch;
+}
 
 std::string apply_changes_to_config(const std::string& text, const std::vector<FixChange>& changes) {
   std::vector<std::string> lines = split_lines(text);

@@ -187,7 +187,11 @@ AccelerateConfig read_accelerate_config(const std::string& path) {
   } catch (const YAML::ParserException& error) {
     throw InputError(path + ":" + std::to_string(error.mark.line + 1), "malformed YAML: " + yaml_parse_message(error));
   }
-  if (!root.IsMap()) throw InputError(path, "expected a mapping of accelerate config keys");
+  return parse_accelerate_config(root, path, path);
+}
+
+AccelerateConfig parse_accelerate_config(const YAML::Node& root, const std::string& path, const std::string& where) {
+  if (!root.IsMap()) throw InputError(where, "expected a mapping of accelerate config keys");
   AccelerateConfig result;
   result.file = path;
   std::set<std::string> seen;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <vector>
+#include <yaml-cpp/yaml.h>
 
 namespace hookstream {
 
@@ -76,6 +77,8 @@ struct AccelerateConfig {
 };
 
 AccelerateConfig read_accelerate_config(const std::string& path);
+// The same from the file's parsed tree (`where` names it in messages, e.g. with --set edits).
+AccelerateConfig parse_accelerate_config(const YAML::Node& root, const std::string& path, const std::string& where);
 
 // axolotl's fsdp_config (src/axolotl/utils/schemas/fsdp.py FSDPConfig, `fsdp_` prefixes dropped),
 // typed for the FSDP models; unset fields keep the engine's own default. `where` gives "FILE:LINE"
