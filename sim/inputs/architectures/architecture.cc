@@ -177,7 +177,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
   // Qwen3NextConfig / Qwen3_5TextConfig.__post_init__: without layer_types, every
   // full_attention_interval-th layer (default 4) is full attention.
   const LayerTypesRule qwen_types{"", "full_attention_interval", 4, "linear_attention", "full_attention",
-                                  {"linear_attention", "full_attention"}};
+                                  {"linear_attention", "full_attention"}, "", {}, {}, false};
   {  // Qwen3-Next (Qwen3NextDecoderLayer): linear_attn or self_attn by layer_types, then Qwen2-MoE's
      // sparse block (gate, experts, shared_expert, shared_expert_gate) by decoder_sparse_step /
      // mlp_only_layers, else a dense MLP; the two norms last.
@@ -300,7 +300,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
     a.final_norm = "model.final_layernorm";
     a.mixers = {mamba2};
     a.layer_types = LayerTypesRule{"attn_layer_indices", "", 0, "linear_attention", "full_attention",
-                                   {"linear_attention", "full_attention"}};
+                                   {"linear_attention", "full_attention"}, "", {}, {}, false};
     a.defaults = mamba2_defaults;
     a.defaults["tie_word_embeddings"] = 0;
     a.source = "transformers/models/bamba/modeling_bamba.py";
@@ -325,7 +325,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
                        linear("shared_mlp.output_linear", R::MlpOther, "shared_intermediate_size", "hidden_size")},
                       mamba2_mixer("mamba", linear_layer), attn});
     a.mixers = {mamba2};
-    a.layer_types = LayerTypesRule{"", "", 0, "linear_attention", "full_attention", {"linear_attention", "full_attention"}};
+    a.layer_types = LayerTypesRule{"", "", 0, "linear_attention", "full_attention", {"linear_attention", "full_attention"}, "", {}, {}, false};
     a.moe = MoeLayers::All;
     a.experts_key = "num_local_experts";
     a.top_k_key = "num_experts_per_tok";
@@ -492,7 +492,8 @@ void nemotron_h_rules(std::map<std::string, double>& values, int, const std::str
 // MambaConfig / FalconMambaConfig.__post_init__: intermediate_size = int(expand * hidden_size)
 // (whatever the file says), time_step_rank "auto" = ceil(hidden_size / 16).
 void mamba1_rules(std::map<std::string, double>& values, int, const std::string&) {
-  values["intermediate_size"] = std::floor(values.at("expand") * values.at("hidden_size"));
+  // Its own key: the file's intermediate_size (ignored by the class) stays what ModelConfig read.
+  values["mamba_inner"] = std::floor(values.at("expand") * values.at("hidden_size"));
   if (values.count("time_step_rank") == 0) values["time_step_rank"] = std::ceil(values.at("hidden_size") / 16);
 }
 
@@ -520,7 +521,7 @@ void jamba_rules(std::map<std::string, double>& values, int layers, const std::s
 
 void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
   const std::string mamba = "layer_type=linear_attention";
-  const std::string attention = "layer_type=full_attention";
+  const std::string attn_layer = "layer_type=full_attention";
   const std::string mlp = "layer_type=mlp";
   const std::string moe = "layer_type=moe";
   {  // NemotronH (NemotronHBlock, modeling_nemotron_h.py): norm, then `mixer` by layers_block_type:
@@ -537,13 +538,13 @@ void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
     a.layer_class = "NemotronHBlock";
     const Mamba2Keys keys{"mamba_num_heads", "mamba_num_heads*mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel",
                           "use_conv_bias", "use_bias"};
-    a.layer = concat({{norm("norm", R::InputNorm, "hidden_size", "", mamba + "|" + attention),
+    a.layer = concat({{norm("norm", R::InputNorm, "hidden_size", "", mamba + "|" + attn_layer),
                        norm("norm", R::PostAttentionNorm, "hidden_size", "", mlp + "|" + moe)},
                       mamba2_mixer("mixer", mamba, keys),
-                      {linear("mixer.q_proj", R::Q, "hidden_size", kQ, "", attention),
-                       linear("mixer.k_proj", R::K, "hidden_size", kKV, "", attention),
-                       linear("mixer.v_proj", R::V, "hidden_size", kKV, "", attention),
-                       linear("mixer.o_proj", R::O, kQ, "hidden_size", "", attention),
+                      {linear("mixer.q_proj", R::Q, "hidden_size", kQ, "", attn_layer),
+                       linear("mixer.k_proj", R::K, "hidden_size", kKV, "", attn_layer),
+                       linear("mixer.v_proj", R::V, "hidden_size", kKV, "", attn_layer),
+                       linear("mixer.o_proj", R::O, kQ, "hidden_size", "", attn_layer),
                        linear("mixer.up_proj", R::Up, "hidden_size", "intermediate_size", "mlp_bias", mlp),
                        linear("mixer.down_proj", R::Down, "intermediate_size", "hidden_size", "mlp_bias", mlp),
                        tensor("mixer.experts.up_proj", R::ExpertsGateUp, "n_routed_experts,moe_intermediate_size,moe_expert_in", moe),
@@ -555,7 +556,7 @@ void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
                        linear("mixer.fc2_latent_proj", R::MlpOther, "moe_latent_size", "hidden_size", "mlp_bias", moe + "&moe_latent_size")}});
     a.mixers = {MixerRule{mamba, TokenMixer::Mamba2, "mixer", "mamba_num_heads", "ssm_state_size", "mamba_head_dim", "chunk_size",
                           keys.conv(), "conv_kernel"},
-                MixerRule{attention, TokenMixer::Attention, "mixer", "", "", "", "", "", ""},
+                MixerRule{attn_layer, TokenMixer::Attention, "mixer", "", "", "", "", "", ""},
                 MixerRule{mlp + "|" + moe, TokenMixer::None, "mixer", "", "", "", "", "", ""}};
     // NemotronHConfig.__post_init__: layers_block_type (legacy "mamba"/"attention" remapped), else
     // hybrid_override_pattern (M, E, *, -), else the four-layer default; its length is the depth.
@@ -659,7 +660,7 @@ void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
      // backbone.embeddings, MambaBlock (norm, mixer), backbone.norm_f, lm_head (tied by default).
      // MambaMixer: its own A_log [I, N] and D [I] first, then conv1d (depthwise over I,
      // use_conv_bias), in_proj [2I, H] (use_bias), x_proj [R + 2N, I] (no bias), dt_proj [I, R]
-     // (always a bias), out_proj [H, I] (use_bias); I = intermediate_size, N = state_size, R =
+     // (always a bias), out_proj [H, I] (use_bias); I = mamba_inner (expand * hidden_size), N = state_size, R =
      // time_step_rank.
     ArchitectureSpec a;
     a.model_type = "mamba";
@@ -668,19 +669,22 @@ void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
     a.final_norm = "backbone.norm_f";
     a.layer_class = "MambaBlock";
     a.layer = {norm("norm", R::InputNorm),
-               tensor("mixer.A_log", R::MixerOther, "intermediate_size,state_size"),
-               tensor("mixer.D", R::MixerOther, "intermediate_size"),
-               depthwise_conv1d("mixer.conv1d", "intermediate_size", "conv_kernel", "use_conv_bias", ""),
-               linear("mixer.in_proj", R::MixerIn, "hidden_size", "2*intermediate_size", "use_bias"),
-               linear("mixer.x_proj", R::MixerOther, "intermediate_size", "time_step_rank+2*state_size"),
-               linear("mixer.dt_proj", R::MixerOther, "time_step_rank", "intermediate_size", "1"),
-               linear("mixer.out_proj", R::O, "intermediate_size", "hidden_size", "use_bias")};
-    a.mixers = {MixerRule{"1", TokenMixer::Mamba1, "mixer", "intermediate_size", "state_size", "1", "", "intermediate_size", "conv_kernel"}};
+               tensor("mixer.A_log", R::MixerOther, "mamba_inner,state_size"),
+               tensor("mixer.D", R::MixerOther, "mamba_inner"),
+               depthwise_conv1d("mixer.conv1d", "mamba_inner", "conv_kernel", "use_conv_bias", ""),
+               linear("mixer.in_proj", R::MixerIn, "hidden_size", "2*mamba_inner", "use_bias"),
+               linear("mixer.x_proj", R::MixerOther, "mamba_inner", "time_step_rank+2*state_size"),
+               linear("mixer.dt_proj", R::MixerOther, "time_step_rank", "mamba_inner", "1"),
+               linear("mixer.out_proj", R::O, "mamba_inner", "hidden_size", "use_bias")};
+    a.mixers = {MixerRule{"1", TokenMixer::Mamba1, "mixer", "mamba_inner", "state_size", "1", "", "mamba_inner", "conv_kernel"}};
     a.one_block_per_layer = true;
     // No attention heads: the time model reads num_attention_heads only for attention layers.
     a.num_attention_heads_from = "1";
     a.defaults = {{"tie_word_embeddings", 1}, {"state_size", 16}, {"expand", 2}, {"conv_kernel", 4}, {"use_bias", 0},
                   {"use_conv_bias", 1}};
+    // No MLP: where a model-wide figure asks for one, the mixer's inner width (a file's own
+    // intermediate_size, which MambaConfig overwrites, otherwise).
+    a.derived = {{"intermediate_size", "expand*hidden_size"}};
     a.config_rules = mamba1_rules;
     a.source = "transformers/models/mamba/modeling_mamba.py";
     t.push_back(a);
