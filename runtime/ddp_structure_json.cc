@@ -50,6 +50,7 @@ std::vector<std::string> queried_paths(const Plan& plan, const ModelStructure& s
   for (const DecoderLayerUse& layer : structure.layers) {
     paths.insert(layer.path);
     paths.insert(layer.path + ".self_attn");
+    paths.insert(layer.path + "." + layer.mixer_module);
     paths.insert(layer.path + "." + layer.mlp_module);
     for (int norm : {layer.input_norm, layer.q_norm, layer.k_norm, layer.post_attention_norm}) module_of(norm);
     for (const LinearUse* use : {&layer.q, &layer.k, &layer.v, &layer.o, &layer.gate, &layer.up, &layer.down}) linear(*use);

@@ -49,8 +49,11 @@ def make_config(case):
     for key, value in case.get("overrides", {}).items():
         setattr(text, key, value)
     # BambaConfig's layer_types is a read-only property derived from attn_layer_indices (it follows
-    # the layer count by itself).
-    if getattr(text, "layer_types", None) is not None and not isinstance(getattr(type(text), "layers_block_type", None), property):
+    # the layer count by itself); so is Mamba2Config's (every layer "mamba").
+    if (getattr(text, "layer_types", None) is not None
+            and not isinstance(getattr(type(text), "layers_block_type", None), property)
+            and not (isinstance(getattr(type(text), "layer_types", None), property)
+                     and getattr(type(text), "layer_types").fset is None)):
         text.layer_types = text.layer_types[: text.num_hidden_layers]
     return config
 

@@ -102,7 +102,15 @@ void recurrent_mixer_activations(const DecoderLayerUse& layer, int64_t h, bool r
   a.saved_norm_inputs_fp32 = rms ? 2 * h + value : value;
   // The DeltaNet kernel saves its WY matrix [heads, chunk] per token and the gates; Mamba2's
   // mamba_chunk_scan_combined saves dt and its cumulative dA (float32, per head) and recomputes the rest.
-  a.saved_attention_fp32 = layer.mixer == TokenMixer::GatedDeltaNet ? s.heads * s.chunk + 2 * s.heads : 2 * s.heads;
+  a.saved_attention_fp32 = layer.mixer == TokenMixer::GatedDeltaNet ? s.heads * s.chunk + 2 * s.heads
+                           : layer.mixer == TokenMixer::Mamba1      ? 0
+                                                                    : 2 * s.heads;
+  if (layer.mixer == TokenMixer::Mamba1) {
+    // selective_scan_fn saves u, delta, A, B, C, D, z (MambaInnerFn): beyond the terms above, the
+    // x_proj output (dt, B, C: R + 2N, taken here as 2N + the delta I) and delta itself.
+    a.saved_attention.push_back(2 * s.key_dim);
+    a.saved_attention.push_back(s.heads);
+  }
   a.saved_scores_fp32 = a.saved_scores = 0;
   a.attention_backward_temporaries = {h, h, s.conv_channels, s.conv_channels, value, value};
   a.attention_backward_fp32 = s.chunk > 0 ? (s.heads * s.key_dim * s.value_dim + s.chunk - 1) / s.chunk : 0;
@@ -154,7 +162,42 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
   a.attention_backward_temporaries = {h, h, q, kv, kv, q, q, q, kv};
   a.attention_backward_fp32 = plan.eager_attention() ? a.saved_scores_fp32 : 2 * q + model.num_attention_heads;
   a.mlp_chunk_intermediates = {inter, inter, inter, inter};
-  if (layer != nullptr && layer->mixer != TokenMixer::Attention) recurrent_mixer_activations(*layer, h, rms, a);
+  if (layer != nullptr && layer->parallel_attention) {
+    // FalconH1: attention's terms and the Mamba2 mixer's beside them; the normed input they share
+    // is counted once (attention's), the mixer adds the rest.
+    LayerActivations r;
+    recurrent_mixer_activations(*layer, h, rms, r);
+    const size_t shared = rms ? 1 : 2;
+    a.saved_attention.insert(a.saved_attention.end(), r.saved_attention.begin() + shared, r.saved_attention.end());
+    a.saved_norm_inputs_fp32 += r.saved_norm_inputs_fp32 - (rms ? 2 * h : 0);
+    a.saved_attention_fp32 += r.saved_attention_fp32;
+    a.attention_backward_temporaries.insert(a.attention_backward_temporaries.end(), r.attention_backward_temporaries.begin() + 2,
+                                            r.attention_backward_temporaries.end());
+    a.attention_backward_fp32 += r.attention_backward_fp32;
+  } else if (layer != nullptr && layer->mixer != TokenMixer::Attention && layer->mixer != TokenMixer::None) {
+    recurrent_mixer_activations(*layer, h, rms, a);
+  }
+  if (layer != nullptr && layer->mixer == TokenMixer::None) {
+    // A NemotronH feed-forward block: no token mixer; its one norm's input is counted with the MLP
+    // below (saved_mlp's first entry is the norm's output).
+    a.saved_attention.clear();
+    a.saved_norm_inputs_fp32 = rms ? h : 0;
+    a.saved_attention_fp32 = a.saved_scores_fp32 = a.saved_scores = 0;
+    a.attention_backward_temporaries.clear();
+    a.attention_backward_fp32 = 0;
+  }
+  if (layer != nullptr && !layer->has_mlp) {
+    // A NemotronH token-mixer block: no MLP, and no second norm.
+    a.saved_mlp.clear();
+    a.saved_tiled_mlp.clear();
+    a.mlp_backward_temporaries.clear();
+    a.mlp_chunk_intermediates.clear();
+    if (rms) a.saved_norm_inputs_fp32 -= h;
+  } else if (layer != nullptr && !layer->mlp_gated && !layer->moe) {
+    // NemotronHMLP: the norm output (up_proj's input), up, relu2(up) (down_proj's input).
+    a.saved_mlp = {h, inter, inter};
+    a.mlp_chunk_intermediates = {inter, inter};
+  }
   return a;
 }
 

@@ -137,16 +137,17 @@ class KernelCosts {
 
   CostParts attention_core(bool backward, int layer) const {
     const DecoderLayerUse& use = structure_.layers.at(static_cast<size_t>(layer));
-    if (use.mixer != TokenMixer::Attention) {
-      // No profile has recurrent-mixer kernels: the roofline of its FLOPs at the device's matrix
-      // throughput (backward 2x forward), the same estimate the roofline time model makes. Its own
-      // (Triton) kernels are neither cuBLAS GEMMs nor SDPA: the elementwise part for a calibration.
-      const double flops = recurrent_mixer_flops(use.mixer, use.mixer_shape, tokens_) * (backward ? 2 : 1);
-      return part(CostPart::Elementwise, flops / (spec_.matrix_tflops * 1e12 * spec_.matrix_efficiency) * 1e9);
-    }
+    // No profile has recurrent-mixer kernels: the roofline of its FLOPs at the device's matrix
+    // throughput (backward 2x forward), the same estimate the roofline time model makes. Its own
+    // (Triton) kernels are neither cuBLAS GEMMs nor SDPA: the elementwise part for a calibration.
+    const double flops = recurrent_mixer_flops(use.mixer, use.mixer_shape, tokens_) * (backward ? 2 : 1);
+    const CostParts mixer = flops > 0 ? part(CostPart::Elementwise, flops / (spec_.matrix_tflops * 1e12 * spec_.matrix_efficiency) * 1e9)
+                                      : kNone;
+    if (use.mixer != TokenMixer::Attention && !use.parallel_attention) return mixer;
+    // Attention (FalconH1: with its Mamba2 mixer beside it).
     return part(CostPart::Attention, profile_.sdpa_ns(seq_, batch_, plan_.model.num_attention_heads,
                                                       plan_.model.num_key_value_heads, head_dim_, backward)) +
-           copy(tokens_ * q_width_);
+           copy(tokens_ * q_width_) + mixer;
   }
 
   // The MLP forward of `m` tokens: gate, up, down and SiLU(gate) * up between them.
@@ -163,7 +164,7 @@ class KernelCosts {
     const int layer = std::atoi(name.c_str() + 6);
     const std::string what = name.substr(space + 1);
     const std::vector<ProjectionShape> projections = layer_projections(plan_.model, &structure_, layer);
-    const double inter = projections[4].out;
+    const double inter = projections[5].out;  // up (an ungated MLP has no gate)
     const double qk = q_width_ + kv_width_;
     if (what == "forward" || what == "recompute") {
       CostParts ns = attention_core(false, layer);
@@ -190,7 +191,8 @@ class KernelCosts {
     if (!backward && !ends_with(what, " forward") && !ends_with(what, " recompute")) return std::nullopt;
     const std::string kernel = what.substr(0, what.rfind(' '));
     if (kernel == "rmsnorm") {
-      const bool recurrent = structure_.layers.at(static_cast<size_t>(layer)).mixer != TokenMixer::Attention;
+      const DecoderLayerUse& use = structure_.layers.at(static_cast<size_t>(layer));
+      const bool recurrent = use.mixer != TokenMixer::Attention && !use.parallel_attention;
       return elementwise("rmsnorm", tokens_ * (2 * h_ + (plan_.model.qk_norm && !recurrent ? qk : 0)), backward);
     }
     if (kernel == "conv1d+gated norm") return std::nullopt;  // not profiled: the roofline of its bytes

@@ -137,8 +137,13 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   }
 
   SimTensor attention(const DecoderLayerUse& layer, SimTensor x) {
-    const std::string p = layer.path + ".self_attn";
     SimTensor h = norm(layer.input_norm, x, layer.path + ".input_layernorm", layer.input_norm_bias);
+    SimTensor o = attention_core(layer, h, layer.path + "." + layer.mixer_module);
+    return engine_.op(layer.path + " residual(attn)", {x, o});
+  }
+
+  // q/k/v from the normed hidden state h, (q/k norms), SDPA, o_proj.
+  SimTensor attention_core(const DecoderLayerUse& layer, SimTensor h, const std::string& p) {
     SimTensor q = linear(layer.q, h, p + ".q_proj");
     SimTensor k = linear(layer.k, h, p + ".k_proj");
     SimTensor v = linear(layer.v, h, p + ".v_proj");
@@ -148,8 +153,17 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     }
     if (!layer.attention_other.empty()) q = others(layer.attention_other, q, p);
     SimTensor a = engine_.op(p + ".sdpa", {q, k, v});
-    SimTensor o = linear(layer.o, a, p + ".o_proj");
-    return engine_.op(layer.path + " residual(attn)", {x, o});
+    return linear(layer.o, a, p + ".o_proj");
+  }
+
+  // FalconH1DecoderLayer: the Mamba2 mixer and attention read the same normed input (attention
+  // scaled by attention_in_multiplier, a float), their outputs are scaled and summed, then the
+  // residual add.
+  SimTensor parallel_mixers(const DecoderLayerUse& layer, SimTensor x) {
+    SimTensor h = norm(layer.input_norm, x, layer.path + ".input_layernorm", layer.input_norm_bias);
+    SimTensor m = recurrent_core(layer, h, layer.mixer_out);
+    SimTensor o = attention_core(layer, engine_.op(layer.path + " * attention_in_multiplier", {h}), layer.path + ".self_attn");
+    return engine_.op(layer.path + " residual(mamba + attn)", {x, engine_.op(layer.path + " mamba + attn", {m, o})});
   }
 
   // A recurrent token mixer (gated DeltaNet: Qwen3NextGatedDeltaNet.forward): every input
@@ -157,8 +171,14 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   // gated norm follow in that order on the mixed q/k/v, then out_proj. Each parameter's gradient is
   // produced in that part of the layer's backward.
   SimTensor recurrent_mixer(const DecoderLayerUse& layer, SimTensor x) {
-    const std::string p = layer.path + "." + layer.mixer_module;
     SimTensor h = norm(layer.input_norm, x, layer.path + ".input_layernorm", layer.input_norm_bias);
+    return engine_.op(layer.path + " residual(mixer)", {x, recurrent_core(layer, h, layer.o)});
+  }
+
+  // The mixer's input projections from the normed hidden state h, its conv1d / recurrence / gated
+  // norm, then its output projection `out`.
+  SimTensor recurrent_core(const DecoderLayerUse& layer, SimTensor h, const LinearUse& out) {
+    const std::string p = layer.path + "." + layer.mixer_module;
     SimTensor mixed{};
     bool first = true;
     for (const LinearUse& use : layer.mixer_in) {
@@ -167,8 +187,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       first = false;
     }
     SimTensor core = others(layer.mixer_other, mixed, p);
-    SimTensor o = linear(layer.o, core, p + "." + layer.o.name);
-    return engine_.op(layer.path + " residual(mixer)", {x, o});
+    return linear(out, core, p + "." + out.name);
   }
 
   // A sparse MoE block with one module per expert (transformers v4.57 MixtralSparseMoeBlock.forward,
@@ -204,12 +223,20 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       if (!layer.mlp_other.empty()) out = others(layer.mlp_other, out, p);
       return call_post(ModuleKind::Mlp, p, layer.index, out);
     }
-    // LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)).
-    SimTensor gate = linear(layer.gate, h, p + ".gate_proj");
-    SimTensor act = engine_.op(p + ".act", {gate});
-    SimTensor up = linear(layer.up, h, p + ".up_proj");
-    SimTensor prod = engine_.op(p + ".mul", {act, up});
-    SimTensor out = linear(layer.down, prod, p + ".down_proj");
+    SimTensor out;
+    if (!layer.mlp_gated && !layer.moe) {
+      // NemotronHMLP: down_proj(act_fn(up_proj(x))). (A fused MoE block keeps the path below: its
+      // router is the `gate` slot, read before the experts, whatever their own activation.)
+      SimTensor up = linear(layer.up, h, p + ".up_proj");
+      out = linear(layer.down, engine_.op(p + ".act", {up}), p + ".down_proj");
+    } else {
+      // LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)).
+      SimTensor gate = linear(layer.gate, h, p + ".gate_proj");
+      SimTensor act = engine_.op(p + ".act", {gate});
+      SimTensor up = linear(layer.up, h, p + ".up_proj");
+      SimTensor prod = engine_.op(p + ".mul", {act, up});
+      out = linear(layer.down, prod, p + ".down_proj");
+    }
     if (!layer.mlp_other.empty()) out = others(layer.mlp_other, out, p);
     return call_post(ModuleKind::Mlp, p, layer.index, out);
   }
@@ -293,7 +320,16 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
 
   SimTensor decoder_layer(const DecoderLayerUse& layer, SimTensor x) {
     x = call_pre(ModuleKind::DecoderLayer, layer.path, layer.index, x);
-    SimTensor h = layer.mixer == TokenMixer::Attention ? attention(layer, x) : recurrent_mixer(layer, x);
+    if (layer.mixer == TokenMixer::None) {
+      // NemotronHBlock of type "mlp"/"moe": residual + mixer(norm(x)), the MLP as its only module.
+      SimTensor m = mlp(layer, norm(layer.post_attention_norm, x, layer.path + ".norm", layer.post_attention_norm_bias));
+      return call_post(ModuleKind::DecoderLayer, layer.path, layer.index, engine_.op(layer.path + " residual(mlp)", {x, m}));
+    }
+    SimTensor h = layer.parallel_attention              ? parallel_mixers(layer, x)
+                  : layer.mixer == TokenMixer::Attention ? attention(layer, x)
+                                                         : recurrent_mixer(layer, x);
+    // NemotronHBlock of type "mamba"/"attention": the token mixer is the block's only module.
+    if (!layer.has_mlp) return call_post(ModuleKind::DecoderLayer, layer.path, layer.index, h);
     SimTensor n = norm(layer.post_attention_norm, h, layer.path + ".post_attention_layernorm", layer.post_attention_norm_bias);
     SimTensor m = mlp(layer, n);
     // Records no node when neither input requires grad (engine op), but keeps the data flow.

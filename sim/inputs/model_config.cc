@@ -374,6 +374,46 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
 // A hybrid decoder's per-layer types (token_mixer.h LayerTypesRule), as "layer_types.<i>=<type>"
 // values the structure builder reads per layer: the config's list with legacy names remapped, or the
 // config class's interval pattern when the list is absent.
+// The layer types a NemotronH-style config spells as a list (layer_types / layers_block_type), as
+// its hybrid_override_pattern string, or not at all (LayerTypesRule::default_types); empty when none
+// of the three applies. NemotronHConfig.__post_init__: the list wins, then the pattern.
+std::vector<std::string> listed_or_pattern_types(const ConfigReader& reader, const LayerTypesRule& rule) {
+  std::vector<std::string> types;
+  for (const char* key : {"layer_types", "layers_block_type"}) {
+    std::string dotted;
+    const json* list = reader.find(key, &dotted);
+    if (list == nullptr || list->is_null()) continue;
+    if (!list->is_array()) reader.fail(dotted, "expected a list of layer types", shown(*list));
+    for (const json& type : *list) {
+      if (!type.is_string()) reader.fail(dotted, "expected a list of layer types", shown(type));
+      types.push_back(type.get<std::string>());
+    }
+    return types;
+  }
+  if (rule.pattern_key.empty()) return types;
+  std::string dotted;
+  if (const json* pattern = reader.find(rule.pattern_key, &dotted); pattern != nullptr && !pattern->is_null()) {
+    std::string chars;
+    for (const auto& [c, type] : rule.pattern) chars += c;
+    if (!pattern->is_string()) reader.fail(dotted, "expected a string of " + chars + " (one per layer)", shown(*pattern));
+    for (const char c : pattern->get<std::string>()) {
+      auto it = std::find_if(rule.pattern.begin(), rule.pattern.end(), [&](const auto& entry) { return entry.first == c; });
+      if (it == rule.pattern.end()) reader.fail(dotted, "expected a string of " + chars + " (one per layer)", shown(*pattern));
+      types.push_back(it->second);
+    }
+    return types;
+  }
+  return rule.default_types;
+}
+
+// num_hidden_layers of a config whose class counts its layers from the layer types
+// (LayerTypesRule::count_layers; NemotronHConfig.num_hidden_layers ignores the file's value).
+int hybrid_layer_count(const ConfigReader& reader, const LayerTypesRule& rule) {
+  const std::vector<std::string> types = listed_or_pattern_types(reader, rule);
+  if (types.empty()) reader.fail("layers_block_type", "expected a non-empty list of layer types (its length is num_hidden_layers)");
+  return static_cast<int>(types.size());
+}
+
 void read_hybrid_layer_types(const ConfigReader& reader, const ArchitectureSpec& spec, ModelConfig& config) {
   const LayerTypesRule& rule = spec.layer_types;
   std::vector<std::string> types;
@@ -396,6 +436,7 @@ void read_hybrid_layer_types(const ConfigReader& reader, const ArchitectureSpec&
       }
     }
   }
+  if (types.empty() && rule.count_layers) types = listed_or_pattern_types(reader, rule);
   if (types.empty() && !rule.indices_key.empty()) {
     std::string dotted;
     std::set<int> every;
@@ -661,7 +702,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     return reader.positive_int(key);  // throws, naming the standard key
   };
   config.hidden_size = required_int("hidden_size");
-  config.num_hidden_layers = required_int("num_hidden_layers");
+  if (spec->layer_types.count_layers) {
+    config.num_hidden_layers = hybrid_layer_count(reader, spec->layer_types);
+  } else {
+    config.num_hidden_layers = required_int("num_hidden_layers");
+  }
   // Keys given per layer as a list (Gemma3nTextConfig.__post_init__: intermediate_size is one
   // number, or a list of exactly num_hidden_layers): each entry held as per_layer_key(i, key), the
   // first as the key's value.
@@ -701,7 +746,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // transformers floors: LlamaAttention (and every decoder modelled after it) takes
   // getattr(config, "head_dim", hidden_size // num_attention_heads), so GLM-4-MoE's 4096 / 96 heads
   // is 96 heads of 42 (q_proj [4032, 4096]), not an error.
-  config.head_dim = aliased_int("head_dim").value_or(config.hidden_size / config.num_attention_heads);
+  // A config class with its own head_dim default (NemotronHConfig: 128) uses it when the file has none.
+  auto head_dim_default = spec->defaults.find("head_dim");
+  config.head_dim = aliased_int("head_dim").value_or(head_dim_default != spec->defaults.end()
+                                                         ? static_cast<int>(head_dim_default->second)
+                                                         : config.hidden_size / config.num_attention_heads);
   if (config.head_dim <= 0) {
     reader.fail("num_attention_heads",
                 "expected at most hidden_size " + std::to_string(config.hidden_size) + " (or an explicit head_dim)",
@@ -830,6 +879,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
   config.tie_word_embeddings =
       reader.optional_bool("tie_word_embeddings").value_or(evaluate_flag("tie_word_embeddings", config.values));
+  // A model class with no tied weights (_tied_weights_keys = {}) keeps lm_head apart whatever the key says.
+  if (spec->never_tied) config.tie_word_embeddings = false;
   config.torch_dtype = parse_dtype(reader);
   config.rms_norm_eps = reader.optional_positive_number("rms_norm_eps").value_or(config.rms_norm_eps);
   config.rope_theta = reader.optional_positive_number("rope_theta").value_or(config.rope_theta);

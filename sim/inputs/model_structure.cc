@@ -395,7 +395,22 @@ class StructureBuilder {
   }
 
   bool is_lora_target(const std::string& module) const {
-    return plan_.adapter != Adapter::None && matcher_ != nullptr && matcher_->targeted(module);
+    const bool targeted = plan_.adapter != Adapter::None && matcher_ != nullptr && matcher_->targeted(module);
+    if (targeted) refuse_mamba_target(module);
+    return targeted;
+  }
+
+  // PEFT refuses LoRA on a Mamba model's out_proj and conv1d, wherever they are
+  // (peft/tuners/tuners_utils.py _check_lora_target_modules_mamba: model.config.model_type in
+  // {falcon_h1, mamba, mamba2, falcon_mamba, nemotron_h}, the target's last name in {out_proj,
+  // conv1d}); its message, word for word (the set as PEFT's source writes it).
+  void refuse_mamba_target(const std::string& module) const {
+    static const std::set<std::string> mamba_types = {"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"};
+    const std::string leaf = module.substr(module.rfind('.') + 1);
+    if (mamba_types.count(plan_.model.model_type) == 0 || (leaf != "out_proj" && leaf != "conv1d")) return;
+    throw InputError(matcher_->where(), "[PEFT:PeftType.LORA] Module '" + leaf + "' is incompatible with Mamba-based models (model_type='" +
+                                            plan_.model.model_type + "'). Incompatible modules: {'out_proj', 'conv1d'}. Please remove it "
+                                            "from `target_modules` to avoid compatibility issues.");
   }
 
   // A Linear(in, out) at `module`, wrapped by PEFT's LoraLayer when targeted: base_layer.weight,
@@ -504,6 +519,7 @@ class StructureBuilder {
         const int step = static_cast<int>(value("interleave_moe_layer_step", 1));
         return step > 0 && i % step == step - 1;
       }
+      case MoeLayers::LayerTypeMoe: return values.count("layer_types." + std::to_string(i) + "=moe") > 0;
       case MoeLayers::SparseStep: {
         // Qwen2MoeDecoderLayer: (layer_idx not in mlp_only_layers) and num_experts > 0 and
         // (layer_idx + 1) % decoder_sparse_step == 0.
@@ -546,6 +562,7 @@ class StructureBuilder {
       case ModuleRole::AttentionOther: layer.attention_other.push_back(use); break;
       case ModuleRole::MixerIn: layer.mixer_in.push_back(use); break;
       case ModuleRole::MixerOther: layer.mixer_other.push_back(use); break;
+      case ModuleRole::MixerOut: fill(layer.mixer_out); break;
       case ModuleRole::NoGrad: layer.no_grad.push_back(use); break;
       case ModuleRole::MlpOther: case ModuleRole::PreFeedforwardNorm: case ModuleRole::PostFeedforwardNorm:
       case ModuleRole::EmbedOther: case ModuleRole::FinalNorm:  // top-level roles; in a layer, "other"
@@ -738,6 +755,10 @@ class StructureBuilder {
                                                 size(rule.chunk), size(rule.conv_channels), size(rule.conv_kernel)};
         break;
       }
+      layer.mlp_module = spec->mlp_module;
+      layer.mlp_gated = spec->mlp_gated;
+      layer.has_mlp = !spec->one_block_per_layer || layer.mixer == TokenMixer::None;
+      layer.parallel_attention = spec->parallel_mixer && layer.mixer != TokenMixer::Attention;
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
         if (!module.when.empty() && !evaluate_flag(module.when, layer_values)) continue;

@@ -63,6 +63,14 @@ struct DecoderLayerUse {
   std::string mixer_module = "self_attn";
   RecurrentMixerShape mixer_shape;
   std::vector<LinearUse> mixer_in, mixer_other;
+  // Whether the layer has an MLP (a NemotronH mixer block has none) and whether it is gated
+  // (NemotronHMLP is up/down only): what the forward graph and the cost models run.
+  bool has_mlp = true;
+  bool mlp_gated = true;
+  // FalconH1: attention (q, k, v, o) and the recurrent mixer (mixer_in, mixer_other, mixer_out) in
+  // parallel on the same normed input.
+  bool parallel_attention = false;
+  LinearUse mixer_out;
   int input_norm = -1, input_norm_bias = -1;
   LinearUse q, k, v, o;
   int q_norm = -1, k_norm = -1;

@@ -33,6 +33,8 @@ std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const M
       {use ? use->down : kAbsent, inter, h, true}};
   std::vector<ProjectionShape> shapes;
   const bool recurrent = use != nullptr && use->mixer != TokenMixer::Attention;
+  // FalconH1: attention's four projections stay; the mixer's in- and out-projections are appended.
+  const bool parallel = use != nullptr && use->parallel_attention;
   // A recurrent mixer's projections have the shapes the table built (its in-projections appended
   // after the seven; q, k and v absent, o its out_proj).
   auto from_weight = [&](const LinearUse& linear, ProjectionShape& shape) {
@@ -51,18 +53,25 @@ std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const M
     if (use != nullptr && p.linear.lora_a >= 0) {
       shape.lora_rank = static_cast<double>(structure->parameters[p.linear.lora_a].shape[0]);  // lora_A is [r, in]
     }
-    if (recurrent && !p.mlp) {
+    if (recurrent && !parallel && !p.mlp) {
       shape.in = shape.out = 0;
       if (p.linear.weight >= 0) from_weight(p.linear, shape);
+    }
+    // A NemotronH token-mixer block has no MLP; its ungated MLP (up, down) no gate projection.
+    if (p.mlp && use != nullptr && (!use->has_mlp || (!use->mlp_gated && !use->moe && &p.linear == &use->gate))) {
+      shape.in = shape.out = 0;
     }
     shapes.push_back(shape);
   }
   if (recurrent) {
-    for (const LinearUse& linear : use->mixer_in) {
+    std::vector<const LinearUse*> extra;
+    for (const LinearUse& linear : use->mixer_in) extra.push_back(&linear);
+    if (parallel && use->mixer_out.weight >= 0) extra.push_back(&use->mixer_out);
+    for (const LinearUse* linear : extra) {
       ProjectionShape shape;
-      from_weight(linear, shape);
-      shape.trainable = structure->parameters[static_cast<size_t>(linear.weight)].trainable;
-      if (linear.lora_a >= 0) shape.lora_rank = static_cast<double>(structure->parameters[linear.lora_a].shape[0]);
+      from_weight(*linear, shape);
+      shape.trainable = structure->parameters[static_cast<size_t>(linear->weight)].trainable;
+      if (linear->lora_a >= 0) shape.lora_rank = static_cast<double>(structure->parameters[linear->lora_a].shape[0]);
       shapes.push_back(shape);
     }
   }
@@ -71,7 +80,7 @@ std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const M
 
 double recurrent_mixer_flops(TokenMixer mixer, const RecurrentMixerShape& s, double tokens) {
   switch (mixer) {
-    case TokenMixer::Attention: return 0;
+    case TokenMixer::Attention: case TokenMixer::None: return 0;
     case TokenMixer::GatedDeltaNet: {
       // fla's chunk_gated_delta_rule per head and chunk of C tokens: the intra-chunk products
       // (K K^T, the WY transform's A K and A V, Q K^T, (Q K^T) V: about 4 C (dk + dv) per token)
@@ -79,6 +88,12 @@ double recurrent_mixer_flops(TokenMixer mixer, const RecurrentMixerShape& s, dou
       // not halve it: the kernels compute whole C x C blocks.
       const double per_token = 4.0 * s.chunk * (s.key_dim + s.value_dim) + 6.0 * s.key_dim * s.value_dim;
       return tokens * s.heads * per_token;
+    }
+    case TokenMixer::Mamba1: {
+      // mamba_ssm's selective_scan_fn: 9 FLOPs per channel, state entry and token
+      // (selective_scan_interface.py selective_scan_flop_jit: 9 * batch * seqlen * dim * dstate).
+      // Elementwise work on the CUDA cores, costed here at the matrix rate as the other cores are.
+      return 9.0 * tokens * s.heads * s.key_dim;
     }
     case TokenMixer::Mamba2: {
       // mamba_chunk_scan_combined (SSD) per head and chunk of C tokens: C Bᵀ and its product with
@@ -99,7 +114,7 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
   const double q_width = model.num_attention_heads * head_dim;
   const double kv_width = model.num_key_value_heads * head_dim;
   const std::vector<ProjectionShape> projections = layer_projections(model, structure, layer);
-  const double inter = projections[4].out;  // gate
+  const double inter = projections[5].out;  // up (an ungated MLP has no gate)
   LayerCost cost;
   for (const ProjectionShape& p : projections) {
     const double base = 2 * tokens * p.in * p.out;
@@ -119,9 +134,12 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
   // QK^T and PV: 2 GEMMs of 2*seq*seq*head_dim per head; causal masking halves the useful work.
   const DecoderLayerUse* use =
       structure != nullptr && layer >= 0 && layer < static_cast<int>(structure->layers.size()) ? &structure->layers[layer] : nullptr;
-  const bool recurrent = use != nullptr && use->mixer != TokenMixer::Attention;
+  const bool parallel = use != nullptr && use->parallel_attention;
+  const bool recurrent = use != nullptr && use->mixer != TokenMixer::Attention && !parallel;
+  const double sdpa_flops = 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
   cost.attention_flops = recurrent ? recurrent_mixer_flops(use->mixer, use->mixer_shape, tokens)
-                                   : 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
+                         : parallel ? sdpa_flops + recurrent_mixer_flops(use->mixer, use->mixer_shape, tokens)
+                                    : sdpa_flops;
   cost.attention_backward_flops += 2 * cost.attention_flops;
   cost.hidden_state_bytes = static_cast<int64_t>(model.hidden_size) * sequence_len * micro_batch * dtype_bytes(model.torch_dtype);
   // Elementwise kernels, in bytes of the model dtype (eager PyTorch: each reads its inputs and
@@ -155,7 +173,26 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
   // Two residual adds (read 2, write 1 each); backward accumulates the branch grads the same way.
   cost.residual_bytes = bytes(2 * 3 * h);
   cost.residual_backward_bytes = bytes(2 * 3 * h);
-  if (eager_attention) {
+  if (parallel) {
+    // FalconH1: attention's RoPE and norms as above, plus the Mamba2 mixer's conv1d + gated norm.
+    const double c = static_cast<double>(use->mixer_shape.conv_channels);
+    const double v = static_cast<double>(use->mixer_shape.heads * use->mixer_shape.value_dim);
+    cost.mixer_elementwise_bytes = bytes(2 * c + 3 * v);
+    cost.mixer_elementwise_backward_bytes = bytes(3 * c + 5 * v);
+  }
+  if (use != nullptr && (use->mixer == TokenMixer::None || !use->has_mlp)) {
+    // A NemotronH block: one norm and one residual add, and no attention or no MLP.
+    cost.rmsnorm_bytes = bytes(2 * h);
+    cost.rmsnorm_backward_bytes = bytes(3 * h);
+    cost.residual_bytes = cost.residual_backward_bytes = bytes(3 * h);
+  }
+  if (use != nullptr && !use->mlp_gated && !use->moe) {
+    // relu2(up): read up, write the activation (no product with a gate); backward reads the grad
+    // and up, writes up's grad.
+    cost.silu_mul_bytes = bytes(2 * inter);
+    cost.silu_mul_backward_bytes = bytes(3 * inter);
+  }
+  if (eager_attention && (use == nullptr || use->mixer == TokenMixer::Attention)) {
     // transformers' eager_attention_forward on the full S x S matrix (the causal mask is added, not
     // skipped): QK^T written (dtype), read by softmax, written fp32, read and cast (dtype), read by
     // PV: 2 + 2 + 4 + 4 + 2 + 2 bytes per score. Backward: dP written and read, P read in fp32 and
@@ -613,7 +650,9 @@ class StepExpander {
     for (const auto& [what, bytes] : kernels) {
       if (bytes <= 0 && std::string(what) == "eager attention scores") continue;  // sdpa/flash/flex: none
       if (!recurrent && std::string(what) == "conv1d+gated norm") continue;       // attention layers
-      if (recurrent && std::string(what) == "rope") continue;                     // no RoPE in a recurrent mixer
+      // No RoPE in a recurrent mixer (FalconH1's parallel attention has it); no MLP in a NemotronH
+      // mixer block.
+      if (bytes <= 0 && (std::string(what) == "rope" || std::string(what) == "silu*up")) continue;
       Op& op = add(OpKind::Kernel, stream, layer_name(layer, std::string(what) + suffix), phase, layer);
       op.bytes = bytes;
       op.accesses = reads;

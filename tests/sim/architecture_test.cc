@@ -82,7 +82,9 @@ json full_depth_hybrid(json fixture, int layers) {
   json& root = fixture["config"];
   json& text = root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
   const ArchitectureSpec* spec = find_architecture(text.value("model_type", std::string()));
-  if (spec == nullptr || spec->layer_types.known.empty()) return fixture;
+  // Jamba's layer types (and MoE layers) are written by its config rules when the config is parsed
+  // (MoeLayers::LayerTypeMoe): its depth too must be in the config before parsing.
+  if (spec == nullptr || (spec->layer_types.known.empty() && spec->moe != MoeLayers::LayerTypeMoe)) return fixture;
   text["num_hidden_layers"] = layers;
   const json& overrides = fixture.at("case").value("overrides", json::object());
   if (overrides.contains("layer_types")) {

@@ -4,6 +4,8 @@
 // transformers by the architecture fixtures (tests/sim/architectures/qwen3_next*.json, bamba*.json,
 // granitemoehybrid*.json, qwen3_5*.json; architecture_test.cc).
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -150,4 +152,177 @@ TEST_CASE("token mixers: a gated DeltaNet layer is costed with its own projectio
   CHECK(attention.rope_bytes > 0);
   // Linear in the sequence: doubling it doubles the core.
   CHECK(layer_cost(plan.model, 2 * seq, 1, &s, 0).attention_flops == Approx(2 * recurrent.attention_flops));
+}
+
+// ---- One block per layer (NemotronH, Mamba2) and parallel mixers (Falcon-H1). The parameters are
+// checked against transformers by tests/sim/architectures/nemotron_h*.json, falcon_h1*.json,
+// mamba2*.json (architecture_test.cc).
+
+namespace {
+
+// A small NemotronH: hidden 64, 2 attention heads of 32; Mamba2 4 heads of 32, 1 group of 16.
+std::string nemotron_h(const std::string& extra) {
+  return R"({"model_type": "nemotron_h", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 100, "mamba_num_heads": 4, "mamba_head_dim": 32,
+    "n_groups": 1, "ssm_state_size": 16, "chunk_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 48, "torch_dtype": "bfloat16")" +
+         extra + "}";
+}
+
+std::string lora_refusal(Plan plan, std::vector<std::string> targets) {
+  plan.adapter = Adapter::Lora;
+  plan.lora_r = 8;
+  plan.lora_target_modules_regex = targets == std::vector<std::string>{"all-linear"};
+  plan.lora_target_modules = std::move(targets);
+  try {
+    build_model_structure(plan);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("block hybrids: NemotronH's layer types, and its depth, come from layers_block_type or hybrid_override_pattern", "[architecture][mixer]") {
+  SECTION("the pattern: M Mamba2, * attention, - MLP, E MoE; num_hidden_layers is its length") {
+    const Plan plan = plan_of(nemotron_h(R"(, "num_hidden_layers": 52, "hybrid_override_pattern": "M*-E")"));
+    CHECK(plan.model.num_hidden_layers == 4);
+    const ModelStructure s = build_model_structure(plan);
+    REQUIRE(s.layers.size() == 4);
+    CHECK(s.layers[0].mixer == TokenMixer::Mamba2);
+    CHECK_FALSE(s.layers[0].has_mlp);
+    CHECK(s.layers[0].mixer_shape.conv_channels == 4 * 32 + 2 * 16);
+    CHECK(s.layers[1].mixer == TokenMixer::Attention);
+    CHECK(s.layers[1].mixer_module == "mixer");
+    CHECK_FALSE(s.layers[1].has_mlp);
+    CHECK(s.layers[2].mixer == TokenMixer::None);
+    CHECK(s.layers[2].has_mlp);
+    CHECK_FALSE(s.layers[2].mlp_gated);
+    CHECK(s.layers[2].gate.weight < 0);
+    CHECK(s.layers[3].mixer == TokenMixer::None);
+    CHECK(s.layers[3].moe);
+    CHECK(s.num_experts == 4);
+    CHECK(s.parameters[static_cast<size_t>(s.layers[3].post_attention_norm)].name == "model.layers.3.norm.weight");
+    // NemotronHForCausalLM ties nothing (_tied_weights_keys = {}), whatever tie_word_embeddings says.
+    CHECK_FALSE(plan_of(nemotron_h(R"(, "hybrid_override_pattern": "M", "tie_word_embeddings": true)")).model.tie_word_embeddings);
+  }
+  SECTION("layers_block_type wins over the pattern; legacy names remapped; neither gives the class's four") {
+    const Plan plan = plan_of(nemotron_h(R"(, "hybrid_override_pattern": "MMMM", "layers_block_type": ["attention", "mamba"])"));
+    CHECK(plan.model.num_hidden_layers == 2);
+    const ModelStructure s = build_model_structure(plan);
+    CHECK(s.layers[0].mixer == TokenMixer::Attention);
+    CHECK(s.layers[1].mixer == TokenMixer::Mamba2);
+    const ModelStructure d = build_model_structure(plan_of(nemotron_h("")));
+    REQUIRE(d.layers.size() == 4);  // linear_attention, moe, full_attention, mlp
+    CHECK(d.layers[1].moe);
+    CHECK(d.layers[2].mixer == TokenMixer::Attention);
+  }
+  SECTION("a pattern character or a type NemotronH has no block for is refused") {
+    CHECK(refusal(nemotron_h(R"(, "hybrid_override_pattern": "M*X")")).find("hybrid_override_pattern") != std::string::npos);
+    CHECK(refusal(nemotron_h(R"(, "layers_block_type": ["mlp", "sliding_attention"])")).find("layer_types.1") != std::string::npos);
+  }
+}
+
+TEST_CASE("block hybrids: PEFT refuses LoRA on a Mamba model's out_proj and conv1d, with its own words", "[architecture][mixer]") {
+  const Plan plan = plan_of(nemotron_h(R"(, "hybrid_override_pattern": "M*-E")"));
+  const std::string all_linear = lora_refusal(plan, {"all-linear"});
+  CHECK(all_linear.find("Module 'out_proj' is incompatible with Mamba-based models (model_type='nemotron_h')") != std::string::npos);
+  CHECK(lora_refusal(plan, {"conv1d"}).find("Module 'conv1d' is incompatible") != std::string::npos);
+  CHECK(lora_refusal(plan, {"in_proj", "q_proj", "up_proj"}).empty());
+  // Without a Mamba2 block, all-linear reaches nothing PEFT refuses.
+  CHECK(lora_refusal(plan_of(nemotron_h(R"(, "hybrid_override_pattern": "*-E")")), {"all-linear"}).empty());
+  // Bamba is not in PEFT's list: its out_proj takes LoRA.
+  const Plan bamba = plan_of(
+      R"({"model_type": "bamba", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "num_key_value_heads": 1, "vocab_size": 100, "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_d_state": 16,
+          "mamba_n_groups": 1, "attn_layer_indices": [1]})");
+  CHECK(lora_refusal(bamba, {"out_proj"}).empty());
+}
+
+TEST_CASE("block hybrids: each NemotronH block is costed as what it is; Falcon-H1 costs attention and Mamba2 together", "[architecture][mixer][cost]") {
+  const Plan plan = plan_of(nemotron_h(R"(, "hybrid_override_pattern": "M*-E")"));
+  const ModelStructure s = build_model_structure(plan);
+  const int seq = 4096;
+  const double t = seq;
+  const LayerCost mamba = layer_cost(plan.model, seq, 1, &s, 0);
+  const LayerCost attention = layer_cost(plan.model, seq, 1, &s, 1);
+  const LayerCost mlp = layer_cost(plan.model, seq, 1, &s, 2);
+  // Mamba2 block: in_proj [2*128 + 2*16 + 4, 64] and out_proj [64, 128], no MLP; the SSD core.
+  CHECK(mamba.mlp_flops == 0);
+  CHECK(mamba.projection_flops == Approx(2 * t * 64 * (292 + 128)));
+  CHECK(mamba.attention_flops == Approx(t * 4 * (2.0 * 32 * (16 + 32) + 4.0 * 16 * 32)));
+  CHECK(mamba.silu_mul_bytes == 0);
+  // Attention block: q/k/v/o only.
+  CHECK(attention.mlp_flops == 0);
+  CHECK(attention.projection_flops == Approx(2 * t * 64 * (64 + 32 + 32 + 64)));
+  CHECK(attention.attention_flops == Approx(4.0 * t * t * 2 * 32 / 2));
+  // MLP block: up and down (relu2, no gate), no token mixer.
+  CHECK(mlp.attention_flops == 0);
+  CHECK(mlp.projection_flops == Approx(2 * t * 2 * 64 * 128));
+  CHECK(mlp.rope_bytes == 0);
+  CHECK(mlp.silu_mul_bytes == static_cast<int64_t>(t * 2 * 2 * 128));
+
+  const Plan falcon = plan_of(
+      R"({"model_type": "falcon_h1", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "num_key_value_heads": 1, "vocab_size": 100, "mamba_d_ssm": 128, "mamba_n_heads": 4, "mamba_n_groups": 1,
+          "mamba_d_state": 16, "mamba_chunk_size": 32, "mamba_d_head": "auto"})");
+  const ModelStructure f = build_model_structure(falcon);
+  REQUIRE(f.layers.size() == 2);
+  CHECK(f.layers[0].parallel_attention);
+  CHECK(f.layers[0].mixer == TokenMixer::Mamba2);
+  CHECK(f.layers[0].mixer_shape.value_dim == 32);  // mamba_d_head "auto": 128 / 4
+  CHECK(f.parameters[static_cast<size_t>(f.layers[0].mixer_out.weight)].name == "model.layers.0.mamba.out_proj.weight");
+  CHECK(f.parameters[static_cast<size_t>(f.layers[0].o.weight)].name == "model.layers.0.self_attn.o_proj.weight");
+  const LayerCost both = layer_cost(falcon.model, seq, 1, &f, 0);
+  const double sdpa = 4.0 * t * t * 2 * 32 / 2;
+  const double ssd = t * 4 * (2.0 * 32 * (16 + 32) + 4.0 * 16 * 32);
+  CHECK(both.attention_flops == Approx(sdpa + ssd));
+  // q, k, v, o (64 + 32 + 32 + 64), the gated MLP (3 x 128), in_proj (2*128 + 2*16 + 4) and out_proj (128).
+  CHECK(both.projection_flops == Approx(2 * t * 64 * (192 + 3 * 128 + 292 + 128)));
+  CHECK(both.rope_bytes > 0);
+  CHECK(both.mixer_elementwise_bytes > 0);
+}
+
+TEST_CASE("block hybrids: Mamba2 is a Mamba2 mixer in every layer, no attention and no MLP", "[architecture][mixer]") {
+  const Plan plan = plan_of(
+      R"({"model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100, "num_heads": 4,
+          "head_dim": 32, "n_groups": 1, "state_size": 16, "chunk_size": 32})");
+  const ModelStructure s = build_model_structure(plan);
+  REQUIRE(s.layers.size() == 2);
+  for (const DecoderLayerUse& layer : s.layers) {
+    CHECK(layer.mixer == TokenMixer::Mamba2);
+    CHECK_FALSE(layer.has_mlp);
+    CHECK(layer.mixer_shape.conv_channels == 2 * 64 + 2 * 16);
+  }
+  CHECK(s.parameters.front().name == "backbone.embeddings.weight");
+  const LayerCost cost = layer_cost(plan.model, 4096, 1, &s, 1);
+  CHECK(cost.mlp_flops == 0);
+  CHECK(lora_refusal(plan, {"all-linear"}).find("model_type='mamba2'") != std::string::npos);
+}
+
+TEST_CASE("block hybrids: Mamba and Falcon-Mamba are Mamba1 mixers (selective scan), sized as their config classes derive", "[architecture][mixer][cost]") {
+  for (const std::string type : {"mamba", "falcon_mamba"}) {
+    // MambaConfig.__post_init__: intermediate_size = expand * hidden_size whatever the file says,
+    // time_step_rank "auto" = ceil(hidden_size / 16).
+    const Plan plan = plan_of(R"({"model_type": ")" + type + R"(", "hidden_size": 72, "num_hidden_layers": 2, "vocab_size": 100,
+        "state_size": 8, "intermediate_size": 999, "time_step_rank": "auto"})");
+    const ModelStructure s = build_model_structure(plan);
+    REQUIRE(s.layers.size() == 2);
+    CHECK(s.layers[0].mixer == TokenMixer::Mamba1);
+    CHECK_FALSE(s.layers[0].has_mlp);
+    CHECK(s.layers[0].mixer_shape.heads == 144);
+    CHECK(s.layers[0].mixer_shape.key_dim == 8);
+    bool x_proj = false, dt_proj = false;
+    for (const Parameter& p : s.parameters) {
+      if (p.name == "backbone.layers.0.mixer.x_proj.weight") x_proj = p.shape == std::vector<int64_t>{5 + 16, 144};
+      if (p.name == "backbone.layers.0.mixer.dt_proj.weight") dt_proj = p.shape == std::vector<int64_t>{144, 5};
+    }
+    CHECK(x_proj);
+    CHECK(dt_proj);
+    CHECK(plan.model.tie_word_embeddings);  // MambaConfig's default
+    // selective_scan_fn: 9 FLOPs per token, channel and state entry.
+    CHECK(layer_cost(plan.model, 1024, 1, &s, 0).attention_flops == Approx(9.0 * 1024 * 144 * 8));
+    CHECK(lora_refusal(plan, {"conv1d"}).find("model_type='" + type + "'") != std::string::npos);
+  }
 }

@@ -145,17 +145,24 @@ std::vector<ModuleSpec> gated_deltanet(bool qwen3_5, const std::string& when) {
 // its own dt_bias, A_log, D ([mamba_n_heads]) first, then conv1d (depthwise over conv_dim =
 // I + 2 * mamba_n_groups * mamba_d_state, I = mamba_expand * hidden_size; mamba_conv_bias),
 // in_proj [I + conv_dim + heads, H] (mamba_proj_bias), norm (gated RMSNorm over I), out_proj [H, I].
-const std::string kMambaInner = "mamba_expand*hidden_size";
-const std::string kMambaConv = kMambaInner + "+2*mamba_n_groups*mamba_d_state";
-std::vector<ModuleSpec> mamba2_mixer(const std::string& module, const std::string& when) {
-  return {tensor(module + ".dt_bias", R::MixerOther, "mamba_n_heads", when),
-          tensor(module + ".A_log", R::MixerOther, "mamba_n_heads", when),
-          tensor(module + ".D", R::MixerOther, "mamba_n_heads", when),
-          depthwise_conv1d(module + ".conv1d", kMambaConv, "mamba_d_conv", "mamba_conv_bias", when),
-          linear(module + ".in_proj", R::MixerIn, "hidden_size", "2*" + kMambaInner + "+2*mamba_n_groups*mamba_d_state+mamba_n_heads",
-                 "mamba_proj_bias", when),
-          norm(module + ".norm", R::MixerOther, kMambaInner, "", when),
-          linear(module + ".out_proj", R::O, kMambaInner, "hidden_size", "mamba_proj_bias", when)};
+// The config keys a Mamba2 mixer reads (each model names them its own way): `inner` the
+// intermediate width as an expression, `conv` its conv_dim = inner + 2 * groups * state.
+struct Mamba2Keys {
+  std::string heads, inner, groups, state, kernel, conv_bias, proj_bias;
+  std::string conv() const { return inner + "+2*" + groups + "*" + state; }
+};
+const Mamba2Keys kBambaMamba{"mamba_n_heads", "mamba_expand*hidden_size", "mamba_n_groups", "mamba_d_state", "mamba_d_conv",
+                             "mamba_conv_bias", "mamba_proj_bias"};
+const std::string kMambaConv = kBambaMamba.conv();
+std::vector<ModuleSpec> mamba2_mixer(const std::string& module, const std::string& when, const Mamba2Keys& k = kBambaMamba) {
+  return {tensor(module + ".dt_bias", R::MixerOther, k.heads, when),
+          tensor(module + ".A_log", R::MixerOther, k.heads, when),
+          tensor(module + ".D", R::MixerOther, k.heads, when),
+          depthwise_conv1d(module + ".conv1d", k.conv(), k.kernel, k.conv_bias, when),
+          linear(module + ".in_proj", R::MixerIn, "hidden_size", "2*" + k.inner + "+2*" + k.groups + "*" + k.state + "+" + k.heads,
+                 k.proj_bias, when),
+          norm(module + ".norm", R::MixerOther, k.inner, "", when),
+          linear(module + ".out_proj", R::O, k.inner, "hidden_size", k.proj_bias, when)};
 }
 
 void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
@@ -170,7 +177,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
   // Qwen3NextConfig / Qwen3_5TextConfig.__post_init__: without layer_types, every
   // full_attention_interval-th layer (default 4) is full attention.
   const LayerTypesRule qwen_types{"", "full_attention_interval", 4, "linear_attention", "full_attention",
-                                  {"linear_attention", "full_attention"}};
+                                  {"linear_attention", "full_attention"}, "", {}, {}, false};
   {  // Qwen3-Next (Qwen3NextDecoderLayer): linear_attn or self_attn by layer_types, then Qwen2-MoE's
      // sparse block (gate, experts, shared_expert, shared_expert_gate) by decoder_sparse_step /
      // mlp_only_layers, else a dense MLP; the two norms last.
@@ -293,7 +300,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
     a.final_norm = "model.final_layernorm";
     a.mixers = {mamba2};
     a.layer_types = LayerTypesRule{"attn_layer_indices", "", 0, "linear_attention", "full_attention",
-                                   {"linear_attention", "full_attention"}};
+                                   {"linear_attention", "full_attention"}, "", {}, {}, false};
     a.defaults = mamba2_defaults;
     a.defaults["tie_word_embeddings"] = 0;
     a.source = "transformers/models/bamba/modeling_bamba.py";
@@ -318,7 +325,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
                        linear("shared_mlp.output_linear", R::MlpOther, "shared_intermediate_size", "hidden_size")},
                       mamba2_mixer("mamba", linear_layer), attn});
     a.mixers = {mamba2};
-    a.layer_types = LayerTypesRule{"", "", 0, "linear_attention", "full_attention", {"linear_attention", "full_attention"}};
+    a.layer_types = LayerTypesRule{"", "", 0, "linear_attention", "full_attention", {"linear_attention", "full_attention"}, "", {}, {}, false};
     a.moe = MoeLayers::All;
     a.experts_key = "num_local_experts";
     a.top_k_key = "num_experts_per_tok";
@@ -473,10 +480,269 @@ void gemma3n_layer_rules(int index, int layers, std::map<std::string, double>& v
   values["kv_shared_layer"] = index >= first_shared && first_shared > 0 ? 1 : 0;
 }
 
+// ---- One-block-per-layer hybrids (arch7): each layer is a norm and one module, the `mixer`.
+
+// NemotronH's MoE input width: moe_latent_size when set (fc1/fc2_latent_proj project into it), else
+// hidden_size (NemotronHExperts.__init__).
+void nemotron_h_rules(std::map<std::string, double>& values, int, const std::string&) {
+  auto latent = values.find("moe_latent_size");
+  values["moe_expert_in"] = latent != values.end() && latent->second > 0 ? latent->second : values.at("hidden_size");
+}
+
+// MambaConfig / FalconMambaConfig.__post_init__: intermediate_size = int(expand * hidden_size)
+// (whatever the file says), time_step_rank "auto" = ceil(hidden_size / 16).
+void mamba1_rules(std::map<std::string, double>& values, int, const std::string&) {
+  // Its own key: the file's intermediate_size (ignored by the class) stays what ModelConfig read.
+  values["mamba_inner"] = std::floor(values.at("expand") * values.at("hidden_size"));
+  if (values.count("time_step_rank") == 0) values["time_step_rank"] = std::ceil(values.at("hidden_size") / 16);
+}
+
+// JambaConfig: layer i is attention when i % attn_layer_period == attn_layer_offset, else Mamba
+// (layers_block_type), and has the sparse MoE block when i % expert_layer_period ==
+// expert_layer_offset and num_experts > 1 (layers_num_experts); mamba_dt_rank "auto" = ceil(H / 16).
+// Written as the layer's types ("layer_types.<i>=..."), which module conditions and the MoE rule read.
+void jamba_rules(std::map<std::string, double>& values, int layers, const std::string& source) {
+  auto value = [&](const std::string& key) { return static_cast<int>(values.at(key)); };
+  for (const char* kind : {"attn", "expert"}) {
+    const std::string period = std::string(kind) + "_layer_period", offset = std::string(kind) + "_layer_offset";
+    if (value(period) < 1 || value(offset) >= value(period)) {
+      // JambaConfig.validate_architecture.
+      throw InputError(source + ": key " + offset, "expected a layer offset smaller than " + period + " " +
+                                                       std::to_string(value(period)) + " (JambaConfig refuses it)");
+    }
+  }
+  for (int i = 0; i < layers; ++i) {
+    const std::string key = "layer_types." + std::to_string(i) + "=";
+    values[key + (i % value("attn_layer_period") == value("attn_layer_offset") ? "full_attention" : "linear_attention")] = 1;
+    if (i % value("expert_layer_period") == value("expert_layer_offset") && value("num_experts") > 1) values[key + "moe"] = 1;
+  }
+  if (values.count("mamba_dt_rank") == 0) values["mamba_dt_rank"] = std::ceil(values.at("hidden_size") / 16);
+}
+
+void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
+  const std::string mamba = "layer_type=linear_attention";
+  const std::string attn_layer = "layer_type=full_attention";
+  const std::string mlp = "layer_type=mlp";
+  const std::string moe = "layer_type=moe";
+  {  // NemotronH (NemotronHBlock, modeling_nemotron_h.py): norm, then `mixer` by layers_block_type:
+     // NemotronHMamba2Mixer (dt_bias, A_log, D, conv1d [use_conv_bias], in_proj, norm over
+     // mamba_num_heads * mamba_head_dim, out_proj [use_bias]), NemotronHAttention (q/k/v/o, never a
+     // bias), NemotronHMLP (up_proj, down_proj [mlp_bias]; relu2, no gate) or NemotronHMoE (experts
+     // up_proj [E, I, L] / down_proj [E, L, I], gate.weight [E, H] (its e_score_correction_bias is a
+     // buffer), shared_experts (an MLP), fc1/fc2_latent_proj when moe_latent_size is set; L is
+     // moe_latent_size or hidden_size). model.embeddings, model.norm_f.
+    ArchitectureSpec a;
+    a.model_type = "nemotron_h";
+    a.embed = "model.embeddings";
+    a.final_norm = "model.norm_f";
+    a.layer_class = "NemotronHBlock";
+    const Mamba2Keys keys{"mamba_num_heads", "mamba_num_heads*mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel",
+                          "use_conv_bias", "use_bias"};
+    a.layer = concat({{norm("norm", R::InputNorm, "hidden_size", "", mamba + "|" + attn_layer),
+                       norm("norm", R::PostAttentionNorm, "hidden_size", "", mlp + "|" + moe)},
+                      mamba2_mixer("mixer", mamba, keys),
+                      {linear("mixer.q_proj", R::Q, "hidden_size", kQ, "", attn_layer),
+                       linear("mixer.k_proj", R::K, "hidden_size", kKV, "", attn_layer),
+                       linear("mixer.v_proj", R::V, "hidden_size", kKV, "", attn_layer),
+                       linear("mixer.o_proj", R::O, kQ, "hidden_size", "", attn_layer),
+                       linear("mixer.up_proj", R::Up, "hidden_size", "intermediate_size", "mlp_bias", mlp),
+                       linear("mixer.down_proj", R::Down, "intermediate_size", "hidden_size", "mlp_bias", mlp),
+                       tensor("mixer.experts.up_proj", R::ExpertsGateUp, "n_routed_experts,moe_intermediate_size,moe_expert_in", moe),
+                       tensor("mixer.experts.down_proj", R::ExpertsDown, "n_routed_experts,moe_expert_in,moe_intermediate_size", moe),
+                       tensor("mixer.gate.weight", R::Router, "n_routed_experts,hidden_size", moe),
+                       linear("mixer.shared_experts.up_proj", R::MlpOther, "hidden_size", "moe_shared_expert_intermediate_size", "mlp_bias", moe),
+                       linear("mixer.shared_experts.down_proj", R::MlpOther, "moe_shared_expert_intermediate_size", "hidden_size", "mlp_bias", moe),
+                       linear("mixer.fc1_latent_proj", R::MlpOther, "hidden_size", "moe_latent_size", "mlp_bias", moe + "&moe_latent_size"),
+                       linear("mixer.fc2_latent_proj", R::MlpOther, "moe_latent_size", "hidden_size", "mlp_bias", moe + "&moe_latent_size")}});
+    a.mixers = {MixerRule{mamba, TokenMixer::Mamba2, "mixer", "mamba_num_heads", "ssm_state_size", "mamba_head_dim", "chunk_size",
+                          keys.conv(), "conv_kernel"},
+                MixerRule{attn_layer, TokenMixer::Attention, "mixer", "", "", "", "", "", ""},
+                MixerRule{mlp + "|" + moe, TokenMixer::None, "mixer", "", "", "", "", "", ""}};
+    // NemotronHConfig.__post_init__: layers_block_type (legacy "mamba"/"attention" remapped), else
+    // hybrid_override_pattern (M, E, *, -), else the four-layer default; its length is the depth.
+    a.layer_types.known = {"linear_attention", "full_attention", "mlp", "moe"};
+    a.layer_types.pattern_key = "hybrid_override_pattern";
+    a.layer_types.pattern = {{'M', "linear_attention"}, {'E', "moe"}, {'*', "full_attention"}, {'-', "mlp"}};
+    a.layer_types.default_types = {"linear_attention", "moe", "full_attention", "mlp"};
+    a.layer_types.count_layers = true;
+    a.one_block_per_layer = true;
+    a.mlp_module = "mixer";
+    a.mlp_gated = false;
+    a.never_tied = true;
+    a.moe = MoeLayers::LayerTypeMoe;
+    a.experts_key = "n_routed_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "moe_shared_expert_intermediate_size";
+    // NemotronHConfig.attribute_map and the legacy mamba_* keys __post_init__ pops into its own.
+    a.attribute_map = {{"num_local_experts", "n_routed_experts"}, {"mamba_n_groups", "n_groups"}, {"mamba_d_conv", "conv_kernel"},
+                       {"mamba_expand", "expand"}, {"mamba_conv_bias", "use_conv_bias"}, {"mamba_chunk_size", "chunk_size"}};
+    a.defaults = {{"tie_word_embeddings", 0}, {"num_key_value_heads", 8}, {"head_dim", 128}, {"intermediate_size", 21504},
+                  {"mamba_num_heads", 128}, {"mamba_head_dim", 64}, {"n_groups", 8}, {"ssm_state_size", 128},
+                  {"conv_kernel", 4}, {"use_conv_bias", 1}, {"use_bias", 0}, {"mlp_bias", 0}, {"chunk_size", 128},
+                  {"n_routed_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 7688},
+                  {"moe_shared_expert_intermediate_size", 7688}};
+    a.config_rules = nemotron_h_rules;
+    a.source = "transformers/models/nemotron_h/modeling_nemotron_h.py";
+    t.push_back(a);
+  }
+  {  // Mamba2 (Mamba2ForCausalLM, modeling_mamba2.py): backbone.embeddings, then Mamba2Block (norm,
+     // mixer: Mamba2Mixer as NemotronH's, its inner width int(expand * hidden_size), its norm a
+     // MambaRMSNormGated over it; use_bias on in_proj and out_proj), backbone.norm_f, lm_head (tied
+     // by tie_word_embeddings). No attention and no MLP.
+    ArchitectureSpec a;
+    a.model_type = "mamba2";
+    a.embed = "backbone.embeddings";
+    a.layers = "backbone.layers";
+    a.final_norm = "backbone.norm_f";
+    a.layer_class = "Mamba2Block";
+    const Mamba2Keys keys{"num_heads", "expand*hidden_size", "n_groups", "state_size", "conv_kernel", "use_conv_bias", "use_bias"};
+    a.layer = concat({{norm("norm", R::InputNorm)}, mamba2_mixer("mixer", "", keys)});
+    a.mixers = {MixerRule{"1", TokenMixer::Mamba2, "mixer", "num_heads", "state_size", "head_dim", "chunk_size", keys.conv(),
+                          "conv_kernel"}};
+    a.one_block_per_layer = true;
+    // Mamba2Config has no attention heads and no MLP: one head, and the mixer's inner width for the
+    // MLP, where a model-wide figure asks for them (no layer has either; the time and memory models
+    // cost each layer's own modules).
+    a.num_attention_heads_from = "1";
+    a.defaults = {{"tie_word_embeddings", 0}, {"num_heads", 128}, {"head_dim", 64}, {"state_size", 128}, {"expand", 2},
+                  {"conv_kernel", 4}, {"n_groups", 8}, {"use_bias", 0}, {"use_conv_bias", 1}, {"chunk_size", 256}};
+    a.derived = {{"intermediate_size", "expand*hidden_size"}};
+    a.source = "transformers/models/mamba2/modeling_mamba2.py";
+    t.push_back(a);
+  }
+  {  // Jamba (modeling_jamba.py): JambaMambaDecoderLayer (mamba, feed_forward, input_layernorm,
+     // pre_ff_layernorm) or JambaAttentionDecoderLayer (self_attn: Llama's without biases, then the
+     // same); feed_forward a JambaSparseMoeBlock (router nn.Linear [E, H], experts gate_up_proj
+     // [E, 2I, H], down_proj [E, H, I]) or a JambaMLP (gate/up/down, no bias). JambaMambaMixer is
+     // Mamba1's (A_log [I, N], D [I], conv1d [mamba_conv_bias], in_proj [mamba_proj_bias], x_proj,
+     // dt_proj, out_proj [mamba_proj_bias]) with RMSNorms dt_layernorm [R], b_layernorm,
+     // c_layernorm [N] registered last; I = mamba_expand * hidden_size, N = mamba_d_state, R = mamba_dt_rank.
+    ArchitectureSpec a;
+    a.model_type = "jamba";
+    const std::string mamba = "layer_type=linear_attention";
+    const std::string inner = "mamba_expand*hidden_size";
+    std::vector<ModuleSpec> attn = attention("", "");
+    for (ModuleSpec& m : attn) m.when = "layer_type=full_attention";
+    a.layer = concat({{tensor("mamba.A_log", R::MixerOther, inner + ",mamba_d_state", mamba),
+                       tensor("mamba.D", R::MixerOther, inner, mamba),
+                       depthwise_conv1d("mamba.conv1d", inner, "mamba_d_conv", "mamba_conv_bias", mamba),
+                       linear("mamba.in_proj", R::MixerIn, "hidden_size", "2*" + inner, "mamba_proj_bias", mamba),
+                       linear("mamba.x_proj", R::MixerOther, inner, "mamba_dt_rank+2*mamba_d_state", "", mamba),
+                       linear("mamba.dt_proj", R::MixerOther, "mamba_dt_rank", inner, "1", mamba),
+                       linear("mamba.out_proj", R::O, inner, "hidden_size", "mamba_proj_bias", mamba),
+                       norm("mamba.dt_layernorm", R::MixerOther, "mamba_dt_rank", "", mamba),
+                       norm("mamba.b_layernorm", R::MixerOther, "mamba_d_state", "", mamba),
+                       norm("mamba.c_layernorm", R::MixerOther, "mamba_d_state", "", mamba)},
+                      attn,
+                      {linear("feed_forward.router", R::Router, "hidden_size", "num_experts", "", "moe"),
+                       tensor("feed_forward.experts.gate_up_proj", R::ExpertsGateUp, "num_experts,2*intermediate_size,hidden_size", "moe"),
+                       tensor("feed_forward.experts.down_proj", R::ExpertsDown, "num_experts,hidden_size,intermediate_size", "moe")},
+                      swiglu("feed_forward", "intermediate_size", "", "dense"),
+                      {norm("input_layernorm", R::InputNorm), norm("pre_ff_layernorm", R::PostAttentionNorm)}});
+    a.final_norm = "model.final_layernorm";
+    a.mixers = {MixerRule{mamba, TokenMixer::Mamba1, "mamba", inner, "mamba_d_state", "1", "", inner, "mamba_d_conv"}};
+    a.mlp_module = "feed_forward";
+    a.moe = MoeLayers::LayerTypeMoe;
+    a.experts_key = "num_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "intermediate_size";
+    a.attribute_map = {{"num_local_experts", "num_experts"}};
+    a.defaults = {{"tie_word_embeddings", 0}, {"num_key_value_heads", 8}, {"num_experts", 16}, {"num_experts_per_tok", 2},
+                  {"expert_layer_period", 2}, {"expert_layer_offset", 1}, {"attn_layer_period", 8}, {"attn_layer_offset", 4},
+                  {"mamba_d_state", 16}, {"mamba_d_conv", 4}, {"mamba_expand", 2}, {"mamba_conv_bias", 1}, {"mamba_proj_bias", 0}};
+    a.config_rules = jamba_rules;
+    a.source = "transformers/models/jamba/modeling_jamba.py";
+    t.push_back(a);
+  }
+  {  // Mamba (MambaForCausalLM, modeling_mamba.py) and Falcon-Mamba (modeling_falcon_mamba.py, the
+     // same parameters: its dt/B/C RMSNorms are weightless, their `weight` a non-persistent buffer):
+     // backbone.embeddings, MambaBlock (norm, mixer), backbone.norm_f, lm_head (tied by default).
+     // MambaMixer: its own A_log [I, N] and D [I] first, then conv1d (depthwise over I,
+     // use_conv_bias), in_proj [2I, H] (use_bias), x_proj [R + 2N, I] (no bias), dt_proj [I, R]
+     // (always a bias), out_proj [H, I] (use_bias); I = mamba_inner (expand * hidden_size), N = state_size, R =
+     // time_step_rank.
+    ArchitectureSpec a;
+    a.model_type = "mamba";
+    a.embed = "backbone.embeddings";
+    a.layers = "backbone.layers";
+    a.final_norm = "backbone.norm_f";
+    a.layer_class = "MambaBlock";
+    a.layer = {norm("norm", R::InputNorm),
+               tensor("mixer.A_log", R::MixerOther, "mamba_inner,state_size"),
+               tensor("mixer.D", R::MixerOther, "mamba_inner"),
+               depthwise_conv1d("mixer.conv1d", "mamba_inner", "conv_kernel", "use_conv_bias", ""),
+               linear("mixer.in_proj", R::MixerIn, "hidden_size", "2*mamba_inner", "use_bias"),
+               linear("mixer.x_proj", R::MixerOther, "mamba_inner", "time_step_rank+2*state_size"),
+               linear("mixer.dt_proj", R::MixerOther, "time_step_rank", "mamba_inner", "1"),
+               linear("mixer.out_proj", R::O, "mamba_inner", "hidden_size", "use_bias")};
+    a.mixers = {MixerRule{"1", TokenMixer::Mamba1, "mixer", "mamba_inner", "state_size", "1", "", "mamba_inner", "conv_kernel"}};
+    a.one_block_per_layer = true;
+    // No attention heads: the time model reads num_attention_heads only for attention layers.
+    a.num_attention_heads_from = "1";
+    a.defaults = {{"tie_word_embeddings", 1}, {"state_size", 16}, {"expand", 2}, {"conv_kernel", 4}, {"use_bias", 0},
+                  {"use_conv_bias", 1}};
+    // No MLP: where a model-wide figure asks for one, the mixer's inner width (a file's own
+    // intermediate_size, which MambaConfig overwrites, otherwise).
+    a.derived = {{"intermediate_size", "expand*hidden_size"}};
+    a.config_rules = mamba1_rules;
+    a.source = "transformers/models/mamba/modeling_mamba.py";
+    t.push_back(a);
+    a.model_type = "falcon_mamba";
+    a.layer_class = "FalconMambaBlock";
+    a.source = "transformers/models/falcon_mamba/modeling_falcon_mamba.py";
+    t.push_back(a);
+  }
+}
+
+// FalconH1Config.__post_init__: mamba_d_head "auto" is the mixer's inner width over its heads.
+void falcon_h1_rules(std::map<std::string, double>& values, int, const std::string&) {
+  if (values.count("mamba_d_head") == 0) values["mamba_d_head"] = std::floor(values.at("mamba_d_ssm") / values.at("mamba_n_heads"));
+}
+
+void add_parallel_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
+  {  // Falcon-H1 (FalconH1DecoderLayer, modeling_falcon_h1.py): feed_forward (gate/up/down,
+     // mlp_bias), mamba (FalconH1Mixer: dt_bias, A_log, D, conv1d [mamba_conv_bias], in_proj
+     // [mamba_proj_bias], norm over the inner width only with mamba_rms_norm, out_proj
+     // [projectors_bias]; inner width mamba_d_ssm, or mamba_expand * hidden_size when null),
+     // self_attn (Llama's, attention_bias on all four), input_layernorm, pre_ff_layernorm; the final
+     // norm model.final_layernorm. The muP multipliers (embedding, attention in/out, key, ssm in/out,
+     // mlp, lm_head) are floats and mup_vector a non-persistent buffer: no parameters.
+    ArchitectureSpec a;
+    a.model_type = "falcon_h1";
+    const Mamba2Keys keys{"mamba_n_heads", "mamba_d_ssm", "mamba_n_groups", "mamba_d_state", "mamba_d_conv", "mamba_conv_bias",
+                          "mamba_proj_bias"};
+    std::vector<ModuleSpec> mamba = mamba2_mixer("mamba", "", keys);
+    for (ModuleSpec& m : mamba) {
+      if (m.path == "mamba.norm") m.when = "mamba_rms_norm";
+      if (m.path == "mamba.out_proj") {
+        m.role = R::MixerOut;
+        m.bias = "projectors_bias";
+      }
+    }
+    a.layer = concat({swiglu("feed_forward", "intermediate_size", "mlp_bias"), mamba, attention("attention_bias", "attention_bias"),
+                      {norm("input_layernorm", R::InputNorm), norm("pre_ff_layernorm", R::PostAttentionNorm)}});
+    a.final_norm = "model.final_layernorm";
+    a.mixers = {MixerRule{"1", TokenMixer::Mamba2, "mamba", "mamba_n_heads", "mamba_d_state", "mamba_d_head", "mamba_chunk_size",
+                          keys.conv(), "mamba_d_conv"}};
+    a.parallel_mixer = true;
+    a.defaults = {{"tie_word_embeddings", 0}, {"num_key_value_heads", 8}, {"mamba_d_ssm", 1024}, {"mamba_n_heads", 128},
+                  {"mamba_n_groups", 1}, {"mamba_d_state", 256}, {"mamba_d_conv", 4}, {"mamba_expand", 2},
+                  {"mamba_chunk_size", 256}, {"mamba_conv_bias", 1}, {"mamba_proj_bias", 0}, {"mamba_rms_norm", 0},
+                  {"projectors_bias", 0}, {"attention_bias", 0}, {"mlp_bias", 0}};
+    a.derived = {{"mamba_d_ssm", "mamba_expand*hidden_size"}};
+    a.config_rules = falcon_h1_rules;
+    a.source = "transformers/models/falcon_h1/modeling_falcon_h1.py";
+    t.push_back(a);
+  }
+}
+
 std::vector<ArchitectureSpec> build_table() {
   std::vector<ArchitectureSpec> t;
   auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
   add_hybrid_decoders(t);
+  add_block_hybrid_decoders(t);
+  add_parallel_hybrid_decoders(t);
 
   {  // modeling_llama.py: attention_bias on all four projections, mlp_bias on the MLP.
     ArchitectureSpec a;

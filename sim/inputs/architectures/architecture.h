@@ -38,6 +38,9 @@ enum class ModuleRole {
   // state), and its other parameters in the order the mixer applies them (conv1d, dt_bias, A_log,
   // the gated norm); its output projection takes the O role.
   MixerIn, MixerOther,
+  // A recurrent mixer's output projection in a layer that also has attention (FalconH1: the Mamba2
+  // mixer and attention side by side; attention's o_proj keeps the O role).
+  MixerOut,
   // Read only under torch.no_grad() (DeepSeek sparse attention's indexer, whose forward is
   // decorated @torch.no_grad(): it picks the tokens, the attention it masks carries the gradient).
   // Listed and requires_grad, so in DDP's list, but never given a gradient: unused as the Reducer sees it.
@@ -98,6 +101,8 @@ enum class MoeLayers {
   // Llama 4 (Llama4TextDecoderLayer): layer_idx in moe_layers; without the list, Llama4TextConfig
   // writes range(interleave_moe_layer_step - 1, num_hidden_layers, interleave_moe_layer_step).
   LayerList,
+  // NemotronH (NemotronHBlock): the layers whose layer_types entry is "moe".
+  LayerTypeMoe,
 };
 
 struct ArchitectureSpec {
@@ -153,6 +158,20 @@ struct ArchitectureSpec {
   // holds for the layer decides; none: attention under "self_attn").
   std::vector<MixerRule> mixers;
   LayerTypesRule layer_types;
+  // One block per layer (NemotronHBlock): a norm and one module, the `mixer`, that is a token mixer
+  // or a feed-forward network. A layer whose mixer rule is not TokenMixer::None has no MLP.
+  bool one_block_per_layer = false;
+  // The MLP's attribute in the layer ("mlp"; NemotronH: "mixer"), and whether it is gated: an
+  // ungated MLP (NemotronHMLP: down_proj(relu2(up_proj(x)))) has no gate projection to cost.
+  std::string mlp_module = "mlp";
+  bool mlp_gated = true;
+  // The causal-LM class declares no tied weights (NemotronHForCausalLM._tied_weights_keys = {}):
+  // lm_head is its own tensor even with tie_word_embeddings true.
+  bool never_tied = false;
+  // Attention and the layer's recurrent mixer read the same normed input and their outputs are
+  // summed (FalconH1DecoderLayer: mamba(h) * ssm_out_multiplier + self_attn(h *
+  // attention_in_multiplier) * attention_out_multiplier); the muP multipliers are floats, not tensors.
+  bool parallel_mixer = false;
   // Modules registered after the final norm, with full paths (Gemma 4's per-layer embeddings:
   // Gemma4TextModel registers embed_tokens_per_layer, per_layer_model_projection and
   // per_layer_projection_norm after `norm`). Their forward runs before the layers, as embed_extras'.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hookstream {
@@ -19,6 +20,14 @@ enum class TokenMixer {
   // Mamba2's state-space duality scan (Bamba, GraniteMoeHybrid: BambaMixer, mamba_ssm's
   // mamba_chunk_scan_combined) over a [d_state x head_dim] state per head, chunk mamba_chunk_size.
   Mamba2,
+  // Mamba1's selective scan (MambaMixer, FalconMambaMixer: mamba_ssm's selective_scan_fn) over a
+  // [d_state] state per channel of the inner width: `heads` the channels, `key_dim` d_state,
+  // `value_dim` 1, no chunks.
+  Mamba1,
+  // No token mixer: a block that is a feed-forward network alone (NemotronHBlock of type "mlp" or
+  // "moe": norm, then the MLP or MoE as its `mixer`). One-block-per-layer decoders (NemotronH) give
+  // a mixer block no MLP instead (DecoderLayerUse::has_mlp).
+  None,
 };
 
 // Sizes of a recurrent mixer, evaluated per layer from the table's expressions (MixerRule).
@@ -56,6 +65,14 @@ struct LayerTypesRule {
   int interval_default = 0;
   std::string other, every;
   std::vector<std::string> known;
+  // NemotronHConfig.__post_init__: without a list, `pattern_key` (hybrid_override_pattern) gives one
+  // character per layer, each mapped by `pattern` ("M" -> "linear_attention", ...); with neither,
+  // `default_types`. `count_layers`: num_hidden_layers is the list's length whatever the file says
+  // (NemotronHConfig.num_hidden_layers is a property over layers_block_type).
+  std::string pattern_key;
+  std::vector<std::pair<char, std::string>> pattern;
+  std::vector<std::string> default_types;
+  bool count_layers = false;
 };
 
 inline std::string to_string(TokenMixer mixer) {
@@ -63,6 +80,8 @@ inline std::string to_string(TokenMixer mixer) {
     case TokenMixer::Attention: return "attention";
     case TokenMixer::GatedDeltaNet: return "gated_deltanet";
     case TokenMixer::Mamba2: return "mamba2";
+    case TokenMixer::Mamba1: return "mamba1";
+    case TokenMixer::None: return "none (a feed-forward block)";
   }
   return "attention";
 }

@@ -615,6 +615,7 @@ class Fsdp1Model : public SyncModel {
       add_norm(reads, layer.q_norm, 3);
       add_norm(reads, layer.k_norm, 3);
       add_linear(reads, layer.o, rows);
+      add_linear(reads, layer.mixer_out, rows);  // FalconH1: the Mamba2 mixer's out_proj beside attention
     }
     if (!module_unused(unused_, layer.path + "." + layer.mlp_module)) {
       add_norm(reads, layer.post_attention_norm, 2);
