@@ -570,6 +570,16 @@ void add_arch8_decoders(std::vector<ArchitectureSpec>& t) {
     a.source = "transformers/models/laguna/modeling_laguna.py";
     t.push_back(a);
   }
+  {  // PaddleOCR-VL's decoder (PaddleOCRDecoderLayer, modeling_paddleocr_vl.py): ERNIE-4.5's layer,
+     // use_bias on q/k/v/o and the MLP; head_dim 128 by default (PaddleOCRTextConfig), tied by default.
+    ArchitectureSpec a;
+    a.model_type = "paddleocr_vl_text";
+    a.layer = concat({attention("use_bias", "use_bias"), swiglu("mlp", "intermediate_size", "use_bias"), kLlamaNorms});
+    a.layer_class = "PaddleOCRDecoderLayer";
+    a.defaults = {{"tie_word_embeddings", 1}, {"head_dim", 128}};
+    a.source = "transformers/models/paddleocr_vl/modeling_paddleocr_vl.py";
+    t.push_back(a);
+  }
   {  // MiniMax-M3's decoder (minimax_m3_vl_text, MiniMaxM3VLDecoderLayer in
      // modeling_minimax_m3_vl.py): self_attn q/k/v/o without bias, q_norm / k_norm over head_dim
      // (Gemma-style RMSNorms: weight + 1, the same parameter), and in the layers whose layer_types

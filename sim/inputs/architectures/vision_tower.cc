@@ -101,6 +101,18 @@ std::vector<VisionTowerSpec> build_towers() {
     a.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"image_size", 224}, {"vision_use_head", 1}};
     a.source = "transformers/models/siglip/modeling_siglip.py";
     t.push_back(a);
+    // PaddleOCRVisionModel (transformers/models/paddleocr_vl/modeling_paddleocr_vl.py; branch arch8):
+    // SigLIP's layout under vision_model (PaddleOCRVisionEmbeddings: patch_embedding with bias,
+    // position_embedding over (image_size // patch_size)^2; PaddleOCRVisionEncoderLayer: layer_norm1,
+    // self_attn k/v/q/out_proj, layer_norm2, mlp fc1/fc2, all biased; rotary positions without
+    // parameters), post_layernorm on last_hidden_state, and no pooling head.
+    a.model_type = "paddleocr_vl_vision";
+    a.block_class = "PaddleOCRVisionEncoderLayer";
+    a.post = {norm("post_layernorm", R::FinalNorm, "hidden_size", "1")};
+    a.not_quantized = {};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 14}, {"image_size", 384}, {"spatial_merge_size", 2}};
+    a.source = "transformers/models/paddleocr_vl/modeling_paddleocr_vl.py";
+    t.push_back(a);
   }
   {
     // PixtralVisionModel (transformers/models/pixtral/modeling_pixtral.py): patch_conv (Conv2d,
@@ -458,6 +470,31 @@ std::vector<VisionLanguageSpec> build_models() {
     a.defaults = {{"tie_word_embeddings", 0}};
     a.tie_from_text = a.model_type == "glm4v" || a.model_type == "glm4v_moe";
     a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
+    t.push_back(a);
+  }
+  {
+    // PaddleOCRVLModel (branch arch8): visual (PaddleOCRVisionModel), language_model
+    // (PaddleOCRTextModel, decoder paddleocr_vl_text), then projector (PaddleOCRProjector: pre_norm
+    // LayerNorm over the vision hidden size, linear_1 over vision hidden * spatial_merge_size^2,
+    // GELU, linear_2 to the text hidden size; biases) - registered after the language model. The
+    // projector reads last_hidden_state (after post_layernorm). PaddleOCRVLConfig: tied by default,
+    // a text config's true forwarded.
+    VisionLanguageSpec a;
+    a.model_type = "paddleocr_vl";
+    a.towers = {"paddleocr_vl_vision"};
+    a.tower = "model.visual.vision_model";
+    a.projector = {norm("model.projector.pre_norm", R::MlpOther, "vision_hidden_size", "1"),
+                   linear("model.projector.linear_1", R::MlpOther,
+                          "vision_hidden_size*vision_spatial_merge_size*vision_spatial_merge_size",
+                          "vision_hidden_size*vision_spatial_merge_size*vision_spatial_merge_size", "1"),
+                   linear("model.projector.linear_2", R::MlpOther,
+                          "vision_hidden_size*vision_spatial_merge_size*vision_spatial_merge_size", "hidden_size", "1")};
+    a.projector_after_text = true;
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_spatial_merge_size";
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.tie_from_text = true;
+    a.source = "transformers/models/paddleocr_vl/modeling_paddleocr_vl.py";
     t.push_back(a);
   }
   {
