@@ -448,6 +448,13 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
           k = apply(block.qk_norms[1], k);
         }
         a = engine_.op(block.path + ".attention", {q, k, v});
+      } else if (block.qk_norms.size() == 2) {
+        // GlmOcrVisionAttention.forward: the fused qkv output is split, then q_norm(q) and
+        // k_norm(k) before the attention (v is not normed).
+        SimTensor qkv = apply(block.qkv, n1);
+        SimTensor q = apply(block.qk_norms[0], qkv);
+        SimTensor k = apply(block.qk_norms[1], qkv);
+        a = engine_.op(block.path + ".attention", {q, k, qkv});
       } else {
         a = engine_.op(block.path + ".attention", {apply(block.qkv, n1)});
       }

@@ -282,6 +282,9 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
                 "expected a divisor of vision_config.hidden_size " + std::to_string(tower.hidden_size),
                 std::to_string(tower.num_heads));
   }
+  // Every tower's attention splits hidden_size into num_heads heads (GlmOcrVisionAttention's q_norm /
+  // k_norm are RMSNorms over that head_dim).
+  tower.values.emplace("head_dim", static_cast<double>(tower.hidden_size / tower.num_heads));
   for (const auto& [key, value] : model.defaults) config.values.emplace(key, value);
   for (const auto& [key, value] : tower.values) config.values["vision_" + key] = value;
   for (const VisionLanguageSpec::DerivedKey& derived : model.derived) {
@@ -746,8 +749,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // transformers floors: LlamaAttention (and every decoder modelled after it) takes
   // getattr(config, "head_dim", hidden_size // num_attention_heads), so GLM-4-MoE's 4096 / 96 heads
   // is 96 heads of 42 (q_proj [4032, 4096]), not an error.
-  // A config class with its own head_dim default (NemotronHConfig: 128) uses it when the file has none.
-  auto head_dim_default = spec->defaults.find("head_dim");
+  // A config class with its own head_dim default (NemotronHConfig, LagunaConfig: 128) uses it when
+  // the file has none.
+  const auto head_dim_default = spec->defaults.find("head_dim");
   config.head_dim = aliased_int("head_dim").value_or(head_dim_default != spec->defaults.end()
                                                          ? static_cast<int>(head_dim_default->second)
                                                          : config.hidden_size / config.num_attention_heads);
@@ -877,10 +881,28 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       reader.fail(flag, "true adds modules hookstream does not model yet for " + spec->model_type + "; expected false");
     }
   }
+  for (const std::string& key : spec->unread_keys) {
+    std::string dotted;
+    if (const json* found = reader.find(key, &dotted); found != nullptr && !found->is_null()) {
+      reader.fail(dotted, "not read by hookstream yet for " + spec->model_type +
+                              "; expected the per-layer lists the config class derives from it (layer_types, mlp_layer_types)",
+                  shown(*found));
+    }
+  }
   config.tie_word_embeddings =
       reader.optional_bool("tie_word_embeddings").value_or(evaluate_flag("tie_word_embeddings", config.values));
   // A model class with no tied weights (_tied_weights_keys = {}) keeps lm_head apart whatever the key says.
   if (spec->never_tied) config.tie_word_embeddings = false;
+  // The Qwen-VL composites tie by their own config (PreTrainedModel.tie_weights reads self.config):
+  // Qwen3VLConfig, Qwen3VLMoeConfig, Qwen3_5Config and Qwen3_5MoeConfig default to False and ignore
+  // the text config's value; Qwen2VLConfig and Qwen2_5_VLConfig forward a text config's true to it
+  // (their __post_init__, "pre-v5 saves placed tie_word_embeddings inside text_config").
+  if (vision_layout_of(config.model_type) && reader.has_text_config()) {
+    const json* top = ConfigReader::find_in(root, "tie_word_embeddings");
+    if (top != nullptr && !top->is_boolean()) reader.fail("tie_word_embeddings", "expected true or false", shown(*top));
+    const bool forwards = config.model_type == "qwen2_vl" || config.model_type == "qwen2_5_vl";
+    config.tie_word_embeddings = (top != nullptr && top->get<bool>()) || (forwards && config.tie_word_embeddings);
+  }
   config.torch_dtype = parse_dtype(reader);
   config.rms_norm_eps = reader.optional_positive_number("rms_norm_eps").value_or(config.rms_norm_eps);
   config.rope_theta = reader.optional_positive_number("rope_theta").value_or(config.rope_theta);

@@ -822,6 +822,10 @@ class StructureBuilder {
         out_.embed_other.push_back(module_of(extra, full.substr(0, at) + std::to_string(r) + full.substr(at + 3), -1, "embed"));
       }
     }
+    if (m.vision && find_vision_tower(m.vision->model_type) != nullptr) {
+      const VisionLanguageSpec* described = find_vision_language(m.model_type);
+      if (described != nullptr && described->projector_after_text) add_described_projector(*described);
+    }
     const bool head_bias = evaluate_flag(spec->head_bias, values_);
     if (m.tie_word_embeddings) {
       // The same tensor: named_parameters() and DDP list it once, under the embedding's name. A
@@ -988,9 +992,8 @@ class StructureBuilder {
                                                plan_.model.model_type + "\" is not modelled");
     }
     const bool trainable = plan_.vision_tower_trainable();
-    std::vector<LinearUse> newline;
     for (const ModuleSpec& m : model->model_params) {
-      if (m.when.empty() || evaluate_flag(m.when, values_)) newline.push_back(vision_module(m, m.path, values_, trainable, true));
+      if (m.when.empty() || evaluate_flag(m.when, values_)) described_newline_.push_back(vision_module(m, m.path, values_, trainable, true));
     }
     const std::string root = model->tower;
     for (const ModuleSpec& m : tower->embeddings) {
@@ -1047,6 +1050,15 @@ class StructureBuilder {
         default: out_.vision_head.push_back(use); break;
       }
     }
+    if (!model->projector_after_text) add_described_projector(*model);
+    out_.vision_block_class = tower->block_class;
+  }
+
+  // The projector's modules, then the forward-order sort of the tower's and projector's lists and
+  // image_newline (run after the projector).
+  void add_described_projector(const VisionLanguageSpec& spec) {
+    const VisionLanguageSpec* model = &spec;
+    const bool trainable = plan_.vision_tower_trainable();
     for (const ModuleSpec& m : model->projector) {
       if (m.when.empty() || evaluate_flag(m.when, values_)) out_.vision_projector.push_back(vision_module(m, m.path, values_, trainable, true));
     }
@@ -1071,8 +1083,7 @@ class StructureBuilder {
       for (size_t k = 0; k < slots.size(); ++k) (*list)[slots[k]] = listed[k];
     }
     // image_newline joins the projected features (pack_image_features), after the projector.
-    out_.vision_projector.insert(out_.vision_projector.end(), newline.begin(), newline.end());
-    out_.vision_block_class = tower->block_class;
+    out_.vision_projector.insert(out_.vision_projector.end(), described_newline_.begin(), described_newline_.end());
   }
 
   static bool quantizable(const VisionTowerSpec& tower, const std::string& path) {
@@ -1152,6 +1163,7 @@ class StructureBuilder {
   std::string prefix_;
   std::vector<std::regex> unfrozen_;
   std::vector<std::regex> keep_fp32_;  // ArchitectureSpec::keep_in_fp32_strict
+  std::vector<LinearUse> described_newline_;  // VisionLanguageSpec::model_params (image_newline)
 };
 
 }  // namespace

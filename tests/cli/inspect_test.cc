@@ -118,11 +118,11 @@ TEST_CASE("inspect reads a model from the HF cache and checks it against its saf
 
 TEST_CASE("inspect refuses a model type it cannot model, with exit 2 and one line", "[cli][inspect]") {
   hookstream::test::TempDir dir("hookstream-inspect-type-" + std::to_string(::getpid()));
-  write(dir / "laguna/config.json", R"({"model_type": "laguna", "hidden_size": 64})");
-  write(dir / "plan.yaml", "base_model: laguna\n");
+  write(dir / "hy_v4/config.json", R"({"model_type": "hy_v4", "hidden_size": 64})");
+  write(dir / "plan.yaml", "base_model: hy_v4\n");
   const Run r = run("inspect " + (dir / "plan.yaml").string() + " -o " + (dir / "out.json").string());
   CHECK(r.exit_code == 2);
-  CHECK(r.out.find("knows \"laguna\"; hookstream cannot model it yet") != std::string::npos);
+  CHECK(r.out.find("knows \"hy_v4\"; hookstream cannot model it yet") != std::string::npos);
   CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
   CHECK_FALSE(fs::exists(dir / "out.json"));
 }

@@ -274,6 +274,38 @@ TEST_CASE("described vision towers: LLaVA's feature layer and SigLIP's head", "[
   }
 }
 
+TEST_CASE("config-class rules of Laguna, MiniMax-M3 and the Qwen-VL composites (branch arch8)", "[architecture]") {
+  // LagunaConfig's head_dim default is 128, not hidden_size // num_attention_heads.
+  const ModelConfig laguna = parse_model_config(R"({"model_type": "laguna", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "laguna/config.json");
+  CHECK(laguna.head_dim == 128);
+  // gating: true / "per-head" one gate per head, false / "per-element" one per channel.
+  CHECK(laguna.values.at("gate_per_head") == 1);
+  const ModelConfig per_element = parse_model_config(R"({"model_type": "laguna", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "gating": "per-element"})", "laguna/config.json");
+  CHECK(per_element.values.at("gate_per_head") == 0);
+  // A head-count list of another length than the layers is refused naming the key.
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "laguna", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "num_attention_heads_per_layer": [4, 4, 4]})",
+                                       "laguna/config.json"),
+                    Catch::Contains("num_attention_heads_per_layer"));
+  // MiniMax-M3's legacy keys, from which the config class writes layer_types / mlp_layer_types, are
+  // refused rather than ignored.
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "minimax_m3_vl_text", "hidden_size": 64, "intermediate_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "moe_layer_freq": [0, 1]})", "m3/config.json"),
+                    Catch::Contains("m3/config.json") && Catch::Contains("key \"moe_layer_freq\"") &&
+                        Catch::Contains("mlp_layer_types"));
+  // Qwen3VLMoeConfig ties by its own key (default False), whatever its text config says;
+  // Qwen2VLConfig forwards a text config's true.
+  const std::string text = R"("text_config": {"model_type": "qwen3_vl_moe_text", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "tie_word_embeddings": true})";
+  CHECK_FALSE(parse_model_config(R"({"model_type": "qwen3_vl_moe", )" + text + "}", "a.json").tie_word_embeddings);
+  CHECK(parse_model_config(R"({"model_type": "qwen3_vl_moe", "tie_word_embeddings": true, )" + text + "}", "b.json").tie_word_embeddings);
+  CHECK(parse_model_config(R"({"model_type": "qwen2_vl", "text_config": {"model_type": "qwen2_vl_text", "hidden_size": 64,
+      "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "tie_word_embeddings": true}})",
+                           "c.json").tie_word_embeddings);
+}
+
 TEST_CASE("the architecture table is the list of modelled model types", "[architecture]") {
   const std::vector<std::string> types = modelled_model_types();
   for (const char* type : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral",
@@ -284,11 +316,11 @@ TEST_CASE("the architecture table is the list of modelled model types", "[archit
   CHECK(find_architecture("qwen2_vl")->model_type == "qwen2");
   CHECK(find_architecture("qwen2_5_vl")->model_type == "qwen2");
   // A type transformers knows and the table does not describe is refused, never built as a Llama.
-  CHECK(find_architecture("laguna") == nullptr);
-  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "laguna", "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "laguna/config.json"),
-                    Catch::Contains("laguna/config.json") && Catch::Contains("key \"model_type\"") &&
-                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"laguna\""));
+  CHECK(find_architecture("hy_v4") == nullptr);
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "hy_v4", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100})", "hy_v4/config.json"),
+                    Catch::Contains("hy_v4/config.json") && Catch::Contains("key \"model_type\"") &&
+                        Catch::Contains("hookstream cannot model this architecture yet") && Catch::Contains("\"hy_v4\""));
   // A config class's own key names (GPT2Config.attribute_map: n_embd, n_layer, n_head) are read.
   const ModelConfig gpt2 = parse_model_config(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4,
       "vocab_size": 100, "n_positions": 32})", "gpt2/config.json");

@@ -243,6 +243,26 @@ TEST_CASE("the default PyTorch version is 2.11, 1.13 and 2.0-2.11 are accepted, 
   }
 }
 
+TEST_CASE("GLM-OCR's tower feeds the loss whole; MiniMax-M3's indexer never gets a gradient", "[ddp][architecture]") {
+  // GlmOcrVisionAttention norms q and k of the fused qkv's output: used, like every tower
+  // parameter and the merger (the features are the merger's output).
+  const VerifyResult glm = verify_file("tests/plans/ddp_vision/glm_ocr_full.yaml");
+  CHECK(first_kind(glm) == VerdictKind::Ok);
+  const std::vector<bool>& fed = glm.simulation.fed_loss.at(0);
+  std::map<std::string, bool> by_name;
+  for (size_t i = 0; i < fed.size(); ++i) by_name[glm.structure.ddp_parameter(static_cast<int>(i)).name] = fed[i];
+  CHECK(by_name.at("model.visual.blocks.1.attn.q_norm.weight"));
+  CHECK(by_name.at("model.visual.blocks.1.attn.k_norm.weight"));
+  CHECK(by_name.at("model.visual.merger.down_proj.weight"));
+  CHECK(by_name.at("model.visual.downsample.weight"));
+  // MiniMaxM3VLIndexer returns integer block indices that build the attention mask.
+  const VerifyResult m3 = verify_file("tests/plans/ddp_moe/minimax_m3_indexer.yaml");
+  REQUIRE(first_kind(m3) == VerdictKind::UnfinishedReduction);
+  CHECK(m3.simulation.findings.front().parameter == "model.layers.0.self_attn.indexer.q_proj.weight");
+  CHECK(first_kind(verify_file("tests/plans/ddp_moe/minimax_m3_indexer.yaml", {"ddp_find_unused_parameters=true"})) ==
+        VerdictKind::Ok);
+}
+
 TEST_CASE("LLaVA's CLIP tower: the layers after vision_feature_layer and post_layernorm feed no gradient", "[ddp][architecture]") {
   // LlavaModel.get_image_features reads hidden_states[-2]: the tower's last layer runs, its output
   // (and CLIPVisionTransformer's post_layernorm on the pooled token) never reaches the loss. A full

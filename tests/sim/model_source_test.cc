@@ -215,12 +215,12 @@ TEST_CASE("a sharded checkpoint is read through its index, and shards not downlo
 
 TEST_CASE("a model type hookstream does not model is refused, never built as a Llama", "[model_source]") {
   TempDir dir("hookstream-types-" + std::to_string(::getpid()));
-  std::string laguna = tiny_llama();
-  laguna.replace(laguna.find("\"llama\""), 7, "\"laguna\"");
-  write(dir / "laguna/config.json", laguna);
-  const std::string refused = error_of([&] { parse_plan("base_model: " + (dir / "laguna").string() + "\n", "plan.yaml"); });
-  CHECK(refused.find("transformers 5.17.0 knows \"laguna\"; hookstream cannot model it yet") != std::string::npos);
-  CHECK(refused.find((dir / "laguna/config.json").string()) == 0);
+  std::string hy_v4 = tiny_llama();
+  hy_v4.replace(hy_v4.find("\"llama\""), 7, "\"hy_v4\"");
+  write(dir / "hy_v4/config.json", hy_v4);
+  const std::string refused = error_of([&] { parse_plan("base_model: " + (dir / "hy_v4").string() + "\n", "plan.yaml"); });
+  CHECK(refused.find("transformers 5.17.0 knows \"hy_v4\"; hookstream cannot model it yet") != std::string::npos);
+  CHECK(refused.find((dir / "hy_v4/config.json").string()) == 0);
   std::string typo = tiny_llama();
   typo.replace(typo.find("\"llama\""), 7, "\"lama\"");
   write(dir / "typo/config.json", typo);

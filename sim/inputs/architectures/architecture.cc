@@ -737,6 +737,158 @@ void add_parallel_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
   }
 }
 
+// LagunaConfig's gating (LagunaAttention.__init__): True or "per-head" is one softplus gate per head
+// (g_proj [num_heads, hidden]); False or any other string ("per-element") one per (head, channel)
+// (g_proj [num_heads * head_dim, hidden]). The class default is True.
+void laguna_config_rules(std::map<std::string, double>& values, int, const std::string&) {
+  bool per_head = true;
+  if (auto flag = values.find("gating"); flag != values.end()) per_head = flag->second != 0;
+  auto text = values.lower_bound("gating=");
+  if (text != values.end() && text->first.rfind("gating=", 0) == 0) per_head = text->first == "gating=per-head";
+  values["gate_per_head"] = per_head ? 1 : 0;
+}
+
+// ---- Branch arch8: attention decoders of vision-language models (Qwen3-VL-MoE, GLM-OCR) and
+// more attention-only decoders. Kept in one group so that branches adding other families merge.
+void add_arch8_decoders(std::vector<ArchitectureSpec>& t) {
+  {  // Qwen3-VL-MoE's decoder (Qwen3VLMoeTextDecoderLayer, modeling_qwen3_vl_moe.py): Qwen3-MoE's
+     // layer (attention with q/k norms, then Qwen3VLMoeTextSparseMoeBlock registering experts
+     // [E, 2I, H] / [E, H, I] before gate, or a dense MLP by mlp_only_layers / decoder_sparse_step).
+     // Qwen3VLMoeTextConfig: num_experts 60, tie_word_embeddings True (the composite
+     // Qwen3VLMoeConfig's own default is False, and the model ties by the composite's). PEFT 0.21
+     // converts no v4 targets for it: _MODEL_TO_CONVERSION_PATTERN has no qwen3_vl_moe (its
+     // conversion_mapping entry only transposes the expert tensors of old checkpoints).
+    ArchitectureSpec a;
+    a.model_type = "qwen3_vl_moe_text";
+    a.aliases = {"qwen3_vl_moe"};
+    a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size", "", "dense"),
+                      {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,moe_intermediate_size", "moe"),
+                       tensor("mlp.gate.weight", R::Router, "num_local_experts,hidden_size", "moe")},
+                      kLlamaNorms});
+    a.layer_class = "Qwen3VLMoeTextDecoderLayer";
+    a.moe = MoeLayers::SparseStep;
+    a.experts_key = "num_local_experts";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.defaults = {{"tie_word_embeddings", 1}, {"decoder_sparse_step", 1}, {"num_local_experts", 60},
+                  {"num_experts_per_tok", 4}, {"moe_intermediate_size", 1408}};
+    a.source = "transformers/models/qwen3_vl_moe/modeling_qwen3_vl_moe.py";
+    t.push_back(a);
+  }
+  {  // GLM-OCR's decoder (GlmOcrTextDecoderLayer, modeling_glm_ocr.py): GLM-4V's layer (fused
+     // gate_up_proj, four norms) whose q/k/v have no bias (GlmOcrTextAttention: bias=False).
+    ArchitectureSpec a;
+    a.model_type = "glm_ocr_text";
+    a.layer = concat({attention("", ""),
+                      {linear("mlp.gate_up_proj", R::GateUp, "hidden_size", "2*intermediate_size"),
+                       linear("mlp.down_proj", R::Down, "intermediate_size", "hidden_size")},
+                      kLlamaNorms,
+                      {norm("post_self_attn_layernorm", R::PostFeedforwardNorm),
+                       norm("post_mlp_layernorm", R::PostFeedforwardNorm)}});
+    a.layer_class = "GlmOcrTextDecoderLayer";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/glm_ocr/modeling_glm_ocr.py";
+    t.push_back(a);
+  }
+  {  // Laguna (LagunaDecoderLayer, modeling_laguna.py): self_attn with its own head count per layer
+     // (num_attention_heads_per_layer[i]; LagunaConfig writes [num_attention_heads] * layers without
+     // it) over shared num_key_value_heads and head_dim (default 128): q/k/v/o (attention_bias),
+     // q_norm, k_norm over head_dim, then g_proj (the softplus output gate, no bias; width by
+     // gating, laguna_config_rules). mlp is LagunaSparseMoeBlock where mlp_layer_types[i] is
+     // "sparse" (the class writes ["dense"] + ["sparse"] * (layers - 1) without the list): experts
+     // [E, 2I, H] / [E, H, I], gate (LagunaTopKRouter: weight [E, H], then e_score_correction_bias
+     // [E] with requires_grad=False), shared_experts (a LagunaMLP of shared_expert_intermediate_size);
+     // else a LagunaMLP of intermediate_size. PEFT 0.21 converts no v4 targets for it
+     // (_MODEL_TO_CONVERSION_PATTERN has no laguna).
+    ArchitectureSpec a;
+    a.model_type = "laguna";
+    const std::string heads = "num_attention_heads_per_layer";
+    std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "shared_expert_intermediate_size", "", "moe");
+    for (ModuleSpec& m : shared) m.role = R::MlpOther;
+    a.layer = concat({{linear("self_attn.q_proj", R::Q, "hidden_size", heads + "*head_dim", "attention_bias"),
+                       linear("self_attn.k_proj", R::K, "hidden_size", kKV, "attention_bias"),
+                       linear("self_attn.v_proj", R::V, "hidden_size", kKV, "attention_bias"),
+                       linear("self_attn.o_proj", R::O, heads + "*head_dim", "hidden_size", "attention_bias")},
+                      kQkNorm,
+                      {linear("self_attn.g_proj", R::AttentionOther, "hidden_size", heads, "", "gate_per_head"),
+                       linear("self_attn.g_proj", R::AttentionOther, "hidden_size", heads + "*head_dim", "", "!gate_per_head")},
+                      swiglu("mlp", "intermediate_size", "", "dense"),
+                      {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,moe_intermediate_size", "moe"),
+                       tensor("mlp.gate.weight", R::Router, "num_local_experts,hidden_size", "moe"),
+                       frozen_tensor("mlp.gate.e_score_correction_bias", "num_local_experts", "moe")},
+                      shared, kLlamaNorms});
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "num_local_experts";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.shared_expert_width = "shared_expert_intermediate_size";
+    a.per_layer_lists = {heads};
+    a.derived = {{heads, "num_attention_heads"}};
+    a.config_rules = laguna_config_rules;
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"head_dim", 128}, {"num_local_experts", 256},
+                  {"num_experts_per_tok", 8}, {"moe_intermediate_size", 512}, {"shared_expert_intermediate_size", 512}};
+    a.source = "transformers/models/laguna/modeling_laguna.py";
+    t.push_back(a);
+  }
+  {  // PaddleOCR-VL's decoder (PaddleOCRDecoderLayer, modeling_paddleocr_vl.py): ERNIE-4.5's layer,
+     // use_bias on q/k/v/o and the MLP; head_dim 128 by default (PaddleOCRTextConfig), tied by default.
+    ArchitectureSpec a;
+    a.model_type = "paddleocr_vl_text";
+    a.layer = concat({attention("use_bias", "use_bias"), swiglu("mlp", "intermediate_size", "use_bias"), kLlamaNorms});
+    a.layer_class = "PaddleOCRDecoderLayer";
+    a.defaults = {{"tie_word_embeddings", 1}, {"head_dim", 128}};
+    a.source = "transformers/models/paddleocr_vl/modeling_paddleocr_vl.py";
+    t.push_back(a);
+  }
+  {  // MiniMax-M3's decoder (minimax_m3_vl_text, MiniMaxM3VLDecoderLayer in
+     // modeling_minimax_m3_vl.py): self_attn q/k/v/o without bias, q_norm / k_norm over head_dim
+     // (Gemma-style RMSNorms: weight + 1, the same parameter), and in the layers whose layer_types
+     // entry is "minimax_m3_sparse" the Lightning Indexer (indexer.q_proj [index_n_heads *
+     // index_head_dim, hidden], k_proj [index_head_dim, hidden], q_norm, k_norm). The indexer's
+     // output is top-k block indices, integers that build the attention mask: no gradient reaches
+     // its parameters (ModuleRole::NoGrad: DDP needs find_unused_parameters, LoRA on them trains
+     // nothing). mlp is MiniMaxM3VLSparseMoeBlock where mlp_layer_types[i] is "sparse" (the
+     // default: every layer): gate.weight [E, H] (its e_score_correction_bias is a buffer),
+     // experts [E, 2I, H] / [E, H, I] over intermediate_size, shared_experts (a DenseMLP: fused
+     // gate_up_proj, down_proj over shared_intermediate_size); else a DenseMLP of
+     // dense_intermediate_size. No PEFT v4 conversion (_MODEL_TO_CONVERSION_PATTERN has none).
+    ArchitectureSpec a;
+    a.model_type = "minimax_m3_vl_text";
+    const std::string sparse = "layer_type=minimax_m3_sparse";
+    a.layer = concat({attention("", ""), kQkNorm,
+                      {linear("self_attn.indexer.q_proj", R::NoGrad, "hidden_size", "index_n_heads*index_head_dim", "", sparse),
+                       linear("self_attn.indexer.k_proj", R::NoGrad, "hidden_size", "index_head_dim", "", sparse),
+                       norm("self_attn.indexer.q_norm", R::NoGrad, "index_head_dim", "", sparse),
+                       norm("self_attn.indexer.k_norm", R::NoGrad, "index_head_dim", "", sparse),
+                       tensor("mlp.gate.weight", R::Router, "num_local_experts,hidden_size", "moe"),
+                       tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*intermediate_size,hidden_size", "moe"),
+                       tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,intermediate_size", "moe"),
+                       linear("mlp.shared_experts.gate_up_proj", R::MlpOther, "hidden_size", "2*shared_intermediate_size", "", "moe"),
+                       linear("mlp.shared_experts.down_proj", R::MlpOther, "shared_intermediate_size", "hidden_size", "", "moe"),
+                       linear("mlp.gate_up_proj", R::GateUp, "hidden_size", "2*dense_intermediate_size", "", "dense"),
+                       linear("mlp.down_proj", R::Down, "dense_intermediate_size", "hidden_size", "", "dense")},
+                      kLlamaNorms});
+    a.layer_class = "MiniMaxM3VLDecoderLayer";
+    a.moe = MoeLayers::LayerTypes;
+    a.experts_key = "num_local_experts";
+    a.attribute_map = {{"num_experts", "num_local_experts"}};
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "intermediate_size";
+    a.shared_expert_width = "shared_intermediate_size";
+    a.mlp_width = "dense_intermediate_size";
+    a.unread_keys = {"sparse_attention_config", "moe_layer_freq"};
+    a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 0}, {"head_dim", 128}, {"num_local_experts", 128},
+                  {"num_experts_per_tok", 4}, {"dense_intermediate_size", 12288}, {"shared_intermediate_size", 3072},
+                  {"index_n_heads", 4}, {"index_head_dim", 128}};
+    a.source = "transformers/models/minimax_m3_vl/modeling_minimax_m3_vl.py";
+    t.push_back(a);
+  }
+}
+
 std::vector<ArchitectureSpec> build_table() {
   std::vector<ArchitectureSpec> t;
   auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
@@ -2159,6 +2311,7 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/glm_moe_dsa/modeling_glm_moe_dsa.py";
     add(a);
   }
+  add_arch8_decoders(t);
   return t;
 }
 

@@ -140,6 +140,11 @@ struct ArchitectureSpec {
   // Boolean config keys whose `true` adds modules the table does not describe yet: refused (exit 2)
   // rather than modelled without them.
   std::vector<std::string> unmodelled_flags;
+  // Keys the config class reads into others that hookstream does not read yet (MiniMax-M3's legacy
+  // moe_layer_freq and sparse_attention_config, from which MiniMaxM3VLTextConfig.__post_init__
+  // writes mlp_layer_types and layer_types): a config.json with one is refused (exit 2) naming it,
+  // rather than built without what it decides.
+  std::vector<std::string> unread_keys;
   // transformers' attribute_map of the config class: alias -> the key the table's expressions use
   // (Qwen3MoeConfig reads a config.json "num_experts" as num_local_experts).
   std::map<std::string, std::string> attribute_map;

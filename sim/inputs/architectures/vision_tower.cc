@@ -101,6 +101,18 @@ std::vector<VisionTowerSpec> build_towers() {
     a.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"image_size", 224}, {"vision_use_head", 1}};
     a.source = "transformers/models/siglip/modeling_siglip.py";
     t.push_back(a);
+    // PaddleOCRVisionModel (transformers/models/paddleocr_vl/modeling_paddleocr_vl.py; branch arch8):
+    // SigLIP's layout under vision_model (PaddleOCRVisionEmbeddings: patch_embedding with bias,
+    // position_embedding over (image_size // patch_size)^2; PaddleOCRVisionEncoderLayer: layer_norm1,
+    // self_attn k/v/q/out_proj, layer_norm2, mlp fc1/fc2, all biased; rotary positions without
+    // parameters), post_layernorm on last_hidden_state, and no pooling head.
+    a.model_type = "paddleocr_vl_vision";
+    a.block_class = "PaddleOCRVisionEncoderLayer";
+    a.post = {norm("post_layernorm", R::FinalNorm, "hidden_size", "1")};
+    a.not_quantized = {};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 14}, {"image_size", 384}, {"spatial_merge_size", 2}};
+    a.source = "transformers/models/paddleocr_vl/modeling_paddleocr_vl.py";
+    t.push_back(a);
   }
   {
     // PixtralVisionModel (transformers/models/pixtral/modeling_pixtral.py): patch_conv (Conv2d,
@@ -212,6 +224,46 @@ std::vector<VisionTowerSpec> build_towers() {
     a.model_type = "glm4v_moe_vision";
     a.block_class = "Glm4vMoeVisionBlock";
     a.source = "transformers/models/glm4v_moe/modeling_glm4v_moe.py";
+    t.push_back(a);
+  }
+  {
+    // GlmOcrVisionModel (transformers/models/glm_ocr/modeling_glm_ocr.py, from modular_glm_ocr.py;
+    // branch arch8), under model.visual: GLM-4V's tower without `embeddings` and
+    // post_conv_layernorm (GlmOcrVisionModel.__init__ deletes both): patch_embed.proj (Conv3d with
+    // bias), blocks (GlmOcrVisionBlock: norm1, norm2, attn.qkv and attn.proj with
+    // bias=attention_bias, then attn.q_norm / k_norm RMSNorms over head_dim = hidden_size //
+    // num_heads, mlp gate/up/down_proj over the vision intermediate_size with bias=attention_bias),
+    // merger (GlmOcrVisionPatchMerger(dim=out_hidden_size, context_dim=out_hidden_size *
+    // in_channels), no biases but the LayerNorm's), downsample (Conv2d with bias), post_layernorm.
+    // forward: patch_embed, blocks, post_layernorm, downsample, merger (the model's forward_order).
+    VisionTowerSpec a;
+    a.model_type = "glm_ocr_vision";
+    a.layout = VisionLayout::Qwen25VL;
+    a.attribute_map = {{"depth", "num_hidden_layers"}, {"num_heads", "num_attention_heads"}, {"in_channels", "num_channels"}};
+    a.embeddings = {conv("patch_embed.proj", "num_channels", "hidden_size,temporal_patch_size,patch_size,patch_size_1", "1")};
+    a.blocks = "blocks";
+    a.block_class = "GlmOcrVisionBlock";
+    a.block = {norm("norm1", R::InputNorm, "hidden_size", ""),
+               norm("norm2", R::PostAttentionNorm, "hidden_size", ""),
+               linear("attn.qkv", R::QKV, "hidden_size", "3*hidden_size", "attention_bias"),
+               linear("attn.proj", R::O, "hidden_size", "hidden_size", "attention_bias"),
+               norm("attn.q_norm", R::QNorm, "head_dim", ""),
+               norm("attn.k_norm", R::KNorm, "head_dim", ""),
+               linear("mlp.gate_proj", R::Gate, "hidden_size", "intermediate_size", "attention_bias"),
+               linear("mlp.up_proj", R::Up, "hidden_size", "intermediate_size", "attention_bias"),
+               linear("mlp.down_proj", R::Down, "intermediate_size", "hidden_size", "attention_bias")};
+    ModuleSpec downsample = conv("downsample", "hidden_size", "out_hidden_size,spatial_merge_size,spatial_merge_size", "1");
+    downsample.role = R::MlpOther;
+    a.post = {linear("merger.proj", R::MlpOther, "out_hidden_size", "out_hidden_size", ""),
+              norm("merger.post_projection_norm", R::MlpOther, "out_hidden_size", "1"),
+              linear("merger.gate_proj", R::MlpOther, "out_hidden_size", "out_hidden_size*num_channels", ""),
+              linear("merger.up_proj", R::MlpOther, "out_hidden_size", "out_hidden_size*num_channels", ""),
+              linear("merger.down_proj", R::MlpOther, "out_hidden_size*num_channels", "out_hidden_size", ""),
+              downsample,
+              norm("post_layernorm", R::FinalNorm, "hidden_size", "")};
+    a.defaults = {{"num_channels", 3}, {"temporal_patch_size", 2}, {"spatial_merge_size", 2}, {"attention_bias", 1},
+                  {"image_size", 336}};
+    a.source = "transformers/models/glm_ocr/modeling_glm_ocr.py";
     t.push_back(a);
   }
   {
@@ -418,6 +470,47 @@ std::vector<VisionLanguageSpec> build_models() {
     a.defaults = {{"tie_word_embeddings", 0}};
     a.tie_from_text = a.model_type == "glm4v" || a.model_type == "glm4v_moe";
     a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
+    t.push_back(a);
+  }
+  {
+    // PaddleOCRVLModel (branch arch8): visual (PaddleOCRVisionModel), language_model
+    // (PaddleOCRTextModel, decoder paddleocr_vl_text), then projector (PaddleOCRProjector: pre_norm
+    // LayerNorm over the vision hidden size, linear_1 over vision hidden * spatial_merge_size^2,
+    // GELU, linear_2 to the text hidden size; biases) - registered after the language model. The
+    // projector reads last_hidden_state (after post_layernorm). PaddleOCRVLConfig: tied by default,
+    // a text config's true forwarded.
+    VisionLanguageSpec a;
+    a.model_type = "paddleocr_vl";
+    a.towers = {"paddleocr_vl_vision"};
+    a.tower = "model.visual.vision_model";
+    a.projector = {norm("model.projector.pre_norm", R::MlpOther, "vision_hidden_size", "1"),
+                   linear("model.projector.linear_1", R::MlpOther,
+                          "vision_hidden_size*vision_spatial_merge_size*vision_spatial_merge_size",
+                          "vision_hidden_size*vision_spatial_merge_size*vision_spatial_merge_size", "1"),
+                   linear("model.projector.linear_2", R::MlpOther,
+                          "vision_hidden_size*vision_spatial_merge_size*vision_spatial_merge_size", "hidden_size", "1")};
+    a.projector_after_text = true;
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_spatial_merge_size";
+    a.defaults = {{"tie_word_embeddings", 1}};
+    a.tie_from_text = true;
+    a.source = "transformers/models/paddleocr_vl/modeling_paddleocr_vl.py";
+    t.push_back(a);
+  }
+  {
+    // GlmOcrModel (branch arch8): visual (GlmOcrVisionModel, whose merger is the projector; its
+    // pooler_output is what get_image_features returns), language_model (GlmOcrTextModel, decoder
+    // glm_ocr_text). GlmOcrConfig: tie_word_embeddings False, a pre-v5 text_config's true forwarded.
+    VisionLanguageSpec a;
+    a.model_type = "glm_ocr";
+    a.towers = {"glm_ocr_vision"};
+    a.tower = "model.visual";
+    a.forward_order = {"downsample", "proj", "post_projection_norm", "gate_proj", "up_proj", "down_proj"};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_spatial_merge_size";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.tie_from_text = true;
+    a.source = "transformers/models/glm_ocr/modeling_glm_ocr.py";
     t.push_back(a);
   }
   {

@@ -71,6 +71,10 @@ struct VisionLanguageSpec {
   // image_newline. Full paths.
   std::vector<ModuleSpec> model_params;
   std::vector<ModuleSpec> projector;    // full paths, registration order
+  // The projector is registered after the language model (PaddleOCRVLModel.__init__: visual,
+  // language_model, then projector), so named_parameters() lists it between the decoder's final
+  // norm and the head; forward still runs it before the decoder.
+  bool projector_after_text = false;
   // The projector modules' leaf names in the order forward runs them, when that is not the
   // registration order (Gemma 3: mm_soft_emb_norm before the mm_input_projection_weight matmul).
   std::vector<std::string> forward_order;
