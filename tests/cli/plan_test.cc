@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <tuple>
 #include <nlohmann/json.hpp>
@@ -144,4 +145,25 @@ TEST_CASE("plan: a pinned host budget drops candidates whose offload slots do no
   const PlanRun text = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --host-budget-gib 1");
   CHECK(text.out.find("over the host budget") != std::string::npos);
   CHECK(text.out.find("pinned host budget 1.00 GiB") != std::string::npos);
+}
+
+TEST_CASE("plan: at 320K tokens only finer loss chunks and exact pinned slots fit an H100 and its host",
+          "[cli][plan]") {
+  // Measured on an H100 on 2026-11-27 (bench/gpu-results/2026-11-27-h100-s20/call5-320k): this plan
+  // ran at 71.82 GiB with 80 GiB of exact pinned slots. With axolotl's 8 loss chunks one chunk's
+  // logits take ~49 GiB; with the pinned caching allocator the 32 slots of 2.5 GiB take 128 GiB.
+  const std::string plan = std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-long.yaml";
+  const PlanRun r = run_plan(plan + " --set sequence_len=327680 --gpu H100-SXM --budget-gib 76 --host-budget-gib 110 "
+                                    "--top 3 --format json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(!j["best"].empty());
+  for (const auto& candidate : j["best"]) {
+    std::map<std::string, std::string> changes;
+    for (const auto& c : candidate["changes"]) changes[c["key"].get<std::string>()] = c["value"].get<std::string>();
+    CHECK(changes["hookstream.pinned_slots"] == "exact");
+    CHECK(std::stoi(changes["chunked_cross_entropy_num_chunks"]) >= 160);  // 2,048 tokens a chunk
+    CHECK(candidate["peak_bytes"].get<int64_t>() <= int64_t{76} << 30);
+    CHECK(candidate["host_bytes"].get<int64_t>() == int64_t{32} * 327680 * 4096 * 2);
+  }
 }
