@@ -243,7 +243,7 @@ TEST_CASE("the default PyTorch version is 2.11, 1.13 and 2.0-2.11 are accepted, 
   }
 }
 
-TEST_CASE("GLM-OCR's tower feeds the loss whole; MiniMax-M3's indexer never gets a gradient", "[ddp][architecture]") {
+TEST_CASE("GLM-OCR's tower feeds the loss whole, MiniMax-M3's indexer never gets a gradient", "[ddp][architecture]") {
   // GlmOcrVisionAttention norms q and k of the fused qkv's output: used, like every tower
   // parameter and the merger (the features are the merger's output).
   const VerifyResult glm = verify_file("tests/plans/ddp_vision/glm_ocr_full.yaml");

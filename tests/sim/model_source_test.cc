@@ -235,9 +235,10 @@ TEST_CASE("a model type hookstream does not model is refused, never built as a L
                     "modeling_qwen.QWenLMHeadModel, run by transformers only with trust_remote_code)") != std::string::npos);
   CHECK(custom.find("closest known") == std::string::npos);
   // A type it does not model is reported as such even when the config lacks keys a Llama needs.
-  write(dir / "mamba/config.json", R"({"model_type": "mamba", "hidden_size": 8})");
-  CHECK(error_of([&] { parse_plan("base_model: " + (dir / "mamba").string() + "\n", "plan.yaml"); })
-            .find("knows \"mamba\"; hookstream cannot model it yet") != std::string::npos);
+  // (RWKV: Mamba was the example until session 20 modelled it.)
+  write(dir / "rwkv/config.json", R"({"model_type": "rwkv", "hidden_size": 8})");
+  CHECK(error_of([&] { parse_plan("base_model: " + (dir / "rwkv").string() + "\n", "plan.yaml"); })
+            .find("knows \"rwkv\"; hookstream cannot model it yet") != std::string::npos);
   // A structural key is modelled by the architecture table, not ignored: LlamaMLP's mlp_bias gives
   // gate/up/down_proj biases (modeling_llama.py).
   std::string biased = tiny_llama();

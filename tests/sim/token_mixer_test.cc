@@ -240,7 +240,7 @@ TEST_CASE("block hybrids: PEFT refuses LoRA on a Mamba model's out_proj and conv
   CHECK(lora_refusal(bamba, {"out_proj"}).empty());
 }
 
-TEST_CASE("block hybrids: each NemotronH block is costed as what it is; Falcon-H1 costs attention and Mamba2 together", "[architecture][mixer][cost]") {
+TEST_CASE("block hybrids: each NemotronH block is costed as what it is, Falcon-H1 costs attention and Mamba2 together", "[architecture][mixer][cost]") {
   const Plan plan = plan_of(nemotron_h(R"(, "hybrid_override_pattern": "M*-E")"));
   const ModelStructure s = build_model_structure(plan);
   const int seq = 4096;
