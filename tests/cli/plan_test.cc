@@ -147,23 +147,29 @@ TEST_CASE("plan: a pinned host budget drops candidates whose offload slots do no
   CHECK(text.out.find("pinned host budget 1.00 GiB") != std::string::npos);
 }
 
-TEST_CASE("plan: at 320K tokens only finer loss chunks and exact pinned slots fit an H100 and its host",
+TEST_CASE("plan: at 320K tokens only exact pinned slots fit the host, and finer loss chunks lower the peak",
           "[cli][plan]") {
-  // Measured on an H100 on 2026-11-27 (bench/gpu-results/2026-11-27-h100-s20/call5-320k): this plan
-  // ran at 71.82 GiB with 80 GiB of exact pinned slots. With axolotl's 8 loss chunks one chunk's
-  // logits take ~49 GiB; with the pinned caching allocator the 32 slots of 2.5 GiB take 128 GiB.
+  // Measured on an H100 on 2026-11-27 (bench/gpu-results/2026-11-27-h100-s20/call5-320k): the first
+  // candidate ran at 71.82 GiB with 80 GiB of exact pinned slots. With the pinned caching allocator the
+  // 32 slots of 2.5 GiB take 128 GiB, over a 110 GiB host budget; with axolotl's 8 loss chunks one
+  // chunk's logits take ~49 GiB (74.4 GiB peak), with chunks of 2,048 tokens 71.8 GiB.
   const std::string plan = std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-long.yaml";
   const PlanRun r = run_plan(plan + " --set sequence_len=327680 --gpu H100-SXM --budget-gib 76 --host-budget-gib 110 "
                                     "--top 3 --format json");
   REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.out);
   REQUIRE(!j["best"].empty());
-  for (const auto& candidate : j["best"]) {
+  CHECK(j["over_host_budget"].get<int>() > 0);
+  auto changes_of = [](const nlohmann::json& candidate) {
     std::map<std::string, std::string> changes;
     for (const auto& c : candidate["changes"]) changes[c["key"].get<std::string>()] = c["value"].get<std::string>();
-    CHECK(changes["hookstream.pinned_slots"] == "exact");
-    CHECK(std::stoi(changes["chunked_cross_entropy_num_chunks"]) >= 160);  // 2,048 tokens a chunk
-    CHECK(candidate["peak_bytes"].get<int64_t>() <= int64_t{76} << 30);
+    return changes;
+  };
+  for (const auto& candidate : j["best"]) {
+    CHECK(changes_of(candidate)["hookstream.pinned_slots"] == "exact");
     CHECK(candidate["host_bytes"].get<int64_t>() == int64_t{32} * 327680 * 4096 * 2);
   }
+  const auto best = changes_of(j["best"][0]);
+  REQUIRE(best.count("chunked_cross_entropy_num_chunks"));
+  CHECK(best.at("chunked_cross_entropy_num_chunks") == "160");  // 2,048 tokens a chunk
 }
