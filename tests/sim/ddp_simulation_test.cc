@@ -256,10 +256,10 @@ TEST_CASE("GLM-OCR's tower feeds the loss whole, MiniMax-M3's indexer never gets
   CHECK(by_name.at("model.visual.merger.down_proj.weight"));
   CHECK(by_name.at("model.visual.downsample.weight"));
   // MiniMaxM3VLIndexer returns integer block indices that build the attention mask.
-  const VerifyResult m3 = verify_file("tests/plans/ddp_moe/minimax_m3_indexer.yaml");
+  const VerifyResult m3 = verify_file("tests/plans/ddp_architectures/minimax_m3_indexer.yaml");
   REQUIRE(first_kind(m3) == VerdictKind::UnfinishedReduction);
   CHECK(m3.simulation.findings.front().parameter == "model.layers.0.self_attn.indexer.q_proj.weight");
-  CHECK(first_kind(verify_file("tests/plans/ddp_moe/minimax_m3_indexer.yaml", {"ddp_find_unused_parameters=true"})) ==
+  CHECK(first_kind(verify_file("tests/plans/ddp_architectures/minimax_m3_indexer.yaml", {"ddp_find_unused_parameters=true"})) ==
         VerdictKind::Ok);
 }
 
