@@ -103,8 +103,10 @@ double Calibration::apply(const Op& op, double estimate, const CostParts* parts)
     }
   }
   for (const CalibrationEntry& entry : entries) {
-    if (entry.part || !entry.matches(op)) continue;
+    if (entry.part) continue;
+    // The estimate guard first: a number compare, where matches() may run a regex over the name.
     if (entry.estimate_ns && !same_estimate(*entry.estimate_ns, estimate)) continue;
+    if (!entry.matches(op)) continue;
     return entry.ns ? *entry.ns : entry.scale * scaled;
   }
   return scaled;
