@@ -69,10 +69,12 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto call = call_of(ctx);
     const CheckpointSpec& spec = call->spec;
-    at::Tensor input, output;
+    at::Tensor input;
+    std::vector<at::Tensor> outputs;  // the recomputed output, or the terms whose sum it is
     std::vector<at::Tensor> weight_copies;
     at::Tensor input_grad;
     std::vector<at::Tensor> weight_grads(spec.reentrant ? 0 : spec.weights.size());
+    bool recomputed = false;
 
     auto recompute = [&](const at::Tensor& source) {
       input = detached_like(source, call->input_requires_grad);
@@ -84,29 +86,37 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
         }
       }
       torch::AutoGradMode enable_grad(true);
-      output = spec.layer(input, table);
+      // The recompute's early stop (torch/utils/checkpoint.py early_stop, non-reentrant only): the
+      // terms stop before the output's last ops, whose results backward does not read.
+      std::vector<at::Tensor> terms = !spec.reentrant && spec.recompute_terms ? spec.recompute_terms(input, table)
+                                                                               : std::vector<at::Tensor>{spec.layer(input, table)};
+      for (at::Tensor& term : terms) {
+        if (term.requires_grad()) outputs.push_back(std::move(term));
+      }
+      recomputed = true;
     };
     auto run_backward = [&]() {
-      if (!output.defined()) throw std::logic_error("checkpoint: the protocol runs backward before recompute");
-      if (!output.requires_grad()) {
-        // torch/utils/checkpoint.py raises exactly this.
+      if (!recomputed) throw std::logic_error("checkpoint: the protocol runs backward before recompute");
+      if (outputs.empty()) {
+        // torch/utils/checkpoint.py raises exactly this (a recompute whose terms are all constant
+        // is one whose output does not require grad either).
         throw std::runtime_error("none of output has requires_grad=True, this checkpoint() is not necessary");
       }
       GraphTaskScope scope(spec.recorder, spec.label);
+      const std::vector<at::Tensor> grads(outputs.size(), grad_outputs[0]);
       if (spec.reentrant) {
-        torch::autograd::backward({output}, {grad_outputs[0]});
+        torch::autograd::backward(outputs, grads);
         input_grad = input.grad();
       } else {
         std::vector<at::Tensor> wrt;
         if (input.requires_grad()) wrt.push_back(input);
         wrt.insert(wrt.end(), weight_copies.begin(), weight_copies.end());
-        const variable_list grads =
-            torch::autograd::grad({output}, wrt, {grad_outputs[0]}, false, false, /*allow_unused=*/true);
+        const variable_list result = torch::autograd::grad(outputs, wrt, grads, false, false, /*allow_unused=*/true);
         size_t next = 0;
-        if (input.requires_grad()) input_grad = grads[next++];
-        for (size_t w = 0; w < weight_copies.size(); ++w) weight_grads[w] = grads[next++];
+        if (input.requires_grad()) input_grad = result[next++];
+        for (size_t w = 0; w < weight_copies.size(); ++w) weight_grads[w] = result[next++];
       }
-      output = at::Tensor();  // the recomputed graph is done: free it before the next layer
+      outputs.clear();  // the recomputed graph is done: free it before the next layer
     };
 
     if (spec.offload != nullptr) {

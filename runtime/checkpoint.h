@@ -22,8 +22,16 @@ class ActivationOffload;
 at::Tensor checkpoint_reentrant(const at::Tensor& hidden, LayerFunction layer, const ParameterTable& params,
                                 HookRecorder* recorder, std::string label);
 
+// The layer's output as terms whose sum it is, for a non-reentrant recompute that need not form the
+// output (see checkpoint.cc): e.g. the residual stream and a deferred last projection
+// (runtime/deferred_linear.h).
+using LayerTermsFunction = std::function<std::vector<at::Tensor>(const at::Tensor& hidden, const ParameterTable& params)>;
+
 struct CheckpointSpec {
   LayerFunction layer;
+  // Non-reentrant only, optional: what the recompute runs instead of `layer`; each term gets the
+  // output's gradient.
+  LayerTermsFunction recompute_terms;
   ParameterTable params;
   bool reentrant = true;
   // Non-reentrant only: the trainable parameters (indices into `params`) the layer reads. They are

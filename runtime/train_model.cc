@@ -16,7 +16,9 @@
 #include "runtime/activation_offload.h"
 #include "runtime/annotation.h"
 #include "runtime/checkpoint.h"
+#include "runtime/deferred_linear.h"
 #include "runtime/layer_function.h"
+#include "runtime/liger_ops.h"
 #include "runtime/model_step.h"
 #include "runtime/rope.h"
 #include "runtime/safetensors.h"
@@ -425,6 +427,8 @@ struct TrainModel::Impl {
 
   // LlamaRMSNorm: computed in float32, cast back, then scaled by the weight.
   at::Tensor rms_norm(const at::Tensor& x, int weight, const ParameterTable& p) const {
+    // axolotl's LigerPlugin swaps every RMSNorm of the model for Liger's (runtime/liger_ops.h).
+    if (plan.liger_rms_norm_applied()) return liger_rms_norm(x, p[weight], plan.model.rms_norm_eps);
     const c10::ScalarType compute = x.scalar_type() == c10::kDouble ? c10::kDouble : c10::kFloat;
     const at::Tensor h = x.to(compute);
     const at::Tensor normed = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + plan.model.rms_norm_eps);
@@ -469,9 +473,40 @@ struct TrainModel::Impl {
   // LlamaMLP: down(silu(gate(x)) * up(x)). C++ leaves operand order unspecified: sequence it, the
   // creation order of autograd nodes decides the order of hook firings.
   at::Tensor mlp(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p, const StepView& step) const {
+    return linear(mlp_activation(x, layer, p, step), layer.down, p, step);
+  }
+
+  // silu(gate(x)) * up(x): the down projection's input.
+  at::Tensor mlp_activation(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p, const StepView& step) const {
+    if (plan.liger_glu_applied()) {  // LigerSwiGLUMLP (runtime/liger_ops.h)
+      const at::Tensor gate = linear(x, layer.gate, p, step);
+      return liger_silu_mul(gate, linear(x, layer.up, p, step));
+    }
     const at::Tensor gate = at::silu(linear(x, layer.gate, p, step));
     const at::Tensor up = linear(x, layer.up, p, step);
-    return linear(gate * up, layer.down, p, step);
+    return gate * up;
+  }
+
+  // linear() whose output only its backward needs (runtime/deferred_linear.h): with the same
+  // operands and the same casts of the adapter, so the gradients are linear()'s. Falls back to
+  // linear() where the deferred form does not apply (a skipped module, a bias, a convolution's
+  // kernel, an adapter in another dtype than a float32/float64 input).
+  at::Tensor deferred_projection(const at::Tensor& x, const LinearUse& use, const ParameterTable& p, const StepView& step) const {
+    const bool lora = lora_active(structure, use, step);
+    const bool low_precision = x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf;
+    if (step.skipped(linear_module_path(structure, use)) || use.bias >= 0 || p[use.weight].dim() != 2 ||
+        (lora && (p[use.lora_a].dim() != 2 || p[use.lora_b].dim() != 2 ||
+                  (!low_precision && p[use.lora_a].scalar_type() != x.scalar_type())))) {
+      return linear(x, use, p, step);
+    }
+    at::Tensor a, b;
+    double scale = 0;
+    if (lora) {
+      a = p[use.lora_a].to(x.scalar_type());
+      b = p[use.lora_b].to(x.scalar_type());
+      scale = plan.lora_alpha / static_cast<double>(plan.lora_r);
+    }
+    return deferred_linear(x, p[use.weight], a, b, scale);
   }
 
   // The trainable parameters that are inputs of the layer's autograd graph: what a non-reentrant
@@ -504,6 +539,16 @@ struct TrainModel::Impl {
   // a tiled MLP always recomputes with the real weights (ALST reads them through ctx.self).
   at::Tensor decoder_layer(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p,
                            const StepView& step, const std::pair<at::Tensor, at::Tensor>& cos_sin) const {
+    return decoder_layer_terms(x, layer, p, step, cos_sin, /*defer_down=*/false).front();
+  }
+
+  // The layer's output as terms whose sum it is: {output} as the forward computes it, or, for a
+  // non-reentrant checkpoint's recompute (defer_down), {h, deferred down projection}: the residual
+  // add and the down projection's output are never formed (runtime/deferred_linear.h says why
+  // that is PyTorch's early stop and one GEMM more).
+  std::vector<at::Tensor> decoder_layer_terms(const at::Tensor& x, const DecoderLayerUse& layer, const ParameterTable& p,
+                                              const StepView& step, const std::pair<at::Tensor, at::Tensor>& cos_sin,
+                                              bool defer_down) const {
     at::Tensor h = x;
     if (!step.skipped(layer.path + ".self_attn")) h = h + attention(x, layer, p, step, cos_sin);
     if (!step.skipped(layer.path + ".mlp")) {
@@ -514,11 +559,13 @@ struct TrainModel::Impl {
                                                    return mlp(shard, layer, table, step);
                                                  });
         h = h + tiled_mlp(normed, spec, p);
+      } else if (defer_down) {
+        return {h, deferred_projection(mlp_activation(normed, layer, p, step), layer.down, p, step)};
       } else {
         h = h + mlp(normed, layer, p, step);
       }
     }
-    return h;
+    return {h};
   }
 
   at::Tensor head_loss(const at::Tensor& hidden, const at::Tensor& labels) const {
@@ -639,7 +686,12 @@ struct TrainModel::Impl {
           spec.layer = fn;
           spec.params = params;
           spec.reentrant = plan.use_reentrant;
-          if (!spec.reentrant) spec.weights = layer_graph_weights(layer, step);
+          if (!spec.reentrant) {
+            spec.weights = layer_graph_weights(layer, step);
+            spec.recompute_terms = [this, &layer, step, cos_sin](const at::Tensor& x, const ParameterTable& table) {
+              return decoder_layer_terms(x, layer, table, step, cos_sin, /*defer_down=*/true);
+            };
+          }
           spec.offload = layer_offloaded(layer.index) ? offload.get() : nullptr;
           spec.layer_index = layer.index;
           spec.label = "checkpoint(layer " + std::to_string(layer.index) + ")";

@@ -58,6 +58,13 @@ struct LayerActivations {
   // token of the input, upcast (4 bytes) when the model dtype is narrower. LayerNorm (a norm with a
   // bias) saves its input in the model dtype instead (native_layer_norm), in saved_attention.
   int64_t saved_norm_inputs_fp32 = 0;
+  // Liger's RMSNorm (Plan::liger_rms_norm_applied; liger_kernel/ops/rms_norm.py
+  // LigerRMSNormFunction saves X, W and RSTD) keeps each norm's input as it is, in the model dtype,
+  // plus one float32 rstd per row (in saved_attention_fp32). input_layernorm's input is the layer's
+  // input: in a checkpointed layer the checkpoint (or its reload buffer) holds it already, so it is
+  // counted only in a layer that is not checkpointed (layer_input_saved).
+  int64_t saved_norm_inputs = 0;
+  int64_t layer_input_saved = 0;
   // attn_implementation "eager" (transformers' eager_attention_forward): softmax(QK^T) runs in fp32
   // (saved by softmax's backward) and is cast to the model dtype (saved by the PV matmul): a row
   // of S scores per head and token in each. 0 for sdpa/flash/flex.
@@ -197,6 +204,21 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
     // NemotronHMLP: the norm output (up_proj's input), up, relu2(up) (down_proj's input).
     a.saved_mlp = {h, inter, inter};
     a.mlp_chunk_intermediates = {inter, inter};
+  }
+  // Liger's kernels, on the model types Plan::liger_applies names (attention decoders with RMSNorm
+  // and a gated MLP).
+  if (plan.liger_rms_norm_applied() && rms) {
+    a.saved_norm_inputs = a.saved_norm_inputs_fp32 - h;  // post_attention_layernorm's and q/k norms' inputs
+    a.layer_input_saved = h;
+    a.saved_norm_inputs_fp32 = 0;
+    const bool q_norm = layer != nullptr && layer->q_norm >= 0, k_norm = layer != nullptr && layer->k_norm >= 0;
+    a.saved_attention_fp32 += 2 + (q_norm ? model.num_attention_heads : 0) + (k_norm ? model.num_key_value_heads : 0);
+  }
+  if (plan.liger_glu_applied() && (layer == nullptr || (layer->has_mlp && layer->mlp_gated && !layer->moe))) {
+    // LigerSwiGLUMLP: LigerSiLUMulFunction (liger_kernel/ops/swiglu.py) saves gate and up and
+    // recomputes silu(gate) in backward: the norm output, gate, up and the product (down_proj's input).
+    a.saved_mlp = {h, inter, inter, inter};
+    a.mlp_chunk_intermediates = {inter, inter, inter};
   }
   return a;
 }
@@ -533,6 +555,8 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     // Saved by the attention half (with both norms' inputs), then the whole layer.
     const int64_t attention_saved = sum_tensors(a.saved_attention, shape.dtype) + sum_tensors({a.saved_attention_fp32}, 4) +
                                     sum_tensors({a.saved_norm_inputs_fp32}, std::max<int64_t>(4, shape.dtype)) +
+                                    sum_tensors({a.saved_norm_inputs}, shape.dtype) +
+                                    (plan.gradient_checkpointing && plan.layer_checkpointed(i) ? 0 : sum_tensors({a.layer_input_saved}, shape.dtype)) +
                                     sum_tensors({a.saved_scores}, shape.dtype) + sum_tensors({a.saved_scores_fp32}, 4);
     full[i] = attention_saved + sum_tensors(tiled ? a.saved_tiled_mlp : a.saved_mlp, shape.dtype) + sum_tensors(a.lora, shape.dtype);
     // The larger of the two phases of the layer's backward, as bytes above its full saved set. A

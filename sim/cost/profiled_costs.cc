@@ -166,6 +166,17 @@ class KernelCosts {
     const std::vector<ProjectionShape> projections = layer_projections(plan_.model, &structure_, layer);
     const double inter = projections[5].out;  // up (an ungated MLP has no gate)
     const double qk = q_width_ + kv_width_;
+    if (what == "recompute" && recompute_defers_down(plan_, structure_, layer)) {
+      // `hookstream run`'s recompute stops before the down projection (runtime/deferred_linear.h):
+      // of it only LoRA's A GEMM runs (in its backward, for B's weight gradient).
+      CostParts ns = attention_core(false, layer);
+      for (size_t i = 0; i < projections.size(); ++i) {
+        const ProjectionShape& p = projections[i];
+        ns += i != 6 ? projection_forward(p, tokens_)
+                     : (p.lora_rank > 0 ? gemm(tokens_, p.lora_rank, p.in, GemmForm::Forward) : kNone);
+      }
+      return ns;
+    }
     if (what == "forward" || what == "recompute") {
       CostParts ns = attention_core(false, layer);
       for (const ProjectionShape& p : projections) ns += p.mlp ? kNone : projection_forward(p, tokens_);
@@ -199,7 +210,11 @@ class KernelCosts {
     if (kernel == "rope") return elementwise("rope", tokens_ * qk, backward);
     // A tiled MLP's SiLU * up runs inside its shards (costed with the MLP ops above).
     if (kernel == "silu*up") return shards_ > 1 ? kNone : elementwise("silu_mul", tokens_ * inter, backward);
-    if (kernel == "residual add") return elementwise("residual", 2 * tokens_ * h_, backward);
+    if (kernel == "residual add") {
+      // A deferring recompute runs only the attention's add (recompute_defers_down).
+      const bool deferred = ends_with(what, " recompute") && recompute_defers_down(plan_, structure_, layer);
+      return elementwise("residual", (deferred ? 1 : 2) * tokens_ * h_, backward);
+    }
     return std::nullopt;
   }
 

@@ -53,7 +53,7 @@ const std::vector<std::string>& schedule_keys() {
       "chunked_cross_entropy", "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay",
       "seed", "bf16", "max_steps", "optimizer", "torch_compile", "torch_compile_backend", "torch_compile_mode",
       "trust_remote_code", "sample_packing", "attn_implementation", "flex_attention", "flash_attention",
-      "sdp_attention", "eager_attention", "rl"};
+      "sdp_attention", "eager_attention", "rl", "plugins", "liger_rms_norm", "liger_glu_activation", "liger_swiglu"};
   return keys;
 }
 
@@ -572,6 +572,10 @@ class Converter {
     else if (key == "max_steps") plan_.max_steps = read_positive(origin_, value, key);
     else if (key == "trust_remote_code") plan_.trust_remote_code = read_bool(origin_, value, key);
     else if (key == "sample_packing") plan_.sample_packing = read_bool(origin_, value, key);
+    else if (key == "plugins") plan_.plugins = read_string_list(origin_, value, key);
+    else if (key == "liger_rms_norm") plan_.liger_rms_norm = read_bool(origin_, value, key);
+    // LigerArgs: liger_swiglu is the deprecated name of liger_glu_activation (integrations/liger/args.py).
+    else if (key == "liger_glu_activation" || key == "liger_swiglu") plan_.liger_glu_activation = plan_.liger_glu_activation || read_bool(origin_, value, key);
     else if (key == "attn_implementation") draft_.attention["attn_implementation"] = read_string(origin_, value, key);
     else if (key == "rl") rl(value, key);
     else if (key == "flex_attention" || key == "flash_attention" || key == "sdp_attention" || key == "eager_attention") {
@@ -1305,6 +1309,29 @@ void engine_rules(Draft& draft, const std::optional<AccelerateConfig>& accelerat
 // Cross-key rules
 // ----------------------------------------------------------------------------------------------
 
+// `plugins` and the Liger keys, once the model type is known: a plugin other than Liger's, Liger
+// keys without the plugin (axolotl reads them only through it), and Liger on a model type whose
+// patch hookstream does not model are listed in the report.
+void liger_notes(Draft& draft) {
+  Plan& plan = draft.plan;
+  auto where = [&](const std::string& key) {
+    auto it = draft.where.find(key);
+    return it != draft.where.end() ? it->second : plan.source;
+  };
+  for (const std::string& plugin : plan.plugins) {
+    if (plugin.find("integrations.liger") == std::string::npos) {
+      plan.not_modelled_keys.push_back({"plugins", where("plugins"), "plugin " + plugin + " (what it patches is not modelled)"});
+    }
+  }
+  const bool asked = plan.liger_rms_norm || plan.liger_glu_activation;
+  const std::string key = plan.liger_rms_norm ? "liger_rms_norm" : draft.where.count("liger_glu_activation") ? "liger_glu_activation" : "liger_swiglu";
+  if (asked && !plan.liger_plugin()) {
+    plan.no_effect_keys.push_back({key, where(key), "axolotl applies Liger's kernels only through axolotl.integrations.liger.LigerPlugin in `plugins`"});
+  } else if (asked && !plan.liger_applies()) {
+    plan.not_modelled_keys.push_back({key, where(key), "Liger's kernels for model type " + plan.model.model_type + " are not modelled (hookstream models them for llama, mistral, qwen2 and qwen3)"});
+  }
+}
+
 class Validator {
  public:
   explicit Validator(Draft& draft) : draft_(draft), plan_(draft.plan) {}
@@ -1582,6 +1609,9 @@ void emit_axolotl_keys(YAML::Emitter& out, const Plan& plan) {
   if (!plan.unfrozen_parameters.empty()) emit_strings(out, "unfrozen_parameters", plan.unfrozen_parameters);
   if (plan.chunked_cross_entropy) emit(out, "chunked_cross_entropy", true);
   if (plan.sample_packing) emit(out, "sample_packing", true);
+  if (!plan.plugins.empty()) emit_strings(out, "plugins", plan.plugins);
+  if (plan.liger_rms_norm) emit(out, "liger_rms_norm", true);
+  if (plan.liger_glu_activation) emit(out, "liger_glu_activation", true);
   if (plan.trust_remote_code) emit(out, "trust_remote_code", true);
   if (plan.attn_implementation != Plan{}.attn_implementation) emit(out, "attn_implementation", plan.attn_implementation);
   if (!plan.rl.empty()) emit(out, "rl", plan.rl);
@@ -1782,6 +1812,7 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
     draft.plan.transformers_version = parse_transformers_version(*options.transformers_version, "--transformers-version");
   }
   resolve_model(draft, options);
+  liger_notes(draft);
   Validator(draft).run();
   return draft.plan;
 }
@@ -1803,6 +1834,20 @@ std::string to_yaml(const Plan& plan) {
   emit_hookstream_keys(out, plan);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+bool Plan::liger_plugin() const {
+  // axolotl.integrations.liger.LigerPlugin (older configs: axolotl.integrations.liger.plugin.LigerPlugin).
+  return std::any_of(plugins.begin(), plugins.end(),
+                     [](const std::string& p) { return p.find("integrations.liger") != std::string::npos && p.find("LigerPlugin") != std::string::npos; });
+}
+
+bool Plan::liger_applies() const {
+  // Model types whose Liger patch (liger_kernel/transformers/monkey_patch.py apply_liger_kernel_to_llama,
+  // _mistral, _qwen2, _qwen3) swaps every {Model}RMSNorm for LigerRMSNorm and the {Model}MLP for
+  // LigerSwiGLUMLP, on the decoder layers hookstream builds for them.
+  static const std::vector<std::string> types = {"llama", "mistral", "qwen2", "qwen3"};
+  return std::find(types.begin(), types.end(), model.model_type) != types.end();
 }
 
 const std::vector<std::string>& known_plan_keys() {

@@ -101,6 +101,18 @@ struct Plan {
   std::vector<std::string> unfrozen_parameters;  // axolotl: regexes of parameters left trainable
   // axolotl's chunked_cross_entropy: the loss is computed over `num_chunks` slices of the tokens, so
   // the full-vocabulary logits (and their fp32 upcast) exist for one slice at a time.
+  // axolotl's LigerPlugin (src/axolotl/integrations/liger/plugin.py pre_model_load) with its keys
+  // liger_rms_norm and liger_glu_activation (liger_swiglu, its older name): the model's RMSNorm
+  // and SwiGLU MLP become Liger's, which save other tensors for backward (docs/memory-and-time.md
+  // "Liger kernels"). Read from `plugins` and the two keys; in effect only with the plugin listed
+  // and for the model types liger_applies() names.
+  std::vector<std::string> plugins;
+  bool liger_rms_norm = false;
+  bool liger_glu_activation = false;
+  bool liger_plugin() const;
+  bool liger_applies() const;  // the model type is one whose Liger patch hookstream models
+  bool liger_rms_norm_applied() const { return liger_rms_norm && liger_plugin() && liger_applies(); }
+  bool liger_glu_applied() const { return liger_glu_activation && liger_plugin() && liger_applies(); }
   // axolotl's sample_packing: several samples packed into each sequence_len row (so every row is
   // full: micro_batch_size x sequence_len tokens) instead of rows padded to the batch's longest.
   bool sample_packing = false;

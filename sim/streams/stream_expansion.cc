@@ -106,6 +106,19 @@ double recurrent_mixer_flops(TokenMixer mixer, const RecurrentMixerShape& s, dou
   return 0;
 }
 
+bool recompute_defers_down(const Plan& plan, const ModelStructure& structure, int layer) {
+  if (plan.use_reentrant || plan.layer_tiled(layer) || layer < 0 || layer >= static_cast<int>(structure.layers.size())) return false;
+  const DecoderLayerUse& use = structure.layers[static_cast<size_t>(layer)];
+  return use.has_mlp && !use.moe && use.down.weight >= 0;
+}
+
+void apply_recompute_deferral(const Plan& plan, const ModelStructure& structure, int layer, double tokens, LayerCost& cost) {
+  if (!recompute_defers_down(plan, structure, layer)) return;
+  const ProjectionShape down = layer_projections(plan.model, &structure, layer)[6];
+  cost.deferred_down_flops = 2 * tokens * down.out * (down.in + down.lora_rank);
+  cost.deferred_residual_bytes = cost.residual_bytes / 2;  // one of the layer's two adds
+}
+
 LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch, const ModelStructure* structure, int layer,
                      bool eager_attention) {
   const double tokens = static_cast<double>(sequence_len) * micro_batch;
@@ -306,6 +319,7 @@ class StepExpander {
     costs_.clear();
     for (int layer = 0; layer < layers_; ++layer) {
       costs_.push_back(layer_cost(plan_.model, sequence, plan_.rows_per_micro_step(), &structure_, layer, plan_.eager_attention()));
+      apply_recompute_deferral(plan_, structure_, layer, double(sequence) * plan_.rows_per_micro_step(), costs_.back());
     }
     cost_head(sequence);
     shards_ = plan_.tiled_shards_for(rank, options_.iteration);
@@ -643,7 +657,8 @@ class StepExpander {
         {"rmsnorm", backward ? cost.rmsnorm_backward_bytes : cost.rmsnorm_bytes},
         {"rope", backward ? cost.rope_backward_bytes : cost.rope_bytes},
         {"silu*up", backward ? cost.silu_mul_backward_bytes : cost.silu_mul_bytes},
-        {"residual add", backward ? cost.residual_backward_bytes : cost.residual_bytes},
+        {"residual add", backward ? cost.residual_backward_bytes
+                         : cost.residual_bytes - (std::string(phase) == "recompute" ? cost.deferred_residual_bytes : 0)},
         {"eager attention scores", backward ? cost.eager_scores_backward_bytes : cost.eager_scores_bytes},
         {"conv1d+gated norm", backward ? cost.mixer_elementwise_backward_bytes : cost.mixer_elementwise_bytes}};
     const bool recurrent = cost.mixer_elementwise_bytes > 0;
@@ -740,7 +755,8 @@ class StepExpander {
             for (const BufferAccess& access : accesses) if (!access.write) reads.push_back(access);
             elementwise_ops(on, layer, recompute ? "recompute" : phase, false, reads);
             Op& op = add(OpKind::Kernel, on, layer_name(layer, recompute ? "recompute" : "forward"), recompute ? "recompute" : phase, layer);
-            op.flops = costs_[layer].forward_flops();  // a recompute is one more forward of the layer
+            // A recompute is one more forward of the layer, less what it defers to backward.
+            op.flops = recompute ? costs_[layer].recompute_flops() : costs_[layer].forward_flops();
             op.accesses = std::move(accesses);
           }
           break;

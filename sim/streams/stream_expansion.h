@@ -64,7 +64,13 @@ struct LayerCost {
   // SiLU over conv_channels, and the gated RMSNorm over the value width. 0 in an attention layer.
   int64_t mixer_elementwise_bytes = 0, mixer_elementwise_backward_bytes = 0;
 
+  // What a non-reentrant checkpoint's recompute in `hookstream run` leaves out (recompute_defers_down):
+  // the down projection's base and LoRA B GEMMs and the MLP's residual add. 0: the whole forward.
+  double deferred_down_flops = 0;
+  int64_t deferred_residual_bytes = 0;
+
   double forward_flops() const { return projection_flops + lora_flops + attention_flops; }
+  double recompute_flops() const { return forward_flops() - deferred_down_flops; }
   double mlp_forward_flops() const { return mlp_flops + lora_mlp_flops; }
   double backward_flops() const { return attention_backward_flops + mlp_backward_flops; }
 };
@@ -86,6 +92,15 @@ double recurrent_mixer_flops(TokenMixer mixer, const RecurrentMixerShape& shape,
 // layer `layer`'s trainable flags and LoRA pairs.
 LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch,
                      const ModelStructure* structure = nullptr, int layer = -1, bool eager_attention = false);
+
+// Whether the recompute of checkpointed decoder layer `layer` stops before its MLP's down
+// projection, as `hookstream run` does (runtime/deferred_linear.h): non-reentrant checkpointing of
+// a layer with a dense MLP, not tiled. PyTorch's own early stop (torch/utils/checkpoint.py) stops
+// one GEMM later: it runs the down projection's base GEMM again; a prediction for an eager run of
+// the same plan is short by that GEMM per layer (docs/memory-and-time.md).
+bool recompute_defers_down(const Plan& plan, const ModelStructure& structure, int layer);
+// Sets cost.deferred_* of `layer` over `tokens` tokens when recompute_defers_down.
+void apply_recompute_deferral(const Plan& plan, const ModelStructure& structure, int layer, double tokens, LayerCost& cost);
 
 EventModel expand_step(const Plan& plan, const ModelStructure& structure, const StreamProtocol& protocol,
                        const ExpansionOptions& options = {});

@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <unistd.h>
 
 #include "runtime/activation_offload.h"
+#include "runtime/liger_ops.h"
 #include "runtime/safetensors.h"
 #include "runtime/train_model.h"
 #include "sim/inputs/input_error.h"
@@ -140,6 +142,12 @@ TEST_CASE("train model: checkpointing, offload protocols, tiled MLP and chunked 
     variants.push_back("chunked_cross_entropy: true\nchunked_cross_entropy_num_chunks: 3\n");
     variants.push_back("chunked_cross_entropy: true\nchunked_cross_entropy_num_chunks: 3\nhookstream:\n  chunked_loss: recompute_lm_head\n");
     variants.push_back("chunked_cross_entropy: true\ngradient_checkpointing: true\nactivation_offloading: true\n");
+    // axolotl's LigerPlugin: Liger's RMSNorm and SiLU * up (runtime/liger_ops.h), plain, checkpointed
+    // (the deferred down projection reads Liger's product) and tiled.
+    const std::string liger = "plugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_rms_norm: true\nliger_glu_activation: true\n";
+    variants.push_back(liger);
+    variants.push_back(liger + "gradient_checkpointing: true\ngradient_checkpointing_kwargs: {use_reentrant: false}\n");
+    variants.push_back(liger + tiled + "gradient_checkpointing: true\n");
     for (const std::string& variant : variants) {
       require_same(plain, run(make_plan(c.file, c.adapter + variant)), c.file + " " + c.adapter + "\n" + variant);
     }
@@ -476,6 +484,82 @@ TEST_CASE("train model: protocol steps and layers appear as profiler ranges with
   CHECK(index("hookstream:backward:L3:layer") < index("hookstream:backward:L3:wait_event:copy:e=reload_free[1]"));
   CHECK(index("hookstream:backward:L3:compute:compute:r=reload[1]:what=backward") <
         index("hookstream:backward:L2:wait_event:copy:e=reload_free[0]"));
+}
+
+// Counts the GEMM calls (mm, addmm, addmm_) on this thread while alive.
+struct GemmCounter {
+  at::CallbackHandle handle;
+  GemmCounter() {
+    count() = 0;
+    handle = at::addThreadLocalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+                                          const std::string name = fn.name();
+                                          if (name == "aten::mm" || name == "aten::addmm" || name == "aten::addmm_") ++count();
+                                          return nullptr;
+                                        }).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~GemmCounter() { at::removeCallback(handle); }
+  static int& count() {
+    thread_local int n = 0;
+    return n;
+  }
+};
+
+int backward_gemm_calls(const Plan& plan) {
+  TrainModel model(plan, double_options());
+  randomise_lora_b(model);
+  const Batch batch = make_batch(plan);
+  at::Tensor loss = model.loss(batch.ids, batch.labels, {});
+  GemmCounter counter;
+  loss.backward();
+  return GemmCounter::count();
+}
+
+// The early stop of a non-reentrant recompute (runtime/deferred_linear.h): the down projection's
+// forward GEMMs are not run again, the reentrant recompute runs the whole layer. The gradients are
+// the plain model's (the first test case).
+TEST_CASE("train model: a non-reentrant recompute skips the down projection's forward GEMMs", "[train_model]") {
+  const std::string reentrant = "gradient_checkpointing: true\ngradient_checkpointing_kwargs: {use_reentrant: true}\n";
+  const std::string non_reentrant = "gradient_checkpointing: true\ngradient_checkpointing_kwargs: {use_reentrant: false}\n";
+  const std::string lora = "adapter: lora\nlora_r: 2\nlora_target_linear: true\n";
+  for (const std::string& adapter : {std::string(), lora}) {
+    INFO(adapter);
+    const Plan plain = make_plan("tiny-llama-tied.json", adapter);
+    const int layers = static_cast<int>(TrainModel(plain, double_options()).structure().layers.size());
+    REQUIRE(layers > 0);
+    // GEMMs of one projection's forward: the base, and LoRA's A and B.
+    const int per_projection = adapter.empty() ? 1 : 3;
+    const int base = backward_gemm_calls(plain);
+    CHECK(backward_gemm_calls(make_plan("tiny-llama-tied.json", adapter + reentrant)) - base == layers * 7 * per_projection);
+    // Not the down projection's base GEMM nor its adapter's B GEMM; its A GEMM runs (for B's
+    // weight gradient), as in PyTorch's early stop.
+    CHECK(backward_gemm_calls(make_plan("tiny-llama-tied.json", adapter + non_reentrant)) - base ==
+          layers * (7 * per_projection - (adapter.empty() ? 1 : 2)));
+  }
+}
+
+// Liger's RMSNorm and SiLU * up (runtime/liger_ops.h) against transformers' formulas through
+// autograd, over more rows than one chunk of 2^24 elements.
+TEST_CASE("liger ops: RMSNorm and SiLU * up give eager's values and gradients across row chunks", "[train_model][liger]") {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const int64_t rows = 4200, width = 4096;  // 17.2 M elements: two chunks
+  const at::Tensor x = at::randn({1, rows, width}, gen, at::kFloat);
+  const at::Tensor w = at::randn({width}, gen, at::kFloat);
+  const at::Tensor dy = at::randn({1, rows, width}, gen, at::kFloat);
+  auto grads = [&](const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& f) {
+    const at::Tensor a = x.clone().requires_grad_(true), b = w.clone().requires_grad_(true);
+    const at::Tensor y = f(a, b);
+    y.backward(dy);
+    return std::vector<at::Tensor>{y.detach(), a.grad(), b.grad()};
+  };
+  const auto eager_norm = grads([](const at::Tensor& a, const at::Tensor& b) {
+    return b * (a * at::rsqrt(a.pow(2).mean(-1, true) + 1e-5));
+  });
+  const auto liger_norm = grads([](const at::Tensor& a, const at::Tensor& b) { return liger_rms_norm(a, b, 1e-5); });
+  for (size_t i = 0; i < 3; ++i) CHECK(at::allclose(liger_norm[i], eager_norm[i], 1e-4, 1e-4));
+  const at::Tensor up = at::randn({1, rows, width}, gen, at::kFloat);
+  const auto eager_glu = grads([&](const at::Tensor& a, const at::Tensor&) { return at::silu(a) * up; });
+  const auto liger_glu = grads([&](const at::Tensor& a, const at::Tensor&) { return liger_silu_mul(a, up); });
+  for (size_t i = 0; i < 2; ++i) CHECK(at::allclose(liger_glu[i], eager_glu[i], 1e-5, 1e-5));
 }
 
 TEST_CASE("activation offload: a protocol that reads a freed buffer is reported, not silently wrong", "[train_model]") {

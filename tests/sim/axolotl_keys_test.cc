@@ -49,6 +49,37 @@ TEST_CASE("the key list mirrors axolotl 0.18.0 and marks exactly the keys the lo
   CHECK(schema.keys.at("xformers_attention") == KeyEffect::NotModelled);
 }
 
+// axolotl reads the Liger keys through its LigerPlugin only (integrations/liger/plugin.py), which
+// patches the model types of Plan::liger_applies; any other plugin is listed as not modelled.
+TEST_CASE("Liger's RMSNorm and SwiGLU keys take effect with the LigerPlugin on a model type it patches", "[plan][axolotl]") {
+  const std::string plugin = "plugins:\n  - axolotl.integrations.liger.LigerPlugin\n";
+  const Plan both = parse("base_model: tiny-llama\n" + plugin + "liger_rms_norm: true\nliger_glu_activation: true\n");
+  CHECK(both.liger_rms_norm_applied());
+  CHECK(both.liger_glu_applied());
+  CHECK(both.not_modelled_keys.empty());
+  CHECK(both.no_effect_keys.empty());
+  // The older name of the SwiGLU key.
+  CHECK(parse("base_model: tiny-llama\n" + plugin + "liger_swiglu: true\n").liger_glu_applied());
+  // Without the plugin: no effect, and the report says why.
+  const Plan alone = parse("base_model: tiny-llama\nliger_rms_norm: true\n");
+  CHECK_FALSE(alone.liger_rms_norm_applied());
+  REQUIRE(alone.no_effect_keys.size() == 1);
+  CHECK(alone.no_effect_keys[0].key == "liger_rms_norm");
+  CHECK(alone.no_effect_keys[0].where == "plan.yaml:2");
+  CHECK(alone.no_effect_keys[0].note.find("LigerPlugin") != std::string::npos);
+  // Another plugin is listed as not modelled; the Liger one is read.
+  const Plan other = parse("base_model: tiny-llama\nplugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n"
+                           "  - axolotl.integrations.liger.LigerPlugin\nliger_rms_norm: true\n");
+  CHECK(other.liger_rms_norm_applied());
+  REQUIRE(other.not_modelled_keys.size() == 1);
+  CHECK(other.not_modelled_keys[0].key == "plugins");
+  CHECK(other.not_modelled_keys[0].note.find("CutCrossEntropyPlugin") != std::string::npos);
+  // The keys round-trip through the plan's YAML.
+  const Plan again = parse(to_yaml(both));
+  CHECK(again.liger_rms_norm_applied());
+  CHECK(again.liger_glu_applied());
+}
+
 TEST_CASE("every key of axolotl's schema loads and the report lists those not modelled", "[plan][axolotl]") {
   const AxolotlSchema& schema = axolotl_schema();
   int loaded = 0;
@@ -60,18 +91,18 @@ TEST_CASE("every key of axolotl's schema loads and the report lists those not mo
     CHECK(lists(effect == KeyEffect::NoEffect ? plan.no_effect_keys : plan.not_modelled_keys, key));
     ++loaded;
   }
-  CHECK(loaded == 478 - 53 - 1);  // all but the 53 modelled keys and world_size
+  CHECK(loaded == 478 - 57 - 1);  // all but the 57 modelled keys and world_size
   // flash_attention, rl: dpo and sample_packing are modelled; xformers_attention, an rl type whose
   // step is not modelled (grpo: generation) and a plugin key are listed.
   const Plan plan = parse("base_model: tiny-llama\nxformers_attention: true\nflash_attention: true\nrl: grpo\n"
-                          "datasets:\n  - path: x\nwandb_project: p\nsample_packing: true\nliger_rms_norm: true\n");
+                          "datasets:\n  - path: x\nwandb_project: p\nsample_packing: true\ncut_cross_entropy: true\n");
   REQUIRE(plan.not_modelled_keys.size() == 3);
   CHECK(plan.not_modelled_keys[0].key == "xformers_attention");
   CHECK(plan.not_modelled_keys[0].where == "plan.yaml:2");
   CHECK(plan.not_modelled_keys[0].note == "src/axolotl/utils/schemas/config.py:AxolotlInputConfig");
   CHECK(plan.not_modelled_keys[1].key == "rl");
   CHECK(plan.not_modelled_keys[1].note.find("grpo") != std::string::npos);
-  CHECK(plan.not_modelled_keys[2].key == "liger_rms_norm");
+  CHECK(plan.not_modelled_keys[2].key == "cut_cross_entropy");
   CHECK(parse("base_model: tiny-llama\nrl: dpo\nflash_attention: true\n").not_modelled_keys.empty());
   REQUIRE(plan.no_effect_keys.size() == 2);
   CHECK(plan.no_effect_keys[0].key == "datasets");

@@ -461,3 +461,28 @@ TEST_CASE("over a step, a protocol that frees its reload buffers holds one at th
   // single_buffer keeps its one buffer: the same peak as the freeing protocols.
   CHECK(category(peak_of("single_buffer"), MemoryCategory::ReloadBuffers) == hidden_state);
 }
+
+// Liger's RMSNorm saves each norm's input in bf16 (and an fp32 rstd per row) instead of the fp32
+// upcast; input_layernorm's input is the layer's input, held by the checkpoint already. Liger's
+// SwiGLU saves gate and up, not silu(gate). docs/memory-and-time.md "Liger kernels".
+TEST_CASE("Liger's RMSNorm and SwiGLU save less per layer, with the plugin only", "[memory][liger]") {
+  const std::string yaml = "base_model: Llama-3.1-8B\nsequence_len: 16384\n";
+  const std::string liger = "plugins:\n  - axolotl.integrations.liger.LigerPlugin\n";
+  const int64_t tokens = 16384;
+  auto saved_at_loss = [&](const std::string& extra) {
+    return category(point(estimate(plan_from(yaml + extra), false), "loss", "cross-entropy"), MemoryCategory::Activations);
+  };
+  auto workspace = [&](const std::string& extra) {
+    return category(point(estimate(plan_from(yaml + "gradient_checkpointing: true\n" + extra), false), "backward", "layer 0"),
+                    MemoryCategory::RecomputeWorkspace);
+  };
+  // Not checkpointed: per layer, 2h fp32 (16 bytes per h) become 2h bf16 (4) plus two fp32 rstds.
+  const int64_t norm_saving = (4 * 2 * 4096 - 2 * 2 * 4096 - 4 * 2) * tokens;
+  CHECK(saved_at_loss("") - saved_at_loss(liger + "liger_rms_norm: true\n") == 32 * norm_saving);
+  // Checkpointed: the layer's input costs nothing more, so 2h fp32 become h bf16.
+  CHECK(workspace("") - workspace(liger + "liger_rms_norm: true\n") == (4 * 2 * 4096 - 2 * 4096 - 4 * 2) * tokens);
+  // SwiGLU: one intermediate-size bf16 tensor less per layer.
+  CHECK(saved_at_loss("") - saved_at_loss(liger + "liger_glu_activation: true\n") == 32 * 2 * 14336 * tokens);
+  // Without the plugin the keys change nothing.
+  CHECK(saved_at_loss("liger_rms_norm: true\nliger_glu_activation: true\n") == saved_at_loss(""));
+}

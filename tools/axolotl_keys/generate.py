@@ -37,7 +37,7 @@ MODELLED = {
     "chunked_cross_entropy_num_chunks", "learning_rate", "weight_decay", "seed", "bf16",
     "max_steps", "optimizer", "torch_compile", "torch_compile_backend", "torch_compile_mode",
     "trust_remote_code", "sample_packing", "attn_implementation", "flex_attention", "flash_attention",
-    "sdp_attention", "eager_attention", "rl",
+    "sdp_attention", "eager_attention", "rl", "plugins", "liger_rms_norm", "liger_glu_activation", "liger_swiglu",
     # the engine: which gradient-sync strategy a config runs on
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "context_parallel_size",
     "tensor_parallel_size", "expert_parallel_size", "dp_shard_size", "dp_replicate_size",
