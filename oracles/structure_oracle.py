@@ -70,10 +70,10 @@ NON_TARGET_FAMILIES = {
         "evolla"},
     # Token mixers hookstream describes: attention, the gated DeltaNet (qwen3_next, qwen3_5*,
     # olmo_hybrid), Mamba2 (bamba, granitemoehybrid, nemotron_h, falcon_h1, mamba2), Mamba1
-    # (mamba, falcon_mamba, jamba), LFM2's short convolution (lfm2, lfm2_moe) and MiniMax's
-    # lightning attention (minimax).
-    "state-space, recurrent or linear-attention layers whose mixer is not described yet (shared attention blocks, RWKV, xLSTM, KDA attention)": {
-        "kimi_linear", "lfm2_vl",
+    # (mamba, falcon_mamba, jamba), LFM2's short convolution (lfm2, lfm2_moe), MiniMax's
+    # lightning attention (minimax) and Kimi delta attention (kimi_linear, costed as the DeltaNet).
+    "state-space, recurrent or linear-attention layers whose mixer is not described yet (shared attention blocks, RWKV, xLSTM)": {
+        "lfm2_vl",
         "recurrent_gemma", "rwkv", "xlstm", "zamba", "zamba2", "hrm_text", "blt"},
 }
 
@@ -83,7 +83,6 @@ MIXER_REASONS = {
     "zamba": "a shared attention block reused across layers (Zamba's hybrid layers)",
     "zamba2": "shared attention blocks with per-layer LoRA adapters reused across Mamba2 layers",
     "lfm2_vl": "a SigLIP2 NaFlex tower (LFM2's decoder is described)",
-    "kimi_linear": "Kimi delta attention (KDA) with MLA layers",
     "recurrent_gemma": "RG-LRU recurrent blocks",
     "rwkv": "RWKV time-mix / channel-mix blocks",
     "xlstm": "mLSTM / sLSTM blocks",

@@ -486,3 +486,56 @@ TEST_CASE("short conv: all-linear adapts LFM2's in_proj and out_proj, LoRA on it
   CHECK(error.find("layers.0.conv.conv") != std::string::npos);
   CHECK(error.find("not modelled") != std::string::npos);
 }
+
+// ---- Kimi Linear: Kimi delta attention (costed as the gated DeltaNet) and DeepSeek's MLA. The
+// parameters are checked against transformers by tests/sim/architectures/kimi_linear*.json and
+// lora-kimi_linear*.json (architecture_test.cc).
+
+namespace {
+
+std::string kimi_linear(const std::string& extra, int layers = 4) {
+  return R"({"model_type": "kimi_linear", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 16,
+    "num_hidden_layers": )" + std::to_string(layers) + R"(, "num_attention_heads": 4, "vocab_size": 100, "num_experts": 4, "num_experts_per_token": 2,
+    "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8, "torch_dtype": "bfloat16")" +
+         extra + "}";
+}
+
+}  // namespace
+
+TEST_CASE("Kimi Linear: layer types from layer_types, linear_attn_config's 1-indexed lists, or every fourth layer", "[architecture][mixer]") {
+  // KimiLinearConfig.__post_init__ without either: full attention where i is non-zero and i % 4 == 0.
+  const ModelStructure pattern = build_model_structure(plan_of(kimi_linear("", 9)));
+  for (int i = 0; i < 9; ++i) {
+    INFO("layer " << i);
+    CHECK(pattern.layers[static_cast<size_t>(i)].mixer == (i == 4 || i == 8 ? TokenMixer::Attention : TokenMixer::GatedDeltaNet));
+  }
+  // transformers gives ['linear_attention', 'full_attention', 'linear_attention', 'linear_attention']
+  // for full_attn_layers [2], kda_layers [1, 3, 4]; linear_attn_config's head_dim, num_heads and
+  // short_conv_kernel_size win over the top-level keys.
+  const ModelStructure listed = build_model_structure(plan_of(kimi_linear(
+      R"(, "linear_head_dim": 64, "linear_attn_config": {"head_dim": 8, "num_heads": 2, "short_conv_kernel_size": 3,
+         "full_attn_layers": [2], "kda_layers": [1, 3, 4]})")));
+  CHECK(listed.layers[0].mixer == TokenMixer::GatedDeltaNet);
+  CHECK(listed.layers[1].mixer == TokenMixer::Attention);
+  CHECK(listed.layers[2].mixer == TokenMixer::GatedDeltaNet);
+  CHECK(listed.layers[3].mixer == TokenMixer::GatedDeltaNet);
+  CHECK(listed.layers[0].mixer_shape.heads == 2);
+  CHECK(listed.layers[0].mixer_shape.key_dim == 8);
+  CHECK(listed.layers[0].mixer_shape.conv_channels == 3 * 2 * 8);
+  CHECK(listed.layers[0].mixer_shape.conv_kernel == 3);
+  CHECK(find_parameter(listed, "model.layers.0.self_attn.forget_gate.A_log")->shape == std::vector<int64_t>{1, 1, 2, 1});
+  // A layer in neither list (transformers leaves its type None) and a layer number past the end.
+  CHECK(refusal(kimi_linear(R"(, "linear_attn_config": {"full_attn_layers": [2], "kda_layers": [1, 3]})")).find("layer 4") !=
+        std::string::npos);
+  CHECK(refusal(kimi_linear(R"(, "linear_attn_config": {"full_attn_layers": [5], "kda_layers": [1, 2, 3, 4]})"))
+            .find("linear_attn_config.full_attn_layers") != std::string::npos);
+  // Kimi's own key names (KimiLinearConfig.attribute_map), the first first_k_dense_replace layers
+  // dense, and lm_head never tied.
+  const ModelStructure s = build_model_structure(plan_of(kimi_linear(R"(, "tie_word_embeddings": true)")));
+  CHECK(s.num_experts == 4);
+  CHECK(s.experts_per_token == 2);
+  CHECK_FALSE(s.layers[0].moe);
+  CHECK(s.layers[1].moe);
+  CHECK(find_parameter(s, "lm_head.weight") != nullptr);
+  CHECK(find_parameter(s, "model.layers.1.mlp.shared_experts.gate_proj.weight")->shape == std::vector<int64_t>{16, 64});
+}

@@ -1041,6 +1041,71 @@ void add_lightning_attention_decoders(std::vector<ArchitectureSpec>& t) {
   t.push_back(a);
 }
 
+// Kimi Linear (KimiLinearDecoderLayer, modeling_kimi_linear.py): self_attn is DeepSeek's MLA
+// (KimiLinearAttention, no RoPE on its nope part, the same parameters) on "full_attention" layers
+// and Kimi delta attention (KimiLinearDeltaAttention) on the others; then mlp (KimiLinearMoE where
+// mlp_layer_types says "sparse", else KimiLinearMLP), input_layernorm, post_attention_layernorm.
+// KDA: q/k/v_proj [qkv, H] (qkv = linear_num_heads * linear_head_dim), conv1d (depthwise over 3 qkv,
+// no bias), forget_gate (its own dt_bias [qkv] and A_log [1, 1, heads, 1], then f_a_proj [d, H],
+// f_b_proj [qkv, d]), b_proj [heads, H], g_a_proj [d, H], g_b_proj [qkv, d], o_norm (gated RMSNorm
+// over d), o_proj [H, qkv]; no biases. KimiLinearMoE: experts, gate (weight [E, H];
+// e_score_correction_bias is a buffer), shared_experts (an MLP of moe_intermediate_size *
+// n_shared_experts). KimiLinearForCausalLM declares no tied weights.
+void add_kimi_linear(std::vector<ArchitectureSpec>& t) {
+  const std::string linear_layer = "layer_type=linear_attention";
+  const std::string full_layer = "layer_type=full_attention";
+  const std::string qkv = "linear_num_heads*linear_head_dim";
+  ArchitectureSpec a;
+  a.model_type = "kimi_linear";
+  std::vector<ModuleSpec> mla = mla_attention();
+  for (ModuleSpec& m : mla) m.when = m.when.empty() ? full_layer : full_layer + "&" + m.when;
+  const std::vector<ModuleSpec> kda = {
+      linear("self_attn.q_proj", R::MixerIn, "hidden_size", qkv, "", linear_layer),
+      linear("self_attn.k_proj", R::MixerIn, "hidden_size", qkv, "", linear_layer),
+      linear("self_attn.v_proj", R::MixerIn, "hidden_size", qkv, "", linear_layer),
+      depthwise_conv1d("self_attn.conv1d", "3*" + qkv, "linear_conv_kernel_dim", "", linear_layer),
+      tensor("self_attn.forget_gate.dt_bias", R::MixerOther, qkv, linear_layer),
+      tensor("self_attn.forget_gate.A_log", R::MixerOther, "1,1,linear_num_heads,1", linear_layer),
+      linear("self_attn.forget_gate.f_a_proj", R::MixerIn, "hidden_size", "linear_head_dim", "", linear_layer),
+      linear("self_attn.forget_gate.f_b_proj", R::MixerOther, "linear_head_dim", qkv, "", linear_layer),
+      linear("self_attn.b_proj", R::MixerIn, "hidden_size", "linear_num_heads", "", linear_layer),
+      linear("self_attn.g_a_proj", R::MixerIn, "hidden_size", "linear_head_dim", "", linear_layer),
+      linear("self_attn.g_b_proj", R::MixerOther, "linear_head_dim", qkv, "", linear_layer),
+      norm("self_attn.o_norm", R::MixerOther, "linear_head_dim", "", linear_layer),
+      linear("self_attn.o_proj", R::O, qkv, "hidden_size", "", linear_layer)};
+  std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "moe_intermediate_size*n_shared_experts", "", "moe");
+  for (ModuleSpec& m : shared) m.role = R::MlpOther;
+  a.layer = concat({mla, kda, swiglu("mlp", "intermediate_size", "", "dense"),
+                    {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                     tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,moe_intermediate_size", "moe"),
+                     tensor("mlp.gate.weight", R::Router, "num_local_experts,hidden_size", "moe")},
+                    shared, kLlamaNorms});
+  // fla's chunk_kda: the gated delta rule of Qwen3-Next's layers with a per-channel decay, the same
+  // chunked structure (chunk 64); costed as the gated DeltaNet (token_mixer.h).
+  a.mixers = {MixerRule{linear_layer, TokenMixer::GatedDeltaNet, "self_attn", "linear_num_heads", "linear_head_dim", "linear_head_dim",
+                        "64", "3*" + qkv, "linear_conv_kernel_dim"}};
+  // The default pattern and linear_attn_config's lists are read in model_config.cc
+  // (read_hybrid_layer_types); the rule's `every` / `other` name the two types.
+  a.layer_types = LayerTypesRule{"", "", 0, "linear_attention", "full_attention", {"linear_attention", "full_attention"}, "", {}, {}, false};
+  a.moe = MoeLayers::LayerTypes;
+  a.experts_key = "num_local_experts";
+  a.top_k_key = "num_experts_per_tok";
+  a.expert_width = "moe_intermediate_size";
+  a.shared_expert_width = "moe_intermediate_size*n_shared_experts";
+  a.never_tied = true;  // KimiLinearForCausalLM._tied_weights_keys = {}
+  // KimiLinearConfig.attribute_map (the names Kimi's own config.json uses).
+  a.attribute_map = {{"num_experts", "num_local_experts"}, {"num_experts_per_token", "num_experts_per_tok"},
+                     {"num_shared_experts", "n_shared_experts"}, {"num_expert_group", "n_group"}};
+  a.popped_keys = {{"linear_attn_config.head_dim", "linear_head_dim"}, {"linear_attn_config.num_heads", "linear_num_heads"},
+                   {"linear_attn_config.short_conv_kernel_size", "linear_conv_kernel_dim"}};
+  a.defaults = {{"tie_word_embeddings", 0}, {"num_local_experts", 256}, {"num_experts_per_tok", 8}, {"n_shared_experts", 1},
+                {"moe_intermediate_size", 1024}, {"kv_lora_rank", 512}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128},
+                {"qk_nope_head_dim", 128}, {"linear_head_dim", 128}, {"linear_num_heads", 32}, {"linear_conv_kernel_dim", 4},
+                {"first_k_dense_replace", 1}, {"attention_bias", 0}};
+  a.source = "transformers/models/kimi_linear/modeling_kimi_linear.py";
+  t.push_back(a);
+}
+
 std::vector<ArchitectureSpec> build_table() {
   std::vector<ArchitectureSpec> t;
   auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
@@ -1049,6 +1114,7 @@ std::vector<ArchitectureSpec> build_table() {
   add_parallel_hybrid_decoders(t);
   add_short_conv_decoders(t);
   add_lightning_attention_decoders(t);
+  add_kimi_linear(t);
 
   {  // modeling_llama.py: attention_bias on all four projections, mlp_bias on the MLP.
     ArchitectureSpec a;
