@@ -69,10 +69,11 @@ NON_TARGET_FAMILIES = {
         "moshi", "musicgen", "musicgen_melody", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker",
         "evolla"},
     # Token mixers hookstream describes: attention, the gated DeltaNet (qwen3_next, qwen3_5*,
-    # olmo_hybrid), Mamba2 (bamba, granitemoehybrid, nemotron_h, falcon_h1, mamba2) and Mamba1
-    # (mamba, falcon_mamba, jamba).
-    "state-space, recurrent or linear-attention layers whose mixer is not described yet (shared attention blocks, short conv, RWKV, xLSTM, lightning/KDA attention)": {
-        "kimi_linear", "lfm2", "lfm2_moe", "lfm2_vl", "minimax",
+    # olmo_hybrid), Mamba2 (bamba, granitemoehybrid, nemotron_h, falcon_h1, mamba2), Mamba1
+    # (mamba, falcon_mamba, jamba), LFM2's short convolution (lfm2, lfm2_moe), MiniMax's
+    # lightning attention (minimax) and Kimi delta attention (kimi_linear, costed as the DeltaNet).
+    "state-space, recurrent or linear-attention layers whose mixer is not described yet (shared attention blocks, RWKV, xLSTM)": {
+        "lfm2_vl",
         "recurrent_gemma", "rwkv", "xlstm", "zamba", "zamba2", "hrm_text", "blt"},
 }
 
@@ -81,11 +82,7 @@ NON_TARGET_FAMILIES = {
 MIXER_REASONS = {
     "zamba": "a shared attention block reused across layers (Zamba's hybrid layers)",
     "zamba2": "shared attention blocks with per-layer LoRA adapters reused across Mamba2 layers",
-    "lfm2": "short gated convolutions (Lfm2ShortConv) and an auto-adjusted feed-forward width",
-    "lfm2_moe": "short gated convolutions (Lfm2MoeShortConv) and MoE",
-    "lfm2_vl": "LFM2's short convolutions and a SigLIP2 NaFlex tower",
-    "kimi_linear": "Kimi delta attention (KDA) with MLA layers",
-    "minimax": "lightning attention layers",
+    "lfm2_vl": "a SigLIP2 NaFlex tower (LFM2's decoder is described)",
     "recurrent_gemma": "RG-LRU recurrent blocks",
     "rwkv": "RWKV time-mix / channel-mix blocks",
     "xlstm": "mLSTM / sLSTM blocks",

@@ -14,7 +14,9 @@ deepspeed_configs/, with HF_HUB_CACHE pointing at the cache and no --model.
 Every example must end in one of:
   verdict        exit 0 or 1 with a report (DDP, FSDP, ZeRO, or the explicit engine_not_modelled);
   refused        exit 2, one line: transformers knows the type and hookstream cannot model it yet,
-                 or the type is the repository's custom code (auto_map), not one transformers ships;
+                 or the type is the repository's custom code (auto_map), not one transformers ships,
+                 or the config.json is transformers' default of a type whose default transformers
+                 itself cannot build (Lfm2MoeConfig has no default layer_types): both refuse it;
 anything else (a crash, a multi-line error, a lookup failure) fails. --min-verdicts N fails the run
 when fewer than N examples get a verdict (the count this branch reached: it may only go up).
 
@@ -95,6 +97,21 @@ def lay_out_cache(cache, examples, types):
     return sources
 
 
+def transformers_cannot_build(config_path):
+    """Why transformers cannot build the model of this config.json on the meta device, or ""."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    try:
+        config = AutoConfig.from_pretrained(str(config_path.parent))
+        auto = (AutoModelForImageTextToText if config.model_type in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+                else AutoModelForCausalLM)
+        with torch.device("meta"):
+            auto.from_config(config)
+    except Exception as error:  # the refusal is what is checked
+        return f"{type(error).__name__}: {error}"
+    return ""
+
+
 def classify(code, out):
     lines = [line for line in out.strip().splitlines() if line.strip()]
     if code in (0, 1) and lines:
@@ -126,8 +143,16 @@ def main():
                                   capture_output=True, text=True)
             out = proc.stdout + proc.stderr
             status = classify(proc.returncode, out)
+            lines = [line for line in out.strip().splitlines() if line.strip()]
+            why_not_built = ""
+            if status == "error" and proc.returncode == 2 and len(lines) == 1 and sources.get(repo) == "transformers default config":
+                why_not_built = transformers_cannot_build(cache / ("models--" + repo.replace("/", "--")) / "snapshots" / COMMIT / "config.json")
+                if why_not_built:
+                    status = "refused"
             first = out.strip().splitlines()[0] if out.strip() else ""
             detail = first.replace(str(cache), "HF_HUB_CACHE") if status != "verdict" else ""
+            if why_not_built:
+                detail += f" (transformers cannot build this default config either: {why_not_built[:80]})"
             model_type = types[repo] if isinstance(types[repo], str) else types[repo]["model_type"]
             rows.append({"example": example.name, "base_model": repo, "model_type": model_type, "exit": proc.returncode,
                          "status": status, "detail": detail})

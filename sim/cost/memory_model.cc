@@ -99,6 +99,41 @@ struct LayerActivations {
 // are recomputed in backward (a float32 temporary of heads*dk*dv per chunk of tokens).
 void recurrent_mixer_activations(const DecoderLayerUse& layer, int64_t h, bool rms, LayerActivations& a) {
   const RecurrentMixerShape& s = layer.mixer_shape;
+  if (layer.mixer == TokenMixer::LightningAttention) {
+    // MiniMaxLightningAttention.forward (modeling_minimax.py, a Python loop over blocks of B tokens;
+    // autograd keeps every block's tensors), per token in the model dtype: input_layernorm's input
+    // and output (qkv_proj's and output_gate's input), qkv_proj's output (the activation's input)
+    // and the activated q, k, v, the decayed q and k, the block's Q K^T and its decayed copy
+    // ([heads, B] each), the concatenated output, the RMSNorm's output, output_gate's output (the
+    // sigmoid's input) and the gated product (out_proj's input). Each block's running state
+    // [heads, d, d] is an input of the next block's matmul: heads*d*d per block of B tokens.
+    const int64_t inner = s.heads * s.value_dim;
+    a.saved_attention = rms ? std::vector<int64_t>{h} : std::vector<int64_t>{h, h};
+    a.saved_attention.insert(a.saved_attention.end(), {3 * inner, 3 * inner, 2 * inner, s.heads * s.chunk, s.heads * s.chunk, inner,
+                                                       inner, inner, inner});
+    if (s.chunk > 0) a.saved_attention.push_back((s.heads * s.key_dim * s.value_dim + s.chunk - 1) / s.chunk);
+    a.saved_norm_inputs_fp32 = (rms ? 2 * h : 0) + inner;  // the core output's RMSNorm upcasts it
+    a.saved_attention_fp32 = a.saved_scores_fp32 = a.saved_scores = 0;
+    a.attention_backward_temporaries = {h, h, 3 * inner, 3 * inner, s.heads * s.chunk, inner, inner};
+    a.attention_backward_fp32 = 0;
+    return;
+  }
+  if (layer.mixer == TokenMixer::ShortConv) {
+    // Lfm2ShortConv.forward (modeling_lfm2.py), per token in the model dtype: operator_norm's input
+    // and output (in_proj's input), in_proj's output BCx [3C] (B, C and x are views of it, saved by
+    // the two products), B * x (the conv's input), the conv's output (C * y's other factor) and
+    // C * y made contiguous (out_proj's input). Nothing float32 beyond the RMSNorm's upcast input;
+    // the conv keeps no state across the sequence in training.
+    const int64_t c = s.conv_channels;
+    a.saved_attention = rms ? std::vector<int64_t>{h} : std::vector<int64_t>{h, h};
+    a.saved_attention.insert(a.saved_attention.end(), {3 * c, c, c, c});
+    a.saved_norm_inputs_fp32 = rms ? 2 * h : 0;
+    a.saved_attention_fp32 = a.saved_scores_fp32 = a.saved_scores = 0;
+    // Backward: dL/dhidden in and out, the gradient of BCx [3C], and those of the conv's input and output.
+    a.attention_backward_temporaries = {h, h, 3 * c, c, c};
+    a.attention_backward_fp32 = 0;
+    return;
+  }
   const int64_t value = s.heads * s.value_dim;
   a.saved_attention = rms ? std::vector<int64_t>{h} : std::vector<int64_t>{h, h};
   a.saved_attention.push_back(s.conv_channels);  // in_proj_qkv(z) output read by conv1d

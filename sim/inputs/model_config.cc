@@ -440,21 +440,66 @@ void read_hybrid_layer_types(const ConfigReader& reader, const ArchitectureSpec&
     }
   }
   if (types.empty() && rule.count_layers) types = listed_or_pattern_types(reader, rule);
+  // KimiLinearConfig.__post_init__: without layer_types, linear_attn_config's 1-indexed
+  // full_attn_layers and kda_layers (both present) name each layer's type; without them, layer i is
+  // full attention when i is non-zero and a multiple of 4.
+  if (types.empty() && spec.model_type == "kimi_linear") {
+    std::string dotted;
+    const json* nested = reader.find("linear_attn_config", &dotted);
+    const bool listed = nested != nullptr && nested->is_object() && nested->contains("full_attn_layers") && nested->contains("kda_layers");
+    if (listed) {
+      std::vector<std::string> by_layer(static_cast<size_t>(config.num_hidden_layers));
+      for (const auto& [list_key, type] : {std::pair<std::string, std::string>{"full_attn_layers", "full_attention"},
+                                           std::pair<std::string, std::string>{"kda_layers", "linear_attention"}}) {
+        const json& list = (*nested)[list_key];
+        const std::string where = dotted + "." + list_key;
+        if (!list.is_array()) reader.fail(where, "expected a list of 1-indexed layer numbers", shown(list));
+        for (const json& layer : list) {
+          if (!layer.is_number_integer() || layer.get<int>() < 1 || layer.get<int>() > config.num_hidden_layers) {
+            reader.fail(where, "expected 1-indexed layer numbers from 1 to num_hidden_layers " + std::to_string(config.num_hidden_layers),
+                        shown(layer));
+          }
+          by_layer[static_cast<size_t>(layer.get<int>() - 1)] = type;
+        }
+      }
+      for (size_t i = 0; i < by_layer.size(); ++i) {
+        // transformers leaves such a layer's type None: built as KDA, then no attention mask for it.
+        if (by_layer[i].empty()) {
+          reader.fail(dotted, "expected layer " + std::to_string(i + 1) + " in full_attn_layers or kda_layers (1-indexed)");
+        }
+      }
+      types = by_layer;
+    } else {
+      for (int i = 0; i < config.num_hidden_layers; ++i) types.push_back(i != 0 && i % 4 == 0 ? rule.every : rule.other);
+    }
+  }
+  if (types.empty() && rule.required) {
+    reader.fail("layer_types", "missing; expected one entry per layer (num_hidden_layers " + std::to_string(config.num_hidden_layers) +
+                                   "): " + spec.model_type + "'s config class has no default, and its decoder layers index it "
+                                   "(transformers: TypeError: 'NoneType' object is not subscriptable)");
+  }
   if (types.empty() && !rule.indices_key.empty()) {
     std::string dotted;
     std::set<int> every;
-    if (const json* list = reader.find(rule.indices_key, &dotted); list != nullptr && !list->is_null()) {
+    const json* listed = reader.find(rule.indices_key, &dotted);
+    if (listed != nullptr && listed->is_null()) listed = nullptr;
+    if (const json* list = listed) {
       if (!list->is_array()) reader.fail(dotted, "expected a list of layer indices", shown(*list));
       for (const json& index : *list) {
         if (!index.is_number_integer()) reader.fail(dotted, "expected a list of layer indices", shown(index));
         every.insert(index.get<int>());
       }
     }
-    for (int i = 0; i < config.num_hidden_layers; ++i) types.push_back(every.count(i) ? rule.every : rule.other);
+    for (int i = 0; i < config.num_hidden_layers; ++i) {
+      types.push_back(every.count(i) || (listed == nullptr && rule.every_without_indices) ? rule.every : rule.other);
+    }
   }
-  if (types.empty() && rule.interval_key.empty()) types.assign(static_cast<size_t>(config.num_hidden_layers), rule.other);
+  if (types.empty() && rule.interval_key.empty() && rule.interval_default == 0) {
+    types.assign(static_cast<size_t>(config.num_hidden_layers), rule.other);
+  }
   if (types.empty()) {
-    auto it = config.values.find(rule.interval_key);
+    // No interval key: the class's fixed interval (MiniMaxConfig: every second layer).
+    auto it = rule.interval_key.empty() ? config.values.end() : config.values.find(rule.interval_key);
     const double interval = it == config.values.end() ? rule.interval_default : it->second;
     if (!(interval >= 1) || interval != static_cast<int>(interval)) {
       reader.fail(rule.interval_key, "expected a positive integer", std::to_string(interval));
@@ -645,7 +690,7 @@ const char* c10_scalar_type_name(DType dtype) {
 }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
-  const json root = parse_input_json(json_text, source);
+  json root = parse_input_json(json_text, source);
   if (!root.is_object()) throw InputError(source, "expected a JSON object (a Hugging Face config.json), got " + shown(root));
 
   const ConfigReader reader(root, source);
@@ -689,6 +734,24 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     for (const std::string& type : modelled_model_types()) known += (known.empty() ? "" : ", ") + type;
     reader.fail(decoder_type == config.model_type ? "model_type" : "text_config.model_type",
                 "hookstream cannot model this architecture yet (it models " + known + ")", shown(json(decoder_type)));
+  }
+  // Keys the config class pops into others (ArchitectureSpec::popped_keys): the old key's value
+  // replaces the key's in the object that holds it (text_config's, else the top level's), before
+  // anything is read. Neither the reader's root nor its text_config pointer moves: an object's
+  // members are nodes of a map.
+  // An old key "object.key" is read inside a nested object (KimiLinearConfig:
+  // linear_attn_config.get("head_dim", linear_head_dim)).
+  for (const auto& [old_key, key] : spec->popped_keys) {
+    const size_t dot = old_key.find('.');
+    const std::string outer = old_key.substr(0, dot);
+    json& holder = reader.has_text_config() && root["text_config"].contains(outer) ? root["text_config"] : root;
+    auto it = holder.find(outer);
+    if (it == holder.end()) continue;
+    if (dot == std::string::npos) {
+      holder[key] = *it;
+    } else if (it->is_object()) {
+      if (auto inner = it->find(old_key.substr(dot + 1)); inner != it->end()) holder[key] = *inner;
+    }
   }
   // transformers' attribute_map: GPT-2 writes n_embd / n_layer / n_head for hidden_size /
   // num_hidden_layers / num_attention_heads (GPT2Config.attribute_map); the standard key wins.

@@ -95,6 +95,19 @@ double recurrent_mixer_flops(TokenMixer mixer, const RecurrentMixerShape& s, dou
       // Elementwise work on the CUDA cores, costed here at the matrix rate as the other cores are.
       return 9.0 * tokens * s.heads * s.key_dim;
     }
+    case TokenMixer::ShortConv: {
+      // Lfm2ShortConv.forward: B * x, the causal depthwise conv1d (conv_L_cache multiply-adds per
+      // channel and token: F.conv1d with groups = hidden_size, or the causal_conv1d kernel), C * y.
+      // Elementwise work, costed at the matrix rate as the other mixers' is.
+      return tokens * s.conv_channels * (2.0 * s.conv_kernel + 2.0);
+    }
+    case TokenMixer::LightningAttention: {
+      // MiniMaxLightningAttention.forward per head and block of B tokens: Q K^T and its product
+      // with V inside the block (2 x 2 B d per token, whole B x B blocks: the decay mask is applied
+      // after the matmul), Q times the running state and K^T V into it (2 x 2 d^2 per token).
+      const double per_token = 4.0 * s.chunk * s.key_dim + 4.0 * s.key_dim * s.value_dim;
+      return tokens * s.heads * per_token;
+    }
     case TokenMixer::Mamba2: {
       // mamba_chunk_scan_combined (SSD) per head and chunk of C tokens: C Bᵀ and its product with
       // X inside the chunk (2 C (d_state + head_dim) per token), the chunk state Bᵀ X and the
@@ -178,6 +191,19 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
     cost.rmsnorm_backward_bytes = bytes(2 * 3 * h);
     cost.mixer_elementwise_bytes = bytes(2 * c + 3 * v);
     cost.mixer_elementwise_backward_bytes = bytes(3 * c + 5 * v);
+    if (use->mixer == TokenMixer::ShortConv) {
+      // Lfm2ShortConv: the conv (no activation; read and write c) and the products B * x and C * y
+      // (read two, write one each); backward: the conv's 3c, and each product reads the grad and
+      // both inputs and writes two grads.
+      cost.mixer_elementwise_bytes = bytes(2 * c + 2 * 3 * c);
+      cost.mixer_elementwise_backward_bytes = bytes(3 * c + 2 * 5 * c);
+    } else if (use->mixer == TokenMixer::LightningAttention) {
+      // MiniMaxLightningAttention: the activation on qkv (read and write 3v), the decay multiplies
+      // of q and k (2 x 2v), the RMSNorm on the core output (2v), sigmoid(output_gate) and its
+      // product (2v + 3v); backward about 1.5x each (reads the saved input besides the grad).
+      cost.mixer_elementwise_bytes = bytes(6 * v + 4 * v + 2 * v + 5 * v);
+      cost.mixer_elementwise_backward_bytes = bytes(9 * v + 6 * v + 3 * v + 8 * v);
+    }
   }
   // act(gate) * up: read gate, write act; read act and up, write the product. Backward: read the
   // grad, gate and up, write the gate and up grads.

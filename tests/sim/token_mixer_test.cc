@@ -326,3 +326,216 @@ TEST_CASE("block hybrids: Mamba and Falcon-Mamba are Mamba1 mixers (selective sc
     CHECK(lora_refusal(plan, {"conv1d"}).find("model_type='" + type + "'") != std::string::npos);
   }
 }
+
+// ---- LFM2's gated short convolution (lfm2, lfm2_moe) and MiniMax's lightning attention. The
+// parameters are checked against transformers by tests/sim/architectures/lfm2*.json,
+// lora-lfm2*.json, minimax*.json, lora-minimax*.json (architecture_test.cc).
+
+namespace {
+
+// A small LFM2: hidden 64, 4 heads of 16; LFM2-1.2B's feed-forward numbers (12288 -> 8192).
+std::string lfm2(const std::string& extra) {
+  return R"({"model_type": "lfm2", "hidden_size": 64, "intermediate_size": 12288, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "torch_dtype": "bfloat16")" +
+         extra + "}";
+}
+
+std::string lfm2_moe(const std::string& extra) {
+  return R"({"model_type": "lfm2_moe", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "num_experts": 4,
+    "num_experts_per_tok": 2, "num_dense_layers": 1, "torch_dtype": "bfloat16")" +
+         extra + "}";
+}
+
+std::string minimax(const std::string& extra) {
+  return R"({"model_type": "minimax", "hidden_size": 64, "intermediate_size": 32, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 100, "num_local_experts": 4,
+    "num_experts_per_tok": 2, "block_size": 16, "torch_dtype": "bfloat16")" +
+         extra + "}";
+}
+
+const Parameter* find_parameter(const ModelStructure& s, const std::string& name) {
+  for (const Parameter& p : s.parameters) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("short-conv hybrids: LFM2's layers come from layer_types, full_attn_idxs, or are all attention", "[architecture][mixer]") {
+  // Lfm2Config.__post_init__: full_attn_idxs None is every layer.
+  const ModelStructure all = build_model_structure(plan_of(lfm2("")));
+  CHECK(all.layers[0].mixer == TokenMixer::Attention);
+  CHECK(all.layers[1].mixer == TokenMixer::Attention);
+  for (const std::string& extra : {std::string(R"(, "full_attn_idxs": [1])"), std::string(R"(, "layer_types": ["conv", "full_attention"])")}) {
+    INFO(extra);
+    const ModelStructure s = build_model_structure(plan_of(lfm2(extra)));
+    REQUIRE(s.layers.size() == 2);
+    CHECK(s.layers[0].mixer == TokenMixer::ShortConv);
+    CHECK(s.layers[0].mixer_module == "conv");
+    CHECK(s.layers[0].mixer_in.size() == 1);     // in_proj
+    CHECK(s.layers[0].mixer_other.size() == 1);  // the depthwise conv
+    CHECK(s.layers[0].mixer_shape.conv_channels == 64);
+    CHECK(s.layers[0].mixer_shape.conv_kernel == 3);
+    CHECK(s.parameters[static_cast<size_t>(s.layers[0].o.weight)].name == "model.layers.0.conv.out_proj.weight");
+    CHECK(s.layers[1].mixer == TokenMixer::Attention);
+    CHECK(s.parameters[static_cast<size_t>(s.layers[1].o.weight)].name == "model.layers.1.self_attn.out_proj.weight");
+  }
+  // Lfm2MLP: int(2 * 12288 / 3) = 8192, times 1.0, a multiple of 256; block_ff_dim wins over
+  // intermediate_size (Lfm2Config pops it), tie_embedding over tie_word_embeddings.
+  const ModelStructure s = build_model_structure(plan_of(lfm2("")));
+  REQUIRE(find_parameter(s, "model.layers.0.feed_forward.w1.weight") != nullptr);
+  CHECK(find_parameter(s, "model.layers.0.feed_forward.w1.weight")->shape == std::vector<int64_t>{8192, 64});
+  CHECK(s.layers[0].mlp_width == 8192);
+  const ModelStructure popped = build_model_structure(
+      plan_of(lfm2(R"(, "block_ff_dim": 300, "block_multiple_of": 64, "tie_embedding": false, "tie_word_embeddings": true)")));
+  CHECK(find_parameter(popped, "model.layers.0.feed_forward.w1.weight")->shape == std::vector<int64_t>{256, 64});
+  CHECK(find_parameter(popped, "lm_head.weight") != nullptr);
+  CHECK(find_parameter(s, "lm_head.weight") == nullptr);  // tied by default
+  CHECK(find_parameter(s, "model.embedding_norm.weight") != nullptr);
+  // Lfm2Config's strict fields refuse null.
+  const std::string null_multiplier = refusal(lfm2(R"(, "block_ffn_dim_multiplier": null)"));
+  CHECK(null_multiplier.find("block_ffn_dim_multiplier") != std::string::npos);
+  CHECK(null_multiplier.find("null") != std::string::npos);
+  // A type LFM2 has no layer for.
+  CHECK(refusal(lfm2(R"(, "layer_types": ["conv", "sliding_attention"])")).find("layer_types.1") != std::string::npos);
+}
+
+TEST_CASE("short-conv hybrids: LFM2-MoE needs layer_types, and its first num_dense_layers layers are dense", "[architecture][mixer]") {
+  const std::string missing = refusal(lfm2_moe(""));
+  CHECK(missing.find("layer_types") != std::string::npos);
+  CHECK(missing.find("no default") != std::string::npos);
+  const ModelStructure s = build_model_structure(plan_of(lfm2_moe(R"(, "layer_types": ["full_attention", "conv"])")));
+  CHECK(s.layers[0].mixer == TokenMixer::Attention);
+  CHECK_FALSE(s.layers[0].moe);
+  CHECK(find_parameter(s, "model.layers.0.feed_forward.w1.weight") != nullptr);
+  CHECK(s.layers[1].mixer == TokenMixer::ShortConv);
+  CHECK(s.layers[1].moe);
+  CHECK(find_parameter(s, "model.layers.1.feed_forward.experts.gate_up_proj")->shape == std::vector<int64_t>{4, 64, 64});
+  CHECK(s.num_experts == 4);
+  CHECK(s.experts_per_token == 2);
+}
+
+TEST_CASE("lightning attention: MiniMax alternates attention and lightning layers without layer_types", "[architecture][mixer]") {
+  const ModelStructure s = build_model_structure(plan_of(minimax("")));
+  REQUIRE(s.layers.size() == 4);
+  CHECK(s.layers[0].mixer == TokenMixer::Attention);
+  CHECK(s.layers[1].mixer == TokenMixer::LightningAttention);
+  CHECK(s.layers[2].mixer == TokenMixer::Attention);
+  CHECK(s.layers[3].mixer == TokenMixer::LightningAttention);
+  CHECK(s.layers[1].mixer_module == "self_attn");
+  CHECK(s.layers[1].mixer_in.size() == 2);  // qkv_proj, output_gate
+  CHECK(s.layers[1].mixer_shape.heads == 4);
+  CHECK(s.layers[1].mixer_shape.key_dim == 8);
+  CHECK(s.layers[1].mixer_shape.chunk == 16);
+  CHECK(find_parameter(s, "model.layers.1.self_attn.qkv_proj.weight")->shape == std::vector<int64_t>{96, 64});
+  const ModelStructure listed =
+      build_model_structure(plan_of(minimax(R"(, "layer_types": ["linear_attention", "linear_attention", "full_attention", "linear_attention"])")));
+  CHECK(listed.layers[0].mixer == TokenMixer::LightningAttention);
+  CHECK(listed.layers[2].mixer == TokenMixer::Attention);
+}
+
+TEST_CASE("short conv and lightning attention are costed with their own projections and core", "[architecture][mixer][cost]") {
+  const int seq = 4096;
+  const double t = seq;
+  {
+    const Plan plan = plan_of(lfm2(R"(, "layer_types": ["conv", "full_attention"])"));
+    const ModelStructure s = build_model_structure(plan);
+    const LayerCost conv = layer_cost(plan.model, seq, 1, &s, 0);
+    // The depthwise conv (3 taps) and the two gating products over 64 channels: t * 64 * (2 * 3 + 2).
+    CHECK(conv.attention_flops == Approx(t * 64 * 8));
+    // in_proj [192, 64] and out_proj [64, 64]; the MLP at 8192.
+    const double mlp = 2 * t * 3 * 64 * 8192;
+    CHECK(conv.projection_flops == Approx(2 * t * 64 * (192 + 64) + mlp));
+    CHECK(conv.rope_bytes == 0);
+    CHECK(conv.mixer_elementwise_bytes == static_cast<int64_t>(t * 2 * (8 * 64)));
+    // Linear in the sequence.
+    CHECK(layer_cost(plan.model, 2 * seq, 1, &s, 0).attention_flops == Approx(2 * conv.attention_flops));
+  }
+  {
+    const Plan plan = plan_of(minimax(""));
+    const ModelStructure s = build_model_structure(plan);
+    const LayerCost lightning = layer_cost(plan.model, seq, 1, &s, 1);
+    // 4 heads of 8, blocks of 16: t * heads * (4 B d + 4 d^2).
+    CHECK(lightning.attention_flops == Approx(t * 4 * (4.0 * 16 * 8 + 4.0 * 8 * 8)));
+    CHECK(lightning.rope_bytes == 0);
+    CHECK(lightning.mixer_elementwise_bytes > 0);
+    CHECK(layer_cost(plan.model, seq, 1, &s, 0).attention_flops == Approx(4.0 * t * t * 4 * 8 / 2));
+  }
+}
+
+TEST_CASE("short conv: all-linear adapts LFM2's in_proj and out_proj, LoRA on its depthwise conv is refused", "[architecture][mixer]") {
+  Plan plan = plan_of(lfm2(R"(, "layer_types": ["conv", "full_attention"])"));
+  plan.adapter = Adapter::Lora;
+  plan.lora_r = 8;
+  plan.lora_target_modules = {"all-linear"};
+  plan.lora_target_modules_regex = true;
+  const ModelStructure s = build_model_structure(plan);
+  CHECK(find_parameter(s, "base_model.model.model.layers.0.conv.in_proj.lora_A.default.weight") != nullptr);
+  CHECK(find_parameter(s, "base_model.model.model.layers.0.conv.out_proj.lora_A.default.weight") != nullptr);
+  CHECK(find_parameter(s, "base_model.model.model.layers.0.conv.conv.weight") != nullptr);
+  plan.lora_target_modules = {"conv.conv"};
+  plan.lora_target_modules_regex = false;
+  std::string error;
+  try {
+    build_model_structure(plan);
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("layers.0.conv.conv") != std::string::npos);
+  CHECK(error.find("not modelled") != std::string::npos);
+}
+
+// ---- Kimi Linear: Kimi delta attention (costed as the gated DeltaNet) and DeepSeek's MLA. The
+// parameters are checked against transformers by tests/sim/architectures/kimi_linear*.json and
+// lora-kimi_linear*.json (architecture_test.cc).
+
+namespace {
+
+std::string kimi_linear(const std::string& extra, int layers = 4) {
+  return R"({"model_type": "kimi_linear", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 16,
+    "num_hidden_layers": )" + std::to_string(layers) + R"(, "num_attention_heads": 4, "vocab_size": 100, "num_experts": 4, "num_experts_per_token": 2,
+    "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8, "torch_dtype": "bfloat16")" +
+         extra + "}";
+}
+
+}  // namespace
+
+TEST_CASE("Kimi Linear: layer types from layer_types, linear_attn_config's 1-indexed lists, or every fourth layer", "[architecture][mixer]") {
+  // KimiLinearConfig.__post_init__ without either: full attention where i is non-zero and i % 4 == 0.
+  const ModelStructure pattern = build_model_structure(plan_of(kimi_linear("", 9)));
+  for (int i = 0; i < 9; ++i) {
+    INFO("layer " << i);
+    CHECK(pattern.layers[static_cast<size_t>(i)].mixer == (i == 4 || i == 8 ? TokenMixer::Attention : TokenMixer::GatedDeltaNet));
+  }
+  // transformers gives ['linear_attention', 'full_attention', 'linear_attention', 'linear_attention']
+  // for full_attn_layers [2], kda_layers [1, 3, 4]; linear_attn_config's head_dim, num_heads and
+  // short_conv_kernel_size win over the top-level keys.
+  const ModelStructure listed = build_model_structure(plan_of(kimi_linear(
+      R"(, "linear_head_dim": 64, "linear_attn_config": {"head_dim": 8, "num_heads": 2, "short_conv_kernel_size": 3,
+         "full_attn_layers": [2], "kda_layers": [1, 3, 4]})")));
+  CHECK(listed.layers[0].mixer == TokenMixer::GatedDeltaNet);
+  CHECK(listed.layers[1].mixer == TokenMixer::Attention);
+  CHECK(listed.layers[2].mixer == TokenMixer::GatedDeltaNet);
+  CHECK(listed.layers[3].mixer == TokenMixer::GatedDeltaNet);
+  CHECK(listed.layers[0].mixer_shape.heads == 2);
+  CHECK(listed.layers[0].mixer_shape.key_dim == 8);
+  CHECK(listed.layers[0].mixer_shape.conv_channels == 3 * 2 * 8);
+  CHECK(listed.layers[0].mixer_shape.conv_kernel == 3);
+  CHECK(find_parameter(listed, "model.layers.0.self_attn.forget_gate.A_log")->shape == std::vector<int64_t>{1, 1, 2, 1});
+  // A layer in neither list (transformers leaves its type None) and a layer number past the end.
+  CHECK(refusal(kimi_linear(R"(, "linear_attn_config": {"full_attn_layers": [2], "kda_layers": [1, 3]})")).find("layer 4") !=
+        std::string::npos);
+  CHECK(refusal(kimi_linear(R"(, "linear_attn_config": {"full_attn_layers": [5], "kda_layers": [1, 2, 3, 4]})"))
+            .find("linear_attn_config.full_attn_layers") != std::string::npos);
+  // Kimi's own key names (KimiLinearConfig.attribute_map), the first first_k_dense_replace layers
+  // dense, and lm_head never tied.
+  const ModelStructure s = build_model_structure(plan_of(kimi_linear(R"(, "tie_word_embeddings": true)")));
+  CHECK(s.num_experts == 4);
+  CHECK(s.experts_per_token == 2);
+  CHECK_FALSE(s.layers[0].moe);
+  CHECK(s.layers[1].moe);
+  CHECK(find_parameter(s, "lm_head.weight") != nullptr);
+  CHECK(find_parameter(s, "model.layers.1.mlp.shared_experts.gate_proj.weight")->shape == std::vector<int64_t>{16, 64});
+}

@@ -889,12 +889,232 @@ void add_arch8_decoders(std::vector<ArchitectureSpec>& t) {
   }
 }
 
+// Lfm2MLP.__init__ (modeling_lfm2.py): with block_auto_adjust_ff_dim, the feed-forward width is
+// int(2 * intermediate_size / 3), then int(block_ffn_dim_multiplier * that) rounded up to a multiple
+// of block_multiple_of (LLaMA's rule). Lfm2Config is a strict dataclass: null for any of the three
+// fails its type check (so Lfm2MLP's `is not None` branch never skips the rounding), and hookstream
+// refuses it too. Its own key: ModelConfig's intermediate_size stays the file's.
+void lfm2_rules(std::map<std::string, double>& values, int, const std::string& source) {
+  for (const char* key : {"block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of"}) {
+    if (values.count(key) == 0) {
+      throw InputError(source + ": key " + key, "expected a number, got null (Lfm2Config's strict field type refuses None)");
+    }
+  }
+  double width = values.at("intermediate_size");
+  if (values.at("block_auto_adjust_ff_dim") != 0) {
+    const double multiple = values.at("block_multiple_of");
+    if (multiple < 1 || multiple != std::floor(multiple)) {
+      throw InputError(source + ": key block_multiple_of", "expected a positive integer (Lfm2MLP rounds the feed-forward width up to it)");
+    }
+    width = std::trunc(values.at("block_ffn_dim_multiplier") * std::trunc(2 * width / 3));
+    width = multiple * std::floor((width + multiple - 1) / multiple);
+  }
+  if (width < 1) throw InputError(source + ": key intermediate_size", "expected a feed-forward width of at least 1 after Lfm2MLP's adjustment");
+  values["feed_forward_width"] = width;
+}
+
+// Lfm2MoeDecoderLayer: layers below num_dense_layers have the dense Lfm2MoeMLP, the others the
+// sparse block (the FirstKDense rule, which reads first_k_dense_replace).
+void lfm2_moe_rules(std::map<std::string, double>& values, int, const std::string& source) {
+  auto dense = values.find("num_dense_layers");
+  if (dense == values.end()) {
+    throw InputError(source + ": key num_dense_layers", "expected an integer (Lfm2MoeDecoderLayer compares the layer index with it), got null");
+  }
+  values["first_k_dense_replace"] = dense->second;
+}
+
+// LFM2 (Lfm2DecoderLayer, modeling_lfm2.py) and LFM2-MoE (Lfm2MoeDecoderLayer, modeling_lfm2_moe.py):
+// each layer is attention or a gated short convolution by layer_types ("full_attention" is
+// attention, any other entry, "conv" in LiquidAI's configs, the convolution), then feed_forward,
+// operator_norm, ffn_norm. Attention (Lfm2Attention): q/k/v_proj, out_proj, then q_layernorm and
+// k_layernorm over head_dim; no biases. The convolution (Lfm2ShortConv): conv (nn.Conv1d(H, H,
+// conv_L_cache, groups=H)), in_proj [3H, H], out_proj [H, H], all three with conv_bias. Every
+// parameter is used once per step (the conv's weight through a squeeze(1) view). The final norm
+// is model.embedding_norm, registered after the layers; lm_head tied by default.
+void add_short_conv_decoders(std::vector<ArchitectureSpec>& t) {
+  const std::string conv_layer = "layer_type=linear_attention";
+  const std::string full_layer = "layer_type=full_attention";
+  std::vector<ModuleSpec> attn = {linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "", full_layer),
+                                  linear("self_attn.k_proj", R::K, "hidden_size", kKV, "", full_layer),
+                                  linear("self_attn.v_proj", R::V, "hidden_size", kKV, "", full_layer),
+                                  linear("self_attn.out_proj", R::O, kQ, "hidden_size", "", full_layer),
+                                  norm("self_attn.q_layernorm", R::QNorm, "head_dim", "", full_layer),
+                                  norm("self_attn.k_layernorm", R::KNorm, "head_dim", "", full_layer)};
+  const std::vector<ModuleSpec> conv = {depthwise_conv1d("conv.conv", "hidden_size", "conv_L_cache", "conv_bias", conv_layer),
+                                        linear("conv.in_proj", R::MixerIn, "hidden_size", "3*hidden_size", "conv_bias", conv_layer),
+                                        linear("conv.out_proj", R::O, "hidden_size", "hidden_size", "conv_bias", conv_layer)};
+  const std::vector<ModuleSpec> norms = {norm("operator_norm", R::InputNorm), norm("ffn_norm", R::PostAttentionNorm)};
+  auto feed_forward = [](const std::string& width, const std::string& when) {
+    return std::vector<ModuleSpec>{linear("feed_forward.w1", R::Gate, "hidden_size", width, "", when),
+                                   linear("feed_forward.w3", R::Up, "hidden_size", width, "", when),
+                                   linear("feed_forward.w2", R::Down, width, "hidden_size", "", when)};
+  };
+  const MixerRule short_conv{conv_layer, TokenMixer::ShortConv, "conv", "", "", "", "", "hidden_size", "conv_L_cache"};
+  // Both config classes pop a legacy tie_embedding into tie_word_embeddings (__post_init__).
+  {
+    ArchitectureSpec a;
+    a.model_type = "lfm2";
+    a.layer = concat({attn, conv, feed_forward("feed_forward_width", ""), norms});
+    a.final_norm = "model.embedding_norm";
+    a.mixers = {short_conv};
+    // Lfm2Config.__post_init__: without layer_types, layer i is full attention when i is in
+    // full_attn_idxs (None: every layer), else "conv".
+    a.layer_types = LayerTypesRule{"full_attn_idxs", "", 0, "linear_attention", "full_attention",
+                                   {"linear_attention", "full_attention"}, "", {}, {}, false};
+    a.layer_types.every_without_indices = true;
+    a.mlp_module = "feed_forward";
+    a.mlp_width = "feed_forward_width";
+    a.popped_keys = {{"tie_embedding", "tie_word_embeddings"}, {"block_ff_dim", "intermediate_size"}};
+    a.defaults = {{"tie_word_embeddings", 1}, {"intermediate_size", 12288}, {"conv_bias", 0}, {"conv_L_cache", 3}, {"block_multiple_of", 256},
+                  {"block_ffn_dim_multiplier", 1}, {"block_auto_adjust_ff_dim", 1}};
+    a.config_rules = lfm2_rules;
+    a.source = "transformers/models/lfm2/modeling_lfm2.py";
+    t.push_back(a);
+  }
+  {  // Lfm2MoeDecoderLayer's feed_forward: Lfm2MoeMLP of intermediate_size (no width adjustment)
+     // below num_dense_layers, else Lfm2MoeSparseMoeBlock: experts (gate_up_proj [E, 2I, H],
+     // down_proj [E, H, I], I = moe_intermediate_size), then gate (Lfm2MoeTopKRouter: weight [E, H];
+     // sigmoid scores, top num_experts_per_tok); its expert_bias is a buffer, not a parameter.
+     // No PEFT MoE target conversion: _MODEL_TO_CONVERSION_PATTERN has no lfm2_moe entry.
+    ArchitectureSpec a;
+    a.model_type = "lfm2_moe";
+    a.layer = concat({attn, conv, feed_forward("intermediate_size", "dense"),
+                      {tensor("feed_forward.experts.gate_up_proj", R::ExpertsGateUp, "num_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                       tensor("feed_forward.experts.down_proj", R::ExpertsDown, "num_experts,hidden_size,moe_intermediate_size", "moe"),
+                       tensor("feed_forward.gate.weight", R::Router, "num_experts,hidden_size", "moe")},
+                      norms});
+    a.final_norm = "model.embedding_norm";
+    a.mixers = {short_conv};
+    // Lfm2MoeConfig has no default layer_types and no full_attn_idxs.
+    a.layer_types = LayerTypesRule{"", "", 0, "linear_attention", "full_attention", {"linear_attention", "full_attention"}, "", {}, {}, false};
+    a.layer_types.required = true;
+    a.mlp_module = "feed_forward";
+    a.moe = MoeLayers::FirstKDense;
+    a.experts_key = "num_experts";
+    a.top_k_key = "num_experts_per_tok";
+    a.expert_width = "moe_intermediate_size";
+    a.popped_keys = {{"tie_embedding", "tie_word_embeddings"}};
+    a.defaults = {{"tie_word_embeddings", 1}, {"intermediate_size", 7168}, {"conv_bias", 0}, {"conv_L_cache", 3}, {"num_dense_layers", 2},
+                  {"num_experts_per_tok", 4}, {"num_experts", 32}, {"moe_intermediate_size", 1792}};
+    a.config_rules = lfm2_moe_rules;
+    a.source = "transformers/models/lfm2_moe/modeling_lfm2_moe.py";
+    t.push_back(a);
+  }
+}
+
+// MiniMax (MiniMaxDecoderLayer, modeling_minimax.py): self_attn is built as MiniMaxAttention first
+// and, on a "linear_attention" layer, replaced by MiniMaxLightningAttention: a reassigned module
+// keeps its place in _modules, so every layer lists self_attn first, then input_layernorm,
+// post_attention_layernorm and Mixtral's sparse block (mlp.gate, mlp.experts). The lightning
+// attention registers norm (RMSNorm over heads * head_dim), qkv_proj [3 * heads * head_dim, H],
+// out_proj, output_gate [heads * head_dim, H], no biases; its slope and decay tensors are buffers.
+// The alpha/beta residual factors are floats. Each parameter is used once per step.
+void add_lightning_attention_decoders(std::vector<ArchitectureSpec>& t) {
+  const std::string linear_layer = "layer_type=linear_attention";
+  const std::string full_layer = "layer_type=full_attention";
+  ArchitectureSpec a;
+  a.model_type = "minimax";
+  std::vector<ModuleSpec> attn = attention("", "");
+  for (ModuleSpec& m : attn) m.when = full_layer;
+  a.layer = concat({attn,
+                    {norm("self_attn.norm", R::MixerOther, kQ, "", linear_layer),
+                     linear("self_attn.qkv_proj", R::MixerIn, "hidden_size", "3*" + kQ, "", linear_layer),
+                     linear("self_attn.out_proj", R::O, kQ, "hidden_size", "", linear_layer),
+                     linear("self_attn.output_gate", R::MixerIn, "hidden_size", kQ, "", linear_layer)},
+                    kLlamaNorms,
+                    {tensor("mlp.gate.weight", R::Router, "num_local_experts,hidden_size"),
+                     tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*intermediate_size,hidden_size"),
+                     tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,intermediate_size")}});
+  a.mixers = {MixerRule{linear_layer, TokenMixer::LightningAttention, "self_attn", "num_attention_heads", "head_dim", "head_dim",
+                        "block_size", "", ""}};
+  // MiniMaxConfig.__post_init__: without layer_types, layer i is full attention when (i + 1) % 2
+  // is non-zero, so the even layers are attention and the odd ones lightning attention.
+  a.layer_types = LayerTypesRule{"", "", 2, "full_attention", "linear_attention", {"linear_attention", "full_attention"}, "", {}, {}, false};
+  a.moe = MoeLayers::All;
+  a.experts_key = "num_local_experts";
+  a.top_k_key = "num_experts_per_tok";
+  a.attribute_map = {{"num_experts", "num_local_experts"}};
+  a.peft_moe_conversion = "mixtral";  // _MODEL_TO_CONVERSION_PATTERN["minimax"]
+  a.expert_width = "intermediate_size";
+  a.defaults = {{"tie_word_embeddings", 0}, {"num_local_experts", 8}, {"num_experts_per_tok", 2}, {"block_size", 256}};
+  a.source = "transformers/models/minimax/modeling_minimax.py";
+  t.push_back(a);
+}
+
+// Kimi Linear (KimiLinearDecoderLayer, modeling_kimi_linear.py): self_attn is DeepSeek's MLA
+// (KimiLinearAttention, no RoPE on its nope part, the same parameters) on "full_attention" layers
+// and Kimi delta attention (KimiLinearDeltaAttention) on the others; then mlp (KimiLinearMoE where
+// mlp_layer_types says "sparse", else KimiLinearMLP), input_layernorm, post_attention_layernorm.
+// KDA: q/k/v_proj [qkv, H] (qkv = linear_num_heads * linear_head_dim), conv1d (depthwise over 3 qkv,
+// no bias), forget_gate (its own dt_bias [qkv] and A_log [1, 1, heads, 1], then f_a_proj [d, H],
+// f_b_proj [qkv, d]), b_proj [heads, H], g_a_proj [d, H], g_b_proj [qkv, d], o_norm (gated RMSNorm
+// over d), o_proj [H, qkv]; no biases. KimiLinearMoE: experts, gate (weight [E, H];
+// e_score_correction_bias is a buffer), shared_experts (an MLP of moe_intermediate_size *
+// n_shared_experts). KimiLinearForCausalLM declares no tied weights.
+void add_kimi_linear(std::vector<ArchitectureSpec>& t) {
+  const std::string linear_layer = "layer_type=linear_attention";
+  const std::string full_layer = "layer_type=full_attention";
+  const std::string qkv = "linear_num_heads*linear_head_dim";
+  ArchitectureSpec a;
+  a.model_type = "kimi_linear";
+  std::vector<ModuleSpec> mla = mla_attention();
+  for (ModuleSpec& m : mla) m.when = m.when.empty() ? full_layer : full_layer + "&" + m.when;
+  const std::vector<ModuleSpec> kda = {
+      linear("self_attn.q_proj", R::MixerIn, "hidden_size", qkv, "", linear_layer),
+      linear("self_attn.k_proj", R::MixerIn, "hidden_size", qkv, "", linear_layer),
+      linear("self_attn.v_proj", R::MixerIn, "hidden_size", qkv, "", linear_layer),
+      depthwise_conv1d("self_attn.conv1d", "3*" + qkv, "linear_conv_kernel_dim", "", linear_layer),
+      tensor("self_attn.forget_gate.dt_bias", R::MixerOther, qkv, linear_layer),
+      tensor("self_attn.forget_gate.A_log", R::MixerOther, "1,1,linear_num_heads,1", linear_layer),
+      linear("self_attn.forget_gate.f_a_proj", R::MixerIn, "hidden_size", "linear_head_dim", "", linear_layer),
+      linear("self_attn.forget_gate.f_b_proj", R::MixerOther, "linear_head_dim", qkv, "", linear_layer),
+      linear("self_attn.b_proj", R::MixerIn, "hidden_size", "linear_num_heads", "", linear_layer),
+      linear("self_attn.g_a_proj", R::MixerIn, "hidden_size", "linear_head_dim", "", linear_layer),
+      linear("self_attn.g_b_proj", R::MixerOther, "linear_head_dim", qkv, "", linear_layer),
+      norm("self_attn.o_norm", R::MixerOther, "linear_head_dim", "", linear_layer),
+      linear("self_attn.o_proj", R::O, qkv, "hidden_size", "", linear_layer)};
+  std::vector<ModuleSpec> shared = swiglu("mlp.shared_experts", "moe_intermediate_size*n_shared_experts", "", "moe");
+  for (ModuleSpec& m : shared) m.role = R::MlpOther;
+  a.layer = concat({mla, kda, swiglu("mlp", "intermediate_size", "", "dense"),
+                    {tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "num_local_experts,2*moe_intermediate_size,hidden_size", "moe"),
+                     tensor("mlp.experts.down_proj", R::ExpertsDown, "num_local_experts,hidden_size,moe_intermediate_size", "moe"),
+                     tensor("mlp.gate.weight", R::Router, "num_local_experts,hidden_size", "moe")},
+                    shared, kLlamaNorms});
+  // fla's chunk_kda: the gated delta rule of Qwen3-Next's layers with a per-channel decay, the same
+  // chunked structure (chunk 64); costed as the gated DeltaNet (token_mixer.h).
+  a.mixers = {MixerRule{linear_layer, TokenMixer::GatedDeltaNet, "self_attn", "linear_num_heads", "linear_head_dim", "linear_head_dim",
+                        "64", "3*" + qkv, "linear_conv_kernel_dim"}};
+  // The default pattern and linear_attn_config's lists are read in model_config.cc
+  // (read_hybrid_layer_types); the rule's `every` / `other` name the two types.
+  a.layer_types = LayerTypesRule{"", "", 0, "linear_attention", "full_attention", {"linear_attention", "full_attention"}, "", {}, {}, false};
+  a.moe = MoeLayers::LayerTypes;
+  a.experts_key = "num_local_experts";
+  a.top_k_key = "num_experts_per_tok";
+  a.expert_width = "moe_intermediate_size";
+  a.shared_expert_width = "moe_intermediate_size*n_shared_experts";
+  a.never_tied = true;  // KimiLinearForCausalLM._tied_weights_keys = {}
+  // KimiLinearConfig.attribute_map (the names Kimi's own config.json uses).
+  a.attribute_map = {{"num_experts", "num_local_experts"}, {"num_experts_per_token", "num_experts_per_tok"},
+                     {"num_shared_experts", "n_shared_experts"}, {"num_expert_group", "n_group"}};
+  a.popped_keys = {{"linear_attn_config.head_dim", "linear_head_dim"}, {"linear_attn_config.num_heads", "linear_num_heads"},
+                   {"linear_attn_config.short_conv_kernel_size", "linear_conv_kernel_dim"}};
+  a.defaults = {{"tie_word_embeddings", 0}, {"num_local_experts", 256}, {"num_experts_per_tok", 8}, {"n_shared_experts", 1},
+                {"moe_intermediate_size", 1024}, {"kv_lora_rank", 512}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128},
+                {"qk_nope_head_dim", 128}, {"linear_head_dim", 128}, {"linear_num_heads", 32}, {"linear_conv_kernel_dim", 4},
+                {"first_k_dense_replace", 1}, {"attention_bias", 0}};
+  a.source = "transformers/models/kimi_linear/modeling_kimi_linear.py";
+  t.push_back(a);
+}
+
 std::vector<ArchitectureSpec> build_table() {
   std::vector<ArchitectureSpec> t;
   auto add = [&](ArchitectureSpec spec) { t.push_back(std::move(spec)); };
   add_hybrid_decoders(t);
   add_block_hybrid_decoders(t);
   add_parallel_hybrid_decoders(t);
+  add_short_conv_decoders(t);
+  add_lightning_attention_decoders(t);
+  add_kimi_linear(t);
 
   {  // modeling_llama.py: attention_bias on all four projections, mlp_bias on the MLP.
     ArchitectureSpec a;

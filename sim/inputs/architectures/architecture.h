@@ -148,6 +148,10 @@ struct ArchitectureSpec {
   // transformers' attribute_map of the config class: alias -> the key the table's expressions use
   // (Qwen3MoeConfig reads a config.json "num_experts" as num_local_experts).
   std::map<std::string, std::string> attribute_map;
+  // Keys the config class's __post_init__ pops from its kwargs into another key, the popped one
+  // winning over the key's own value (Lfm2Config: kwargs.pop("tie_embedding", ...) into
+  // tie_word_embeddings, kwargs.pop("block_ff_dim", ...) into intermediate_size): old key -> key.
+  std::vector<std::pair<std::string, std::string>> popped_keys;
   // The model class's _keep_in_fp32_modules_strict: parameters whose name (no PEFT prefix) a pattern
   // finds (regular-expression search, `*` as `.*`; transformers core_model_loading.py
   // build_glob_alternation) stay float32 in a bf16/fp16 model (PreTrainedModel._get_dtype_plan).

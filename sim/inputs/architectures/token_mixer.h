@@ -24,6 +24,15 @@ enum class TokenMixer {
   // [d_state] state per channel of the inner width: `heads` the channels, `key_dim` d_state,
   // `value_dim` 1, no chunks.
   Mamba1,
+  // LFM2's gated short convolution (Lfm2ShortConv, Lfm2MoeShortConv): in_proj to B, C, x; B * x
+  // through a causal depthwise conv1d of conv_L_cache taps over hidden_size channels; C * that, then
+  // out_proj. No recurrent state beyond the conv's window: `heads`, `key_dim`, `value_dim`, `chunk` 0.
+  ShortConv,
+  // MiniMax's lightning attention (MiniMaxLightningAttention.forward): linear attention over blocks
+  // of block_size tokens with a per-head decay; within a block (Q K^T * decay) V, across blocks
+  // Q times the running [head_dim x head_dim] state K^T V. `heads` num_attention_heads, `key_dim`
+  // and `value_dim` head_dim, `chunk` block_size.
+  LightningAttention,
   // No token mixer: a block that is a feed-forward network alone (NemotronHBlock of type "mlp" or
   // "moe": norm, then the MLP or MoE as its `mixer`). One-block-per-layer decoders (NemotronH) give
   // a mixer block no MLP instead (DecoderLayerUse::has_mlp).
@@ -73,6 +82,12 @@ struct LayerTypesRule {
   std::vector<std::pair<char, std::string>> pattern;
   std::vector<std::string> default_types;
   bool count_layers = false;
+  // Without the indices list every layer is `every` (Lfm2Config.__post_init__: full_attn_idxs None
+  // is range(num_hidden_layers), all attention); otherwise every layer is `other` (Bamba).
+  bool every_without_indices = false;
+  // The config class has no default list: without layer_types the model cannot be built
+  // (Lfm2MoeDecoderLayer indexes config.layer_types, None in Lfm2MoeConfig), so hookstream refuses.
+  bool required = false;
 };
 
 inline std::string to_string(TokenMixer mixer) {
@@ -81,6 +96,8 @@ inline std::string to_string(TokenMixer mixer) {
     case TokenMixer::GatedDeltaNet: return "gated_deltanet";
     case TokenMixer::Mamba2: return "mamba2";
     case TokenMixer::Mamba1: return "mamba1";
+    case TokenMixer::ShortConv: return "short_conv";
+    case TokenMixer::LightningAttention: return "lightning_attention";
     case TokenMixer::None: return "none (a feed-forward block)";
   }
   return "attention";
