@@ -425,6 +425,8 @@ std::string file_holding(const YAML::Node& root, const LoadOptions& options, con
     const AccelerateConfig accelerate = read_accelerate_config(*options.accelerate_config);
     if (accelerate.distributed_type == "DEEPSPEED") return accelerate.deepspeed_config_file.value_or(*options.accelerate_config);
   }
+  // accelerate's own inline field, as a fix spells it once written (inline_deepspeed_field).
+  if (key.rfind("deepspeed_config.", 0) == 0 && options.accelerate_config) return *options.accelerate_config;
   if (key.rfind("fsdp_config.", 0) == 0 && options.accelerate_config && !node_at(root, {"fsdp_config"}).IsDefined() &&
       !node_at(root, {"fsdp"}).IsDefined() && !node_at(root, {"deepspeed"}).IsDefined()) {
     return *options.accelerate_config;
@@ -458,6 +460,7 @@ std::vector<std::string> spelling_in_file(const YAML::Node& root, const LoadOpti
   const std::vector<std::string> parts = split(key, '.');
   if (file.empty()) return spelling_in(root, parts);
   if (parts[0] == "deepspeed" && options.accelerate_config && file == *options.accelerate_config) return inline_deepspeed_field(file, key);
+  if (parts[0] == "deepspeed_config") return parts;
   if (parts[0] == "deepspeed") return spelling_in(deepspeed_file_tree(file), parts);
   const YAML::Node tree = accelerate_file_tree(file);
   for (const std::vector<std::string>& spelling : key_spellings(parts)) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <unistd.h>
 
@@ -385,6 +386,35 @@ TEST_CASE("DeepSpeed fixes of a plan whose engine comes from an accelerate DEEPS
     CHECK(refused.exit_code == 2);
     CHECK(refused.out.find("edits acc.yaml, the accelerate config, which --write-fixed does not write") != std::string::npos);
     CHECK_FALSE(fs::exists(dir / "out.yaml"));
+  }
+  SECTION("memory fixes of inline fields: zero_stage 3 and offload_optimizer_device, each re-verified in a patched copy") {
+    // Llama-3.1-8B at 4K tokens does not fit ZeRO-2 over 2 ranks of an H100 (the JSON case above).
+    const std::string big = "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 4096\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
+                            "hookstream:\n  gpu: H100-SXM\n";
+    const std::string accelerate = head + "deepspeed_config:\n  zero_stage: 2\n  zero3_init_flag: false\nmixed_precision: bf16\n";
+    std::ofstream(dir / "big.yaml") << big;
+    std::ofstream(dir / "acc.yaml") << accelerate;
+    const auto out = run_command(in(dir, "verify big.yaml --accelerate-config acc.yaml --format json"));
+    INFO(out.out.substr(0, 4000));
+    REQUIRE(out.exit_code == 1);
+    std::set<std::string> fields;
+    const auto report = nlohmann::json::parse(out.out);
+    for (const auto& fix : report["fixes"]) {
+      const std::string patch = fix["patch"];
+      if (patch.find("--- acc.yaml\n") == std::string::npos) continue;
+      for (const auto& change : fix["changes"]) fields.insert(change["key"].get<std::string>());
+      const fs::path copy = dir / ("mem-" + std::to_string(fields.size()));
+      fs::create_directories(copy);
+      std::ofstream(copy / "big.yaml") << big;
+      std::ofstream(copy / "acc.yaml") << accelerate;
+      std::ofstream(dir / "fix.diff") << patch;
+      INFO(patch);
+      REQUIRE(run_command("cd '" + copy.string() + "' && patch -p0 < ../fix.diff").exit_code == 0);
+      const auto fixed = run_command(in(copy, "verify big.yaml --accelerate-config acc.yaml"));
+      INFO(fixed.out.substr(0, 3000));
+      CHECK(fixed.exit_code == 0);
+    }
+    CHECK(fields == std::set<std::string>{"deepspeed_config.zero_stage", "deepspeed_config.offload_optimizer_device"});
   }
   SECTION("both: accelerate refuses the inline field beside the JSON, one line, exit 2") {
     const std::string json = "{\"zero_optimization\": {\"stage\": 2}}\n";
