@@ -1,7 +1,7 @@
 // Where users put distributed settings, read as their tools read them: a DeepSpeed JSON (axolotl's
 // `deepspeed:` key), an accelerate config file (`accelerate launch --config_file`), and the engine
-// a plan would run on. Until FSDP and ZeRO are modelled, only plain DDP is verified; every other
-// engine gets the `engine_not_modelled` result (docs/verify-json.md).
+// a plan would run on (DDP, FSDP1, FSDP2, DeepSpeed ZeRO; what a model does not cover gets the
+// `engine_not_modelled` result, docs/verify-json.md).
 #pragma once
 
 #include <map>
