@@ -418,6 +418,15 @@ YAML::Node accelerate_file_tree(const std::string& path) {
 // deepspeed: the accelerate config's fsdp_config is the one that runs); else "" (the plan).
 std::string file_holding(const YAML::Node& root, const LoadOptions& options, const std::string& key) {
   if (key.rfind("deepspeed.", 0) == 0 && node_at(root, {"deepspeed"}).IsScalar()) return root["deepspeed"].Scalar();
+  // A plan without `deepspeed:` under an accelerate config of distributed_type DEEPSPEED: the
+  // JSON its deepspeed_config_file names holds the DeepSpeed settings, else the accelerate config
+  // itself (its inline deepspeed_config fields, inline_deepspeed_field).
+  if (key.rfind("deepspeed.", 0) == 0 && options.accelerate_config && !node_at(root, {"deepspeed"}).IsDefined()) {
+    const AccelerateConfig accelerate = read_accelerate_config(*options.accelerate_config);
+    if (accelerate.distributed_type == "DEEPSPEED") return accelerate.deepspeed_config_file.value_or(*options.accelerate_config);
+  }
+  // accelerate's own inline field, as a fix spells it once written (inline_deepspeed_field).
+  if (key.rfind("deepspeed_config.", 0) == 0 && options.accelerate_config) return *options.accelerate_config;
   if (key.rfind("fsdp_config.", 0) == 0 && options.accelerate_config && !node_at(root, {"fsdp_config"}).IsDefined() &&
       !node_at(root, {"fsdp"}).IsDefined() && !node_at(root, {"deepspeed"}).IsDefined()) {
     return *options.accelerate_config;
@@ -428,10 +437,30 @@ std::string file_holding(const YAML::Node& root, const LoadOptions& options, con
 // `key` as the file holding it spells it. accelerate's own fsdp_config keys carry the `fsdp_`
 // prefix (accelerate/commands/config/cluster.py writes fsdp_offload_params, ...): a key the
 // accelerate file lacks is written that way.
+// The accelerate config field that sets a DeepSpeed setting inline (accelerate 1.15
+// DeepSpeedPlugin.__post_init__'s plugin_to_config_mapping); a setting without one cannot be
+// written there (InputError naming deepspeed_config_file, where a JSON can hold it).
+std::vector<std::string> inline_deepspeed_field(const std::string& file, const std::string& key) {
+  static const std::map<std::string, std::string> fields = {
+      {"deepspeed.zero_optimization.stage", "zero_stage"},
+      {"deepspeed.zero_optimization.offload_optimizer.device", "offload_optimizer_device"},
+      {"deepspeed.zero_optimization.offload_param.device", "offload_param_device"},
+      {"deepspeed.gradient_accumulation_steps", "gradient_accumulation_steps"},
+      {"deepspeed.gradient_clipping", "gradient_clipping"}};
+  const auto found = fields.find(key);
+  if (found == fields.end()) {
+    throw InputError(file, "key \"" + key.substr(10) + "\": accelerate's inline deepspeed_config has no field for it; it needs a DeepSpeed JSON "
+                                                        "named by deepspeed_config.deepspeed_config_file");
+  }
+  return {"deepspeed_config", found->second};
+}
+
 std::vector<std::string> spelling_in_file(const YAML::Node& root, const LoadOptions& options, const std::string& key) {
   const std::string file = file_holding(root, options, key);
   const std::vector<std::string> parts = split(key, '.');
   if (file.empty()) return spelling_in(root, parts);
+  if (parts[0] == "deepspeed" && options.accelerate_config && file == *options.accelerate_config) return inline_deepspeed_field(file, key);
+  if (parts[0] == "deepspeed_config") return parts;
   if (parts[0] == "deepspeed") return spelling_in(deepspeed_file_tree(file), parts);
   const YAML::Node tree = accelerate_file_tree(file);
   for (const std::vector<std::string>& spelling : key_spellings(parts)) {
@@ -1152,7 +1181,12 @@ void resolve_world_size(Draft& draft, const LoadOptions& options, const std::opt
 // axolotl opens a `deepspeed:` path as given, i.e. relative to the working directory
 // (src/axolotl/utils/config/__init__.py: os.path.exists(cfg.deepspeed), then json.load); when it
 // does not exist transformers' HfDeepSpeedConfig raises. Same here.
-DeepSpeedConfig plan_deepspeed(const YAML::Node& value, const std::string& where, const std::vector<std::string>& file_sets = {}) {
+// accelerate's deepspeed_config.deepspeed_config_file is opened the same way: `accelerate launch`
+// passes it as ACCELERATE_DEEPSPEED_CONFIG_FILE and HfDeepSpeedConfig (accelerate/utils/deepspeed.py)
+// tests os.path.exists in the launched process, whose working directory is the launcher's.
+// `accelerate_key` names that key instead of axolotl's `deepspeed`.
+DeepSpeedConfig plan_deepspeed(const YAML::Node& value, const std::string& where, const std::vector<std::string>& file_sets = {},
+                               const std::string& accelerate_key = "") {
   if (value.IsMap()) {
     DeepSpeedConfig config = parse_deepspeed_config(yaml_to_json(value), where + ": key \"deepspeed\"");
     config.file = "inline";
@@ -1161,6 +1195,10 @@ DeepSpeedConfig plan_deepspeed(const YAML::Node& value, const std::string& where
   const std::string path = value.Scalar();
   std::error_code error;
   if (!fs::is_regular_file(path, error)) {
+    if (!accelerate_key.empty()) {
+      throw InputError(where, "key \"" + accelerate_key + "\": DeepSpeed config \"" + path +
+                                  "\" not found; accelerate opens it relative to the working directory (" + fs::current_path(error).string() + ")");
+    }
     throw InputError(where, "key \"deepspeed\": DeepSpeed config \"" + path + "\" not found; axolotl opens it relative to the working directory (" +
                                 fs::current_path(error).string() + "), where `axolotl fetch deepspeed_configs` puts axolotl's own");
   }
@@ -1277,17 +1315,51 @@ void engine_rules(Draft& draft, const std::optional<AccelerateConfig>& accelerat
       if (plan.engine.kind == EngineKind::Fsdp1 || plan.engine.kind == EngineKind::Fsdp2) {
         throw InputError(accelerate->file, "key \"distributed_type\": DEEPSPEED contradicts the plan's fsdp_config (" + where("fsdp_config") + ")");
       }
-      if (plan.engine.kind == EngineKind::Ddp) {
-        DeepSpeedConfig config;
-        if (accelerate->deepspeed_config_file) {
-          config = plan_deepspeed(YAML::Node(*accelerate->deepspeed_config_file), accelerate->file);
-        } else {
-          config.file = accelerate->file;
-          config.zero_stage = accelerate->zero_stage.value_or(0);
+      // The DeepSpeed config accelerate's DeepSpeedPlugin (accelerate 1.15 utils/dataclasses.py
+      // __post_init__) builds: from the plan's `deepspeed:` (transformers' TrainingArguments hands
+      // it to the plugin) or deepspeed_config_file, refusing the accelerate fields it would
+      // ignore; else from the inline fields, with the plugin's defaults (zero_stage 2, no offload,
+      // every batch size "auto").
+      const auto field_where = [&](const std::string& key) {
+        for (const auto& [name, at] : accelerate->deepspeed_fields) {
+          if (name == key) return at;
         }
-        deepspeed_engine(draft, config, decided);
-      } else {
+        return accelerate->file;
+      };
+      if (plan.engine.kind == EngineKind::DeepSpeed) {
+        refuse_accelerate_fields_beside_json(*accelerate, plan.engine.deepspeed->file == "inline" ? "the plan's deepspeed mapping (" + where("deepspeed") + ")"
+                                                                                                  : plan.engine.deepspeed->file);
         plan.engine.decided_by.push_back(decided);
+      } else if (accelerate->deepspeed_config_file) {
+        refuse_accelerate_fields_beside_json(*accelerate, *accelerate->deepspeed_config_file);
+        DeepSpeedConfig config = plan_deepspeed(YAML::Node(*accelerate->deepspeed_config_file), field_where("deepspeed_config_file"),
+                                                draft.deepspeed_file_sets, "deepspeed_config.deepspeed_config_file");
+        if (!config.zero_optimization_present) {
+          // DeepSpeedPlugin.__post_init__: "Please specify the ZeRO optimization config in the DeepSpeed config."
+          throw InputError(config.file, "no \"zero_optimization\": accelerate's DeepSpeedPlugin refuses a DeepSpeed config without it "
+                                        "(\"Please specify the ZeRO optimization config in the DeepSpeed config.\")");
+        }
+        deepspeed_engine(draft, config, decided + ", deepspeed_config_file: " + config.file);
+      } else {
+        DeepSpeedConfig config;
+        config.file = accelerate->file;
+        config.zero_stage = accelerate->zero_stage.value_or(2);
+        config.offload_optimizer = accelerate->offload_optimizer_device;
+        config.offload_param = accelerate->offload_param_device;
+        // The plugin writes the field into the config it builds; transformers'
+        // trainer_config_process refuses one that differs from the TrainingArguments.
+        if (accelerate->gradient_accumulation_steps && *accelerate->gradient_accumulation_steps != plan.gradient_accumulation_steps) {
+          throw InputError(field_where("gradient_accumulation_steps"),
+                           "key \"deepspeed_config.gradient_accumulation_steps\": " + std::to_string(*accelerate->gradient_accumulation_steps) +
+                               " contradicts gradient_accumulation_steps " + std::to_string(plan.gradient_accumulation_steps) + " (" +
+                               where("gradient_accumulation_steps") + "); transformers refuses a mismatch: set the same value");
+        }
+        deepspeed_engine(draft, config, decided + (accelerate->zero_stage ? "" : ", zero_stage 2 by accelerate's default"));
+      }
+      if (accelerate->zero3_init_flag && *accelerate->zero3_init_flag && plan.engine.deepspeed && plan.engine.deepspeed->zero_stage == 3) {
+        // deepspeed.zero.Init partitions parameters while the model loads; training's hooks and
+        // partitions are the same (accelerate ignores the flag below stage 3, with a warning).
+        plan.engine.settings.push_back("zero3_init_flag: true (" + field_where("zero3_init_flag") + ")");
       }
     } else if (type == "NO" || type == "MULTI_GPU" || type == "MULTI_CPU") {
       if (plan.engine.kind != EngineKind::Ddp) {
@@ -1775,7 +1847,7 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
     // there, as a fix's patch to that file does.
     const std::string file = file_holding(root, options, assignment.substr(0, assignment.find('=')));
     if (file.empty()) set_paths.push_back(apply_set(root, assignment));
-    else if (assignment.rfind("deepspeed.", 0) == 0) deepspeed_file_sets.push_back(assignment);
+    else if (assignment.rfind("deepspeed.", 0) == 0 && file != options.accelerate_config) deepspeed_file_sets.push_back(assignment);
     else accelerate_sets.push_back(assignment);
   }
 
@@ -1792,7 +1864,21 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
       std::vector<std::string> keys;
       for (const std::string& assignment : accelerate_sets) {
         const size_t equals = assignment.find('=');
-        const std::string key = join(spelling_in_file(root, options, assignment.substr(0, equals)), ".");
+        const std::vector<std::string> spelling = spelling_in_file(root, options, assignment.substr(0, equals));
+        const std::string key = join(spelling, ".");
+        if (spelling[0] == "deepspeed_config") {
+          // An inline DeepSpeed field (inline_deepspeed_field): accelerate's own key, not a plan key.
+          YAML::Node value;
+          try {
+            value = YAML::Load(assignment.substr(equals + 1));
+          } catch (const YAML::Exception& error) {
+            throw InputError("--set", "key \"" + key + "\": malformed YAML value: " + yaml_parse_message(error));
+          }
+          if (!tree["deepspeed_config"].IsMap()) tree["deepspeed_config"] = YAML::Node(YAML::NodeType::Map);
+          tree["deepspeed_config"][spelling[1]] = value;
+          keys.push_back(key);
+          continue;
+        }
         keys.push_back(apply_set(tree, key + assignment.substr(equals)));
       }
       accelerate = parse_accelerate_config(tree, *options.accelerate_config, *options.accelerate_config + " with --set " + join(keys, ", "));

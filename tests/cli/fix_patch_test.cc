@@ -2,9 +2,11 @@
 // file, `patch` applies it, --write-fixed writes the same file, and that file verifies clean.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <unistd.h>
 
@@ -316,4 +318,113 @@ TEST_CASE("FSDP fixes of a plan whose engine comes from --accelerate-config are 
   }
   CHECK(accelerate_fixes >= 1);
   CHECK(read(dir / "acc.yaml") == accelerate);
+}
+
+TEST_CASE("DeepSpeed fixes of a plan whose engine comes from an accelerate DEEPSPEED config patch the file holding the setting", "[cli][patch][zero]") {
+  hookstream::test::TempDir dir("hookstream-fix-accelerate-ds-" + std::to_string(getpid()));
+  // ZeRO-2 asserts on a tiled MLP whose shards each run AccumulateGrad (docs/engines/deepspeed-zero.md);
+  // the plan names no engine: the accelerate config does.
+  const std::string plan =
+      "base_model: tiny-llama\nsequence_len: 8\nmicro_batch_size: 1\ntiled_mlp: true\ntiled_mlp_num_shards: 2\n"
+      "hookstream:\n  iterations: 2\n  tiled_mlp_backward: per_chunk_backward\n  tiled_mlp_ds_grad_is_ready: false\n";
+  const std::string head = "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\n";
+  std::ofstream(dir / "plan.yaml") << plan;
+  // Collects the fixes that edit `file`, applies each with patch -p0 in a copy and verifies the copy.
+  auto check_fixes = [&](const std::string& name, const std::string& accelerate, const std::string& file, const std::string& json,
+                         const std::string& expected_line) {
+    int first = 0;  // the first such fix's number, as --fix takes it
+    std::ofstream(dir / "acc.yaml") << accelerate;
+    const auto out = run_command(in(dir, "verify plan.yaml --accelerate-config acc.yaml --format json"));
+    INFO(out.out.substr(0, 4000));
+    REQUIRE(out.exit_code == 1);
+    const auto report = nlohmann::json::parse(out.out);
+    int count = 0;
+    for (size_t number = 1; number <= report["fixes"].size(); ++number) {
+      const std::string patch = report["fixes"][number - 1]["patch"];
+      if (patch.find("--- " + file + "\n") == std::string::npos) continue;
+      if (first == 0) first = static_cast<int>(number);
+      INFO(patch);
+      CHECK(patch.find("plan.yaml") == std::string::npos);
+      CHECK(patch.find(expected_line) != std::string::npos);
+      const fs::path copy = dir / (name + "-" + std::to_string(count++));
+      fs::create_directories(copy / "ds");
+      std::ofstream(copy / "plan.yaml") << plan;
+      std::ofstream(copy / "acc.yaml") << accelerate;
+      if (!json.empty()) std::ofstream(copy / "ds/zero2.json") << json;
+      std::ofstream(dir / "fix.diff") << patch;
+      const auto applied = run_command("cd '" + copy.string() + "' && patch -p0 < ../fix.diff");
+      REQUIRE(applied.exit_code == 0);
+      const auto fixed = run_command(in(copy, "verify plan.yaml --accelerate-config acc.yaml"));
+      INFO(fixed.out.substr(0, 3000));
+      CHECK(fixed.exit_code == 0);
+      CHECK(read(copy / "plan.yaml") == plan);
+    }
+    CHECK(count >= 1);
+    CHECK(read(dir / "acc.yaml") == accelerate);
+    return first;
+  };
+
+  SECTION("deepspeed_config_file: the JSON it names, relative to the working directory as accelerate opens it") {
+    const std::string json = "{\n  \"zero_optimization\": {\n    \"stage\": 2,\n    \"overlap_comm\": true\n  },\n  \"gradient_accumulation_steps\": \"auto\"\n}\n";
+    fs::create_directories(dir / "ds");
+    std::ofstream(dir / "ds/zero2.json") << json;
+    check_fixes("file", head + "deepspeed_config:\n  deepspeed_config_file: ds/zero2.json\n  zero3_init_flag: false\nmixed_precision: null\n",
+                "ds/zero2.json", json, "+    \"stage\": 1,\n");
+    CHECK(read(dir / "ds/zero2.json") == json);
+    // From another directory the relative path does not resolve: one line, exit 2.
+    const auto elsewhere = run_command("cd / && " + std::string(HOOKSTREAM_BINARY) + " verify '" + (dir / "plan.yaml").string() +
+                                       "' --accelerate-config '" + (dir / "acc.yaml").string() + "'");
+    CHECK(elsewhere.exit_code == 2);
+    CHECK(elsewhere.out.find("key \"deepspeed_config.deepspeed_config_file\": DeepSpeed config \"ds/zero2.json\" not found; accelerate opens it "
+                             "relative to the working directory (/)") != std::string::npos);
+  }
+  SECTION("inline deepspeed_config fields: the accelerate config's own zero_stage") {
+    const int number = check_fixes("inline", head + "deepspeed_config:\n  zero_stage: 2\n  offload_optimizer_device: none\n  zero3_init_flag: false\n",
+                                   "acc.yaml", "", "+  zero_stage: 1\n");
+    // --write-fixed writes only the plan: it refuses a fix that edits the accelerate config.
+    const auto refused = run_command(in(dir, "verify plan.yaml --accelerate-config acc.yaml --write-fixed out.yaml --fix " + std::to_string(number)));
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.out.find("edits acc.yaml, the accelerate config, which --write-fixed does not write") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "out.yaml"));
+  }
+  SECTION("memory fixes of inline fields: zero_stage 3 and offload_optimizer_device, each re-verified in a patched copy") {
+    // Llama-3.1-8B at 4K tokens does not fit ZeRO-2 over 2 ranks of an H100 (the JSON case above).
+    const std::string big = "base_model: meta-llama/Llama-3.1-8B\nsequence_len: 4096\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
+                            "hookstream:\n  gpu: H100-SXM\n";
+    const std::string accelerate = head + "deepspeed_config:\n  zero_stage: 2\n  zero3_init_flag: false\nmixed_precision: bf16\n";
+    std::ofstream(dir / "big.yaml") << big;
+    std::ofstream(dir / "acc.yaml") << accelerate;
+    const auto out = run_command(in(dir, "verify big.yaml --accelerate-config acc.yaml --format json"));
+    INFO(out.out.substr(0, 4000));
+    REQUIRE(out.exit_code == 1);
+    std::set<std::string> fields;
+    const auto report = nlohmann::json::parse(out.out);
+    for (const auto& fix : report["fixes"]) {
+      const std::string patch = fix["patch"];
+      if (patch.find("--- acc.yaml\n") == std::string::npos) continue;
+      for (const auto& change : fix["changes"]) fields.insert(change["key"].get<std::string>());
+      const fs::path copy = dir / ("mem-" + std::to_string(fields.size()));
+      fs::create_directories(copy);
+      std::ofstream(copy / "big.yaml") << big;
+      std::ofstream(copy / "acc.yaml") << accelerate;
+      std::ofstream(dir / "fix.diff") << patch;
+      INFO(patch);
+      REQUIRE(run_command("cd '" + copy.string() + "' && patch -p0 < ../fix.diff").exit_code == 0);
+      const auto fixed = run_command(in(copy, "verify big.yaml --accelerate-config acc.yaml"));
+      INFO(fixed.out.substr(0, 3000));
+      CHECK(fixed.exit_code == 0);
+    }
+    CHECK(fields == std::set<std::string>{"deepspeed_config.zero_stage", "deepspeed_config.offload_optimizer_device"});
+  }
+  SECTION("both: accelerate refuses the inline field beside the JSON, one line, exit 2") {
+    const std::string json = "{\"zero_optimization\": {\"stage\": 2}}\n";
+    fs::create_directories(dir / "ds");
+    std::ofstream(dir / "ds/zero2.json") << json;
+    std::ofstream(dir / "acc.yaml") << head + "deepspeed_config:\n  deepspeed_config_file: ds/zero2.json\n  zero_stage: 2\n";
+    const auto refused = run_command(in(dir, "verify plan.yaml --accelerate-config acc.yaml"));
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.out.find("acc.yaml:6: key \"deepspeed_config.zero_stage\": accelerate refuses it beside the DeepSpeed config ds/zero2.json") !=
+          std::string::npos);
+    CHECK(std::count(refused.out.begin(), refused.out.end(), '\n') <= 1);
+  }
 }

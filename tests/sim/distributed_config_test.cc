@@ -1,6 +1,7 @@
 // Distributed settings from where users put them: axolotl's deepspeed/fsdp_config/fsdp_version and
 // parallel sizes, a DeepSpeed JSON, an accelerate config, --world-size / --nnodes x
 // --nproc-per-node; the engine they decide; contradictions and malformed files as one line.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -180,6 +181,88 @@ TEST_CASE("an accelerate config: distributed_type, num_processes, fsdp_config, a
   CHECK(parse_error(kPlan, options).find("key \"distributed_type\": missing") != std::string::npos);
   options.accelerate_config = (dir / "absent.yaml").string();
   CHECK(parse_error(kPlan, options).rfind("--accelerate-config: cannot read the accelerate config", 0) == 0);
+}
+
+
+TEST_CASE("an accelerate config of distributed_type DEEPSPEED: its JSON or its inline fields, as accelerate's DeepSpeedPlugin reads them", "[plan][engine][zero]") {
+  hookstream::test::TempDir dir("hookstream-accelerate-ds-test-" + std::to_string(getpid()));
+  const std::string zero3 = write(dir / "zero3.json", R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}},
+    "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"}})");
+  const std::string head = "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\n";
+  LoadOptions options;
+
+  // deepspeed_config_file: the JSON decides (what `accelerate config` writes: mixed_precision null).
+  options.accelerate_config = write(dir / "file.yaml", head + "deepspeed_config:\n  deepspeed_config_file: " + zero3 +
+                                                           "\n  zero3_init_flag: true\nmixed_precision: null\n");
+  const Plan plan = parse(kPlan, options);
+  CHECK(plan.engine.name() == "DeepSpeed ZeRO-3");
+  REQUIRE(plan.engine.deepspeed);
+  CHECK(plan.engine.deepspeed->file == zero3);
+  CHECK(plan.engine.deepspeed->offload_param == "cpu");
+  CHECK(plan.engine.decided_by.at(0) == "distributed_type: DEEPSPEED (" + *options.accelerate_config + "), deepspeed_config_file: " + zero3);
+  CHECK(plan.world_size == 2);
+  CHECK(std::find(plan.engine.settings.begin(), plan.engine.settings.end(), "zero3_init_flag: true (" + *options.accelerate_config + ":6)") !=
+        plan.engine.settings.end());
+  // "none" is the questionnaire's "no file": the inline fields apply.
+  options.accelerate_config = write(dir / "none.yaml", head + "deepspeed_config:\n  deepspeed_config_file: none\n  zero_stage: 1\n");
+  CHECK(parse(kPlan, options).engine.name() == "DeepSpeed ZeRO-1");
+
+  // The JSON beside fields it would ignore: DeepSpeedPlugin._deepspeed_config_checks raises.
+  options.accelerate_config = write(dir / "both.yaml", head + "deepspeed_config:\n  deepspeed_config_file: " + zero3 + "\n  zero_stage: 2\n");
+  CHECK(parse_error(kPlan, options).rfind(*options.accelerate_config + ":6: key \"deepspeed_config.zero_stage\": accelerate refuses it beside the "
+                                                                       "DeepSpeed config " + zero3 + " (DeepSpeedPlugin: \"When using `deepspeed_config_file`",
+                                          0) == 0);
+  options.accelerate_config = write(dir / "precision.yaml", head + "deepspeed_config:\n  deepspeed_config_file: " + zero3 + "\nmixed_precision: bf16\n");
+  CHECK(parse_error(kPlan, options).rfind(*options.accelerate_config + ":6: key \"mixed_precision\": accelerate refuses it", 0) == 0);
+  // The plan's own deepspeed: is a JSON for the plugin too.
+  options.accelerate_config = write(dir / "inline-beside.yaml", head + "deepspeed_config:\n  offload_optimizer_device: cpu\n");
+  CHECK(parse_error(kPlan + "deepspeed: " + zero3 + "\n", options)
+            .rfind(*options.accelerate_config + ":5: key \"deepspeed_config.offload_optimizer_device\": accelerate refuses it beside the DeepSpeed config " + zero3,
+                   0) == 0);
+  options.accelerate_config = write(dir / "plain.yaml", head + "deepspeed_config:\n  zero3_init_flag: false\n");
+  const Plan beside = parse(kPlan + "deepspeed: " + zero3 + "\n", options);
+  CHECK(beside.engine.name() == "DeepSpeed ZeRO-3");
+  CHECK(beside.engine.decided_by.size() == 2);
+
+  // A JSON that is missing or has no zero_optimization.
+  options.accelerate_config = write(dir / "missing.yaml", head + "deepspeed_config:\n  deepspeed_config_file: no/such.json\n");
+  CHECK(parse_error(kPlan, options).rfind(*options.accelerate_config + ":5: key \"deepspeed_config.deepspeed_config_file\": DeepSpeed config \"no/such.json\" "
+                                                                       "not found; accelerate opens it relative to the working directory",
+                                          0) == 0);
+  const std::string bare = write(dir / "bare.json", R"({"bf16": {"enabled": true}})");
+  options.accelerate_config = write(dir / "bare.yaml", head + "deepspeed_config:\n  deepspeed_config_file: " + bare + "\n");
+  CHECK(parse_error(kPlan, options) == bare + ": no \"zero_optimization\": accelerate's DeepSpeedPlugin refuses a DeepSpeed config without it "
+                                              "(\"Please specify the ZeRO optimization config in the DeepSpeed config.\")");
+
+  // Inline fields: the plugin's defaults where unset (zero_stage 2), offload devices, accumulation.
+  options.accelerate_config = write(dir / "inline.yaml", head + "deepspeed_config:\n  zero3_init_flag: false\n");
+  const Plan two = parse(kPlan, options);
+  CHECK(two.engine.name() == "DeepSpeed ZeRO-2");
+  CHECK(two.engine.deepspeed->file == *options.accelerate_config);
+  options.accelerate_config = write(dir / "inline3.yaml", head + "deepspeed_config:\n  zero_stage: 3\n  offload_optimizer_device: cpu\n"
+                                                                 "  offload_param_device: nvme\n  gradient_accumulation_steps: 4\n");
+  const Plan three = parse(kPlan, options);
+  CHECK(three.engine.name() == "DeepSpeed ZeRO-3");
+  CHECK(three.engine.deepspeed->offload_optimizer == "cpu");
+  CHECK(three.engine.deepspeed->offload_param == "nvme");
+  options.accelerate_config = write(dir / "gas.yaml", head + "deepspeed_config:\n  gradient_accumulation_steps: 8\n");
+  CHECK(parse_error(kPlan, options) == *options.accelerate_config + ":5: key \"deepspeed_config.gradient_accumulation_steps\": 8 contradicts "
+                                                                    "gradient_accumulation_steps 4 (plan.yaml:3); transformers refuses a mismatch: set the same value");
+  options.accelerate_config = write(dir / "stage5.yaml", head + "deepspeed_config:\n  zero_stage: 5\n");
+  CHECK(parse_error(kPlan, options) == *options.accelerate_config + ":5: key \"deepspeed_config.zero_stage\": expected 0, 1, 2 or 3, got 5");
+  options.accelerate_config = write(dir / "device.yaml", head + "deepspeed_config:\n  offload_param_device: gpu\n");
+  CHECK(parse_error(kPlan, options) == *options.accelerate_config + ":5: key \"deepspeed_config.offload_param_device\": expected none, cpu or nvme, got \"gpu\"");
+  // --set of a DeepSpeed setting edits the inline field; one accelerate cannot hold inline is refused.
+  options.accelerate_config = write(dir / "inline-set.yaml", head + "deepspeed_config:\n  zero_stage: 2\n");
+  options.set = {"deepspeed.zero_optimization.stage=1"};
+  CHECK(parse(kPlan, options).engine.name() == "DeepSpeed ZeRO-1");
+  options.set = {"deepspeed.zero_optimization.overlap_comm=false"};
+  CHECK(parse_error(kPlan, options) == *options.accelerate_config + ": key \"zero_optimization.overlap_comm\": accelerate's inline deepspeed_config has no "
+                                                                    "field for it; it needs a DeepSpeed JSON named by deepspeed_config.deepspeed_config_file");
+  // --set of a DeepSpeed setting edits the JSON deepspeed_config_file names (in memory).
+  options.accelerate_config = write(dir / "file-set.yaml", head + "deepspeed_config:\n  deepspeed_config_file: " + zero3 + "\n");
+  options.set = {"deepspeed.zero_optimization.stage=2"};
+  CHECK(parse(kPlan, options).engine.name() == "DeepSpeed ZeRO-2");
 }
 
 }  // namespace hookstream

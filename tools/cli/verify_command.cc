@@ -47,14 +47,15 @@ void write_fixed_config(const SimulationReport& report, const VerifyArgs& args) 
   if (args.fix_number < 1 || args.fix_number > static_cast<int>(fixes.size())) {
     throw InputError("--fix", "expected a fix number in [1, " + std::to_string(fixes.size()) + "], got " + std::to_string(args.fix_number));
   }
-  // --write-fixed writes one file; a fix that also edits the DeepSpeed JSON the plan names is
-  // applied by its patch, which edits both where they are.
+  // --write-fixed writes one file; a fix that also edits the DeepSpeed JSON or the accelerate
+  // config that holds a setting is applied by its patch, which edits both where they are.
   const std::vector<ConfigFileEdit> edits = fix_file_edits(report.ddp.source_text, args.plan, fixes[args.fix_number - 1]->changes);
   for (const ConfigFileEdit& edit : edits) {
     if (edit.path != args.plan) {
+      const bool accelerate = !args.distributed.accelerate_config.empty() && edit.path == args.distributed.accelerate_config;
       throw InputError("--fix", "fix " + std::to_string(args.fix_number) + " edits " + edit.path +
-                                    ", the DeepSpeed config the plan names, which --write-fixed does not write; apply the fix's patch "
-                                    "with `patch -p0` instead");
+                                    (accelerate ? ", the accelerate config" : ", the DeepSpeed config the plan names") +
+                                    ", which --write-fixed does not write; apply the fix's patch with `patch -p0` instead");
     }
   }
   emit(apply_changes_to_config(report.ddp.source_text, fixes[args.fix_number - 1]->changes), args.write_fixed);

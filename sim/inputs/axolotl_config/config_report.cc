@@ -31,7 +31,8 @@ const char* kWorldSizeMissing =
 std::string message(const Plan& plan) {
   // FSDP1 is modelled except for the settings fsdp1_not_modelled_reason names: say which.
   const std::string reason = plan.engine.kind == EngineKind::Fsdp1 ? fsdp1_not_modelled_reason(plan.engine.fsdp) : "";
-  return "this plan would run on " + plan.engine.name() + "; hookstream verifies the hook schedules of DDP and FSDP2 (data parallel only), so the hook schedule of " +
+  return "this plan would run on " + plan.engine.name() + "; hookstream verifies the hook schedules of DDP, FSDP2, FSDP1 and DeepSpeed ZeRO 0-3 (data parallel only), "
+         "so the hook schedule of " +
          plan.engine.name() + " is not verified yet (no DDP verdict applies to it)" + (reason.empty() ? "" : ": " + reason);
 }
 

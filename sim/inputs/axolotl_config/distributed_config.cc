@@ -2,6 +2,7 @@
 #include "sim/sync/sync_simulation.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -101,6 +102,7 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
   if (config.contains("zero_optimization") && !config.at("zero_optimization").is_null()) {
     const nlohmann::json& zero = config.at("zero_optimization");
     if (!zero.is_object()) throw InputError(where, "key \"zero_optimization\": expected an object, got " + zero.dump());
+    result.zero_optimization_present = true;
     if (zero.contains("stage")) {
       const nlohmann::json& stage = zero.at("stage");
       // deepspeed/runtime/zero/config.py: ZeroStageEnum 0..3.
@@ -237,10 +239,75 @@ AccelerateConfig parse_accelerate_config(const YAML::Node& root, const std::stri
     }
   }
   if (const YAML::Node deepspeed = root["deepspeed_config"]; deepspeed && deepspeed.IsMap()) {
-    if (const YAML::Node file = deepspeed["deepspeed_config_file"]; file && file.IsScalar()) result.deepspeed_config_file = file.Scalar();
-    if (const YAML::Node stage = deepspeed["zero_stage"]) result.zero_stage = yaml_int(path, stage, "deepspeed_config.zero_stage", 0);
+    for (const auto& entry : deepspeed) {
+      result.deepspeed_fields.emplace_back(entry.first.Scalar(), at_line(path, entry.first));
+    }
+    // accelerate's DeepSpeedPlugin takes deepspeed_config_file only when it is not "none" (the
+    // questionnaire's default).
+    if (const YAML::Node file = deepspeed["deepspeed_config_file"]; file && file.IsScalar() && file.Scalar() != "none" && !file.Scalar().empty()) {
+      result.deepspeed_config_file = file.Scalar();
+    }
+    if (const YAML::Node stage = deepspeed["zero_stage"]; stage && !stage.IsNull()) {
+      // DeepSpeed's ZeroStageEnum has 0..3 (deepspeed/runtime/zero/config.py).
+      result.zero_stage = yaml_int(path, stage, "deepspeed_config.zero_stage", 0);
+      if (*result.zero_stage > 3) throw InputError(at_line(path, stage), "key \"deepspeed_config.zero_stage\": expected 0, 1, 2 or 3, got " + stage.Scalar());
+    }
+    for (const char* key : {"offload_optimizer_device", "offload_param_device"}) {
+      const YAML::Node device = deepspeed[key];
+      if (!device || device.IsNull()) continue;
+      // DeepSpeed's OffloadDeviceEnum (deepspeed/runtime/zero/offload_config.py): none, cpu, nvme.
+      const std::string value = device.IsScalar() ? device.Scalar() : "";
+      if (value != "none" && value != "cpu" && value != "nvme") {
+        throw InputError(at_line(path, device), std::string("key \"deepspeed_config.") + key + "\": expected none, cpu or nvme, got " +
+                                                    (device.IsScalar() ? "\"" + value + "\"" : std::string("a mapping or list")));
+      }
+      (std::string(key) == "offload_param_device" ? result.offload_param_device : result.offload_optimizer_device) = value == "none" ? "" : value;
+    }
+    if (const YAML::Node steps = deepspeed["gradient_accumulation_steps"]; steps && !steps.IsNull()) {
+      result.gradient_accumulation_steps = yaml_int(path, steps, "deepspeed_config.gradient_accumulation_steps", 1);
+    }
+    if (const YAML::Node flag = deepspeed["zero3_init_flag"]; flag && flag.IsScalar()) {
+      bool value = false;
+      if (!YAML::convert<bool>::decode(flag, value)) {
+        throw InputError(at_line(path, flag), "key \"deepspeed_config.zero3_init_flag\": expected true or false, got \"" + flag.Scalar() + "\"");
+      }
+      result.zero3_init_flag = value;
+    }
+  }
+  // config_args.py BaseConfig.from_yaml_file: a missing mixed_precision is "fp16" when the legacy
+  // `fp16: true` is set, else None; launch.py then adds "mixed_precision" to the DeepSpeed fields.
+  if (const YAML::Node precision = root["mixed_precision"]; precision && !precision.IsNull()) {
+    result.mixed_precision = precision.IsScalar() ? precision.Scalar() : "";
+    result.mixed_precision_where = at_line(path, root["mixed_precision"]);
+  } else if (const YAML::Node fp16 = root["fp16"]; !precision && fp16 && fp16.IsScalar()) {
+    bool value = false;
+    if (YAML::convert<bool>::decode(fp16, value) && value) {
+      result.mixed_precision = "fp16";
+      result.mixed_precision_where = at_line(path, fp16);
+    }
   }
   return result;
+}
+
+void refuse_accelerate_fields_beside_json(const AccelerateConfig& config, const std::string& json) {
+  // accelerate/utils/dataclasses.py DeepSpeedPlugin._deepspeed_config_checks: the ACCELERATE_*
+  // variables a DeepSpeed JSON makes meaningless, by the accelerate config field that sets each.
+  static const std::vector<std::string> ignored = {"gradient_accumulation_steps", "gradient_clipping", "zero_stage",
+                                                   "offload_optimizer_device", "offload_param_device", "offload_param_nvme_path",
+                                                   "offload_optimizer_nvme_path", "zero3_save_16bit_model", "mixed_precision"};
+  auto refuse = [&](const std::string& key, const std::string& where) {
+    throw InputError(where, "key \"" + key + "\": accelerate refuses it beside the DeepSpeed config " + json +
+                                " (DeepSpeedPlugin: \"When using `deepspeed_config_file`, the following accelerate config variables will be "
+                                "ignored: ['gradient_accumulation_steps', 'gradient_clipping', 'zero_stage', 'offload_optimizer_device', "
+                                "'offload_param_device', 'offload_param_nvme_path', 'offload_optimizer_nvme_path', 'zero3_save_16bit_model', "
+                                "'mixed_precision']\"); remove it here and set it in the JSON");
+  };
+  for (const auto& [key, where] : config.deepspeed_fields) {
+    std::string lower = key;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (std::find(ignored.begin(), ignored.end(), lower) != ignored.end()) refuse("deepspeed_config." + key, where);
+  }
+  if (config.mixed_precision) refuse("mixed_precision", config.mixed_precision_where);
 }
 
 std::string engine_kind_name(EngineKind kind) {

@@ -1,7 +1,7 @@
 // Where users put distributed settings, read as their tools read them: a DeepSpeed JSON (axolotl's
 // `deepspeed:` key), an accelerate config file (`accelerate launch --config_file`), and the engine
-// a plan would run on. Until FSDP and ZeRO are modelled, only plain DDP is verified; every other
-// engine gets the `engine_not_modelled` result (docs/verify-json.md).
+// a plan would run on (DDP, FSDP1, FSDP2, DeepSpeed ZeRO; what a model does not cover gets the
+// `engine_not_modelled` result, docs/verify-json.md).
 #pragma once
 
 #include <map>
@@ -19,6 +19,7 @@ enum class EngineKind { Ddp, Fsdp1, Fsdp2, DeepSpeed };
 struct DeepSpeedConfig {
   std::string file;                 // the path read, or "inline" for a mapping in the plan
   int zero_stage = 0;               // zero_optimization.stage (DeepSpeed's default: 0)
+  bool zero_optimization_present = false;  // the config has a zero_optimization object
   std::string offload_optimizer;    // zero_optimization.offload_optimizer.device ("" or "none": none)
   std::string offload_param;        // zero_optimization.offload_param.device
   // zero_optimization.overlap_comm / contiguous_gradients / reduce_bucket_size; unset: absent or
@@ -72,9 +73,29 @@ struct AccelerateConfig {
   int num_machines = 1;
   std::optional<int> fsdp_version;            // fsdp_config.fsdp_version (accelerate's default: 1)
   std::vector<std::string> fsdp_settings;     // "fsdp_offload_params: true", ...
-  std::optional<std::string> deepspeed_config_file;  // deepspeed_config.deepspeed_config_file
-  std::optional<int> zero_stage;                     // deepspeed_config.zero_stage
+  // deepspeed_config (accelerate/commands/config/cluster.py writes it; `accelerate launch` passes
+  // each key to the processes as an ACCELERATE_* variable, and DeepSpeedPlugin.__post_init__ in
+  // accelerate/utils/dataclasses.py builds the DeepSpeed config from them).
+  std::optional<std::string> deepspeed_config_file;  // deepspeed_config_file ("none": unset, as the plugin reads it)
+  std::optional<int> zero_stage;                     // zero_stage (the plugin's default: 2)
+  std::string offload_optimizer_device;              // offload_optimizer_device ("" or "none": none)
+  std::string offload_param_device;                  // offload_param_device
+  std::optional<long long> gradient_accumulation_steps;  // gradient_accumulation_steps
+  std::optional<bool> zero3_init_flag;               // zero3_init_flag (deepspeed.zero.Init at model load)
+  // Every deepspeed_config key as written, with "FILE:LINE" (launch.py passes the key names as
+  // ACCELERATE_CONFIG_DS_FIELDS; the plugin refuses some of them beside a DeepSpeed JSON).
+  std::vector<std::pair<std::string, std::string>> deepspeed_fields;
+  // The top-level mixed_precision when the file sets one (not null; `fp16: true` is "fp16"), and
+  // where: `accelerate launch` then adds "mixed_precision" to ACCELERATE_CONFIG_DS_FIELDS.
+  std::optional<std::string> mixed_precision;
+  std::string mixed_precision_where;
 };
+
+// accelerate 1.15's DeepSpeedPlugin._deepspeed_config_checks: with a DeepSpeed JSON (the plan's
+// `deepspeed:` or deepspeed_config.deepspeed_config_file), these accelerate config fields would be
+// ignored, and the plugin raises instead. `json` names the DeepSpeed JSON in the message. Throws
+// InputError at the first such field ("FILE:LINE: key ...").
+void refuse_accelerate_fields_beside_json(const AccelerateConfig& config, const std::string& json);
 
 AccelerateConfig read_accelerate_config(const std::string& path);
 // The same from the file's parsed tree (`where` names it in messages, e.g. with --set edits).
