@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <torch/version.h>
+
 namespace hookstream {
 
 namespace {
@@ -66,37 +68,54 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   }
 };
 
+// SiLU(gate) * up. Backward writes the two gradients into the saved gate and up, as Liger's
+// _swiglu_backward_kernel does (tl.store into a_ptr and b_ptr, liger_kernel/ops/swiglu.py), so it
+// allocates no intermediate-size tensor: what is alive during it is gate, up and dc, one
+// intermediate-size tensor above the saved ones (MemoryModel's Liger mlp_backward_temporaries).
+// That is safe only for gate and up that nobody else reads: projection outputs (they have a
+// grad_fn, so they are not a caller's leaf) that are contiguous (not a fused gate_up's chunks, which
+// Liger's ensure_contiguous would copy). Anything else gets fresh gradients.
 struct SiluMulFunction : torch::autograd::Function<SiluMulFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    ctx->saved_data["in_place"] = gate.grad_fn() != nullptr && up.grad_fn() != nullptr && !gate.is_same(up) &&
+                                  gate.is_contiguous() && up.is_contiguous();
     ctx->save_for_backward({gate, up});
+    at::Tensor c = at::empty_like(gate, at::MemoryFormat::Contiguous);
     const int64_t width = gate.size(-1);
-    const at::Tensor a2 = gate.reshape({-1, width}), b2 = up.reshape({-1, width});
-    at::Tensor c = at::empty_like(a2);
+    const at::Tensor a2 = gate.reshape({-1, width}), b2 = up.reshape({-1, width}), c2 = c.view({-1, width});
     for_row_chunks(a2.size(0), width, [&](int64_t start, int64_t rows) {
-      c.narrow(0, start, rows).copy_(at::silu(a2.narrow(0, start, rows)) * b2.narrow(0, start, rows));
+      at::Tensor out = c2.narrow(0, start, rows);
+      at::mul_out(out, at::silu(a2.narrow(0, start, rows)), b2.narrow(0, start, rows));
     });
-    return c.view(gate.sizes());
+    return c;
   }
 
-  // d up = dc silu(a), d gate = dc up s (1 + a (1 - s)), s = sigmoid(a)
-  // (_swiglu_backward_kernel in liger_kernel/ops/swiglu.py, in float32).
+  // d up = dc silu(a); d gate = silu'(a) (dc up), silu'(a) = s (1 + a (1 - s)), s = sigmoid(a):
+  // ATen's silu_backward, in float32 inside the kernel as Liger computes it. Per chunk of rows, the
+  // two products dc*up and silu(a) are the only temporaries (model dtype, one chunk each).
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
+    const bool in_place = ctx->saved_data["in_place"].toBool();
     const at::Tensor& gate = saved[0];
     const at::Tensor& up = saved[1];
     const int64_t width = gate.size(-1);
     const at::Tensor a2 = gate.reshape({-1, width}), b2 = up.reshape({-1, width});
     const at::Tensor dc2 = grad_outputs[0].reshape({-1, width});
     const bool want_gate = ctx->needs_input_grad(0), want_up = ctx->needs_input_grad(1);
-    at::Tensor d_gate = want_gate ? at::empty_like(a2) : at::Tensor();
-    at::Tensor d_up = want_up ? at::empty_like(b2) : at::Tensor();
-    const c10::ScalarType ct = compute_type(gate);
+    at::Tensor d_gate = !want_gate ? at::Tensor() : in_place ? a2 : at::empty_like(a2);
+    at::Tensor d_up = !want_up ? at::Tensor() : in_place ? b2 : at::empty_like(b2);
     for_row_chunks(a2.size(0), width, [&](int64_t start, int64_t rows) {
-      const at::Tensor a = a2.narrow(0, start, rows).to(ct);
-      const at::Tensor dc = dc2.narrow(0, start, rows).to(ct);
-      const at::Tensor s = at::sigmoid(a);
-      if (want_up) d_up.narrow(0, start, rows).copy_(dc * a * s);
-      if (want_gate) d_gate.narrow(0, start, rows).copy_(dc * b2.narrow(0, start, rows).to(ct) * s * (1 + a * (1 - s)));
+      const at::Tensor a = a2.narrow(0, start, rows), b = b2.narrow(0, start, rows), dc = dc2.narrow(0, start, rows);
+      // Both read before either is written: d_up may overwrite b and d_gate a.
+      const at::Tensor dc_up = want_gate ? dc * b : at::Tensor();
+      if (want_up) {
+        at::Tensor out = d_up.narrow(0, start, rows);
+        at::mul_out(out, dc, at::silu(a));
+      }
+      if (want_gate) {
+        at::Tensor out = d_gate.narrow(0, start, rows);
+        at::silu_backward_out(out, dc_up, a);
+      }
     });
     return {want_gate ? d_gate.view(gate.sizes()) : at::Tensor(), want_up ? d_up.view(up.sizes()) : at::Tensor()};
   }
@@ -105,6 +124,14 @@ struct SiluMulFunction : torch::autograd::Function<SiluMulFunction> {
 }  // namespace
 
 at::Tensor liger_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+  // PyTorch's fused CUDA RMSNorm (aten/src/ATen/native/cuda/layer_norm_kernel.cu; since 2.8): one
+  // kernel each way, float32 inside, and its autograd formula (derivatives.yaml _fused_rms_norm)
+  // saves what Liger's does: the input, the weight and a float32 rstd per row.
+  if (x.is_cuda() && x.scalar_type() != at::kDouble) {
+    return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
+  }
+#endif
   return RmsNormFunction::apply(x, weight, eps);
 }
 

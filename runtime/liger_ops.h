@@ -9,8 +9,12 @@
 //   in backward instead of saved.
 //
 // Written with ATen operations (no Triton here): the saved sets and the gradients are Liger's, the
-// kernels are not fused. Like Liger's row-wise kernels they hold no float32 copy of a whole
-// tensor: the rows go through in chunks of at most 2^24 elements.
+// kernels are not all fused. On CUDA with PyTorch 2.8 or later the RMSNorm is PyTorch's fused one
+// (at::_fused_rms_norm, which saves the same set); elsewhere it is composed of ATen operations over
+// row chunks. SiLU * up goes through the rows in chunks too, and its backward stores the gradients
+// into the saved gate and up as Liger's does, so it allocates no intermediate-size tensor. Like
+// Liger's row-wise kernels, neither holds a float32 copy of a whole tensor: at most 2^24 elements
+// per chunk.
 #pragma once
 
 #include <torch/torch.h>

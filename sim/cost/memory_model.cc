@@ -254,6 +254,9 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
     // recomputes silu(gate) in backward: the norm output, gate, up and the product (down_proj's input).
     a.saved_mlp = {h, inter, inter, inter};
     a.mlp_chunk_intermediates = {inter, inter, inter};
+    // Its backward stores d gate and d up into the saved gate and up (_swiglu_backward_kernel's
+    // tl.store into a_ptr and b_ptr): above the saved tensors only dc, the product's gradient.
+    a.mlp_backward_temporaries = {h, inter};
   }
   return a;
 }

@@ -12,6 +12,9 @@ namespace hookstream {
 
 namespace {
 
+// axolotl's Liger integration (src/axolotl/integrations/liger/__init__.py exports LigerPlugin).
+constexpr const char* kLigerPluginName = "axolotl.integrations.liger.LigerPlugin";
+
 std::string tiled_backward_name(TiledBackward backward) {
   switch (backward) {
     case TiledBackward::BackwardPerChunk: return "per_chunk_backward";
@@ -47,6 +50,13 @@ std::string effective_value(const Plan& plan, const std::string& key) {
   if (key == "chunked_cross_entropy_num_chunks") {
     return plan.chunked_cross_entropy ? std::to_string(plan.chunked_cross_entropy_num_chunks) : "";
   }
+  if (key == "plugins") {
+    std::string list;
+    for (const std::string& plugin : plan.plugins) list += (list.empty() ? "" : ", ") + plugin;
+    return "[" + list + "]";
+  }
+  if (key == "liger_rms_norm") return plan.liger_rms_norm_applied() ? "true" : "false";
+  if (key == "liger_glu_activation") return plan.liger_glu_applied() ? "true" : "false";
   if (key == "fsdp_config.reshard_after_forward") {
     const EngineCostSettings engine = engine_cost_settings(plan);
     const bool fsdp = engine.kind == EngineKind::Fsdp1 || engine.kind == EngineKind::Fsdp2;
@@ -115,8 +125,30 @@ std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool ch
     if (finer > plan.chunked_cross_entropy_num_chunks && finer <= (1 << 20)) counts.insert(static_cast<int>(finer));
     return counts;
   };
-  std::vector<std::vector<FixChange>> settings;
+  // Liger's RMSNorm and SwiGLU (axolotl's LigerPlugin, Plan::liger_applies): as the plan has them,
+  // and on, where the model type has Liger's patch: they save less per layer (memory_model.cc) and
+  // change no hook. The plugin goes into the user's `plugins` list next to the ones there.
+  std::vector<std::vector<FixChange>> kernel_modes = {{}};
+  if (plan.liger_applies() && !(plan.liger_rms_norm_applied() && plan.liger_glu_applied())) {
+    std::vector<FixChange> liger;
+    if (!plan.liger_plugin()) {
+      std::string list;
+      for (const std::string& plugin : plan.plugins) list += plugin + ", ";
+      liger.push_back({"plugins", "[" + list + kLigerPluginName + "]"});
+    }
+    liger.push_back({"liger_rms_norm", "true"});
+    liger.push_back({"liger_glu_activation", "true"});
+    kernel_modes.push_back(std::move(liger));
+  }
+  std::vector<Mode> modes;
   for (const Mode& memory : memory_modes) {
+    for (const std::vector<FixChange>& kernels : kernel_modes) {
+      modes.push_back(memory);
+      modes.back().changes.insert(modes.back().changes.end(), kernels.begin(), kernels.end());
+    }
+  }
+  std::vector<std::vector<FixChange>> settings;
+  for (const Mode& memory : modes) {
     for (const auto& tiled : tiled_modes) {
       for (double cap : bucket_caps) {
         for (int micro : micro_batches) {
@@ -240,9 +272,12 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     if (static_cast<int>(result.best.size()) >= options.top) break;
     std::string ddp_key;
     for (const FixChange& change : candidate.changes) {
-      // The loss's chunking does not touch DDP's hooks either.
-      if (change.key != "micro_batch_size" && change.key != "hookstream.offload_protocol" && change.key != "chunked_cross_entropy" &&
-          change.key != "chunked_cross_entropy_num_chunks" && change.key != "hookstream.pinned_slots") {
+      // The loss's chunking and Liger's kernels (same parameters, same order) do not touch DDP's
+      // hooks either.
+      static const std::set<std::string> hookless = {"micro_batch_size", "hookstream.offload_protocol", "chunked_cross_entropy",
+                                                     "chunked_cross_entropy_num_chunks", "hookstream.pinned_slots", "plugins",
+                                                     "liger_rms_norm", "liger_glu_activation"};
+      if (hookless.count(change.key) == 0) {
         ddp_key += change.key + "=" + change.value + ";";
       }
     }

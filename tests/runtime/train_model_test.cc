@@ -560,6 +560,19 @@ TEST_CASE("liger ops: RMSNorm and SiLU * up give eager's values and gradients ac
   const auto eager_glu = grads([&](const at::Tensor& a, const at::Tensor&) { return at::silu(a) * up; });
   const auto liger_glu = grads([&](const at::Tensor& a, const at::Tensor&) { return liger_silu_mul(a, up); });
   for (size_t i = 0; i < 2; ++i) CHECK(at::allclose(liger_glu[i], eager_glu[i], 1e-5, 1e-5));
+  // gate and up as projection outputs (they have a grad_fn): backward stores the gradients into
+  // them, as Liger's kernel does, and the gradients are the same.
+  at::Tensor gate_seen, up_seen;
+  const at::Tensor u = up.clone().requires_grad_(true);
+  const auto in_place = grads([&](const at::Tensor& a, const at::Tensor&) {
+    gate_seen = a * 1.0;
+    up_seen = u * 1.0;
+    return liger_silu_mul(gate_seen, up_seen);
+  });
+  for (size_t i = 0; i < 2; ++i) CHECK(at::allclose(in_place[i], eager_glu[i], 1e-5, 1e-5));
+  CHECK(at::allclose(gate_seen, eager_glu[1], 1e-5, 1e-5));  // d gate, where gate was
+  CHECK(at::allclose(u.grad(), at::silu(x) * dy, 1e-5, 1e-5));
+  CHECK(at::allclose(up_seen, u.grad(), 1e-5, 1e-5));        // d up, where up was
 }
 
 TEST_CASE("activation offload: a protocol that reads a freed buffer is reported, not silently wrong", "[train_model]") {

@@ -2,6 +2,8 @@
 // points, chunked cross-entropy in the memory and time models, the critical path against the
 // schedule, and stream/memory fixes that hold when the plan is simulated again with them.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <map>
 
 #include <filesystem>
 #include <fstream>
@@ -271,4 +273,54 @@ TEST_CASE("plan search trades FSDP's reshard_after_forward instead of DDP's buck
   }
   CHECK(kept);  // verified by the FSDP2 model and ranked by the engine's memory and time
   std::filesystem::remove(fsdp);
+}
+
+// Liger's kernels (axolotl's LigerPlugin) are one more setting the search tries on a model type that
+// has Liger's patch: the plugin joins the user's own plugins list, and the candidate saves less
+// than its twin without Liger.
+TEST_CASE("plan search tries Liger's kernels with the plugin added to the user's plugins", "[memory][liger]") {
+  const std::string plan = write_plan("liger-search", "base_model: tiny-llama\nsequence_len: 256\nadapter: lora\nlora_r: 8\n"
+                                                      "lora_target_linear: true\nplugins:\n  - my.own.Plugin\n"
+                                                      "hookstream:\n  world_size: 1\n  iterations: 2\n");
+  PlanSearchOptions options;
+  options.top = 1000;
+  const PlanSearchResult result = search_plans(read_plan_source(plan, {}), options);
+  REQUIRE_FALSE(result.best.empty());
+  auto without_liger = [](std::vector<FixChange> changes) {
+    changes.erase(std::remove_if(changes.begin(), changes.end(),
+                                 [](const FixChange& c) { return c.key == "plugins" || c.key.rfind("liger_", 0) == 0; }),
+                  changes.end());
+    return changes;
+  };
+  auto key_of = [](const std::vector<FixChange>& changes) {
+    std::string key;
+    for (const FixChange& c : changes) key += c.key + "=" + c.value + ";";
+    return key;
+  };
+  std::map<std::string, const PlanCandidate*> plain;
+  for (const PlanCandidate& candidate : result.best) {
+    if (without_liger(candidate.changes).size() == candidate.changes.size()) plain[key_of(candidate.changes)] = &candidate;
+  }
+  int compared = 0;
+  for (const PlanCandidate& candidate : result.best) {
+    const std::vector<FixChange> rest = without_liger(candidate.changes);
+    if (rest.size() == candidate.changes.size()) continue;
+    for (const FixChange& change : candidate.changes) {
+      if (change.key == "plugins") CHECK(change.value == "[my.own.Plugin, axolotl.integrations.liger.LigerPlugin]");
+    }
+    CHECK(candidate.changes.size() == rest.size() + 3);  // plugins, liger_rms_norm, liger_glu_activation
+    const auto twin = plain.find(key_of(rest));
+    if (twin == plain.end()) continue;
+    CHECK(candidate.peak_bytes < twin->second->peak_bytes);
+    ++compared;
+  }
+  CHECK(compared > 0);
+  std::filesystem::remove(plan);
+  // A model type without Liger's patch in hookstream (qwen3_vl) gets no Liger candidate.
+  const std::string vl = write_plan("liger-search-vl", "base_model: tiny-vl\nsequence_len: 256\n"
+                                                       "hookstream:\n  world_size: 1\n  iterations: 2\n");
+  const PlanSearchResult other = search_plans(read_plan_source(vl, {}), options);
+  REQUIRE_FALSE(other.best.empty());
+  for (const PlanCandidate& candidate : other.best) CHECK(without_liger(candidate.changes).size() == candidate.changes.size());
+  std::filesystem::remove(vl);
 }
