@@ -57,8 +57,8 @@ class KernelCosts {
     const bool head_trainable = trainable(structure_.lm_head);
     if (name == "embedding forward") return elementwise("embedding", tokens_ * h_, false);
     if (name == "embedding backward") return trainable(structure_.embed) ? elementwise("embedding", tokens_ * h_, true) : kNone;
-    if (name == "final norm forward") return elementwise("rmsnorm", tokens_ * h_, false);
-    if (name == "final norm backward") return elementwise("rmsnorm", tokens_ * h_, true);
+    if (name == "final norm forward") return rms_norm(tokens_ * h_, false);
+    if (name == "final norm backward") return rms_norm(tokens_ * h_, true);
     // lm_head: one GEMM per loss chunk (a chunk's logits at a time).
     if (name == "lm_head forward") return chunks_ * gemm(chunk_tokens, vocab, h_, GemmForm::Forward);
     if (name == "lm_head backward") {
@@ -103,6 +103,15 @@ class KernelCosts {
 
   CostParts elementwise(const std::string& kind, double elements, bool backward) const {
     return part(CostPart::Elementwise, profile_.elementwise_ns(kind, elements, backward));
+  }
+
+  // An RMSNorm over `elements`. Liger's (Plan::liger_rms_norm_applied) is one fused kernel each way
+  // (liger_kernel/ops/rms_norm.py; `hookstream run`: PyTorch's fused CUDA RMSNorm): its bf16 bytes
+  // (forward: read x, write y; backward: read dy and x, write dx) at the measured copy bandwidth.
+  // Eager's is transformers' LlamaRMSNorm, about seven kernels each way, as profiled.
+  CostParts rms_norm(double elements, bool backward) const {
+    if (!plan_.liger_rms_norm_applied()) return elementwise("rmsnorm", elements, backward);
+    return part(CostPart::Elementwise, 2 * (backward ? 3 : 2) * elements / (profile_.d2d_gbps_read_plus_write * 1e9) * 1e9);
   }
 
   // A bf16 tensor copied (read + write): attention's output transposed back to [tokens, heads x dim].
@@ -204,7 +213,7 @@ class KernelCosts {
     if (kernel == "rmsnorm") {
       const DecoderLayerUse& use = structure_.layers.at(static_cast<size_t>(layer));
       const bool recurrent = use.mixer != TokenMixer::Attention && !use.parallel_attention;
-      return elementwise("rmsnorm", tokens_ * (2 * h_ + (plan_.model.qk_norm && !recurrent ? qk : 0)), backward);
+      return rms_norm(tokens_ * (2 * h_ + (plan_.model.qk_norm && !recurrent ? qk : 0)), backward);
     }
     if (kernel == "conv1d+gated norm") return std::nullopt;  // not profiled: the roofline of its bytes
     if (kernel == "rope") return elementwise("rope", tokens_ * qk, backward);

@@ -1,6 +1,7 @@
 // Cost inputs of an expanded step (FLOPs and bytes per op) and what they do to predicted step time.
 #include <catch2/catch.hpp>
 
+#include "sim/cost/device_profile.h"
 #include "sim/cost/device_spec.h"
 #include "sim/cost/step_prediction.h"
 #include "sim/streams/stream_expansion.h"
@@ -140,4 +141,27 @@ TEST_CASE("predicted step time: checkpointing and a tiled MLP cost time", "[stre
   CHECK(checkpointed > plain * 1.2);
   CHECK(tiled > plain * 1.1);
   CHECK(seconds(llama(lora + "gradient_checkpointing: true\ntiled_mlp: true\n")) > checkpointed);
+}
+
+// Liger's RMSNorm is one fused kernel each way: the step is shorter by the difference between the
+// profiled eager norm and the fused one's bytes at the copy bandwidth, for each norm the step runs
+// (two per layer in forward, recompute and backward; the final norm in forward and backward).
+TEST_CASE("predicted step time: Liger's fused RMSNorm replaces the eager norm's kernels", "[streams][time][liger]") {
+  const DeviceSpec h100 = load_device_spec(std::string(HOOKSTREAM_SOURCE_DIR) + "/devices/H100-SXM.yaml");
+  REQUIRE(h100.profile);
+  const auto seconds = [&](const Plan& plan) { return predict_step(plan, build_model_structure(plan), h100).schedule.step_ns; };
+  const std::string base = "adapter: lora\nlora_r: 16\nlora_target_linear: true\ngradient_checkpointing: true\n";
+  const std::string norm = "plugins: [axolotl.integrations.liger.LigerPlugin]\nliger_rms_norm: true\n";
+  const double plain = seconds(llama(base));
+  const double liger = seconds(llama(base + norm));
+  const DeviceProfile& profile = *h100.profile;
+  const double elements = 2048.0 * 4096;
+  const auto& eager = profile.elementwise.at("rmsnorm");
+  const double per_byte = 1.0 / profile.d2d_gbps_read_plus_write;  // ns per byte
+  const double saved_forward = elements * (eager.forward_ns - 4 * per_byte);
+  const double saved_backward = elements * (eager.backward_ns - 6 * per_byte);
+  const double expected = 32 * 2 * (2 * saved_forward + saved_backward) + saved_forward + saved_backward;
+  CHECK(plain - liger == Approx(expected).epsilon(0.01));
+  // Without the plugin the key changes nothing (axolotl never applies it).
+  CHECK(seconds(llama(base + "liger_rms_norm: true\n")) == plain);
 }
