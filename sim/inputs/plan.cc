@@ -1914,7 +1914,8 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
     FsdpSettings& fsdp = draft.plan.engine.fsdp;
     fsdp.peft_wrap_policy = true;
     fsdp.peft_quantized_base = draft.plan.adapter == Adapter::Qlora || draft.plan.load_in_4bit || draft.plan.load_in_8bit;
-    fsdp.peft_other_trainable_leaves = !draft.plan.unfrozen_parameters.empty() || !draft.plan.lora_target_parameters.empty();
+    // unfrozen_parameters' leaves are modelled (their calls: sim/engine/forward_graph.h ModuleKind::Leaf).
+    fsdp.peft_other_trainable_leaves = !draft.plan.lora_target_parameters.empty();
   }
   if (options.torch_version) draft.plan.torch_version = parse_torch_version(*options.torch_version, "--torch-version");
   if (options.transformers_version) {

@@ -82,8 +82,23 @@ TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy) but not on quantized
   const Plan qlora = parse(kPlan + "adapter: qlora\nload_in_4bit: true\nlora_target_modules: [q_proj]\nfsdp_config:\n  use_orig_params: false\n");
   CHECK_FALSE(qlora.engine.modelled());
   CHECK(fsdp1_not_modelled_reason(qlora.engine.fsdp).find("bitsandbytes") != std::string::npos);
-  const Plan unfrozen = parse(lora + "unfrozen_parameters:\n  - model.norm\n");
-  CHECK_FALSE(unfrozen.engine.modelled());
+  // unfrozen_parameters: each unfrozen leaf with a trainable weight is a unit of its own (PEFT's
+  // lambda policy), which the forward graph calls (ModuleKind::Leaf): modelled.
+  const Plan unfrozen = parse(lora + "unfrozen_parameters:\n  - model\\.norm\n");
+  CHECK(unfrozen.engine.modelled());
+  const ModelStructure unfrozen_structure = build_model_structure(unfrozen);
+  int norm_units = 0;
+  for (const Fsdp1Unit& u : fsdp1_units(unfrozen, unfrozen_structure)) {
+    if (u.adapter && u.name.size() >= 10 && u.name.compare(u.name.size() - 10, 10, "model.norm") == 0) {
+      ++norm_units;
+      CHECK(u.accumulator == u.params.front());
+    }
+  }
+  CHECK(norm_units == 1);
+  // lora_target_parameters: a ParamWrapper reads its lora_A/lora_B without calling them.
+  const Plan wrapped = parse(lora + "lora_target_parameters: [mlp.experts.gate_up_proj]\n");
+  CHECK_FALSE(wrapped.engine.modelled());
+  CHECK(fsdp1_not_modelled_reason(wrapped.engine.fsdp).find("ParamWrapper") != std::string::npos);
   // A full fine-tune never takes PEFT's policy.
   CHECK_FALSE(parse(kPlan + "fsdp_config:\n  use_orig_params: true\n").engine.fsdp.peft_wrap_policy);
 }
