@@ -12,6 +12,7 @@
 #include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
 #include "sim/sync/fsdp1/fsdp1_model.h"
+#include "sim/sync/fsdp2/fsdp2_units.h"
 #include "tests/sim/plan_text.h"
 #include "tests/temp_dir.h"
 
@@ -101,6 +102,23 @@ TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy) but not on quantized
   CHECK(fsdp1_not_modelled_reason(wrapped.engine.fsdp).find("ParamWrapper") != std::string::npos);
   // A full fine-tune never takes PEFT's policy.
   CHECK_FALSE(parse(kPlan + "fsdp_config:\n  use_orig_params: true\n").engine.fsdp.peft_wrap_policy);
+}
+
+TEST_CASE("QLoRA under FSDP2 is LoRA over frozen base weights, and the result says no oracle checked it", "[plan][engine][fsdp2]") {
+  const std::string head = kPlan + "lora_target_modules: [q_proj]\nfsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n";
+  const Plan qlora = parse(head + "adapter: qlora\nload_in_4bit: true\n");
+  CHECK(qlora.engine.modelled());
+  const ModelStructure structure = build_model_structure(qlora);
+  for (const Parameter& p : structure.parameters) {
+    if (p.quantized) CHECK_FALSE(p.trainable);  // Params4bit: no AccumulateGrad, no reduce-scatter
+  }
+  const Fsdp2Units units = fsdp2_units(qlora, structure);
+  REQUIRE(units.notes.size() == 1);
+  CHECK(units.notes[0].find("bitsandbytes-quantized base weights (load_in_4bit) under FSDP2") != std::string::npos);
+  CHECK(units.notes[0].find("not checked against real fully_shard") != std::string::npos);
+  // Plain LoRA: no such note.
+  const Plan lora = parse(head + "adapter: lora\n");
+  CHECK(fsdp2_units(lora, build_model_structure(lora)).notes.empty());
 }
 
 TEST_CASE("tensor, context and expert parallelism are not modelled, even on DDP", "[plan][engine]") {
