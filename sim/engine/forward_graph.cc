@@ -23,7 +23,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
   ForwardOutputs run() {
     // The root module's call: its input (input_ids) never requires grad.
     call_pre(ModuleKind::Root, "", -1, SimTensor{});
-    SimTensor hidden = param_op("embed_tokens", model_.embed, {});
+    SimTensor hidden = leaf_call(model_.embed, SimTensor{}, [&](SimTensor) { return param_op("embed_tokens", model_.embed, {}); });
     if (plan_.input_require_grads() && !hidden.requires_grad()) {
       // enable_input_require_grads(): a forward hook on the input embeddings calls
       // output.requires_grad_(True), making the (frozen) embedding output a leaf that requires grad.
@@ -52,7 +52,13 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       after_layer(layer.index, deepstack, hidden);
     }
     hidden = norm(model_.final_norm, hidden, "model.norm", model_.final_norm_bias);
-    SimTensor logits = unused("lm_head") ? SimTensor{} : engine_.op("lm_head", {leaf(model_.lm_head_bias), hidden, leaf(model_.lm_head)});
+    // A tied head is the embedding's weight, not a module call of its own.
+    const bool own_head = model_.lm_head >= 0 && (model_.embed < 0 || model_.parameters[static_cast<size_t>(model_.lm_head)].module !=
+                                                                          model_.parameters[static_cast<size_t>(model_.embed)].module);
+    SimTensor logits = unused("lm_head") ? SimTensor{}
+                                         : leaf_call(own_head ? model_.lm_head : -1, hidden, [&](SimTensor h) {
+                                             return engine_.op("lm_head", {leaf(model_.lm_head_bias), h, leaf(model_.lm_head)});
+                                           });
     logits = call_post(ModuleKind::Root, "", -1, logits);
     return ForwardOutputs{logits, nullptr};
   }
@@ -99,9 +105,20 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     return engine_.op(label, all);
   }
 
+  // The module owning `parameter` called around `body` (ModuleKind::Leaf); no call without one.
+  template <typename Body>
+  SimTensor leaf_call(int parameter, SimTensor x, Body body) {
+    if (parameter < 0 || !ctx_.hooks) return body(x);
+    const std::string& module = model_.parameters[static_cast<size_t>(parameter)].module;
+    x = call_pre(ModuleKind::Leaf, module, -1, x);
+    return call_post(ModuleKind::Leaf, module, -1, body(x));
+  }
+
   SimTensor norm(int weight, SimTensor x, const std::string& label, int bias = -1) {
-    if (bias < 0) return param_op(label, weight, {x});
-    return engine_.op(label, {leaf(weight), leaf(bias), x});
+    return leaf_call(weight, x, [&](SimTensor h) {
+      if (bias < 0) return param_op(label, weight, {h});
+      return engine_.op(label, {leaf(weight), leaf(bias), h});
+    });
   }
 
   // Parameters of a layer with no slot of their own (MLA projections and norms, attention sinks,
@@ -118,8 +135,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     if (unused(path)) return SimTensor{};
     x = call_pre(ModuleKind::Linear, path, -1, x);
     // F.linear with bias is addmm(bias, x, weight.t()): the bias gradient is sent first.
-    std::vector<SimTensor> inputs{leaf(use.bias), x, leaf(use.weight)};
-    SimTensor result = engine_.op(path, inputs);
+    SimTensor result = leaf_call(use.weight, x, [&](SimTensor h) { return engine_.op(path, {leaf(use.bias), h, leaf(use.weight)}); });
     if (use.lora_a >= 0) {
       SimTensor a = adapter_call(use.lora_a, path + ".lora_A", x);
       SimTensor b = adapter_call(use.lora_b, path + ".lora_B", a);

@@ -24,7 +24,12 @@ namespace hookstream {
 // Adapter: a PEFT LoRA layer's lora_A / lora_B Linear (peft/tuners/lora/layer.py Linear.forward
 // calls lora_B(lora_A(dropout(x)))), called inside its lora.Linear (kind Linear); `path` is the
 // module, e.g. "base_model.model.model.layers.3.mlp.up_proj.lora_A.default".
-enum class ModuleKind { Root, DecoderLayer, Mlp, Linear, VisionBlock, Adapter };
+// Leaf: the module owning a weight, called as a module around its own op: a norm, the token
+// embedding, an untied head, a Linear's own module (for a lora.Linear its base_layer: PEFT's
+// Linear.forward calls self.base_layer(x)); `path` is the weight's module. Only FSDP1 under PEFT's
+// wrap policy has units there (a trainable leaf, e.g. from unfrozen_parameters); the other engines
+// ignore these calls.
+enum class ModuleKind { Root, DecoderLayer, Mlp, Linear, VisionBlock, Adapter, Leaf };
 
 struct ModuleCall {
   ModuleKind kind = ModuleKind::Root;

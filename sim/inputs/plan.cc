@@ -1214,13 +1214,39 @@ DeepSpeedConfig plan_deepspeed(const YAML::Node& value, const std::string& where
   return config;
 }
 
+// What accelerate 1.15's DeepSpeedPlugin (utils/dataclasses.py __post_init__) makes of a DeepSpeed
+// JSON before DeepSpeed sees it; both axolotl's `deepspeed:` (transformers 5.17's
+// TrainingArguments.__post_init__ builds DeepSpeedPlugin(hf_ds_config=...)) and accelerate's
+// deepspeed_config_file go through it. `where` names the JSON (a file, or the plan's line for an
+// inline mapping); `via_axolotl`: the plan's own `deepspeed:`, for which axolotl's
+// prepare_optim_env / setup_deepspeed_env (src/axolotl/utils/trainer.py) export the JSON's
+// zero_optimization.stage as ACCELERATE_DEEPSPEED_ZERO_STAGE when it is truthy. Each rule was
+// checked against the real plugin (tests/oracles/deepspeed_resolve_oracle_test.cc).
+void resolve_through_plugin(DeepSpeedConfig& config, const std::string& where, bool via_axolotl) {
+  if (!config.zero_optimization_present) {
+    throw InputError(where, std::string("no \"zero_optimization\": accelerate's DeepSpeedPlugin refuses a DeepSpeed config without it ") +
+                                (via_axolotl ? "(axolotl's `deepspeed:` reaches it through transformers' TrainingArguments) " : "") +
+                                "(\"Please specify the ZeRO optimization config in the DeepSpeed config.\")");
+  }
+  if (!config.stage_auto) return;
+  if (via_axolotl) {
+    throw InputError(where, "key \"zero_optimization.stage\": \"auto\" does not resolve under axolotl: its setup_deepspeed_env exports it as "
+                            "ACCELERATE_DEEPSPEED_ZERO_STAGE=auto and accelerate's DeepSpeedPlugin fails on int('auto') (\"ValueError: invalid "
+                            "literal for int() with base 10: 'auto'\"); set 0, 1, 2 or 3");
+  }
+  // fill_match: "auto" takes the plugin's zero_stage, int(ACCELERATE_DEEPSPEED_ZERO_STAGE or 2);
+  // accelerate refuses the accelerate config's zero_stage beside a JSON, so nothing sets it.
+  config.zero_stage = 2;
+}
+
 void deepspeed_engine(Draft& draft, const DeepSpeedConfig& config, const std::string& decided_by) {
   Plan& plan = draft.plan;
   Engine& engine = plan.engine;
   engine.kind = EngineKind::DeepSpeed;
   engine.deepspeed = config;
   engine.decided_by.push_back(decided_by);
-  engine.settings.push_back("zero_optimization.stage: " + std::to_string(config.zero_stage) + " (" + config.file + ")");
+  engine.settings.push_back("zero_optimization.stage: " + std::to_string(config.zero_stage) +
+                            (config.stage_auto ? " (\"auto\": accelerate's DeepSpeedPlugin default)" : "") + " (" + config.file + ")");
   if (!config.offload_optimizer.empty()) engine.settings.push_back("offload_optimizer: " + config.offload_optimizer);
   if (!config.offload_param.empty()) engine.settings.push_back("offload_param: " + config.offload_param);
   // transformers' HfTrainerDeepSpeedConfig.trainer_config_process fills "auto" from the
@@ -1285,8 +1311,9 @@ void engine_rules(Draft& draft, const std::optional<AccelerateConfig>& accelerat
   const int fsdp_version = draft.fsdp_version.value_or(draft.fsdp_config_version.value_or(1));
   if (draft.deepspeed) {
     const std::string text = draft.deepspeed->IsScalar() ? draft.deepspeed->Scalar() : "(inline mapping)";
-    deepspeed_engine(draft, plan_deepspeed(*draft.deepspeed, where("deepspeed"), draft.deepspeed_file_sets),
-                     "deepspeed: " + text + " (" + where("deepspeed") + ")");
+    DeepSpeedConfig config = plan_deepspeed(*draft.deepspeed, where("deepspeed"), draft.deepspeed_file_sets);
+    resolve_through_plugin(config, config.file == "inline" ? where("deepspeed") + ": key \"deepspeed\"" : config.file, true);
+    deepspeed_engine(draft, config, "deepspeed: " + text + " (" + where("deepspeed") + ")");
   } else if (fsdp) {
     std::string decided = draft.fsdp_version ? "fsdp_version: " + std::to_string(fsdp_version) + " (" + where("fsdp_version") + ")"
                           : draft.fsdp_config_version ? "fsdp_config.fsdp_version: " + std::to_string(fsdp_version) + " (" + where("fsdp_config") + ")"
@@ -1334,11 +1361,7 @@ void engine_rules(Draft& draft, const std::optional<AccelerateConfig>& accelerat
         refuse_accelerate_fields_beside_json(*accelerate, *accelerate->deepspeed_config_file);
         DeepSpeedConfig config = plan_deepspeed(YAML::Node(*accelerate->deepspeed_config_file), field_where("deepspeed_config_file"),
                                                 draft.deepspeed_file_sets, "deepspeed_config.deepspeed_config_file");
-        if (!config.zero_optimization_present) {
-          // DeepSpeedPlugin.__post_init__: "Please specify the ZeRO optimization config in the DeepSpeed config."
-          throw InputError(config.file, "no \"zero_optimization\": accelerate's DeepSpeedPlugin refuses a DeepSpeed config without it "
-                                        "(\"Please specify the ZeRO optimization config in the DeepSpeed config.\")");
-        }
+        resolve_through_plugin(config, config.file, false);
         deepspeed_engine(draft, config, decided + ", deepspeed_config_file: " + config.file);
       } else {
         DeepSpeedConfig config;
@@ -1891,7 +1914,8 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
     FsdpSettings& fsdp = draft.plan.engine.fsdp;
     fsdp.peft_wrap_policy = true;
     fsdp.peft_quantized_base = draft.plan.adapter == Adapter::Qlora || draft.plan.load_in_4bit || draft.plan.load_in_8bit;
-    fsdp.peft_other_trainable_leaves = !draft.plan.unfrozen_parameters.empty() || !draft.plan.lora_target_parameters.empty();
+    // unfrozen_parameters' leaves are modelled (their calls: sim/engine/forward_graph.h ModuleKind::Leaf).
+    fsdp.peft_other_trainable_leaves = !draft.plan.lora_target_parameters.empty();
   }
   if (options.torch_version) draft.plan.torch_version = parse_torch_version(*options.torch_version, "--torch-version");
   if (options.transformers_version) {

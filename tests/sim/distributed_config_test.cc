@@ -12,6 +12,7 @@
 #include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
 #include "sim/sync/fsdp1/fsdp1_model.h"
+#include "sim/sync/fsdp2/fsdp2_units.h"
 #include "tests/sim/plan_text.h"
 #include "tests/temp_dir.h"
 
@@ -82,10 +83,42 @@ TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy) but not on quantized
   const Plan qlora = parse(kPlan + "adapter: qlora\nload_in_4bit: true\nlora_target_modules: [q_proj]\nfsdp_config:\n  use_orig_params: false\n");
   CHECK_FALSE(qlora.engine.modelled());
   CHECK(fsdp1_not_modelled_reason(qlora.engine.fsdp).find("bitsandbytes") != std::string::npos);
-  const Plan unfrozen = parse(lora + "unfrozen_parameters:\n  - model.norm\n");
-  CHECK_FALSE(unfrozen.engine.modelled());
+  // unfrozen_parameters: each unfrozen leaf with a trainable weight is a unit of its own (PEFT's
+  // lambda policy), which the forward graph calls (ModuleKind::Leaf): modelled.
+  const Plan unfrozen = parse(lora + "unfrozen_parameters:\n  - model\\.norm\n");
+  CHECK(unfrozen.engine.modelled());
+  const ModelStructure unfrozen_structure = build_model_structure(unfrozen);
+  int norm_units = 0;
+  for (const Fsdp1Unit& u : fsdp1_units(unfrozen, unfrozen_structure)) {
+    if (u.adapter && u.name.size() >= 10 && u.name.compare(u.name.size() - 10, 10, "model.norm") == 0) {
+      ++norm_units;
+      CHECK(u.accumulator == u.params.front());
+    }
+  }
+  CHECK(norm_units == 1);
+  // lora_target_parameters: a ParamWrapper reads its lora_A/lora_B without calling them.
+  const Plan wrapped = parse(lora + "lora_target_parameters: [mlp.experts.gate_up_proj]\n");
+  CHECK_FALSE(wrapped.engine.modelled());
+  CHECK(fsdp1_not_modelled_reason(wrapped.engine.fsdp).find("ParamWrapper") != std::string::npos);
   // A full fine-tune never takes PEFT's policy.
   CHECK_FALSE(parse(kPlan + "fsdp_config:\n  use_orig_params: true\n").engine.fsdp.peft_wrap_policy);
+}
+
+TEST_CASE("QLoRA under FSDP2 is LoRA over frozen base weights, and the result says no oracle checked it", "[plan][engine][fsdp2]") {
+  const std::string head = kPlan + "lora_target_modules: [q_proj]\nfsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n";
+  const Plan qlora = parse(head + "adapter: qlora\nload_in_4bit: true\n");
+  CHECK(qlora.engine.modelled());
+  const ModelStructure structure = build_model_structure(qlora);
+  for (const Parameter& p : structure.parameters) {
+    if (p.quantized) CHECK_FALSE(p.trainable);  // Params4bit: no AccumulateGrad, no reduce-scatter
+  }
+  const Fsdp2Units units = fsdp2_units(qlora, structure);
+  REQUIRE(units.notes.size() == 1);
+  CHECK(units.notes[0].find("bitsandbytes-quantized base weights (load_in_4bit) under FSDP2") != std::string::npos);
+  CHECK(units.notes[0].find("not checked against real fully_shard") != std::string::npos);
+  // Plain LoRA: no such note.
+  const Plan lora = parse(head + "adapter: lora\n");
+  CHECK(fsdp2_units(lora, build_model_structure(lora)).notes.empty());
 }
 
 TEST_CASE("tensor, context and expert parallelism are not modelled, even on DDP", "[plan][engine]") {
@@ -109,15 +142,36 @@ TEST_CASE("a DeepSpeed JSON: stage, offload, and 'auto' or matching batch values
   CHECK(plan.engine.settings.at(0) == "zero_optimization.stage: 3 (" + zero3 + ")");
   // An inline mapping is the JSON itself (axolotl's `deepspeed: str | dict`).
   CHECK(parse(kPlan + "deepspeed:\n  zero_optimization:\n    stage: 2\n").engine.name() == "DeepSpeed ZeRO-2");
-  // No zero_optimization: DeepSpeed's default stage 0, still DeepSpeed's engine, not DDP.
-  CHECK(parse(kPlan + "deepspeed:\n  bf16:\n    enabled: true\n").engine.name() == "DeepSpeed ZeRO-0");
+  // zero_optimization without a stage: DeepSpeed's default stage 0, still DeepSpeed's engine, not DDP.
+  CHECK(parse(kPlan + "deepspeed:\n  zero_optimization:\n    overlap_comm: true\n").engine.name() == "DeepSpeed ZeRO-0");
+  // No zero_optimization: transformers' TrainingArguments hands the JSON to accelerate's
+  // DeepSpeedPlugin, which refuses it (tests/oracles/deepspeed_resolve_oracle_test.cc).
+  CHECK(parse_error(kPlan + "deepspeed:\n  bf16:\n    enabled: true\n") ==
+        "plan.yaml:4: key \"deepspeed\": no \"zero_optimization\": accelerate's DeepSpeedPlugin refuses a DeepSpeed config without it "
+        "(axolotl's `deepspeed:` reaches it through transformers' TrainingArguments) (\"Please specify the ZeRO optimization config in the "
+        "DeepSpeed config.\")");
+  // "auto": stage under axolotl fails in the plugin; offload devices are the plugin's "none";
+  // overlap_comm / contiguous_gradients are dropped by DeepSpeed (its defaults apply).
+  const std::string stage_auto = write(dir / "stage_auto.json", R"({"zero_optimization": {"stage": "auto"}})");
+  CHECK(parse_error(kPlan + "deepspeed: " + stage_auto + "\n") ==
+        stage_auto + ": key \"zero_optimization.stage\": \"auto\" does not resolve under axolotl: its setup_deepspeed_env exports it as "
+                     "ACCELERATE_DEEPSPEED_ZERO_STAGE=auto and accelerate's DeepSpeedPlugin fails on int('auto') (\"ValueError: invalid literal "
+                     "for int() with base 10: 'auto'\"); set 0, 1, 2 or 3");
+  const std::string flags = write(dir / "flags.json", R"({"zero_optimization": {"stage": 3, "overlap_comm": "auto", "contiguous_gradients": "auto",
+    "offload_param": {"device": "auto"}, "offload_optimizer": {"device": "auto"}}})");
+  const Plan autos = parse(kPlan + "deepspeed: " + flags + "\n");
+  REQUIRE(autos.engine.deepspeed);
+  CHECK(autos.engine.deepspeed->overlap_comm_or_default());  // stage 3's default
+  CHECK_FALSE(autos.engine.deepspeed->contiguous_gradients.has_value());  // DeepSpeed's default (true)
+  CHECK(autos.engine.deepspeed->offload_param.empty());
+  CHECK(autos.engine.deepspeed->offload_optimizer.empty());
 
   // transformers refuses numbers that differ from the TrainingArguments.
-  const std::string mismatch = write(dir / "gas.json", R"({"gradient_accumulation_steps": 8})");
+  const std::string mismatch = write(dir / "gas.json", R"({"gradient_accumulation_steps": 8, "zero_optimization": {"stage": 2}})");
   CHECK(parse_error(kPlan + "deepspeed: " + mismatch + "\n") ==
         mismatch + ": key \"gradient_accumulation_steps\": 8 contradicts gradient_accumulation_steps 4 (plan.yaml:3); "
                    "transformers refuses a mismatch: set it to \"auto\" or to the same value");
-  const std::string total = write(dir / "total.json", R"({"train_batch_size": 64})");
+  const std::string total = write(dir / "total.json", R"({"train_batch_size": 64, "zero_optimization": {"stage": 2}})");
   LoadOptions eight;
   eight.world_size = 8;
   CHECK(parse(kPlan + "deepspeed: " + total + "\n", eight).engine.kind == EngineKind::DeepSpeed);  // 2 x 4 x 8
@@ -130,7 +184,7 @@ TEST_CASE("a DeepSpeed JSON: stage, offload, and 'auto' or matching batch values
   const std::string broken = write(dir / "broken.json", "{\n  \"zero_optimization\": {\"stage\": 3,}\n}\n");
   CHECK(parse_error(kPlan + "deepspeed: " + broken + "\n").rfind(broken + ":2: malformed JSON", 0) == 0);
   const std::string stage = write(dir / "stage.json", R"({"zero_optimization": {"stage": "three"}})");
-  CHECK(parse_error(kPlan + "deepspeed: " + stage + "\n") == stage + ": key \"zero_optimization.stage\": expected 0, 1, 2 or 3, got \"three\"");
+  CHECK(parse_error(kPlan + "deepspeed: " + stage + "\n") == stage + ": key \"zero_optimization.stage\": expected 0, 1, 2, 3 or \"auto\", got \"three\"");
   CHECK(parse_error(kPlan + "deepspeed: " + zero3 + "\nfsdp_config:\n  offload_params: true\n") ==
         "plan.yaml:4: key \"deepspeed\": deepspeed and fsdp_config (plan.yaml:5) cannot be used together, as axolotl says");
 }
@@ -233,6 +287,13 @@ TEST_CASE("an accelerate config of distributed_type DEEPSPEED: its JSON or its i
   options.accelerate_config = write(dir / "bare.yaml", head + "deepspeed_config:\n  deepspeed_config_file: " + bare + "\n");
   CHECK(parse_error(kPlan, options) == bare + ": no \"zero_optimization\": accelerate's DeepSpeedPlugin refuses a DeepSpeed config without it "
                                               "(\"Please specify the ZeRO optimization config in the DeepSpeed config.\")");
+  // Stage "auto" in a deepspeed_config_file: the plugin fills its own default, 2 (nothing sets
+  // ACCELERATE_DEEPSPEED_ZERO_STAGE: accelerate refuses zero_stage beside the file).
+  const std::string stage_auto = write(dir / "stage_auto.json", R"({"zero_optimization": {"stage": "auto"}})");
+  options.accelerate_config = write(dir / "stage_auto.yaml", head + "deepspeed_config:\n  deepspeed_config_file: " + stage_auto + "\n");
+  const Plan filled = parse(kPlan, options);
+  CHECK(filled.engine.name() == "DeepSpeed ZeRO-2");
+  CHECK(filled.engine.settings.at(0) == "zero_optimization.stage: 2 (\"auto\": accelerate's DeepSpeedPlugin default) (" + stage_auto + ")");
 
   // Inline fields: the plugin's defaults where unset (zero_stage 2), offload devices, accumulation.
   options.accelerate_config = write(dir / "inline.yaml", head + "deepspeed_config:\n  zero3_init_flag: false\n");

@@ -47,12 +47,16 @@ std::string offload_device(const nlohmann::json& zero, const char* key, const st
   const nlohmann::json& offload = zero.at(key);
   if (!offload.is_object()) throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected an object with \"device\", got " + offload.dump());
   if (!offload.contains("device")) return "";
-  if (!offload.at("device").is_string()) throw InputError(where, std::string("key \"zero_optimization.") + key + ".device\": expected \"none\", \"cpu\" or \"nvme\"");
+  if (!offload.at("device").is_string()) throw InputError(where, std::string("key \"zero_optimization.") + key + ".device\": expected \"none\", \"cpu\", \"nvme\" or \"auto\"");
   const std::string device = offload.at("device").get<std::string>();
-  if (device != "none" && device != "cpu" && device != "nvme") {
-    throw InputError(where, std::string("key \"zero_optimization.") + key + ".device\": expected \"none\", \"cpu\" or \"nvme\", got \"" + device + "\"");
+  if (device != "none" && device != "cpu" && device != "nvme" && device != "auto") {
+    throw InputError(where, std::string("key \"zero_optimization.") + key + ".device\": expected \"none\", \"cpu\", \"nvme\" or \"auto\", got \"" + device + "\"");
   }
-  return device == "none" ? "" : device;
+  // "auto": accelerate's DeepSpeedPlugin fills it with its offload_*_device, "none" unless
+  // ACCELERATE_DEEPSPEED_OFFLOAD_*_DEVICE is set (accelerate 1.15 utils/dataclasses.py
+  // __post_init__, fill_match); axolotl never sets those, and accelerate refuses the accelerate
+  // config's fields beside a JSON. Checked against the real plugin (tests/oracles).
+  return device == "none" || device == "auto" ? "" : device;
 }
 
 // accelerate 1.15.0's ClusterConfig fields (accelerate/commands/config/config_args.py, BaseConfig +
@@ -105,18 +109,27 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& config, const std::
     result.zero_optimization_present = true;
     if (zero.contains("stage")) {
       const nlohmann::json& stage = zero.at("stage");
-      // deepspeed/runtime/zero/config.py: ZeroStageEnum 0..3.
-      if (!stage.is_number_integer() || stage.get<long long>() < 0 || stage.get<long long>() > 3) {
-        throw InputError(where, "key \"zero_optimization.stage\": expected 0, 1, 2 or 3, got " + stage.dump());
+      if (stage.is_string() && stage.get<std::string>() == "auto") {
+        // Resolved by whoever builds accelerate's DeepSpeedPlugin (plan.cc: deepspeed_engine);
+        // zero_stage stays 0 until then.
+        result.stage_auto = true;
+      } else if (!stage.is_number_integer() || stage.get<long long>() < 0 || stage.get<long long>() > 3) {
+        // deepspeed/runtime/zero/config.py: ZeroStageEnum 0..3.
+        throw InputError(where, "key \"zero_optimization.stage\": expected 0, 1, 2, 3 or \"auto\", got " + stage.dump());
+      } else {
+        result.zero_stage = stage.get<int>();
       }
-      result.zero_stage = stage.get<int>();
     }
     result.offload_optimizer = offload_device(zero, "offload_optimizer", where);
     result.offload_param = offload_device(zero, "offload_param", where);
     for (const char* key : {"overlap_comm", "contiguous_gradients"}) {
       if (!zero.contains(key) || zero.at(key).is_null()) continue;
+      // Nobody fills these "auto"s (neither HF's trainer_config_process/finalize nor accelerate's
+      // plugin): DeepSpeedConfigModel (deepspeed/runtime/config_utils.py) drops every "auto"
+      // value, so DeepSpeed's default applies (overlap_comm: true only at stage 3).
+      if (zero.at(key).is_string() && zero.at(key).get<std::string>() == "auto") continue;
       if (!zero.at(key).is_boolean()) {
-        throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected true or false, got " + zero.at(key).dump());
+        throw InputError(where, std::string("key \"zero_optimization.") + key + "\": expected true, false or \"auto\", got " + zero.at(key).dump());
       }
       (std::string(key) == "overlap_comm" ? result.overlap_comm : result.contiguous_gradients) = zero.at(key).get<bool>();
     }

@@ -20,6 +20,10 @@ struct DeepSpeedConfig {
   std::string file;                 // the path read, or "inline" for a mapping in the plan
   int zero_stage = 0;               // zero_optimization.stage (DeepSpeed's default: 0)
   bool zero_optimization_present = false;  // the config has a zero_optimization object
+  // zero_optimization.stage is "auto": accelerate's DeepSpeedPlugin fills it from its zero_stage
+  // (ACCELERATE_DEEPSPEED_ZERO_STAGE, default 2); under axolotl that variable is "auto" itself and
+  // the plugin fails (plan.cc deepspeed_engine resolves or refuses it).
+  bool stage_auto = false;
   std::string offload_optimizer;    // zero_optimization.offload_optimizer.device ("" or "none": none)
   std::string offload_param;        // zero_optimization.offload_param.device
   // zero_optimization.overlap_comm / contiguous_gradients / reduce_bucket_size; unset: absent or

@@ -26,8 +26,8 @@ std::string fsdp1_not_modelled_reason(const FsdpSettings& settings) {
            "run bitsandbytes";
   }
   if (settings.peft_wrap_policy && settings.peft_other_trainable_leaves) {
-    return "adapter with unfrozen_parameters or lora_target_parameters under FSDP1: PEFT's fsdp_auto_wrap_policy makes "
-           "their trainable leaf modules units of their own, whose calls the FSDP1 model does not follow";
+    return "adapter with lora_target_parameters under FSDP1: PEFT's fsdp_auto_wrap_policy makes a ParamWrapper's "
+           "lora_A / lora_B units of their own, which the wrapper reads without calling them (not modelled)";
   }
   const std::string& policy = settings.auto_wrap_policy;
   if (!policy.empty() && policy != "TRANSFORMER_BASED_WRAP") {
@@ -179,7 +179,7 @@ class Fsdp1Model : public SyncModel {
     (void)engine;
     const int u = unit_of_call(call);
     if (u < 0) return input;
-    if (call.kind == ModuleKind::Adapter) return adapter_pre_forward(u, call, input);
+    if (call.kind == ModuleKind::Adapter || call.kind == ModuleKind::Leaf) return adapter_pre_forward(u, call, input);
     if (call.kind == ModuleKind::DecoderLayer) {
       layer_grad_enabled_ = engine.grad_enabled();
       forward_mlp_calls_[call.layer] = 0;
@@ -205,7 +205,7 @@ class Fsdp1Model : public SyncModel {
     if (call.kind == ModuleKind::Mlp) check_stale_adapter_views(call, engine.grad_enabled());
     const int u = unit_of_call(call);
     if (u < 0) return output;
-    if (call.kind == ModuleKind::Adapter) return adapter_post_forward(engine, u, output);
+    if (call.kind == ModuleKind::Adapter || call.kind == ModuleKind::Leaf) return adapter_post_forward(engine, u, output);
     if (call.in_backward) return output;
     UnitState& s = state_[static_cast<size_t>(u)];
     s.handle = HandleState::Idle;
@@ -430,7 +430,7 @@ class Fsdp1Model : public SyncModel {
   }
 
   int unit_of_call(const ModuleCall& call) const {
-    if (call.kind == ModuleKind::Adapter) return unit_of_adapter(call.path);
+    if (call.kind == ModuleKind::Adapter || call.kind == ModuleKind::Leaf) return unit_of_adapter(call.path);
     if (call.kind == ModuleKind::Root) {
       for (size_t u = 0; u < units_.size(); ++u) {
         if (units_[u].name.empty()) return static_cast<int>(u);

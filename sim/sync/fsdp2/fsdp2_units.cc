@@ -156,6 +156,15 @@ Fsdp2Units fsdp2_units(const Plan& plan, const ModelStructure& structure) {
   // each is a unit with its own all-gather, reduce-scatter and post-backward; PEFT's ParamWrapper
   // (lora_target_parameters) is skipped there and its A and B stay in their layer's unit.
   const bool lora_linears = plan.adapter != Adapter::None && (!plan.lora_target_modules.empty() || plan.lora_target_linear);
+  if (plan.adapter != Adapter::None && (plan.load_in_4bit || plan.load_in_8bit)) {
+    // QLoRA as axolotl runs it under FSDP2: bitsandbytes' Params4bit / Int8Params are frozen (no
+    // AccumulateGrad, no reduce-scatter), so the hook schedule is LoRA's over frozen base weights;
+    // their shards and all-gathers are costed in the quantized storage (sim/cost/engine_cost.cc).
+    // No oracle has run it: bitsandbytes does not run on the CPU oracle (docs/engines/fsdp2.md).
+    out.notes.push_back(std::string("adapter over bitsandbytes-quantized base weights (") + (plan.load_in_4bit ? "load_in_4bit" : "load_in_8bit") +
+                        ") under FSDP2: modelled as LoRA over frozen base weights (they get no gradient and no "
+                        "reduce-scatter); not checked against real fully_shard, which the CPU oracle cannot run with bitsandbytes");
+  }
   if (lora_linears && policy != "NO_WRAP" && !plan.lora_target_parameters.empty()) {
     out.notes.push_back("adapter with lora_target_parameters under FSDP2: axolotl shards the lora_A and lora_B of "
                         "each lora.Linear as units of their own (not a ParamWrapper's); hookstream keeps all of them "
