@@ -180,6 +180,13 @@ def transformers_parameters(config, cls_name, variant):
     return rows
 
 
+def transformers_major_minor():
+    """"4.57.1" -> "4.57": the version hookstream's plan pins, so that a run of this oracle under
+    transformers 4.x (PYTHONPATH to an unpacked 4.x wheel) checks the per-expert MoE modules 4.x
+    builds (sim/inputs/architectures/per_expert_layout.h) and one under 5.x the fused tensors."""
+    return ".".join(transformers.__version__.split(".")[:2])
+
+
 def plan_text(config_path, variant):
     lines = [f"base_model: {config_path}"]
     target = VARIANTS[variant]
@@ -187,6 +194,7 @@ def plan_text(config_path, variant):
         lines += ["adapter: lora", "lora_r: 8", "lora_alpha: 16"]
         lines.append(f"lora_target_modules: {target}" if isinstance(target, str) else
                      "lora_target_modules: [" + ", ".join(target) + "]")
+    lines += ["hookstream:", f'  transformers_version: "{transformers_major_minor()}"']
     return "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,5 @@
 // Every architecture fixture in tests/sim/architectures/ (named_parameters() of the model that
-// transformers 5.17.0 + PEFT 0.21.2 build on the meta device, written by
+// transformers 5.17.0 + PEFT 0.21.2 build on the meta device (the v4-* ones: transformers 4.57.1), written by
 // oracles/architectures/dump_structures.py from oracles/architectures/cases.json) against
 // hookstream's structure for the same config.json: names in order, shapes, dtypes, trainable flags;
 // a case transformers/PEFT refuse must be refused too.
@@ -46,6 +46,9 @@ Plan plan_for(const json& fixture, const std::string& name) {
   Plan plan;
   plan.source = name + ".yaml";
   plan.model = parse_model_config(fixture.at("config").dump(), name + "/config.json");
+  // The transformers that dumped the fixture builds the model (the v4-* fixtures: transformers
+  // 4.57.1's per-expert MoE modules).
+  plan.transformers_version = parse_transformers_version(fixture.at("transformers").get<std::string>(), name);
   const json& lora = fixture.at("case").value("lora", json());
   if (!lora.is_null()) {
     plan.adapter = Adapter::Lora;

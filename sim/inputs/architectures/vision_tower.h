@@ -42,6 +42,9 @@ struct VisionTowerSpec {
   // The vision config class's defaults (SigLIP vision_use_head); a key "name=value" is a string
   // key's default, used when the config does not set that key.
   std::map<std::string, double> defaults;
+  // The position table's size is the config's own num_patches (Siglip2VisionEmbeddings: NaFlex
+  // images of any shape share one table of num_patches entries), not (image_size // patch_size)^2.
+  bool num_patches_from_config = false;
   std::string source;
 };
 
