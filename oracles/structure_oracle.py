@@ -73,7 +73,6 @@ NON_TARGET_FAMILIES = {
     # (mamba, falcon_mamba, jamba), LFM2's short convolution (lfm2, lfm2_moe), MiniMax's
     # lightning attention (minimax) and Kimi delta attention (kimi_linear, costed as the DeltaNet).
     "state-space, recurrent or linear-attention layers whose mixer is not described yet (shared attention blocks, RWKV, xLSTM)": {
-        "lfm2_vl",
         "recurrent_gemma", "rwkv", "xlstm", "zamba", "zamba2", "hrm_text", "blt"},
 }
 
@@ -82,7 +81,6 @@ NON_TARGET_FAMILIES = {
 MIXER_REASONS = {
     "zamba": "a shared attention block reused across layers (Zamba's hybrid layers)",
     "zamba2": "shared attention blocks with per-layer LoRA adapters reused across Mamba2 layers",
-    "lfm2_vl": "a SigLIP2 NaFlex tower (LFM2's decoder is described)",
     "recurrent_gemma": "RG-LRU recurrent blocks",
     "rwkv": "RWKV time-mix / channel-mix blocks",
     "xlstm": "mLSTM / sLSTM blocks",

@@ -180,7 +180,8 @@ struct ArchitectureSpec {
   // The token embedding is nn.Embedding(vocab_size, width, padding_idx=pad_token_id) (LlamaModel and
   // most decoders in transformers 5.17), whose constructor asserts "Padding_idx must be within
   // num_embeddings" for a pad_token_id outside [-vocab_size, vocab_size) (torch/nn/modules/sparse.py).
-  // GPT-2, GPT-J, GPT-NeoX, BLOOM, Falcon, MPT, CodeGen, CTRL, Mamba-2, FalconMamba and NemotronH
+  // GPT-2, GPT-BigCode, GPT-Neo, GPT-J, GPT-NeoX (and Japanese), BLOOM, Falcon, MPT, CodeGen, CTRL,
+  // OpenAI-GPT, Mamba, Mamba-2, FalconMamba and NemotronH
   // build theirs without padding_idx, so any pad_token_id loads there.
   bool embedding_padding_idx = true;
   // The config class maps legacy layer_types names ("mamba", "conv" -> "linear_attention",

@@ -101,7 +101,7 @@ const std::map<std::string, PerExpertSpec>& v4_specs() {
 // GraniteMoe names its block block_sparse_moe): only those the v4-* fixtures and the structure
 // oracle under 4.57.1 matched are listed; the rest are refused on 4.x.
 bool fused_in_v4(const std::string& model_type) {
-  static const char* const kFused[] = {"gpt_oss", "jetmoe"};
+  static const char* const kFused[] = {"gpt_oss"};
   for (const char* t : kFused) {
     if (model_type == t) return true;
   }
@@ -119,6 +119,10 @@ const char* undescribed_in_v4(const std::string& model_type) {
   if (model_type == "llama4_text") return "Llama4TextExperts: gate_up_proj [E, H, 2I], down_proj [E, I, H]";
   if (model_type == "qwen3_vl_moe_text") return "Qwen3VLMoeTextExperts: gate_up_proj [E, H, 2I], down_proj [E, I, H]";
   if (model_type == "aria_text") return "AriaGroupedExpertsMLP: fc1/fc2 grouped GEMM weights";
+  if (model_type == "jetmoe") {
+    return "JetMoeBlock registers input_layernorm, self_attention (its attention experts), post_attention_layernorm, "
+           "then mlp: another order than v5's";
+  }
   if (model_type == "granitemoe" || model_type == "granitemoeshared" || model_type == "granitemoehybrid") {
     return "registers the fused experts as block_sparse_moe.input_linear/output_linear/router.layer, and "
            "GraniteMoeHybrid its decoder layer in another order";
@@ -186,9 +190,9 @@ ExpertLayoutChoice choose_expert_layout(const ArchitectureSpec& spec, const Mode
     // not modelled as fused.
     const char* undescribed = undescribed_in_v4(spec.model_type);
     choice.refused = undescribed != nullptr
-                         ? "transformers " + transformers_version + " builds " + spec.model_type +
-                               "'s experts in a layout hookstream does not describe (v4.57.1 " + undescribed +
-                               "); pin transformers 5.x"
+                         ? "transformers " + transformers_version + " knows " + spec.model_type +
+                               " but hookstream cannot model it yet on 4.x: v4.57.1 builds its experts in a layout not "
+                               "described (" + undescribed + "); pin transformers 5.x"
                          : "transformers " + transformers_version + " cannot build model_type \"" + spec.model_type +
                                "\" (not in transformers v4.57.1, the last 4.x; added in 5.x); pin transformers 5.x";
     return choice;

@@ -241,6 +241,11 @@ std::vector<VisionTowerSpec> build_towers() {
     a.block_class = "Glm4vMoeVisionBlock";
     a.source = "transformers/models/glm4v_moe/modeling_glm4v_moe.py";
     t.push_back(a);
+    // transformers 4.5x's Glm4vMoeVisionConfig.model_type was "glm4v_moe" (v4.57.1
+    // configuration_glm4v_moe.py): GLM-4.5V config.json files it saved name the tower so, and 5.17
+    // builds Glm4vMoeVisionConfig from them all the same.
+    a.model_type = "glm4v_moe";
+    t.push_back(a);
   }
   {
     // GlmOcrVisionModel (transformers/models/glm_ocr/modeling_glm_ocr.py, from modular_glm_ocr.py;
@@ -499,7 +504,8 @@ std::vector<VisionLanguageSpec> build_models() {
     // merged last_hidden_state.
     VisionLanguageSpec a;
     a.model_type = type;
-    a.towers = {a.model_type == "glm4v_moe" ? "glm4v_moe_vision" : "glm4v_vision"};
+    a.towers = a.model_type == "glm4v_moe" ? std::vector<std::string>{"glm4v_moe_vision", "glm4v_moe"}
+                                           : std::vector<std::string>{"glm4v_vision"};
     a.tower = "model.visual";
     a.forward_order = {"post_conv_layernorm", "position_embedding", "downsample", "proj", "post_projection_norm",
                        "gate_proj", "up_proj", "down_proj"};
