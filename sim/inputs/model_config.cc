@@ -317,7 +317,9 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   // PreTrainedModel.tie_weights reads the composite model's own config (modeling_utils.py:
   // getattr(self.config, "tie_word_embeddings")), not its text config: LlavaConfig's default False,
   // Gemma3Config's, Mistral3Config's and InternVLConfig's True.
-  const json* top_tie = ConfigReader::find_in(root, "tie_word_embeddings");
+  const json* popped_tie = model.popped_tie_key.empty() ? nullptr : ConfigReader::find_in(root, model.popped_tie_key);
+  if (popped_tie != nullptr && !popped_tie->is_boolean()) reader.fail(model.popped_tie_key, "expected true or false", shown(*popped_tie));
+  const json* top_tie = popped_tie != nullptr ? popped_tie : ConfigReader::find_in(root, "tie_word_embeddings");
   const bool has_top_tie = top_tie != nullptr && top_tie->is_boolean();
   if (has_top_tie) {
     config.tie_word_embeddings = top_tie->get<bool>();

@@ -504,3 +504,18 @@ TEST_CASE("Gemma 4: layer_types default, the forced full last layer and global_h
   CHECK(shapes.count("model.layers.6.self_attn.v_proj.weight") == 1);
   CHECK(shapes.count("model.embed_tokens_per_layer.weight") == 0);
 }
+
+TEST_CASE("LFM2-VL: tie_embedding is popped into tie_word_embeddings and wins over it", "[architecture]") {
+  // Lfm2VlConfig.__post_init__: self.tie_word_embeddings = kwargs.pop("tie_embedding", self.tie_word_embeddings).
+  json config = read_fixture(kFixtures + "/lfm2_vl.json").at("config");
+  CHECK(parse_model_config(config.dump(), "lfm2_vl/config.json").tie_word_embeddings);
+  config["tie_word_embeddings"] = true;
+  config["tie_embedding"] = false;
+  CHECK_FALSE(parse_model_config(config.dump(), "lfm2_vl/config.json").tie_word_embeddings);
+  config["tie_word_embeddings"] = false;
+  config["tie_embedding"] = true;
+  CHECK(parse_model_config(config.dump(), "lfm2_vl/config.json").tie_word_embeddings);
+  config["tie_embedding"] = "yes";
+  CHECK_THROWS_WITH(parse_model_config(config.dump(), "lfm2_vl/config.json"),
+                    Catch::Contains("key \"tie_embedding\": expected true or false"));
+}

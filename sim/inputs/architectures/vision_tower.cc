@@ -405,6 +405,7 @@ std::vector<VisionLanguageSpec> build_models() {
     VisionLanguageSpec a;
     a.model_type = "lfm2_vl";
     a.towers = {"siglip2_vision_model"};
+    a.popped_tie_key = "tie_embedding";
     a.projector = {norm("model.multi_modal_projector.layer_norm", R::MlpOther,
                         "vision_hidden_size*downsample_factor*downsample_factor", "1", "projector_use_layernorm"),
                    linear("model.multi_modal_projector.linear_1", R::MlpOther,
