@@ -87,10 +87,8 @@ const std::map<std::string, PerExpertSpec>& v4_specs() {
     PerExpertSpec glm4_moe = deepseek;
     glm4_moe.source = "transformers v4.57 models/glm4_moe/modeling_glm4_moe.py Glm4MoeMoE.__init__";
     m["glm4_moe"] = glm4_moe;
-    // Glm4vMoeTextMoE (GLM-4.5V's decoder): GLM-4-MoE's block.
-    PerExpertSpec glm4v_moe = deepseek;
-    glm4v_moe.source = "transformers v4.57 models/glm4v_moe/modeling_glm4v_moe.py Glm4vMoeTextMoE.__init__";
-    m["glm4v_moe_text"] = glm4v_moe;
+    // Glm4vMoeTextMoE (GLM-4.5V's decoder) is GLM-4-MoE's block too, but GLM-4.5V on 4.x is refused
+    // for its tie rule (undescribed_in_v4).
     return m;
   }();
   return specs;
@@ -116,16 +114,24 @@ const char* undescribed_in_v4(const std::string& model_type) {
     return "Ernie4_5_MoeSparseMoeBlock registers moe_statics (an e_score_correction_bias parameter) and a float32 "
            "gate before its per-expert modules";
   }
-  if (model_type == "llama4_text") return "Llama4TextExperts: gate_up_proj [E, H, 2I], down_proj [E, I, H]";
-  if (model_type == "qwen3_vl_moe_text") return "Qwen3VLMoeTextExperts: gate_up_proj [E, H, 2I], down_proj [E, I, H]";
-  if (model_type == "aria_text") return "AriaGroupedExpertsMLP: fc1/fc2 grouped GEMM weights";
+  if (model_type == "llama4_text") return "fused experts Llama4TextExperts gate_up_proj [E, H, 2I], down_proj [E, I, H]";
+  if (model_type == "qwen3_vl_moe_text") {
+    return "fused experts Qwen3VLMoeTextExperts gate_up_proj [E, H, 2I], down_proj [E, I, H]";
+  }
+  if (model_type == "aria_text") return "experts AriaGroupedExpertsMLP, fc1/fc2 grouped GEMM weights";
+  // The experts are described (per-expert, as GLM-4-MoE's), but v4.57.1 ties lm_head by the
+  // composite config's own tie_word_embeddings while 5.17's Glm4vMoeConfig.__post_init__ takes the
+  // text config's true over it, which is what hookstream reads (the oracle under 4.57.1 saw it).
+  if (model_type == "glm4v_moe_text") {
+    return "GLM-4.5V ties lm_head by the composite config's own tie_word_embeddings, not the text config's as 5.17 does";
+  }
   if (model_type == "jetmoe") {
     return "JetMoeBlock registers input_layernorm, self_attention (its attention experts), post_attention_layernorm, "
-           "then mlp: another order than v5's";
+           "then mlp, another order than v5's";
   }
   if (model_type == "granitemoe" || model_type == "granitemoeshared" || model_type == "granitemoehybrid") {
-    return "registers the fused experts as block_sparse_moe.input_linear/output_linear/router.layer, and "
-           "GraniteMoeHybrid its decoder layer in another order";
+    return "fused experts registered as block_sparse_moe.input_linear/output_linear/router.layer, and "
+           "GraniteMoeHybrid's decoder layer in another order";
   }
   return nullptr;
 }
@@ -191,8 +197,8 @@ ExpertLayoutChoice choose_expert_layout(const ArchitectureSpec& spec, const Mode
     const char* undescribed = undescribed_in_v4(spec.model_type);
     choice.refused = undescribed != nullptr
                          ? "transformers " + transformers_version + " knows " + spec.model_type +
-                               " but hookstream cannot model it yet on 4.x: v4.57.1 builds its experts in a layout not "
-                               "described (" + undescribed + "); pin transformers 5.x"
+                               " but hookstream cannot model it yet on 4.x (v4.57.1: " + undescribed +
+                               "); pin transformers 5.x"
                          : "transformers " + transformers_version + " cannot build model_type \"" + spec.model_type +
                                "\" (not in transformers v4.57.1, the last 4.x; added in 5.x); pin transformers 5.x";
     return choice;
