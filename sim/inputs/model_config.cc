@@ -774,6 +774,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (reader.has_text_config()) {
     std::string nested = reader.optional_string(root["text_config"], "model_type", "text_config.model_type");
     if (!nested.empty()) decoder_type = nested;
+    // transformers 4.5x's Glm4vMoeTextConfig.model_type was "Glm4vMoe_text" (v4.57.1
+    // configuration_glm4v_moe.py), so GLM-4.5V config.json files it saved say so; Glm4vMoeConfig
+    // builds its text_config with its own sub-config class whatever the name (5.17 too).
+    if (config.model_type == "glm4v_moe" && decoder_type == "Glm4vMoe_text") decoder_type = "glm4v_moe_text";
   }
   // The architecture table is the list of model types hookstream models; anything else is refused
   // rather than modelled as a dense Llama. A config without model_type (hand-written) is a Llama.
@@ -885,6 +889,20 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   config.head_dim = aliased_int("head_dim").value_or(head_dim_default != spec->defaults.end()
                                                          ? static_cast<int>(head_dim_default->second)
                                                          : config.hidden_size / config.num_attention_heads);
+  // The config classes whose validate_architecture (a @strict validator, transformers 5.17) raises
+  // "The hidden size (H) is not a multiple of the number of attention heads (N)", even with an
+  // explicit head_dim (LlamaConfig, Gemma2Config, Gemma3TextConfig, GPTNeoXConfig, ...: found by
+  // reading validate_architecture of every class in CONFIG_MAPPING). Others (Mistral, Qwen3,
+  // GLM-4-MoE, ...) floor or take head_dim, as the attention below does.
+  static const std::set<std::string> kHeadsDivideHidden = {
+      "arcee", "aria_text", "cwm", "deepseek_v2", "gemma2", "gemma3_text", "gemma3n_text", "gpt_neox",
+      "hrm_text", "hyperclovax", "jais2", "llama", "minicpm3", "vaultgemma"};
+  if (kHeadsDivideHidden.count(decoder_type) != 0 && config.hidden_size % config.num_attention_heads != 0) {
+    reader.fail("num_attention_heads",
+                "expected a divisor of hidden_size " + std::to_string(config.hidden_size) + " (" + decoder_type +
+                    "'s config class refuses it in validate_architecture, head_dim or not)",
+                std::to_string(config.num_attention_heads));
+  }
   if (config.head_dim <= 0) {
     reader.fail("num_attention_heads",
                 "expected at most hidden_size " + std::to_string(config.hidden_size) + " (or an explicit head_dim)",

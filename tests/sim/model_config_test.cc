@@ -240,15 +240,23 @@ TEST_CASE("bad values are one-line errors naming file and key", "[model_config]"
         "x.json: key \"vocab_size\": missing; expected a positive integer");
   CHECK(error_of([] { parse_model_config(llama_json("num_key_value_heads", "3"), "x.json"); }) ==
         "x.json: key \"num_key_value_heads\": expected a divisor of num_attention_heads 4, got 3");
-  CHECK(error_of([] { parse_model_config(llama_json("num_attention_heads", "100"), "x.json"); }) ==
-        "x.json: key \"num_attention_heads\": expected at most hidden_size 64 (or an explicit head_dim), got 100");
-  // A head count that does not divide hidden_size is floored, as transformers does
-  // (LlamaAttention: getattr(config, "head_dim", hidden_size // num_attention_heads)).
-  CHECK(parse_model_config(llama_json("hidden_size", "66"), "x").head_dim == 16);
+  CHECK(error_of([] {
+          std::string text = llama_json("num_attention_heads", "100");
+          parse_model_config(text.replace(text.find("\"llama\""), 7, "\"mistral\""), "x.json");
+        }) == "x.json: key \"num_attention_heads\": expected at most hidden_size 64 (or an explicit head_dim), got 100");
+  // A head count that does not divide hidden_size is floored, as transformers does for the classes
+  // without the check (MistralAttention: getattr(config, "head_dim", hidden_size // num_attention_heads));
+  // LlamaConfig.validate_architecture refuses it, head_dim or not.
+  const auto mistral = [](std::string text) { return text.replace(text.find("\"llama\""), 7, "\"mistral\""); };
+  CHECK(parse_model_config(mistral(llama_json("hidden_size", "66")), "x").head_dim == 16);
+  CHECK(error_of([] { parse_model_config(llama_json("hidden_size", "66"), "x.json"); }) ==
+        "x.json: key \"num_attention_heads\": expected a divisor of hidden_size 66 (llama's config class refuses it in "
+        "validate_architecture, head_dim or not), got 4");
   CHECK(error_of([] { parse_model_config(llama_json("tie_word_embeddings", "\"yes\""), "x.json"); }) ==
         "x.json: key \"tie_word_embeddings\": expected true or false, got \"yes\"");
   // An explicit head_dim makes a non-dividing head count legal (Qwen3-VL-4B: 2560 / 32 heads of 128).
-  CHECK(parse_model_config(llama_json("hidden_size", "66").insert(1, "\"head_dim\": 16, "), "x").head_dim == 16);
+  CHECK(parse_model_config(mistral(llama_json("hidden_size", "66")).insert(1, "\"head_dim\": 16, "), "x").head_dim == 16);
+  CHECK_THROWS(parse_model_config(llama_json("hidden_size", "66").insert(1, "\"head_dim\": 16, "), "x"));
 }
 
 TEST_CASE("errors inside text_config and vision_config name the nested key", "[model_config]") {

@@ -2439,16 +2439,11 @@ std::vector<ArchitectureSpec> build_table() {
     // attention_bias (Glm4vMoeTextConfig default true) on q/k/v. transformers maps glm4v_moe to the
     // qwen2_moe conversion (_MODEL_TO_CONVERSION_PATTERN), as glm4_moe.
     a.model_type = "glm4v_moe_text";
-    // transformers 4.5x's Glm4vMoeTextConfig.model_type was "Glm4vMoe_text" (v4.57.1
-    // configuration_glm4v_moe.py), so GLM-4.5V config.json files saved by it say so; 5.17 builds
-    // Glm4vMoeTextConfig from them all the same.
-    a.aliases = {"Glm4vMoe_text"};
     a.layer_class = "Glm4vMoeTextDecoderLayer";
     a.layer = moe_layer(attention("attention_bias", ""), "");
     a.defaults = {{"tie_word_embeddings", 0}, {"first_k_dense_replace", 1}, {"n_shared_experts", 1}, {"attention_bias", 1}};
     a.source = "transformers/models/glm4v_moe/modeling_glm4v_moe.py";
     add(a);
-    a.aliases.clear();
     a.layer_class = "";
     // Mistral 4: DeepSeek-V3's layer (MLA, experts/gate/shared_experts after first_k_dense_replace);
     // Mistral4Config defaults: first_k_dense_replace 0, q_lora_rank 1024. No PEFT v4 conversion
