@@ -519,3 +519,23 @@ TEST_CASE("LFM2-VL: tie_embedding is popped into tie_word_embeddings and wins ov
   CHECK_THROWS_WITH(parse_model_config(config.dump(), "lfm2_vl/config.json"),
                     Catch::Contains("key \"tie_embedding\": expected true or false"));
 }
+
+TEST_CASE("GLM-4.5V config.json files saved by transformers 4.5x (Glm4vMoe_text, a glm4v_moe tower) load", "[architecture]") {
+  // v4.57.1 configuration_glm4v_moe.py: Glm4vMoeTextConfig.model_type "Glm4vMoe_text",
+  // Glm4vMoeVisionConfig.model_type "glm4v_moe"; Glm4vMoeConfig builds both with its own sub-config
+  // classes whatever the names, in 5.17 too.
+  const json fixture = read_fixture(kFixtures + "/glm4v_moe-no-attention-bias.json");
+  json config = fixture.at("config");
+  config["text_config"]["model_type"] = "Glm4vMoe_text";
+  config["vision_config"]["model_type"] = "glm4v_moe";
+  Plan plan = plan_for(fixture, "glm4v_moe-no-attention-bias");
+  plan.model = parse_model_config(config.dump(), "glm45v/config.json");
+  CHECK(plan.model.decoder_type == "glm4v_moe_text");
+  const ModelStructure saved_by_v4 = build_model_structure(plan);
+  const ModelStructure current = build_model_structure(plan_for(fixture, "glm4v_moe-no-attention-bias"));
+  REQUIRE(saved_by_v4.parameters.size() == current.parameters.size());
+  for (size_t i = 0; i < current.parameters.size(); ++i) CHECK(saved_by_v4.parameters[i].name == current.parameters[i].name);
+  // The old name means nothing under another composite.
+  config["model_type"] = "glm4v";
+  CHECK_THROWS(parse_model_config(config.dump(), "glm4v/config.json"));
+}
