@@ -73,7 +73,6 @@ NON_TARGET_FAMILIES = {
     # (mamba, falcon_mamba, jamba), LFM2's short convolution (lfm2, lfm2_moe), MiniMax's
     # lightning attention (minimax) and Kimi delta attention (kimi_linear, costed as the DeltaNet).
     "state-space, recurrent or linear-attention layers whose mixer is not described yet (shared attention blocks, RWKV, xLSTM)": {
-        "lfm2_vl",
         "recurrent_gemma", "rwkv", "xlstm", "zamba", "zamba2", "hrm_text", "blt"},
 }
 
@@ -82,7 +81,6 @@ NON_TARGET_FAMILIES = {
 MIXER_REASONS = {
     "zamba": "a shared attention block reused across layers (Zamba's hybrid layers)",
     "zamba2": "shared attention blocks with per-layer LoRA adapters reused across Mamba2 layers",
-    "lfm2_vl": "a SigLIP2 NaFlex tower (LFM2's decoder is described)",
     "recurrent_gemma": "RG-LRU recurrent blocks",
     "rwkv": "RWKV time-mix / channel-mix blocks",
     "xlstm": "mLSTM / sLSTM blocks",
@@ -180,6 +178,13 @@ def transformers_parameters(config, cls_name, variant):
     return rows
 
 
+def transformers_major_minor():
+    """"4.57.1" -> "4.57": the version hookstream's plan pins, so that a run of this oracle under
+    transformers 4.x (PYTHONPATH to an unpacked 4.x wheel) checks the per-expert MoE modules 4.x
+    builds (sim/inputs/architectures/per_expert_layout.h) and one under 5.x the fused tensors."""
+    return ".".join(transformers.__version__.split(".")[:2])
+
+
 def plan_text(config_path, variant):
     lines = [f"base_model: {config_path}"]
     target = VARIANTS[variant]
@@ -187,6 +192,7 @@ def plan_text(config_path, variant):
         lines += ["adapter: lora", "lora_r: 8", "lora_alpha: 16"]
         lines.append(f"lora_target_modules: {target}" if isinstance(target, str) else
                      "lora_target_modules: [" + ", ".join(target) + "]")
+    lines += ["hookstream:", f'  transformers_version: "{transformers_major_minor()}"']
     return "\n".join(lines) + "\n"
 
 

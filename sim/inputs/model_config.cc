@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -274,9 +275,13 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   tower.patch_size = required("patch_size");
   // CLIPVisionEmbeddings / SiglipVisionEmbeddings: num_patches = (image_size // patch_size) ** 2;
   // InternVLVisionPatchEmbeddings: (image_size[1] // patch_size[1]) * (image_size[0] // patch_size[0]).
-  const int64_t rows = required("image_size") / tower.patch_size;
-  const int64_t columns = required("image_size_1") / required("patch_size_1");
-  tower.values["num_patches"] = static_cast<double>(rows * columns);
+  if (spec->num_patches_from_config) {
+    required("num_patches");
+  } else {
+    const int64_t rows = required("image_size") / tower.patch_size;
+    const int64_t columns = required("image_size_1") / required("patch_size_1");
+    tower.values["num_patches"] = static_cast<double>(rows * columns);
+  }
   if (tower.hidden_size % tower.num_heads != 0) {
     reader.fail("vision_config.num_attention_heads",
                 "expected a divisor of vision_config.hidden_size " + std::to_string(tower.hidden_size),
@@ -312,7 +317,9 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   // PreTrainedModel.tie_weights reads the composite model's own config (modeling_utils.py:
   // getattr(self.config, "tie_word_embeddings")), not its text config: LlavaConfig's default False,
   // Gemma3Config's, Mistral3Config's and InternVLConfig's True.
-  const json* top_tie = ConfigReader::find_in(root, "tie_word_embeddings");
+  const json* popped_tie = model.popped_tie_key.empty() ? nullptr : ConfigReader::find_in(root, model.popped_tie_key);
+  if (popped_tie != nullptr && !popped_tie->is_boolean()) reader.fail(model.popped_tie_key, "expected true or false", shown(*popped_tie));
+  const json* top_tie = popped_tie != nullptr ? popped_tie : ConfigReader::find_in(root, "tie_word_embeddings");
   const bool has_top_tie = top_tie != nullptr && top_tie->is_boolean();
   if (has_top_tie) {
     config.tie_word_embeddings = top_tie->get<bool>();
@@ -415,6 +422,50 @@ int hybrid_layer_count(const ConfigReader& reader, const LayerTypesRule& rule) {
   const std::vector<std::string> types = listed_or_pattern_types(reader, rule);
   if (types.empty()) reader.fail("layers_block_type", "expected a non-empty list of layer types (its length is num_hidden_layers)");
   return static_cast<int>(types.size());
+}
+
+// PreTrainedConfig.validate_layer_type (transformers 5.17 configuration_utils.py, a @strict
+// validator every config class runs after __post_init__; NemotronHConfig has its own, hence
+// `count_layers` types are left to read_hybrid_layer_types): `layer_types` entries must be in
+// ALLOWED_ATTN_LAYER_TYPES and number num_hidden_layers; then `mlp_layer_types` the same with
+// ALLOWED_MLP_LAYER_TYPES. Without layer_types the validator returns before mlp_layer_types.
+// Custom code (a config.json with auto_map AutoConfig) gets its legacy names remapped first
+// (remap_legacy_layer_types) and may define its own: entries are not checked there. Classes that
+// remap in their own __post_init__ (ArchitectureSpec::remaps_legacy_layer_types) get the remap.
+void validate_layer_types(const ConfigReader& reader, const json& root, const ArchitectureSpec& spec, const ModelConfig& config) {
+  if (spec.layer_types.count_layers) return;
+  static const char* const kAttention[] = {"full_attention", "sliding_attention", "chunked_attention", "window_attention",
+                                           "compressed_sparse_attention", "heavily_compressed_attention",
+                                           "minimax_m3_sparse", "conv", "moe", "hybrid", "hybrid_sliding",
+                                           "deepseek_sparse_attention", "qwen_sparse_attention", "linear_attention"};
+  static const char* const kMlp[] = {"sparse", "dense"};
+  const json* auto_map = ConfigReader::find_in(root, "auto_map");
+  const bool custom_config = auto_map != nullptr && auto_map->is_object() && auto_map->contains("AutoConfig");
+  auto check = [&](const char* key, const char* const* allowed, size_t count) {
+    std::string dotted;
+    const json* list = reader.find(key, &dotted);
+    if (list == nullptr) return false;
+    if (!list->is_array()) reader.fail(dotted, "expected a list with one entry per layer", shown(*list));
+    std::string names;
+    for (size_t k = 0; k < count; ++k) names += std::string(k ? ", " : "") + "\"" + allowed[k] + "\"";
+    for (size_t i = 0; i < list->size() && !custom_config; ++i) {
+      const json& entry = (*list)[i];
+      std::string name = entry.is_string() ? entry.get<std::string>() : "";
+      if (spec.remaps_legacy_layer_types && allowed == kAttention) {
+        if (name == "mamba" || name == "conv") name = "linear_attention";
+        else if (name == "attention") name = "full_attention";
+      }
+      const bool ok = entry.is_string() && std::find(allowed, allowed + count, name) != allowed + count;
+      if (!ok) reader.fail(dotted + "." + std::to_string(i), "expected one of " + names + " (transformers' validate_layer_type)", shown(entry));
+    }
+    if (static_cast<int>(list->size()) != config.num_hidden_layers) {
+      reader.fail(dotted, "expected one entry per layer (num_hidden_layers " + std::to_string(config.num_hidden_layers) +
+                              "; transformers' validate_layer_type)",
+                  std::to_string(list->size()) + " entries");
+    }
+    return true;
+  };
+  if (check("layer_types", kAttention, std::size(kAttention))) check("mlp_layer_types", kMlp, std::size(kMlp));
 }
 
 void read_hybrid_layer_types(const ConfigReader& reader, const ArchitectureSpec& spec, ModelConfig& config) {
@@ -723,6 +774,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (reader.has_text_config()) {
     std::string nested = reader.optional_string(root["text_config"], "model_type", "text_config.model_type");
     if (!nested.empty()) decoder_type = nested;
+    // transformers 4.5x's Glm4vMoeTextConfig.model_type was "Glm4vMoe_text" (v4.57.1
+    // configuration_glm4v_moe.py), so GLM-4.5V config.json files it saved say so; Glm4vMoeConfig
+    // builds its text_config with its own sub-config class whatever the name (5.17 too).
+    if (config.model_type == "glm4v_moe" && decoder_type == "Glm4vMoe_text") decoder_type = "glm4v_moe_text";
   }
   // The architecture table is the list of model types hookstream models; anything else is refused
   // rather than modelled as a dense Llama. A config without model_type (hand-written) is a Llama.
@@ -809,6 +864,22 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
                                    .value_or(kv_default != spec->defaults.end() ? static_cast<int>(kv_default->second)
                                                                                 : config.num_attention_heads);
   config.vocab_size = required_int("vocab_size");
+  // nn.Embedding(vocab_size, H, padding_idx=pad_token_id) asserts unless -vocab_size <= pad_token_id
+  // < vocab_size (torch/nn/modules/sparse.py; a negative index counts from the end), so transformers
+  // cannot build such a model; its own validate_token_ids only warns. The decoder reads its own
+  // config's pad_token_id: text_config's in a composite, never the outer one.
+  if (spec->embedding_padding_idx) {
+    const json* pad = ConfigReader::find_in(reader.has_text_config() ? root["text_config"] : root, "pad_token_id");
+    if (pad != nullptr && pad->is_number_integer()) {
+      const std::int64_t value = pad->get<std::int64_t>();
+      if (value >= config.vocab_size || value < -static_cast<std::int64_t>(config.vocab_size)) {
+        reader.fail(std::string(reader.has_text_config() ? "text_config." : "") + "pad_token_id",
+                    "expected null or an index into the vocabulary (vocab_size " + std::to_string(config.vocab_size) +
+                        "): " + spec->model_type + "'s nn.Embedding(padding_idx=pad_token_id) asserts \"Padding_idx must be within num_embeddings\"",
+                    shown(*pad));
+      }
+    }
+  }
   // transformers floors: LlamaAttention (and every decoder modelled after it) takes
   // getattr(config, "head_dim", hidden_size // num_attention_heads), so GLM-4-MoE's 4096 / 96 heads
   // is 96 heads of 42 (q_proj [4032, 4096]), not an error.
@@ -818,6 +889,20 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   config.head_dim = aliased_int("head_dim").value_or(head_dim_default != spec->defaults.end()
                                                          ? static_cast<int>(head_dim_default->second)
                                                          : config.hidden_size / config.num_attention_heads);
+  // The config classes whose validate_architecture (a @strict validator, transformers 5.17) raises
+  // "The hidden size (H) is not a multiple of the number of attention heads (N)", even with an
+  // explicit head_dim (LlamaConfig, Gemma2Config, Gemma3TextConfig, GPTNeoXConfig, ...: found by
+  // reading validate_architecture of every class in CONFIG_MAPPING). Others (Mistral, Qwen3,
+  // GLM-4-MoE, ...) floor or take head_dim, as the attention below does.
+  static const std::set<std::string> kHeadsDivideHidden = {
+      "arcee", "aria_text", "cwm", "deepseek_v2", "gemma2", "gemma3_text", "gemma3n_text", "gpt_neox",
+      "hrm_text", "hyperclovax", "jais2", "llama", "minicpm3", "vaultgemma"};
+  if (kHeadsDivideHidden.count(decoder_type) != 0 && config.hidden_size % config.num_attention_heads != 0) {
+    reader.fail("num_attention_heads",
+                "expected a divisor of hidden_size " + std::to_string(config.hidden_size) + " (" + decoder_type +
+                    "'s config class refuses it in validate_architecture, head_dim or not)",
+                std::to_string(config.num_attention_heads));
+  }
   if (config.head_dim <= 0) {
     reader.fail("num_attention_heads",
                 "expected at most hidden_size " + std::to_string(config.hidden_size) + " (or an explicit head_dim)",
@@ -891,6 +976,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   for (const auto& [key, value] : spec->defaults) {
     if (nulls.count(key) == 0) config.values.emplace(key, value);
   }
+  validate_layer_types(reader, root, *spec, config);
   if (!spec->layer_types.known.empty()) read_hybrid_layer_types(reader, *spec, config);
   // Keys derived when absent or null (GPT2Block: inner_dim = n_inner or 4 * hidden_size). The
   // required keys read above go in first, under their standard names.

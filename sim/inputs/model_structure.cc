@@ -686,6 +686,9 @@ class StructureBuilder {
     if (spec == nullptr) throw InputError(m.source, "model_type \"" + m.decoder_type + "\": not modelled");
     const bool full_ft = plan_.adapter == Adapter::None;
     const ExpertLayoutChoice layout = choose_expert_layout(*spec, m, plan_.transformers_version, plan_.trust_remote_code);
+    if (!layout.refused.empty()) {
+      throw InputError(m.source, "key \"hookstream.transformers_version\" (or --transformers-version): " + layout.refused);
+    }
     out_.expert_layout = to_string(layout.layout);
     out_.expert_layout_decided_by = layout.decided_by;
     if (m.vision) {
@@ -765,8 +768,19 @@ class StructureBuilder {
         present.push_back(&module);
       }
       bool experts_built = false;
+      // A per-expert block registered right after a given module (PerExpertSpec::after): built
+      // before the first module past that one's parameters.
+      const auto within_after = [&](const ModuleSpec& m) {
+        const std::string& after = layout.spec->after;
+        return m.path == after || m.path.rfind(after + ".", 0) == 0;
+      };
+      const bool placed_after = layout.layout == ExpertLayout::PerExpert && !layout.spec->after.empty();
       for (size_t k = 0; k < present.size(); ++k) {
         const ModuleSpec& module = *present[k];
+        if (placed_after && !experts_built && k > 0 && within_after(*present[k - 1]) && !within_after(module)) {
+          per_expert_block(layer, *spec, *layout.spec, path, i);
+          experts_built = true;
+        }
         if (layout.layout == ExpertLayout::PerExpert && is_fused_expert_role(module.role)) {
           // The router and fused expert tensors become the per-expert block, built once where the
           // first of them was registered.
@@ -862,17 +876,17 @@ class StructureBuilder {
     auto router = [&]() {
       if (spec.router_linear) {
         place(layer, ModuleRole::Router,
-              linear(block, "gate", dim("hidden_size"), experts, false, index, "decoder", true, true));
+              linear(block, spec.router, dim("hidden_size"), experts, false, index, "decoder", true, true));
         return;
       }
-      note(block + ".gate", ModuleType::Other);
+      note(block + "." + spec.router, ModuleType::Other);
       LinearUse use;
-      use.name = "gate";
-      use.weight = add(block + ".gate", "weight", {experts, dim("hidden_size")}, full_ft, index, "decoder");
+      use.name = spec.router;
+      use.weight = add(block + "." + spec.router, "weight", {experts, dim("hidden_size")}, full_ft, index, "decoder");
       place(layer, ModuleRole::Router, use);
       if (spec.router_correction_bias) {
         // Only shifts the top-k choice (no gradient path): listed, never in the forward graph.
-        add(block + ".gate", "e_score_correction_bias", {experts}, full_ft, index, "decoder");
+        add(block + "." + spec.router, "e_score_correction_bias", {experts}, full_ft, index, "decoder");
       }
     };
     if (spec.router_first) router();

@@ -1,5 +1,5 @@
 // Every architecture fixture in tests/sim/architectures/ (named_parameters() of the model that
-// transformers 5.17.0 + PEFT 0.21.2 build on the meta device, written by
+// transformers 5.17.0 + PEFT 0.21.2 build on the meta device (the v4-* ones: transformers 4.57.1), written by
 // oracles/architectures/dump_structures.py from oracles/architectures/cases.json) against
 // hookstream's structure for the same config.json: names in order, shapes, dtypes, trainable flags;
 // a case transformers/PEFT refuse must be refused too.
@@ -46,6 +46,9 @@ Plan plan_for(const json& fixture, const std::string& name) {
   Plan plan;
   plan.source = name + ".yaml";
   plan.model = parse_model_config(fixture.at("config").dump(), name + "/config.json");
+  // The transformers that dumped the fixture builds the model (the v4-* fixtures: transformers
+  // 4.57.1's per-expert MoE modules).
+  plan.transformers_version = parse_transformers_version(fixture.at("transformers").get<std::string>(), name);
   const json& lora = fixture.at("case").value("lora", json());
   if (!lora.is_null()) {
     plan.adapter = Adapter::Lora;
@@ -500,4 +503,39 @@ TEST_CASE("Gemma 4: layer_types default, the forced full last layer and global_h
   }
   CHECK(shapes.count("model.layers.6.self_attn.v_proj.weight") == 1);
   CHECK(shapes.count("model.embed_tokens_per_layer.weight") == 0);
+}
+
+TEST_CASE("LFM2-VL: tie_embedding is popped into tie_word_embeddings and wins over it", "[architecture]") {
+  // Lfm2VlConfig.__post_init__: self.tie_word_embeddings = kwargs.pop("tie_embedding", self.tie_word_embeddings).
+  json config = read_fixture(kFixtures + "/lfm2_vl.json").at("config");
+  CHECK(parse_model_config(config.dump(), "lfm2_vl/config.json").tie_word_embeddings);
+  config["tie_word_embeddings"] = true;
+  config["tie_embedding"] = false;
+  CHECK_FALSE(parse_model_config(config.dump(), "lfm2_vl/config.json").tie_word_embeddings);
+  config["tie_word_embeddings"] = false;
+  config["tie_embedding"] = true;
+  CHECK(parse_model_config(config.dump(), "lfm2_vl/config.json").tie_word_embeddings);
+  config["tie_embedding"] = "yes";
+  CHECK_THROWS_WITH(parse_model_config(config.dump(), "lfm2_vl/config.json"),
+                    Catch::Contains("key \"tie_embedding\": expected true or false"));
+}
+
+TEST_CASE("GLM-4.5V config.json files saved by transformers 4.5x (Glm4vMoe_text, a glm4v_moe tower) load", "[architecture]") {
+  // v4.57.1 configuration_glm4v_moe.py: Glm4vMoeTextConfig.model_type "Glm4vMoe_text",
+  // Glm4vMoeVisionConfig.model_type "glm4v_moe"; Glm4vMoeConfig builds both with its own sub-config
+  // classes whatever the names, in 5.17 too.
+  const json fixture = read_fixture(kFixtures + "/glm4v_moe-no-attention-bias.json");
+  json config = fixture.at("config");
+  config["text_config"]["model_type"] = "Glm4vMoe_text";
+  config["vision_config"]["model_type"] = "glm4v_moe";
+  Plan plan = plan_for(fixture, "glm4v_moe-no-attention-bias");
+  plan.model = parse_model_config(config.dump(), "glm45v/config.json");
+  CHECK(plan.model.decoder_type == "glm4v_moe_text");
+  const ModelStructure saved_by_v4 = build_model_structure(plan);
+  const ModelStructure current = build_model_structure(plan_for(fixture, "glm4v_moe-no-attention-bias"));
+  REQUIRE(saved_by_v4.parameters.size() == current.parameters.size());
+  for (size_t i = 0; i < current.parameters.size(); ++i) CHECK(saved_by_v4.parameters[i].name == current.parameters[i].name);
+  // The old name means nothing under another composite.
+  config["model_type"] = "glm4v";
+  CHECK_THROWS(parse_model_config(config.dump(), "glm4v/config.json"));
 }

@@ -240,15 +240,23 @@ TEST_CASE("bad values are one-line errors naming file and key", "[model_config]"
         "x.json: key \"vocab_size\": missing; expected a positive integer");
   CHECK(error_of([] { parse_model_config(llama_json("num_key_value_heads", "3"), "x.json"); }) ==
         "x.json: key \"num_key_value_heads\": expected a divisor of num_attention_heads 4, got 3");
-  CHECK(error_of([] { parse_model_config(llama_json("num_attention_heads", "100"), "x.json"); }) ==
-        "x.json: key \"num_attention_heads\": expected at most hidden_size 64 (or an explicit head_dim), got 100");
-  // A head count that does not divide hidden_size is floored, as transformers does
-  // (LlamaAttention: getattr(config, "head_dim", hidden_size // num_attention_heads)).
-  CHECK(parse_model_config(llama_json("hidden_size", "66"), "x").head_dim == 16);
+  CHECK(error_of([] {
+          std::string text = llama_json("num_attention_heads", "100");
+          parse_model_config(text.replace(text.find("\"llama\""), 7, "\"mistral\""), "x.json");
+        }) == "x.json: key \"num_attention_heads\": expected at most hidden_size 64 (or an explicit head_dim), got 100");
+  // A head count that does not divide hidden_size is floored, as transformers does for the classes
+  // without the check (MistralAttention: getattr(config, "head_dim", hidden_size // num_attention_heads));
+  // LlamaConfig.validate_architecture refuses it, head_dim or not.
+  const auto mistral = [](std::string text) { return text.replace(text.find("\"llama\""), 7, "\"mistral\""); };
+  CHECK(parse_model_config(mistral(llama_json("hidden_size", "66")), "x").head_dim == 16);
+  CHECK(error_of([] { parse_model_config(llama_json("hidden_size", "66"), "x.json"); }) ==
+        "x.json: key \"num_attention_heads\": expected a divisor of hidden_size 66 (llama's config class refuses it in "
+        "validate_architecture, head_dim or not), got 4");
   CHECK(error_of([] { parse_model_config(llama_json("tie_word_embeddings", "\"yes\""), "x.json"); }) ==
         "x.json: key \"tie_word_embeddings\": expected true or false, got \"yes\"");
   // An explicit head_dim makes a non-dividing head count legal (Qwen3-VL-4B: 2560 / 32 heads of 128).
-  CHECK(parse_model_config(llama_json("hidden_size", "66").insert(1, "\"head_dim\": 16, "), "x").head_dim == 16);
+  CHECK(parse_model_config(mistral(llama_json("hidden_size", "66")).insert(1, "\"head_dim\": 16, "), "x").head_dim == 16);
+  CHECK_THROWS(parse_model_config(llama_json("hidden_size", "66").insert(1, "\"head_dim\": 16, "), "x"));
 }
 
 TEST_CASE("errors inside text_config and vision_config name the nested key", "[model_config]") {
@@ -344,6 +352,55 @@ TEST_CASE("rope_scaling: the RoPE variants the runtime computes are read with th
         "c.json: key \"rope_scaling.factor\": expected a positive number, got -1");
   CHECK(error_of([] { parse_model_config(llama_json("rope_scaling", "[1]"), "c.json"); }) ==
         "c.json: key \"rope_scaling\": expected an object or null, got [1]");
+}
+
+
+TEST_CASE("pad_token_id outside the vocabulary: refused where nn.Embedding(padding_idx=pad_token_id) asserts", "[model_config]") {
+  // torch/nn/modules/sparse.py: padding_idx must be in [-num_embeddings, num_embeddings); LlamaModel
+  // passes config.pad_token_id (transformers 5.17 only warns in validate_token_ids).
+  CHECK(error_of([] { parse_model_config(llama_json("pad_token_id", "100"), "x.json"); }) ==
+        "x.json: key \"pad_token_id\": expected null or an index into the vocabulary (vocab_size 100): llama's "
+        "nn.Embedding(padding_idx=pad_token_id) asserts \"Padding_idx must be within num_embeddings\", got 100");
+  CHECK_THAT(error_of([] { parse_model_config(llama_json("pad_token_id", "-101"), "x.json"); }),
+             Catch::Contains("key \"pad_token_id\"") && Catch::Contains("got -101"));
+  // In range, a negative index counting from the end, or null: built (as transformers builds them).
+  CHECK_NOTHROW(parse_model_config(llama_json("pad_token_id", "99"), "x.json"));
+  CHECK_NOTHROW(parse_model_config(llama_json("pad_token_id", "-1"), "x.json"));
+  CHECK_NOTHROW(parse_model_config(llama_json("pad_token_id", "null"), "x.json"));
+  // GPT-2's wte takes no padding_idx: any pad_token_id loads.
+  CHECK_NOTHROW(parse_model_config(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+      "vocab_size": 100, "pad_token_id": 50256})", "gpt2.json"));
+  // A composite's decoder reads text_config's pad_token_id, not the outer one.
+  const std::string text = R"("text_config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "pad_token_id": PAD},
+      "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 2, "image_size": 28, "patch_size": 14})";
+  const auto llava = [&](const std::string& inner, const std::string& outer) {
+    std::string t = text;
+    t.replace(t.find("PAD"), 3, inner);
+    return R"({"model_type": "llava", "pad_token_id": )" + outer + ", " + t + "}";
+  };
+  CHECK_NOTHROW(parse_model_config(llava("0", "32000"), "llava.json"));
+  CHECK_THAT(error_of([&] { parse_model_config(llava("100", "0"), "llava.json"); }),
+             Catch::Contains("key \"text_config.pad_token_id\""));
+}
+
+TEST_CASE("layer_types and mlp_layer_types are validated as transformers' validate_layer_type does", "[model_config]") {
+  // PreTrainedConfig.validate_layer_type (configuration_utils.py): one entry per layer, each in
+  // ALLOWED_ATTN_LAYER_TYPES; mlp_layer_types the same, checked only when layer_types is there.
+  CHECK(error_of([] { parse_model_config(llama_json("layer_types", R"(["full_attention"])"), "x.json"); }) ==
+        "x.json: key \"layer_types\": expected one entry per layer (num_hidden_layers 2; transformers' "
+        "validate_layer_type), got 1 entries");
+  CHECK_THAT(error_of([] { parse_model_config(llama_json("layer_types", R"(["full_attention", "full_attention", "full_attention"])"), "x.json"); }),
+             Catch::Contains("key \"layer_types\": expected one entry per layer") && Catch::Contains("got 3 entries"));
+  CHECK_THAT(error_of([] { parse_model_config(llama_json("layer_types", R"(["full_attention", "global"])"), "x.json"); }),
+             Catch::Contains("key \"layer_types.1\": expected one of \"full_attention\", \"sliding_attention\"") &&
+                 Catch::Contains("got \"global\""));
+  CHECK_NOTHROW(parse_model_config(llama_json("layer_types", R"(["full_attention", "full_attention"])"), "x.json"));
+  // Custom code remaps legacy names first (remap_legacy_layer_types): entries are not checked there.
+  CHECK_NOTHROW(parse_model_config(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "layer_types": ["attention", "attention"],
+      "auto_map": {"AutoConfig": "configuration_x.XConfig"}})", "x.json"));
 }
 
 }  // namespace hookstream

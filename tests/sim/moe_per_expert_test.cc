@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "sim/inputs/input_error.h"
 #include "sim/inputs/model_structure.h"
@@ -94,6 +97,66 @@ TEST_CASE("per-expert layout: transformers 4.57 builds Mixtral experts as module
   for (const Parameter& p : s.parameters) per_expert_numel += p.numel();
   for (const Parameter& p : fused.parameters) fused_numel += p.numel();
   CHECK(per_expert_numel == fused_numel);
+}
+
+TEST_CASE("per-expert layout: transformers 4.57 builds MiniMax's experts as Mixtral's modules and DDP sees an idle one", "[moe][structure][routing][ddp]") {
+  // v4.57.1 MiniMaxDecoderLayer.block_sparse_moe = MiniMaxSparseMoeBlock (gate, experts[i].w1/w2/w3),
+  // not v5's fused mlp.experts.gate_up_proj (tests/sim/architectures/v4-minimax.json is the dump).
+  const std::string plan = "base_model: " + model("tiny-minimax.json") +
+                           "\nsequence_len: 8\nmicro_batch_size: 1\nddp_find_unused_parameters: false\n"
+                           "hookstream:\n  world_size: 2\n  iterations: 3\n";
+  const ModelStructure s = build_model_structure(test::parse(plan + kV4));
+  CHECK(s.expert_layout == "per_expert");
+  CHECK_THAT(s.expert_layout_decided_by, Catch::Contains("models/minimax/modeling_minimax.py MiniMaxSparseMoeBlock"));
+  const std::vector<std::string> n = names(s);
+  CHECK(std::find(n.begin(), n.end(), "model.layers.1.block_sparse_moe.experts.3.w2.weight") != n.end());
+  CHECK(std::find(n.begin(), n.end(), "model.layers.1.mlp.experts.gate_up_proj") == n.end());
+  CHECK(build_model_structure(test::parse(plan)).expert_layout == "fused");
+  // 8 tokens, top-2 of 4 experts on 2 ranks: an expert can get no token on a rank, so without
+  // find_unused_parameters that rank never finishes the expert's reduction.
+  const VerifyResult r = verify_text(plan + kV4);
+  REQUIRE(r.routing);
+  CHECK_FALSE(r.ok());
+  bool unfinished = false;
+  for (const Finding& f : r.simulation.findings) {
+    if (f.kind == VerdictKind::UnfinishedReduction && f.parameter.find("block_sparse_moe.experts.") != std::string::npos) {
+      unfinished = true;
+    }
+  }
+  CHECK(unfinished);
+}
+
+TEST_CASE("per-expert layout: an MoE type transformers 4.57.1 cannot build or builds undescribed is refused on 4.x", "[moe][structure]") {
+  const auto fixture_plan = [](const std::string& name, const std::string& version) {
+    std::ifstream in(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/sim/architectures/" + name + ".json");
+    std::stringstream text;
+    text << in.rdbuf();
+    Plan plan;
+    plan.model = parse_model_config(nlohmann::json::parse(text.str()).at("config").dump(), name + "/config.json");
+    plan.transformers_version = version;
+    return plan;
+  };
+  const auto refusal = [&](const std::string& name) {
+    try {
+      build_model_structure(fixture_plan(name, "4.57"));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // LFM2-MoE is in transformers 5 only: no v4 file to build it from, so never "fused in 4.x too".
+  CHECK_THAT(refusal("lfm2_moe"), Catch::Contains("lfm2_moe/config.json") &&
+                                      Catch::Contains("key \"hookstream.transformers_version\"") &&
+                                      Catch::Contains("cannot build model_type \"lfm2_moe\" (not in transformers v4.57.1"));
+  // ERNIE-4.5-MoE v4.57.1: moe_statics and a float32 gate before the per-expert modules.
+  CHECK_THAT(refusal("ernie4_5_moe-interval"), Catch::Contains("moe_statics") && Catch::Contains("knows ernie4_5_moe but hookstream cannot model it yet") && Catch::Contains("pin transformers 5.x"));
+  // Fused in v4.57.1 with v5's names: built, and said so.
+  const ModelStructure gpt_oss = build_model_structure(fixture_plan("gpt_oss", "4.57"));
+  CHECK(gpt_oss.expert_layout == "fused");
+  CHECK_THAT(gpt_oss.expert_layout_decided_by, Catch::Contains("as v4.57.1 builds them"));
+  // transformers 5 builds all of them.
+  CHECK_NOTHROW(build_model_structure(fixture_plan("lfm2_moe", "5.17")));
+  CHECK_NOTHROW(build_model_structure(fixture_plan("ernie4_5_moe-interval", "5.17")));
 }
 
 TEST_CASE("per-expert layout: --transformers-version and bad versions", "[moe][structure]") {

@@ -183,6 +183,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
      // mlp_only_layers, else a dense MLP; the two norms last.
     ArchitectureSpec a;
     a.model_type = "qwen3_next";
+    a.remaps_legacy_layer_types = true;  // its config class calls remap_legacy_layer_types
     std::vector<ModuleSpec> shared = swiglu("mlp.shared_expert", "shared_expert_intermediate_size", "", "moe");
     for (ModuleSpec& m : shared) m.role = R::MlpOther;
     a.layer = concat({gated_deltanet(false, linear_layer), gated_attention(full_layer),
@@ -211,6 +212,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
      // with Qwen3-VL's tower (no DeepStack).
     ArchitectureSpec a;
     a.model_type = "qwen3_5_text";
+    a.remaps_legacy_layer_types = true;  // its config class calls remap_legacy_layer_types
     a.aliases = {"qwen3_5"};
     a.layer = concat({gated_deltanet(true, linear_layer), gated_attention(full_layer), swiglu("mlp", "intermediate_size"), kLlamaNorms});
     a.mixers = {deltanet};
@@ -225,6 +227,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
     std::vector<ModuleSpec> shared = swiglu("mlp.shared_expert", "shared_expert_intermediate_size");
     for (ModuleSpec& m : shared) m.role = R::MlpOther;
     a.model_type = "qwen3_5_moe_text";
+    a.remaps_legacy_layer_types = true;  // its config class calls remap_legacy_layer_types
     a.aliases = {"qwen3_5_moe"};
     a.layer = concat({gated_deltanet(true, linear_layer), gated_attention(full_layer),
                       {tensor("mlp.gate.weight", R::Router, "num_experts,hidden_size"),
@@ -249,6 +252,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
      // whole projections), mlp, post_attention_layernorm, post_feedforward_layernorm.
     ArchitectureSpec a;
     a.model_type = "olmo_hybrid";
+    a.remaps_legacy_layer_types = true;  // its config class calls remap_legacy_layer_types
     const std::string key_dim = "linear_num_key_heads*linear_key_head_dim";
     const std::string value_dim = "linear_num_value_heads*linear_value_head_dim";
     std::vector<ModuleSpec> attn = concat({attention("attention_bias", "attention_bias"),
@@ -313,6 +317,7 @@ void add_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
      // "mamba"/"attention" remapped); without it every layer is Mamba2.
     ArchitectureSpec a;
     a.model_type = "granitemoehybrid";
+    a.remaps_legacy_layer_types = true;  // its config class calls remap_legacy_layer_types
     std::vector<ModuleSpec> attn = attention("attention_bias", "attention_bias");
     for (ModuleSpec& m : attn) m.when = full_layer;
     a.layer = concat({kLlamaNorms,
@@ -533,6 +538,7 @@ void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
      // moe_latent_size or hidden_size). model.embeddings, model.norm_f.
     ArchitectureSpec a;
     a.model_type = "nemotron_h";
+    a.embedding_padding_idx = false;  // modeling_nemotron_h.py: nn.Embedding without padding_idx
     a.embed = "model.embeddings";
     a.final_norm = "model.norm_f";
     a.layer_class = "NemotronHBlock";
@@ -592,6 +598,7 @@ void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
      // by tie_word_embeddings). No attention and no MLP.
     ArchitectureSpec a;
     a.model_type = "mamba2";
+    a.embedding_padding_idx = false;  // modeling_mamba2.py: nn.Embedding without padding_idx
     a.embed = "backbone.embeddings";
     a.layers = "backbone.layers";
     a.final_norm = "backbone.norm_f";
@@ -664,6 +671,7 @@ void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
      // time_step_rank.
     ArchitectureSpec a;
     a.model_type = "mamba";
+    a.embedding_padding_idx = false;  // modeling_mamba.py: nn.Embedding without padding_idx
     a.embed = "backbone.embeddings";
     a.layers = "backbone.layers";
     a.final_norm = "backbone.norm_f";
@@ -689,6 +697,7 @@ void add_block_hybrid_decoders(std::vector<ArchitectureSpec>& t) {
     a.source = "transformers/models/mamba/modeling_mamba.py";
     t.push_back(a);
     a.model_type = "falcon_mamba";
+    a.embedding_padding_idx = false;  // modeling_falcon_mamba.py: nn.Embedding without padding_idx
     a.layer_class = "FalconMambaBlock";
     a.source = "transformers/models/falcon_mamba/modeling_falcon_mamba.py";
     t.push_back(a);
@@ -1457,6 +1466,7 @@ std::vector<ArchitectureSpec> build_table() {
      // add_cross_attention adds crossattention + ln_cross_attn, not described: refused.
     ArchitectureSpec a;
     a.model_type = "gpt2";
+    a.embedding_padding_idx = false;  // modeling_gpt2.py: nn.Embedding without padding_idx
     a.layer_class = "GPT2Block";
     a.embed = "transformer.wte";
     a.embed_extras = {embedding("transformer.wpe", "max_position_embeddings,hidden_size")};
@@ -1478,6 +1488,7 @@ std::vector<ArchitectureSpec> build_table() {
     // GPTBigCode: GPT-2's block with nn.Linear instead of Conv1D; multi_query (the default) gives
     // one k/v head: c_attn [hidden + 2 * head_dim, hidden] (GPTBigCodeAttention).
     a.model_type = "gpt_bigcode";
+    a.embedding_padding_idx = false;  // modeling_gpt_bigcode.py: nn.Embedding without padding_idx
     a.layer_class = "GPTBigCodeBlock";
     a.layer = {norm("ln_1", R::InputNorm, "hidden_size", "1"),
                linear("attn.c_attn", R::QKV, "hidden_size", "hidden_size+2*head_dim", "1", "multi_query"),
@@ -1492,6 +1503,7 @@ std::vector<ArchitectureSpec> build_table() {
     // GPT-Neo: GPTNeoSelfAttention registers k_proj, v_proj, q_proj (no bias), out_proj (bias)
     // under attn.attention; intermediate_size None -> 4 * hidden_size (GPTNeoBlock).
     a.model_type = "gpt_neo";
+    a.embedding_padding_idx = false;  // modeling_gpt_neo.py: nn.Embedding without padding_idx
     a.layer_class = "GPTNeoBlock";
     a.layer = {norm("ln_1", R::InputNorm, "hidden_size", "1"),
                linear("attn.attention.k_proj", R::K, "hidden_size", "hidden_size"),
@@ -1512,6 +1524,7 @@ std::vector<ArchitectureSpec> build_table() {
      // norm; lm_head tied by default.
     ArchitectureSpec a;
     a.model_type = "openai-gpt";
+    a.embedding_padding_idx = false;  // modeling_openai_gpt.py: nn.Embedding without padding_idx
     a.layer_class = "Block";
     a.embed = "transformer.tokens_embed";
     a.embed_extras = {embedding("transformer.positions_embed", "max_position_embeddings,hidden_size")};
@@ -1533,6 +1546,7 @@ std::vector<ArchitectureSpec> build_table() {
      // bias, ln_f, and a biased lm_head (GPTJForCausalLM). CodeGen: the same with a fused qkv_proj.
     ArchitectureSpec a;
     a.model_type = "gptj";
+    a.embedding_padding_idx = false;  // modeling_gptj.py: nn.Embedding without padding_idx
     a.layer_class = "GPTJBlock";
     a.embed = "transformer.wte";
     a.layers = "transformer.h";
@@ -1553,6 +1567,7 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/gptj/modeling_gptj.py";
     add(a);
     a.model_type = "codegen";
+    a.embedding_padding_idx = false;  // modeling_codegen.py: nn.Embedding without padding_idx
     a.layer_class = "CodeGenBlock";
     a.layer = concat({{norm("ln_1", R::InputNorm, "hidden_size", "1"),
                        linear("attn.qkv_proj", R::QKV, "hidden_size", "3*hidden_size"),
@@ -1566,6 +1581,7 @@ std::vector<ArchitectureSpec> build_table() {
      // use_parallel_residual changes no parameter (GPTNeoXLayer).
     ArchitectureSpec a;
     a.model_type = "gpt_neox";
+    a.embedding_padding_idx = false;  // modeling_gpt_neox.py: nn.Embedding without padding_idx
     a.layer_class = "GPTNeoXLayer";
     a.embed = "gpt_neox.embed_in";
     a.layers = "gpt_neox.layers";
@@ -1586,6 +1602,7 @@ std::vector<ArchitectureSpec> build_table() {
      // is hidden * intermediate_multiple_size wide; the head embed_out is tied by default.
     ArchitectureSpec a;
     a.model_type = "gpt_neox_japanese";
+    a.embedding_padding_idx = false;  // modeling_gpt_neox_japanese.py: nn.Embedding without padding_idx
     a.layer_class = "GPTNeoXJapaneseLayer";
     a.embed = "gpt_neox_japanese.embed_in";
     a.layers = "gpt_neox_japanese.layers";
@@ -1612,6 +1629,7 @@ std::vector<ArchitectureSpec> build_table() {
      // input_layernorm. ALiBi has no parameter.
     ArchitectureSpec a;
     a.model_type = "falcon";
+    a.embedding_padding_idx = false;  // modeling_falcon.py: nn.Embedding without padding_idx
     a.embed = "transformer.word_embeddings";
     a.layers = "transformer.h";
     const std::string two = "parallel_attn&num_ln_in_parallel_attn==2|parallel_attn&new_decoder_architecture&!num_ln_in_parallel_attn";
@@ -1643,6 +1661,7 @@ std::vector<ArchitectureSpec> build_table() {
      // of 4 * hidden (BloomMLP hard-codes it), every Linear and LayerNorm biased (BloomBlock).
     ArchitectureSpec a;
     a.model_type = "bloom";
+    a.embedding_padding_idx = false;  // modeling_bloom.py: nn.Embedding without padding_idx
     a.layer_class = "BloomBlock";
     a.embed = "transformer.word_embeddings";
     a.embed_extras = {norm("transformer.word_embeddings_layernorm", R::EmbedOther, "hidden_size", "1")};
@@ -1665,6 +1684,7 @@ std::vector<ArchitectureSpec> build_table() {
      // biases anywhere (MptBlock sets the LayerNorms' bias to None; MptMLP hard-codes 4 * hidden).
     ArchitectureSpec a;
     a.model_type = "mpt";
+    a.embedding_padding_idx = false;  // modeling_mpt.py: nn.Embedding without padding_idx
     a.layer_class = "MptBlock";
     a.embed = "transformer.wte";
     a.layers = "transformer.blocks";
@@ -1753,6 +1773,7 @@ std::vector<ArchitectureSpec> build_table() {
      // lm_head tied with a bias of its own (CTRLLMHeadModel: nn.Linear(n_embd, vocab, bias=True)).
     ArchitectureSpec a;
     a.model_type = "ctrl";
+    a.embedding_padding_idx = false;  // modeling_ctrl.py: nn.Embedding without padding_idx
     a.layer_class = "EncoderLayer";
     a.embed = "transformer.w";
     a.layers = "transformer.h";

@@ -177,6 +177,18 @@ struct ArchitectureSpec {
   // The causal-LM class declares no tied weights (NemotronHForCausalLM._tied_weights_keys = {}):
   // lm_head is its own tensor even with tie_word_embeddings true.
   bool never_tied = false;
+  // The token embedding is nn.Embedding(vocab_size, width, padding_idx=pad_token_id) (LlamaModel and
+  // most decoders in transformers 5.17), whose constructor asserts "Padding_idx must be within
+  // num_embeddings" for a pad_token_id outside [-vocab_size, vocab_size) (torch/nn/modules/sparse.py).
+  // GPT-2, GPT-BigCode, GPT-Neo, GPT-J, GPT-NeoX (and Japanese), BLOOM, Falcon, MPT, CodeGen, CTRL,
+  // OpenAI-GPT, Mamba, Mamba-2, FalconMamba and NemotronH
+  // build theirs without padding_idx, so any pad_token_id loads there.
+  bool embedding_padding_idx = true;
+  // The config class maps legacy layer_types names ("mamba", "conv" -> "linear_attention",
+  // "attention" -> "full_attention": remap_legacy_layer_types) in its own __post_init__, before
+  // validate_layer_type sees them (Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig,
+  // GraniteMoeHybridConfig, OlmoHybridConfig); other classes refuse them.
+  bool remaps_legacy_layer_types = false;
   // Attention and the layer's recurrent mixer read the same normed input and their outputs are
   // summed (FalconH1DecoderLayer: mamba(h) * ssm_out_multiplier + self_attn(h *
   // attention_in_multiplier) * attention_out_multiplier); the muP multipliers are floats, not tensors.

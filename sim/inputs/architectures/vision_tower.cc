@@ -101,6 +101,22 @@ std::vector<VisionTowerSpec> build_towers() {
     a.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"image_size", 224}, {"vision_use_head", 1}};
     a.source = "transformers/models/siglip/modeling_siglip.py";
     t.push_back(a);
+    // Siglip2VisionTransformer (transformers/models/siglip2/modeling_siglip2.py), the NaFlex tower of
+    // LFM2-VL: SigLIP's with Siglip2VisionEmbeddings, whose patch_embedding is an nn.Linear over the
+    // num_channels * patch^2 pixels of a patch (bias) and whose position_embedding has the config's
+    // num_patches entries (resized per image by interpolation, no parameters); the encoder, the
+    // post_layernorm and the pooling head (use_head unless vision_use_head is false) are SigLIP's.
+    {
+      VisionTowerSpec b = a;
+      b.model_type = "siglip2_vision_model";
+      b.embeddings = {linear("embeddings.patch_embedding", R::EmbedOther, "num_channels*patch_size*patch_size", "hidden_size", "1"),
+                      embedding("embeddings.position_embedding", "num_patches,hidden_size")};
+      b.block_class = "Siglip2EncoderLayer";
+      b.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"num_patches", 256}, {"vision_use_head", 1}};
+      b.num_patches_from_config = true;
+      b.source = "transformers/models/siglip2/modeling_siglip2.py";
+      t.push_back(b);
+    }
     // PaddleOCRVisionModel (transformers/models/paddleocr_vl/modeling_paddleocr_vl.py; branch arch8):
     // SigLIP's layout under vision_model (PaddleOCRVisionEmbeddings: patch_embedding with bias,
     // position_embedding over (image_size // patch_size)^2; PaddleOCRVisionEncoderLayer: layer_norm1,
@@ -224,6 +240,11 @@ std::vector<VisionTowerSpec> build_towers() {
     a.model_type = "glm4v_moe_vision";
     a.block_class = "Glm4vMoeVisionBlock";
     a.source = "transformers/models/glm4v_moe/modeling_glm4v_moe.py";
+    t.push_back(a);
+    // transformers 4.5x's Glm4vMoeVisionConfig.model_type was "glm4v_moe" (v4.57.1
+    // configuration_glm4v_moe.py): GLM-4.5V config.json files it saved name the tower so, and 5.17
+    // builds Glm4vMoeVisionConfig from them all the same.
+    a.model_type = "glm4v_moe";
     t.push_back(a);
   }
   {
@@ -374,6 +395,31 @@ std::vector<VisionLanguageSpec> build_models() {
     t.push_back(a);
   }
   {
+    // Lfm2VlModel (modeling_lfm2_vl.py): vision_tower = AutoModel.from_config(vision_config) (the
+    // SigLIP2 NaFlex tower; Lfm2VlConfig's default vision_config), multi_modal_projector
+    // (Lfm2VlMultiModalProjector: pixel_unshuffle by downsample_factor, then layer_norm over
+    // vision hidden * factor^2 when projector_use_layernorm, linear_1 -> projector_hidden_size,
+    // act, linear_2 -> text hidden, both with bias=projector_bias), language_model (LFM2);
+    // get_image_features projects last_hidden_state. Lfm2VlConfig defaults: projector_hidden_size
+    // 2560, projector_bias and projector_use_layernorm True, downsample_factor 2, tie_word_embeddings True.
+    VisionLanguageSpec a;
+    a.model_type = "lfm2_vl";
+    a.towers = {"siglip2_vision_model"};
+    a.popped_tie_key = "tie_embedding";
+    a.projector = {norm("model.multi_modal_projector.layer_norm", R::MlpOther,
+                        "vision_hidden_size*downsample_factor*downsample_factor", "1", "projector_use_layernorm"),
+                   linear("model.multi_modal_projector.linear_1", R::MlpOther,
+                          "vision_hidden_size*downsample_factor*downsample_factor", "projector_hidden_size", "projector_bias"),
+                   linear("model.multi_modal_projector.linear_2", R::MlpOther, "projector_hidden_size", "hidden_size",
+                          "projector_bias")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "downsample_factor";
+    a.defaults = {{"projector_hidden_size", 2560}, {"projector_bias", 1}, {"projector_use_layernorm", 1},
+                  {"downsample_factor", 2}, {"tie_word_embeddings", 1}};
+    a.source = "transformers/models/lfm2_vl/modeling_lfm2_vl.py";
+    t.push_back(a);
+  }
+  {
     // DeepseekVLModel (modeling_deepseek_vl.py): vision_model (SigLIP), aligner (DeepseekVLAligner:
     // linear1 vision -> text hidden, GELU, linear2; biases), language_model; last_hidden_state.
     VisionLanguageSpec a;
@@ -459,7 +505,8 @@ std::vector<VisionLanguageSpec> build_models() {
     // merged last_hidden_state.
     VisionLanguageSpec a;
     a.model_type = type;
-    a.towers = {a.model_type == "glm4v_moe" ? "glm4v_moe_vision" : "glm4v_vision"};
+    a.towers = a.model_type == "glm4v_moe" ? std::vector<std::string>{"glm4v_moe_vision", "glm4v_moe"}
+                                           : std::vector<std::string>{"glm4v_vision"};
     a.tower = "model.visual";
     a.forward_order = {"post_conv_layernorm", "position_embedding", "downsample", "proj", "post_projection_norm",
                        "gate_proj", "up_proj", "down_proj"};

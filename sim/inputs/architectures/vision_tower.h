@@ -42,6 +42,9 @@ struct VisionTowerSpec {
   // The vision config class's defaults (SigLIP vision_use_head); a key "name=value" is a string
   // key's default, used when the config does not set that key.
   std::map<std::string, double> defaults;
+  // The position table's size is the config's own num_patches (Siglip2VisionEmbeddings: NaFlex
+  // images of any shape share one table of num_patches entries), not (image_size // patch_size)^2.
+  bool num_patches_from_config = false;
   std::string source;
 };
 
@@ -88,6 +91,9 @@ struct VisionLanguageSpec {
   bool tie_from_text = false;
   // Without the key, the config class takes text_config.tie_word_embeddings (ShieldGemma2Config).
   bool tie_default_from_text = false;
+  // A key the config class pops into tie_word_embeddings, winning over it (Lfm2VlConfig.__post_init__:
+  // kwargs.pop("tie_embedding", self.tie_word_embeddings)); "" none.
+  std::string popped_tie_key;
   // Image patches per side that become one text token ("" none): Mistral-3's spatial_merge_size,
   // Gemma 3's average pool kernel. For the time model only (patches per image token).
   std::string merge;
