@@ -108,9 +108,10 @@ TEST_CASE("plan --timeline writes the input plan's step as a Chrome trace", "[cl
 TEST_CASE("plan: candidates with the same predicted figures are listed once, with the ranking and the cost source", "[cli][plan]") {
   // The long-context base plan (offloaded non-reentrant checkpointing, 16K): doubling the micro-batch
   // with reentrant or non-reentrant checkpointing costs the same in the models, so the reentrant
-  // variant is folded into the smaller edit instead of being listed as a repeat.
+  // variant is folded into the smaller edit instead of being listed as a repeat. (The first
+  // candidates, with Liger's kernels, skip checkpointing: the fold is among the first ten.)
   const std::string plan = std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-long.yaml";
-  const PlanRun r = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --top 5 --format json");
+  const PlanRun r = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --top 10 --format json");
   REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j["ranking"].get<std::string>().find("tokens/s") != std::string::npos);
@@ -128,7 +129,7 @@ TEST_CASE("plan: candidates with the same predicted figures are listed once, wit
   }
   CHECK(folded == j["equivalent"].get<int>());
   CHECK(folded >= 1);
-  const PlanRun text = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --top 5");
+  const PlanRun text = run_plan(plan + " --gpu H100-SXM --budget-gib 76 --top 10");
   CHECK(text.out.find("same figures (settings with no predicted effect): ") != std::string::npos);
   CHECK(text.out.find("ranked by predicted tokens/s") != std::string::npos);
   CHECK(text.out.find("measured device profile devices/profiles/H100-SXM.yaml") != std::string::npos);
