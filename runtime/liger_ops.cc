@@ -70,8 +70,9 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
 
 // SiLU(gate) * up. Backward writes the two gradients into the saved gate and up, as Liger's
 // _swiglu_backward_kernel does (tl.store into a_ptr and b_ptr, liger_kernel/ops/swiglu.py), so it
-// allocates no intermediate-size tensor: what is alive during it is gate, up and dc, one
-// intermediate-size tensor above the saved ones (MemoryModel's Liger mlp_backward_temporaries).
+// allocates no intermediate-size tensor itself: during it gate, up and dc are alive. (The MLP's
+// backward as a whole still holds two intermediate-size tensors above the saved ones, measured:
+// MemoryModel's Liger mlp_backward_temporaries.)
 // That is safe only for gate and up that nobody else reads: projection outputs (they have a
 // grad_fn, so they are not a caller's leaf) that are contiguous (not a fused gate_up's chunks, which
 // Liger's ensure_contiguous would copy). Anything else gets fresh gradients.
