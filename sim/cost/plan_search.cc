@@ -31,6 +31,13 @@ std::string number(double value) {
   return text;
 }
 
+// A list of strings as a YAML flow sequence, the form a --set value and a fix's patch take.
+std::string flow_list(const std::vector<std::string>& items) {
+  std::string list;
+  for (const std::string& item : items) list += (list.empty() ? "" : ", ") + item;
+  return "[" + list + "]";
+}
+
 // The value a search key has in a loaded plan, as the YAML value --set would take. Keys that do
 // not apply (use_reentrant without checkpointing, ...) read as "" so they never count as changes.
 std::string effective_value(const Plan& plan, const std::string& key) {
@@ -50,11 +57,7 @@ std::string effective_value(const Plan& plan, const std::string& key) {
   if (key == "chunked_cross_entropy_num_chunks") {
     return plan.chunked_cross_entropy ? std::to_string(plan.chunked_cross_entropy_num_chunks) : "";
   }
-  if (key == "plugins") {
-    std::string list;
-    for (const std::string& plugin : plan.plugins) list += (list.empty() ? "" : ", ") + plugin;
-    return "[" + list + "]";
-  }
+  if (key == "plugins") return flow_list(plan.plugins);
   if (key == "liger_rms_norm") return plan.liger_rms_norm_applied() ? "true" : "false";
   if (key == "liger_glu_activation") return plan.liger_glu_applied() ? "true" : "false";
   if (key == "fsdp_config.reshard_after_forward") {
@@ -132,9 +135,9 @@ std::vector<std::vector<FixChange>> candidate_settings(const Plan& plan, bool ch
   if (plan.liger_applies() && !(plan.liger_rms_norm_applied() && plan.liger_glu_applied())) {
     std::vector<FixChange> liger;
     if (!plan.liger_plugin()) {
-      std::string list;
-      for (const std::string& plugin : plan.plugins) list += plugin + ", ";
-      liger.push_back({"plugins", "[" + list + kLigerPluginName + "]"});
+      std::vector<std::string> plugins = plan.plugins;
+      plugins.push_back(kLigerPluginName);
+      liger.push_back({"plugins", flow_list(plugins)});
     }
     liger.push_back({"liger_rms_norm", "true"});
     liger.push_back({"liger_glu_activation", "true"});
