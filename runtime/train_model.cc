@@ -281,7 +281,7 @@ struct TrainModel::Impl {
     }
     if (plan.activation_offloading) {
       for (int layer : plan.checkpoint_twice_layers) {
-        if (plan.layer_checkpointed(layer)) {
+        if (plan.layer_offloaded(layer)) {
           throw InputError(key("hookstream.checkpoint_twice_layers"),
                            "layer " + std::to_string(layer) +
                                " is offloaded; the offload protocol runs once per layer (as the simulator expands it)");
@@ -291,8 +291,8 @@ struct TrainModel::Impl {
   }
 
   bool layer_offloaded(int layer) const {
-    // The expansion applies the protocol to the checkpointed layers (StepExpander::protocol_layer).
-    return plan.activation_offloading && plan.layer_checkpointed(layer);
+    // The expansion applies the protocol to the same layers (StepExpander::protocol_layer).
+    return plan.layer_offloaded(layer);
   }
 
   c10::ScalarType dtype_of(const Parameter& p) const { return p.adapter ? adapter_dtype : options.dtype; }

@@ -248,6 +248,18 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
     a.saved_norm_inputs_fp32 = 0;
     const bool q_norm = layer != nullptr && layer->q_norm >= 0, k_norm = layer != nullptr && layer->k_norm >= 0;
     a.saved_attention_fp32 += 2 + (q_norm ? model.num_attention_heads : 0) + (k_norm ? model.num_key_value_heads : 0);
+    // The share of the attention half's backward that was fitted, by shape, to the measured peak of
+    // eager RMSNorm runs ({q, q, q, kv} above, 26.7 KB per token for Llama-3.1-8B) is absent with
+    // Liger's fused norm. Measured with `hookstream run`, Liger, tiled MLP (where this half holds
+    // the layer's peak), against the model with the share: 3.39 hidden states per token below it at
+    // 384K on an H100 (bench/gpu-results/2026-11-28-h100-s23/call2-384k) and 3.3 at 64K on an H200
+    // (2026-11-28-h200-s22/call3, after the 0.55 GiB that plain tiled runs are also over there);
+    // the share is 3.25. So it was the eager norm's backward (float32 upcasts of the incoming
+    // gradient and products with the saved float32 input, runtime/train_model.cc rms_norm), not
+    // the attention's layout copies, which Liger's kernel computes in one pass in the activation dtype.
+    if (layer == nullptr || (layer->mixer == TokenMixer::Attention && !layer->parallel_attention)) {
+      a.attention_backward_temporaries.resize(a.attention_backward_temporaries.size() - 4);  // {q, q, q, kv}
+    }
   }
   if (plan.liger_glu_applied() && (layer == nullptr || (layer->has_mlp && layer->mlp_gated && !layer->moe))) {
     // LigerSwiGLUMLP: LigerSiLUMulFunction (liger_kernel/ops/swiglu.py) saves gate and up and
@@ -628,7 +640,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     const int64_t hidden_state = ledger.device(h * per_token);
     if (!checkpointed) {
       saved[i] = full[i];
-    } else if (plan.activation_offloading) {
+    } else if (plan.layer_offloaded(i)) {
       saved[i] = 0;  // moved to a pinned CPU slot once the D2H copy completes
       // A slot of PyTorch's pinned caching allocator is rounded up to a power of two; an exact one
       // (`hookstream.pinned_slots: exact`, cudaHostAlloc per slot) to the 4 KiB page.

@@ -38,6 +38,41 @@ std::string flow_list(const std::vector<std::string>& items) {
   return "[" + list + "]";
 }
 
+// Sorted layer indices as the flow list hookstream.offload_layers reads: runs as "FIRST-LAST".
+std::string layer_range_text(const std::vector<int>& layers) {
+  std::vector<std::string> items;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    items.push_back(j > i ? "\"" + std::to_string(layers[i]) + "-" + std::to_string(layers[j]) + "\"" : std::to_string(layers[i]));
+    i = j + 1;
+  }
+  return flow_list(items);
+}
+
+// Partial offload for a candidate whose pinned slots exceed the host budget: offload the first
+// checkpointed layers whose slots fit, keep the later ones' inputs on the GPU. The later layers
+// are the first to run backward, so a kept input is freed early and its reload (the one the
+// backward's start would wait for) disappears. Empty when no layer's slot fits.
+std::vector<FixChange> partial_offload(const Plan& plan, const PlanCandidate& candidate, int64_t host_budget,
+                                       const std::vector<FixChange>& settings) {
+  std::vector<int> offloaded;
+  for (int layer = 0; layer < plan.model.num_hidden_layers; ++layer) {
+    if (plan.layer_offloaded(layer)) offloaded.push_back(layer);
+  }
+  if (offloaded.size() < 2 || candidate.pinned_slot_bytes <= 0) return {};
+  // Every offloaded layer's slot is one hidden state of the same size (memory_model.cc).
+  const int64_t slot = candidate.pinned_slot_bytes / static_cast<int64_t>(offloaded.size());
+  const int64_t other = candidate.host_bytes - candidate.pinned_slot_bytes;
+  if (slot <= 0 || host_budget <= other) return {};
+  const int64_t fit = std::min<int64_t>((host_budget - other) / slot, static_cast<int64_t>(offloaded.size()) - 1);
+  if (fit < 1) return {};
+  offloaded.resize(static_cast<size_t>(fit));
+  std::vector<FixChange> partial = settings;
+  partial.push_back({"hookstream.offload_layers", layer_range_text(offloaded)});
+  return partial;
+}
+
 // The value a search key has in a loaded plan, as the YAML value --set would take. Keys that do
 // not apply (use_reentrant without checkpointing, ...) read as "" so they never count as changes.
 std::string effective_value(const Plan& plan, const std::string& key) {
@@ -48,6 +83,9 @@ std::string effective_value(const Plan& plan, const std::string& key) {
   if (key == "activation_offloading") return plan.activation_offloading ? "true" : "false";
   if (key == "hookstream.offload_protocol") return plan.activation_offloading ? plan.offload_protocol_name() : "";
   if (key == "hookstream.pinned_slots") return plan.activation_offloading ? (plan.pinned_slots_exact ? "exact" : "caching") : "";
+  if (key == "hookstream.offload_layers") {
+    return plan.activation_offloading ? (plan.offload_layers ? layer_range_text(*plan.offload_layers) : "all") : "";
+  }
   if (key == "tiled_mlp") return plan.tiled_mlp ? "true" : "false";
   if (key == "tiled_mlp_num_shards") return plan.tiled_mlp ? std::to_string(plan.tiled_shards_for(0, 0)) : "";
   if (key == "hookstream.tiled_mlp_backward") return plan.tiled_mlp ? tiled_backward_name(plan.tiled_mlp_backward) : "";
@@ -194,6 +232,9 @@ PlanCandidate measure(const Plan& plan, const DeviceSpec& device, const Calibrat
   candidate.peak_at = prediction.memory.device_peak.phase + " " + prediction.memory.device_peak.at;
   candidate.peak_breakdown = prediction.memory.device_peak.bytes;
   candidate.host_bytes = prediction.memory.host_peak.total();
+  if (auto slots = prediction.memory.host_peak.bytes.find(MemoryCategory::PinnedSlots); slots != prediction.memory.host_peak.bytes.end()) {
+    candidate.pinned_slot_bytes = slots->second;
+  }
   candidate.copy_hidden_fraction = prediction.schedule.copy_hidden_fraction;
   return candidate;
 }
@@ -240,8 +281,10 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     largest = std::max(largest, bytes);
   }
   result.explored_chunked_loss = logits > 0 && (4 * logits >= result.input.peak_bytes || logits == largest);
-  for (const std::vector<FixChange>& settings : candidate_settings(base, result.explored_chunked_loss, options.keep_micro_batch)) {
-    const Plan plan = parse_plan(source.yaml_text, source.source, with_changes(source, settings).options);
+  // Returns the plan when its candidate is new, fits the device but not the host budget (a partial
+  // offload may fit), else nullopt.
+  auto consider = [&](const std::vector<FixChange>& settings) -> std::optional<std::pair<Plan, PlanCandidate>> {
+    Plan plan = parse_plan(source.yaml_text, source.source, with_changes(source, settings).options);
     PlanCandidate candidate = measure(plan, result.device, measured);
     for (const FixChange& change : settings) {
       if (effective_value(plan, change.key) != effective_value(base, change.key)) {
@@ -251,18 +294,26 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
     }
     std::string key;
     for (const FixChange& change : candidate.changes) key += change.key + "=" + change.value + ";";
-    if (!seen.insert(key).second) continue;  // settings that do not apply collapse to one plan
+    if (!seen.insert(key).second) return std::nullopt;  // settings that do not apply collapse to one plan
     ++result.explored;
     if (!result.smallest || candidate.peak_bytes < result.smallest->peak_bytes) result.smallest = candidate;
     if (candidate.peak_bytes > result.budget_bytes) {
       ++result.over_budget;
-      continue;
+      return std::nullopt;
     }
     if (result.host_budget_bytes && candidate.host_bytes > *result.host_budget_bytes) {
       ++result.over_host_budget;
-      continue;
+      return std::make_pair(std::move(plan), std::move(candidate));
     }
     fitting.push_back(std::move(candidate));
+    return std::nullopt;
+  };
+  for (const std::vector<FixChange>& settings : candidate_settings(base, result.explored_chunked_loss, options.keep_micro_batch)) {
+    const auto over_host = consider(settings);
+    if (!over_host) continue;
+    // Over the host budget only: keep the later layers' inputs on the GPU, which may still fit it.
+    const std::vector<FixChange> partial = partial_offload(over_host->first, over_host->second, *result.host_budget_bytes, settings);
+    if (!partial.empty()) consider(partial);
   }
   std::stable_sort(fitting.begin(), fitting.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
     if (a.tokens_per_second != b.tokens_per_second) return a.tokens_per_second > b.tokens_per_second;
@@ -278,7 +329,7 @@ PlanSearchResult search_plans(const PlanSource& source, const PlanSearchOptions&
       // The loss's chunking and Liger's kernels (same parameters, same order) do not touch DDP's
       // hooks either.
       static const std::set<std::string> hookless = {"micro_batch_size", "hookstream.offload_protocol", "chunked_cross_entropy",
-                                                     "chunked_cross_entropy_num_chunks", "hookstream.pinned_slots", "plugins",
+                                                     "chunked_cross_entropy_num_chunks", "hookstream.pinned_slots", "hookstream.offload_layers", "plugins",
                                                      "liger_rms_norm", "liger_glu_activation"};
       if (hookless.count(change.key) == 0) {
         ddp_key += change.key + "=" + change.value + ";";

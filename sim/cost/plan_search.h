@@ -1,5 +1,6 @@
 // `hookstream plan`: explore the settings that trade memory for time (checkpoint mode, activation
-// offloading with one or two reload buffers, tiled-MLP shards, DDP bucket cap (DDP) or
+// offloading with one or two reload buffers (of every checkpointed layer, or of the first layers
+// only when a host budget cannot hold them all), tiled-MLP shards, DDP bucket cap (DDP) or
 // reshard_after_forward (FSDP1/FSDP2), micro-batch size,
 // and chunked cross-entropy when the logits dominate),
 // keep the candidates that fit a memory budget and pass the DDP verifier, fastest first.
@@ -35,6 +36,7 @@ struct PlanCandidate {
   std::string peak_at;                 // "backward layer 35"
   std::map<MemoryCategory, int64_t> peak_breakdown;
   int64_t host_bytes = 0;              // pinned host memory
+  int64_t pinned_slot_bytes = 0;       // of host_bytes: the offloaded checkpoints' pinned slots
   double copy_hidden_fraction = 1;
   std::string verdict = "not verified";  // "ok", or the first DDP finding
   // Other passing candidates whose predicted figures (step time, device and host peak, hidden

@@ -72,7 +72,7 @@ const std::vector<std::string>& hookstream_keys() {
       "checkpoint_twice_layers", "tiled_mlp_backward", "tiled_mlp_weights_as_inputs", "tiled_mlp_ds_grad_is_ready",
       "z3_leaf_mlp",
       "enable_input_require_grads", "train_vision_tower", "vision_inputs", "unused_modules",
-      "rank_overrides", "iteration_overrides", "offload_protocol", "pinned_slots", "gpu", "calibration", "weights",
+      "rank_overrides", "iteration_overrides", "offload_protocol", "pinned_slots", "offload_layers", "gpu", "calibration", "weights",
       "data", "vision_tokens", "tiled_mlp_layers", "micro_step_overrides", "torch_version",
       "optimize_ddp", "compiled_autograd", "transformers_version", "torch_distributed_debug",
       "chunked_loss"};
@@ -895,6 +895,7 @@ class Converter {
     } else if (key == "compiled_autograd") plan_.torch_compile.compiled_autograd = read_bool(origin_, value, path);
     else if (key == "offload_protocol") plan_.offload_protocol = read_string(origin_, value, path);
     else if (key == "pinned_slots") plan_.pinned_slots_exact = pinned_slots(value, path);
+    else if (key == "offload_layers") plan_.offload_layers = layer_ranges(value, path);
     else if (key == "gpu") plan_.gpu = read_string(origin_, value, path);
     else if (key == "calibration") plan_.calibration = read_string(origin_, value, path);
     else if (key == "weights") plan_.weights = read_string(origin_, value, path);
@@ -1491,6 +1492,22 @@ class Validator {
       fail("activation_offloading", "requires gradient_checkpointing (axolotl refuses activation offloading without it)");
     }
     if (plan_.checkpoint_layers) layer_rules("hookstream.checkpoint_layers", *plan_.checkpoint_layers);
+    // offload_layers narrows activation_offloading to some checkpointed layers; without offloading
+    // it would say nothing, and a layer that is not checkpointed has no input to move.
+    if (plan_.offload_layers) {
+      if (!plan_.activation_offloading) {
+        fail("hookstream.offload_layers", "is set but activation_offloading is off (offload_layers picks which checkpointed "
+                                          "layers activation_offloading moves to the CPU)");
+      }
+      layer_rules("hookstream.offload_layers", *plan_.offload_layers);
+      for (int layer : *plan_.offload_layers) {
+        if (!plan_.layer_checkpointed(layer)) {
+          fail("hookstream.offload_layers",
+               "layer " + std::to_string(layer) + " is not checkpointed (gradient_checkpointing / checkpoint_layers): only a "
+               "checkpointed layer's input can be offloaded");
+        }
+      }
+    }
   }
 
   void layer_rules(const std::string& key, const std::vector<int>& layers) {
@@ -1750,6 +1767,7 @@ void emit_hookstream_keys(YAML::Emitter& out, const Plan& plan) {
   if (!plan.unused_modules.empty()) emit_strings(out, "unused_modules", plan.unused_modules);
   if (plan.offload_protocol) emit(out, "offload_protocol", *plan.offload_protocol);
   if (plan.pinned_slots_exact) emit(out, "pinned_slots", std::string("exact"));
+  if (plan.offload_layers) emit_ints(out, "offload_layers", *plan.offload_layers);
   if (plan.gpu != defaults.gpu) emit(out, "gpu", plan.gpu);
   if (plan.calibration) emit(out, "calibration", *plan.calibration);
   if (plan.weights) emit(out, "weights", *plan.weights);
@@ -1798,6 +1816,12 @@ bool Plan::layer_checkpointed(int layer) const {
   if (!gradient_checkpointing) return false;
   if (!checkpoint_layers) return true;
   return std::binary_search(checkpoint_layers->begin(), checkpoint_layers->end(), layer);
+}
+
+bool Plan::layer_offloaded(int layer) const {
+  if (!activation_offloading || !layer_checkpointed(layer)) return false;
+  if (!offload_layers) return true;
+  return std::binary_search(offload_layers->begin(), offload_layers->end(), layer);
 }
 
 bool Plan::layer_tiled(int layer) const {

@@ -201,6 +201,12 @@ struct Plan {
   // `hookstream run` pins each slot at its own size (cudaHostAlloc), which a 2.5 GiB slot at 320K
   // tokens needs to fit 32 layers in a 128 GiB host (80 GiB, not 128).
   bool pinned_slots_exact = false;
+  // hookstream.offload_layers: the checkpointed layers whose input goes to a pinned CPU slot; the
+  // other checkpointed layers keep theirs on the GPU (plain checkpointing). Unset with
+  // activation_offloading = every checkpointed layer, as axolotl's offloading does. Partial offload
+  // trades GPU memory for host memory: at 448K tokens the 32 offloaded inputs of Llama-8B need
+  // 112 GiB of pinned memory, more than a 128 GiB host can pin beside the process.
+  std::optional<std::vector<int>> offload_layers;
   std::string gpu = "H100-SXM";
   std::optional<std::string> calibration;
   // hookstream run's inputs (paths relative to the plan's folder): a safetensors file of weights
@@ -261,6 +267,9 @@ struct Plan {
   bool rl_modelled() const { return rl.empty() || rl_pairs(); }
   bool vision_tower_trainable() const { return train_vision_tower.value_or(adapter == Adapter::None); }
   bool layer_checkpointed(int layer) const;
+  // Checkpointed, with activation_offloading, and in offload_layers (or it unset): its input goes to
+  // a pinned CPU slot through the offload protocol.
+  bool layer_offloaded(int layer) const;
   bool layer_tiled(int layer) const;  // tiled_mlp on and the layer in tiled_mlp_layers (or it unset)
   // Per position. `micro_step` -1 leaves micro_step_overrides out (the memory and time models,
   // which cost one representative micro-step); the DDP simulation and the oracles pass it.

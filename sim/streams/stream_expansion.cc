@@ -522,7 +522,26 @@ class StepExpander {
     }
   }
 
-  bool protocol_layer(int layer) const { return options_.all_layers || plan_.layer_checkpointed(layer); }
+  // The layers the protocol runs on: under activation_offloading the offloaded ones
+  // (Plan::layer_offloaded; hookstream.offload_layers may keep some checkpointed inputs on the GPU),
+  // else the checkpointed ones (protocol "none": recompute from the kept input).
+  bool protocol_layer(int layer) const {
+    if (options_.all_layers) return true;
+    return plan_.activation_offloading ? plan_.layer_offloaded(layer) : plan_.layer_checkpointed(layer);
+  }
+  // Checkpointed but outside offload_layers: plain checkpointing, as protocols/none.yaml expands it
+  // (forward; in backward a recompute from the input kept on the GPU, then the layer's backward).
+  bool kept_checkpoint(int layer) const { return !protocol_layer(layer) && plan_.layer_checkpointed(layer); }
+
+  void recompute_op(int stream, int layer, const std::vector<BufferAccess>& accesses) {
+    std::vector<BufferAccess> reads;
+    for (const BufferAccess& access : accesses) if (!access.write) reads.push_back(access);
+    elementwise_ops(stream, layer, "recompute", false, reads);
+    Op& op = add(OpKind::Kernel, stream, layer_name(layer, "recompute"), "recompute", layer);
+    // A recompute is one more forward of the layer, less what it defers to backward.
+    op.flops = costs_[layer].recompute_flops();
+    op.accesses = accesses;
+  }
 
   Op& add(OpKind kind, int stream, std::string name, const char* phase, int layer) {
     Op op;
@@ -598,6 +617,7 @@ class StepExpander {
         if (protocol_layer(layer)) {
           run_steps(device, protocol_.backward, layer, "backward");
         } else {
+          if (kept_checkpoint(layer)) recompute_op(device.current(), layer, {{device.hidden + layer, 0, -1, false}});
           backward_kernels(device, device.current(), layer, {{device.hidden + layer, 0, -1, false}});
         }
         if (synced) launch_buckets(device, position);
@@ -776,13 +796,15 @@ class StepExpander {
           if (step.what == "backward") {
             backward_kernels(device, on, layer, accesses);
           } else {
-            const bool recompute = step.what == "recompute";
+            if (step.what == "recompute") {
+              recompute_op(on, layer, accesses);
+              break;
+            }
             std::vector<BufferAccess> reads;
             for (const BufferAccess& access : accesses) if (!access.write) reads.push_back(access);
-            elementwise_ops(on, layer, recompute ? "recompute" : phase, false, reads);
-            Op& op = add(OpKind::Kernel, on, layer_name(layer, recompute ? "recompute" : "forward"), recompute ? "recompute" : phase, layer);
-            // A recompute is one more forward of the layer, less what it defers to backward.
-            op.flops = recompute ? costs_[layer].recompute_flops() : costs_[layer].forward_flops();
+            elementwise_ops(on, layer, phase, false, reads);
+            Op& op = add(OpKind::Kernel, on, layer_name(layer, "forward"), phase, layer);
+            op.flops = costs_[layer].forward_flops();
             op.accesses = std::move(accesses);
           }
           break;

@@ -197,6 +197,7 @@ std::string render_text(const VerifyResult& r, bool colour) {
   if (plan.gradient_checkpointing) {
     ckpt = plan.use_reentrant ? "reentrant" : "non-reentrant";
     if (plan.activation_offloading) ckpt += " + CPU offload";
+    if (plan.activation_offloading && plan.offload_layers) ckpt += fmt::format(" of layers {}", fmt::join(*plan.offload_layers, ","));
   }
   std::string tiled = plan.tiled_mlp ? fmt::format("{} ({} shards at rank 0)", tiled_text(plan.tiled_mlp_backward), plan.tiled_shards_for(0, 0)) : "off";
   if (plan.tiled_mlp && plan.tiled_mlp_layers) tiled += fmt::format(" on layers {}", fmt::join(*plan.tiled_mlp_layers, ","));

@@ -183,6 +183,8 @@ std::vector<VerifiedFix> memory_candidates(const Plan& plan, const MemoryEstimat
     add({{"gradient_checkpointing", "true"}}, "checkpointing keeps only each decoder layer's input and recomputes the layer in backward");
   } else if (!plan.activation_offloading) {
     add({{"activation_offloading", "true"}}, "checkpointed layer inputs move to pinned host memory; reload buffers stay on the GPU");
+  } else if (plan.offload_layers) {
+    add({{"hookstream.offload_layers", "all"}}, "every checkpointed layer's input moves to pinned host memory, not only offload_layers'");
   }
   const auto logits = estimate.device_peak.bytes.find(MemoryCategory::LogitsAndLoss);
   if (!plan.chunked_cross_entropy && logits != estimate.device_peak.bytes.end() && logits->second > 0) {

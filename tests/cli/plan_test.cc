@@ -148,12 +148,41 @@ TEST_CASE("plan: a pinned host budget drops candidates whose offload slots do no
   CHECK(text.out.find("pinned host budget 1.00 GiB") != std::string::npos);
 }
 
-TEST_CASE("plan: at 320K tokens only exact pinned slots fit the host, and finer loss chunks lower the peak",
+namespace {
+
+// A candidate's pinned host memory under a host budget: every checkpointed layer's slot (32 of
+// Llama-3.1-8B) when they fit, else a partial offload of the first layers whose slots fit, the
+// later ones' inputs kept on the GPU. A slot is one hidden state, exact or rounded up to a power of
+// two by PyTorch's pinned caching allocator.
+void check_offload_fits_host(const nlohmann::json& candidate, int64_t tokens, int64_t host_budget) {
+  std::map<std::string, std::string> changes;
+  for (const auto& c : candidate["changes"]) changes[c["key"].get<std::string>()] = c["value"].get<std::string>();
+  const int64_t hidden = tokens * 4096 * 2;
+  int64_t slot = changes["hookstream.pinned_slots"] == "exact" ? hidden : 1;
+  while (slot < hidden) slot *= 2;
+  const int64_t host = candidate["host_bytes"].get<int64_t>();
+  INFO(candidate.dump());
+  CHECK(host <= host_budget);
+  if (32 * slot <= host_budget) {
+    CHECK(changes.count("hookstream.offload_layers") == 0);
+    CHECK(host == 32 * slot);
+  } else {
+    const int64_t fit = host_budget / slot;
+    CHECK(changes["hookstream.offload_layers"] == "[\"0-" + std::to_string(fit - 1) + "\"]");
+    CHECK(host == fit * slot);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("plan: at 320K tokens the host holds all exact slots or the first layers' rounded ones, and finer loss "
+          "chunks lower the peak",
           "[cli][plan]") {
   // Measured on an H100 on 2026-11-27 (bench/gpu-results/2026-11-27-h100-s20/call5-320k): the first
   // candidate ran at 71.82 GiB with 80 GiB of exact pinned slots. With the pinned caching allocator the
-  // 32 slots of 2.5 GiB take 128 GiB, over a 110 GiB host budget; with axolotl's 8 loss chunks one
-  // chunk's logits take ~49 GiB (74.4 GiB peak), with chunks of 2,048 tokens 71.8 GiB.
+  // 32 slots of 2.5 GiB take 128 GiB, over a 110 GiB host budget: only 27 of them fit, and the 5 later
+  // layers keep their inputs on the GPU. With axolotl's 8 loss chunks one chunk's logits take ~49 GiB
+  // (74.4 GiB peak), with chunks of 2,048 tokens 71.8 GiB.
   const std::string plan = std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-long.yaml";
   const PlanRun r = run_plan(plan + " --set sequence_len=327680 --gpu H100-SXM --budget-gib 76 --host-budget-gib 110 "
                                     "--top 3 --format json");
@@ -161,16 +190,30 @@ TEST_CASE("plan: at 320K tokens only exact pinned slots fit the host, and finer 
   const auto j = nlohmann::json::parse(r.out);
   REQUIRE(!j["best"].empty());
   CHECK(j["over_host_budget"].get<int>() > 0);
-  auto changes_of = [](const nlohmann::json& candidate) {
-    std::map<std::string, std::string> changes;
-    for (const auto& c : candidate["changes"]) changes[c["key"].get<std::string>()] = c["value"].get<std::string>();
-    return changes;
-  };
-  for (const auto& candidate : j["best"]) {
-    CHECK(changes_of(candidate)["hookstream.pinned_slots"] == "exact");
-    CHECK(candidate["host_bytes"].get<int64_t>() == int64_t{32} * 327680 * 4096 * 2);
-  }
-  const auto best = changes_of(j["best"][0]);
+  for (const auto& candidate : j["best"]) check_offload_fits_host(candidate, 327680, int64_t{110} << 30);
+  std::map<std::string, std::string> best;
+  for (const auto& c : j["best"][0]["changes"]) best[c["key"].get<std::string>()] = c["value"].get<std::string>();
   REQUIRE(best.count("chunked_cross_entropy_num_chunks"));
   CHECK(best.at("chunked_cross_entropy_num_chunks") == "160");  // 2,048 tokens a chunk
+}
+
+TEST_CASE("plan: when the host cannot pin every layer's slot, the later layers keep their input on the GPU", "[cli][plan]") {
+  // 384K tokens on an H200: 32 exact slots of 3 GiB are 96 GiB of pinned memory, 32 rounded ones
+  // 128 GiB. With 80 GiB of host budget 26 exact or 20 rounded slots fit; checkpointing without
+  // offload would keep 96 GiB of inputs on the GPU, over the 134 GiB budget. So every fitting
+  // candidate offloads the first layers and keeps the later ones.
+  const std::string plan = std::string(HOOKSTREAM_SOURCE_DIR) + "/bench/plans/llama8b-lora-long.yaml";
+  const PlanRun r = run_plan(plan + " --set sequence_len=393216 --gpu H200 --budget-gib 134 --host-budget-gib 80 "
+                                    "--top 3 --format json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(!j["best"].empty());
+  CHECK(j["over_host_budget"].get<int>() > 0);
+  for (const auto& candidate : j["best"]) {
+    check_offload_fits_host(candidate, 393216, int64_t{80} << 30);
+    CHECK(candidate["peak_bytes"].get<int64_t>() <= int64_t{134} << 30);
+    bool partial = false;
+    for (const auto& c : candidate["changes"]) partial = partial || c["key"] == "hookstream.offload_layers";
+    CHECK(partial);
+  }
 }

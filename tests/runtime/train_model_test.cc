@@ -129,6 +129,8 @@ TEST_CASE("train model: checkpointing, offload protocols, tiled MLP and chunked 
         variants.push_back(ckpt + "activation_offloading: true\nhookstream: {offload_protocol: " + protocol + "}\n");
       }
       variants.push_back(ckpt + "activation_offloading: true\nhookstream: {checkpoint_layers: [0]}\n");
+      // Partial offload: layer 0's input to the CPU, layer 1's kept on the device (plain checkpoint).
+      variants.push_back(ckpt + "activation_offloading: true\nhookstream: {offload_layers: [0]}\n");
     }
     const std::string tiled = "tiled_mlp: true\ntiled_mlp_num_shards: 2\n";
     variants.push_back(tiled);

@@ -91,6 +91,30 @@ TEST_CASE("exact pinned slots take their own size, the caching allocator's a pow
                     Catch::Contains("pinned_slots") && Catch::Contains("caching") && Catch::Contains("exact"));
 }
 
+TEST_CASE("partial offload: listed layers go to pinned slots, the others keep their input on the GPU", "[memory]") {
+  const std::string yaml = "base_model: Llama-3.1-8B\nsequence_len: 327680\ngradient_checkpointing: true\n"
+                           "activation_offloading: true\nhookstream:\n  pinned_slots: exact\n";
+  const int64_t slot = int64_t{327680} * 4096 * 2;
+  const MemoryEstimate all = estimate(plan_from(yaml));
+  const MemoryEstimate partial = estimate(plan_from(yaml + "  offload_layers: [\"0-23\"]\n"));
+  CHECK(all.host_peak.total() == 32 * slot);
+  CHECK(partial.host_peak.total() == 24 * slot);
+  // The 8 kept inputs are on the GPU until their layer's backward: at the loss all 8, at the peak
+  // in the last layer's backward 7 (its own has become its backward's workspace).
+  const int64_t more = partial.device_peak.total() - all.device_peak.total();
+  CHECK(more >= 7 * slot);
+  CHECK(more <= 8 * slot);
+  // Checkpointing without offload keeps 32; offload of no layer is not a plan.
+  const MemoryEstimate kept = estimate(plan_from("base_model: Llama-3.1-8B\nsequence_len: 327680\ngradient_checkpointing: true\n"));
+  CHECK(kept.device_peak.total() > partial.device_peak.total());
+  CHECK_THROWS_WITH(plan_from("base_model: Llama-3.1-8B\ngradient_checkpointing: true\nhookstream:\n  offload_layers: [0]\n"),
+                    Catch::Contains("hookstream.offload_layers") && Catch::Contains("activation_offloading"));
+  CHECK_THROWS_WITH(plan_from(yaml + "  checkpoint_layers: [0, 1, 2, 3]\n  offload_layers: [5]\n"),
+                    Catch::Contains("hookstream.offload_layers") && Catch::Contains("layer 5 is not checkpointed"));
+  CHECK_THROWS_WITH(plan_from(yaml + "  offload_layers: [40]\n"),
+                    Catch::Contains("hookstream.offload_layers") && Catch::Contains("out of range"));
+}
+
 TEST_CASE("a single-buffer protocol keeps one reload buffer", "[memory]") {
   const MemoryEstimate single =
       estimate(plan_from(kLlama100k + "activation_offloading: true\nhookstream:\n  offload_protocol: single_buffer\n"), false);

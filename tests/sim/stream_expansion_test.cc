@@ -65,6 +65,29 @@ TEST_CASE("expansion of double_buffer_events: per-layer ops in host issue order"
   CHECK(model.ops.back().phase == "optimizer");
 }
 
+TEST_CASE("expansion: offload_layers runs the protocol on the listed layers, plain checkpointing on the others", "[streams]") {
+  const Plan plan = testing::offload_plan("  offload_layers: [0]\n");
+  const int layers = plan.model.num_hidden_layers;
+  REQUIRE(layers >= 2);
+  const ModelStructure structure = build_model_structure(plan);
+  const EventModel model = expand_step(plan, structure, load_stream_protocol("double_buffer_events"));
+  // One offload and one reload, both of layer 0; every layer still recomputes in backward.
+  CHECK(count_ops(model, OpKind::Copy, "forward") == 1);
+  CHECK(count_ops(model, OpKind::Copy, "backward") == 1);
+  for (const Op& op : model.ops) {
+    if (op.kind == OpKind::Copy) CHECK(op.layer == 0);
+  }
+  CHECK(count_ops(model, OpKind::Kernel, "recompute") == 5 * layers);
+  // A kept layer's recompute reads its input where the forward left it, on the GPU.
+  const auto kept = std::find_if(model.ops.begin(), model.ops.end(), [&](const Op& op) {
+    return op.kind == OpKind::Kernel && op.phase == "recompute" && op.layer == layers - 1;
+  });
+  REQUIRE(kept != model.ops.end());
+  REQUIRE(!kept->accesses.empty());
+  CHECK(model.buffers[kept->accesses[0].buffer].memory == MemoryKind::Device);
+  CHECK(model.buffers[kept->accesses[0].buffer].name.find("reload") == std::string::npos);
+}
+
 TEST_CASE("expansion: tiled MLP backward is one op per chunk, collectives at the Reducer's launch points", "[streams]") {
   const Plan plan = testing::offload_plan("tiled_mlp: true\ntiled_mlp_num_shards: 4\n");
   const ModelStructure structure = build_model_structure(plan);
