@@ -745,7 +745,16 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
     const int tb = s.fp32_master ? 4 : (plan.adapter != Adapter::None ? 4 : dtype_bytes(plan.model.torch_dtype));
     for (const CostUnit& u : units) {
       const int64_t weights = u.shard_frozen_bytes + u.shard_trainable * tb;
-      const int64_t grads = u.shard_trainable * tb;
+      // FSDP1 keeps one sharded gradient per FlatParameter that requires grad: the reduce-scatter's
+      // output is a whole padded shard (torch/distributed/fsdp/_runtime_utils.py
+      // _get_reduce_scatter_tensors: `torch.empty_like(chunks[0])`), kept as _saved_grad_shard and
+      // then flat_param.grad; with use_orig_params a unit mixing frozen and trainable parameters
+      // (FlatParamHandle._validate_tensors_to_flatten permits it) still holds that whole shard, the
+      // frozen parameters' part included (_use_sharded_grad_views only gives them no view: their
+      // .grad is None, the storage is the flat gradient's). FSDP2 shards each parameter: only the
+      // trainable ones have gradients.
+      const int64_t grad_elements = s.kind == EngineKind::Fsdp1 && u.trainable_elements > 0 ? u.shard_elements : u.shard_trainable;
+      const int64_t grads = grad_elements * tb;
       if (s.offload_params) {
         add_host(MemoryCategory::Weights, weights);
         add_host(MemoryCategory::Gradients, grads);
@@ -754,7 +763,7 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
         add(MemoryCategory::Weights, weights);
         m.device[MemoryCategory::OptimizerStates] += states_bytes(u.shard_trainable, tb, true);
         m.grads_by_layer[slot(u.layer)] += device(grads);
-        m.optimizer_bytes += grads;
+        m.optimizer_bytes += u.shard_trainable * tb;  // the optimizer steps the trainable parameters' views
       }
       // Unsharded while computing: the all-gather output in param_dtype (FSDP2 FSDPParamGroup's
       // all-gather output, FSDP1 FlatParamHandle._full_param_padded), FSDP1's low-precision
