@@ -421,18 +421,13 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
   // (modeling_llama.py LlamaModel.forward), the MLP's act_fn between gate_proj and up_proj
   // (LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))), and PEFT's lora_dropout before
   // lora_A (peft/tuners/lora/layer.py Linear.forward: lora_B(lora_A(dropout(x)))).
-  std::map<int, std::string> act_fn_before;  // parameter index of an up projection -> its MLP's act_fn
+  std::map<std::string, std::string> act_fn_at;  // the module of a gated MLP's up projection weight -> its act_fn
   for (const DecoderLayerUse& use : structure.layers) {
     if (use.mlp_gated && use.gate.weight >= 0 && use.up.weight >= 0) {
       const std::string& up = structure.parameters[static_cast<size_t>(use.up.weight)].module;
       const size_t cut = up.rfind('.' + use.up.name);
-      if (cut != std::string::npos) act_fn_before[use.up.weight] = up.substr(0, cut) + ".act_fn";
+      if (cut != std::string::npos) act_fn_at[up] = up.substr(0, cut) + ".act_fn";
     }
-  }
-  std::map<std::string, std::string> act_fn_at;  // first module of the up projection -> act_fn path
-  for (const auto& [index, path] : act_fn_before) {
-    const std::string& weight_module = structure.parameters[static_cast<size_t>(index)].module;
-    act_fn_at[weight_module] = path;
   }
 
   // The call tree: every module whose __call__ runs DeepSpeed's hooks (parameter_offload.py
