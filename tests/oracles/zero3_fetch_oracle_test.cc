@@ -43,6 +43,7 @@ struct FetchCase {
   std::string zero;      // extra zero_optimization lines
   std::string training;  // extra top-level lines
   std::string checkpointing = "none";  // what the worker enables: none, reentrant, non_reentrant
+  std::string model = std::string(HOOKSTREAM_SOURCE_DIR) + "/presets/tiny-llama.json";  // the config.json
 };
 
 // The worker's spec: the plan's model, its zero_optimization section as DeepSpeed reads it, its
@@ -56,7 +57,7 @@ std::string worker_spec(const FetchCase& c, const Plan& plan) {
     if (key.rfind("stage3_", 0) != 0) key = "stage3_" + key;
     zero[key] = std::stoll(line.substr(colon + 1));
   }
-  nlohmann::json spec = {{"config", std::string(HOOKSTREAM_SOURCE_DIR) + "/presets/tiny-llama.json"},
+  nlohmann::json spec = {{"config", c.model},
                          {"world_size", 2},
                          {"micro_batch_size", 1},
                          {"sequence_len", 8},
@@ -70,7 +71,7 @@ std::string worker_spec(const FetchCase& c, const Plan& plan) {
 }
 
 std::string plan_yaml(const FetchCase& c) {
-  return "base_model: tiny-llama\nsequence_len: 8\nmicro_batch_size: 1\n" + c.training +
+  return "base_model: " + c.model + "\nsequence_len: 8\nmicro_batch_size: 1\n" + c.training +
          "deepspeed:\n  zero_optimization:\n    stage: 3\n    stage3_param_persistence_threshold: 0\n" + c.zero +
          "hookstream:\n  world_size: 2\n  iterations: 2\n";
 }
@@ -85,6 +86,7 @@ TEST_CASE("ZeRO-3 fetch trace: steps, all-gathered elements by flag and the most
   const std::string no_prefetch = "    stage3_prefetch_bucket_size: 0\n";
   const std::string prefetch_1000 = "    stage3_prefetch_bucket_size: 1000\n";
   const std::string no_reuse = "    stage3_max_reuse_distance: 0\n";
+  const std::string tied = std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/models/tiny-llama-tied.json";
   const std::vector<FetchCase> cases = {
       {"no prefetch, no reuse", no_prefetch + no_reuse, ""},
       {"no prefetch, default reuse distance", no_prefetch, ""},
@@ -101,6 +103,9 @@ TEST_CASE("ZeRO-3 fetch trace: steps, all-gathered elements by flag and the most
       {"LoRA, reentrant checkpointing, no reuse", no_prefetch + "    max_reuse_distance: 0\n", lora + reentrant, "reentrant"},
       {"LoRA, prefetch 1000, non-reentrant, no reuse", prefetch_1000 + no_reuse, lora + non_reentrant, "non_reentrant"},
       {"LoRA, prefetch 1000, no checkpointing, no reuse", prefetch_1000 + no_reuse, lora},
+      // Tied embeddings: the head module fetches the embedding's weight again.
+      {"tied embeddings, no prefetch, no reuse", no_prefetch + no_reuse, "", "none", tied},
+      {"tied embeddings, prefetch 1000, reentrant, no reuse", prefetch_1000 + no_reuse, reentrant, "reentrant", tied},
   };
   hookstream::test::TempDir dir(fmt::format("zero3-fetch-oracle-{}", ::getpid()));
   std::string command = fmt::format("{}/oracles/run.sh {} {}/oracles/zero3_fetch_worker.py", HOOKSTREAM_SOURCE_DIR,
