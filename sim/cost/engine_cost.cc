@@ -452,15 +452,14 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
       return false;
     return !(prefix == "base_model" && plan.adapter != Adapter::None);
   };
-  auto layer_of_path = [&](const std::string& path) {
-    for (const DecoderLayerUse& use : structure.layers) {
-      if (path == use.path || path.rfind(use.path + ".", 0) == 0) return use.index;
-    }
-    return -1;
-  };
   bool flow = false;
   // Adds the module at `path` under its innermost called ancestor, opening the ancestors not open yet.
-  auto enter = [&](const std::string& path, int module) -> int {
+  // `layer`: the decoder layer of the module entered (-1 outside the stack); an ancestor belongs to
+  // it when the layer's own path is a prefix of the ancestor's.
+  auto enter = [&](const std::string& path, int module, int layer) -> int {
+    auto layer_of = [&](const std::string& prefix) {
+      return layer >= 0 && prefix.size() >= structure.layers[static_cast<size_t>(layer)].path.size() ? layer : -1;
+    };
     std::vector<std::pair<std::string, std::string>> ancestors;  // (prefix, next component)
     for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
       const size_t next_end = path.find('.', dot + 1);
@@ -477,7 +476,7 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
       CallNode node;
       node.path = called[i];
       node.module = no_parameters;
-      node.layer = layer_of_path(called[i]);
+      node.layer = layer_of(called[i]);
       node.flow_in = flow;
       tree.push_back(node);
       tree[static_cast<size_t>(open.back())].children.push_back(static_cast<int>(tree.size()) - 1);
@@ -486,7 +485,7 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
     CallNode node;
     node.path = path;
     node.module = module;
-    node.layer = layer_of_path(path);
+    node.layer = layer;
     node.flow_in = flow;
     tree.push_back(node);
     tree[static_cast<size_t>(open.back())].children.push_back(static_cast<int>(tree.size()) - 1);
@@ -498,7 +497,7 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
   for (int mi : module_order) {
     TraceModule& m = modules[static_cast<size_t>(mi)];
     if (auto a = act_fn_at.find(m.path); a != act_fn_at.end()) {
-      const int act = enter(a->second, no_parameters);
+      const int act = enter(a->second, no_parameters, m.layer);
       // act_fn's input is the gate projection's output: the sibling before it.
       const std::vector<int>& siblings = tree[static_cast<size_t>(open.back())].children;
       tree[static_cast<size_t>(act)].in_backward = siblings.size() >= 2 && tree[static_cast<size_t>(siblings[siblings.size() - 2])].in_backward;
@@ -509,16 +508,16 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
       bool x_requires_grad = flow;
       const int wrapper_node = open.size() > 1 && tree[static_cast<size_t>(open.back())].path == wrapper ? open.back() : -1;
       if (wrapper_node >= 0) x_requires_grad = tree[static_cast<size_t>(wrapper_node)].flow_in;
-      const int dropout = enter(wrapper + ".lora_dropout.default", no_parameters);
+      const int dropout = enter(wrapper + ".lora_dropout.default", no_parameters, m.layer);
       tree[static_cast<size_t>(dropout)].in_backward = x_requires_grad;
     }
-    const int node = enter(m.path, mi);
+    const int node = enter(m.path, mi, m.layer);
     m.in_backward = m.trainable || flow || (m.embedding && plan.input_require_grads());
     tree[static_cast<size_t>(node)].in_backward = m.in_backward;
     flow = m.in_backward || (plan.input_require_grads() && m.layer < 0);
     if (m.embedding && plan.model.rope_theta > 0) {
       const size_t cut = m.path.rfind('.');
-      if (cut != std::string::npos && structure.layers.size() > 0) enter(m.path.substr(0, cut) + ".rotary_emb", no_parameters);
+      if (cut != std::string::npos && structure.layers.size() > 0) enter(m.path.substr(0, cut) + ".rotary_emb", no_parameters, -1);
     }
   }
   // Tied embeddings: the head module's weight is the embedding's parameter, fetched again where the head runs.
@@ -529,7 +528,7 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
       const std::string& embed_path = modules[static_cast<size_t>(embed)].path;
       const size_t model_at = embed_path.rfind("model.embed_tokens");
       const std::string head = (model_at == std::string::npos ? std::string() : embed_path.substr(0, model_at)) + "lm_head";
-      const int node = enter(head, embed);
+      const int node = enter(head, embed, -1);
       tree[static_cast<size_t>(node)].in_backward = flow;
       break;
     }
