@@ -183,39 +183,6 @@ def run_rank(deepspeed, s, rank, port, timeout_ms, seed, out):
             return original_z3(dtype)
 
         setattr(optimizer, z3_reduce, observed_z3)
-    fetches = {"forward": 0, "backward": 0, "forward_calls": 0, "backward_calls": 0, "peak_available": 0, "order": []}
-    if stage == 3:
-        # Observation only: what ZeRO-3's PartitionedParameterCoordinator all-gathers (elements of
-        # the parameters not yet available, by forward/backward flag) and the most it holds at once
-        # (its __n_available_params after each fetch). The real methods still run.
-        coordinator = optimizer.parameter_offload.get_param_coordinator()
-        gather_name = "_PartitionedParameterCoordinator__all_gather_params"
-        fetch_name = "_fetch_sub_module_impl"
-        original_gather = getattr(coordinator, gather_name)
-        original_fetch = getattr(coordinator, fetch_name)
-        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-        param_names = {id(p): n for n, p in model.named_parameters()}
-
-        def observed_gather(params, forward):
-            gathered = [p for p in params if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
-            numel = sum(p.ds_numel for p in gathered)
-            if numel:
-                key = "forward" if forward else "backward"
-                fetches[key] += numel
-                fetches[key + "_calls"] += 1
-                fetches["order"].append(("F " if forward else "B ") + " ".join(
-                    sorted(param_names.get(id(p), "?").replace(".weight", "") for p in gathered)))
-            return original_gather(params, forward)
-
-        def observed_fetch(*args, **kwargs):
-            result = original_fetch(*args, **kwargs)
-            fetches["peak_available"] = max(fetches["peak_available"],
-                                            getattr(coordinator, "_PartitionedParameterCoordinator__n_available_params"))
-            return result
-
-        setattr(coordinator, gather_name, observed_gather)
-        setattr(coordinator, fetch_name, observed_fetch)
     positions = {(q["rank"], q["iteration"], q["micro_step"]): q for q in s["positions"]}
     steps = s["gradient_accumulation_steps"]
     for it in range(s["iterations"]):
@@ -227,8 +194,6 @@ def run_rank(deepspeed, s, rank, port, timeout_ms, seed, out):
                 step = positions[(rank, it, micro)]
                 recorder.micro_step = micro
                 phase = "forward"
-                for key in fetches:
-                    fetches[key] = [] if key == "order" else 0
                 input_ids, labels = make_batch(s, step, seed)
                 loss = engine(input_ids, labels, step)
                 phase = "backward"
@@ -236,7 +201,7 @@ def run_rank(deepspeed, s, rank, port, timeout_ms, seed, out):
                 # TinyModel already divides by gradient_accumulation_steps.
                 engine.backward(recorder.outer(loss), scale_wrt_gas=False)
                 record["micro_steps"].append({"micro_step": micro, "hooks": recorder.take(),
-                                              "reductions": list(reductions), "fetches": dict(fetches)})
+                                              "reductions": list(reductions)})
                 if micro == steps - 1 and it == 0 and reference is not None:
                     from deepspeed.utils import safe_get_full_grad
                     wrong = []

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <fmt/format.h>
+#include <functional>
+#include <map>
 #include <optional>
 
 #include "sim/cost/optimizer_states.h"
@@ -315,6 +317,8 @@ struct TraceModule {
   int64_t gathered = 0;      // the non-persistent ones: what a fetch all-gathers
   bool trainable = false;
   bool in_backward = false;  // its output requires grad, so its backward hook fetches it again
+  bool embedding = false;    // the input embedding (PEFT's enable_input_require_grads hooks it)
+  std::string path;
 };
 
 struct TraceUse {
@@ -388,6 +392,7 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
   std::vector<TraceModule> modules;
   std::map<std::string, int> module_of;
   std::vector<char> seen(structure.parameters.size(), 0);
+  std::vector<int> module_order;  // modules owning parameters, in call order
   for (int index : order) {
     if (seen[static_cast<size_t>(index)]) continue;
     seen[static_cast<size_t>(index)] = 1;
@@ -396,77 +401,212 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
     if (added) {
       modules.push_back(TraceModule{});
       modules.back().layer = p.layer >= 0 && p.layer < layers ? p.layer : -1;
+      modules.back().path = p.module;
+      modules.back().embedding = p.group == "embed";
+      module_order.push_back(it->second);
     }
     TraceModule& m = modules[static_cast<size_t>(it->second)];
     m.elements += p.numel();
     if (!zero3_persistent(p, s)) m.gathered += p.numel();
     m.trainable = m.trainable || p.trainable;
   }
-  // A module's backward hook runs when its output requires grad: it holds a trainable parameter,
-  // or one before it does (or the embedding output requires grad: enable_input_require_grads).
-  bool flow = false;
-  for (size_t i = 0; i < modules.size(); ++i) {
-    modules[i].in_backward = modules[i].trainable || flow;
-    flow = modules[i].in_backward || (plan.input_require_grads() && modules[i].layer < 0);
-  }
-  // The trace: forward in call order; backward in reverse, each checkpointed layer's modules run
-  // forward again (the recompute) just before its backward.
-  std::vector<TraceUse> trace;
-  for (size_t i = 0; i < modules.size(); ++i) trace.push_back({static_cast<int>(i), false, false});
-  // Tied embeddings: the head's weight is the embedding's parameter, fetched again where the head runs.
-  int tied_head = -1;
-  if (plan.model.tie_word_embeddings) {
-    for (size_t i = 0; i < structure.parameters.size() && tied_head < 0; ++i) {
-      if (structure.parameters[i].group == "embed") tied_head = module_of.at(structure.parameters[i].module);
+  // The modules without parameters share one entry: their fetch gathers and releases nothing, but
+  // it is a step of the coordinator's trace that runs a prefetch round.
+  const int no_parameters = static_cast<int>(modules.size());
+  modules.push_back(TraceModule{});
+
+  // Parameter-less modules a transformers/PEFT forward calls between them (observed in the
+  // coordinator's __submodule_order of a real LlamaForCausalLM with and without PEFT LoRA,
+  // oracles/zero3_fetch_worker.py): the decoder's rotary_emb after the embedding
+  // (modeling_llama.py LlamaModel.forward), the MLP's act_fn between gate_proj and up_proj
+  // (LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))), and PEFT's lora_dropout before
+  // lora_A (peft/tuners/lora/layer.py Linear.forward: lora_B(lora_A(dropout(x)))).
+  std::map<std::string, std::string> act_fn_at;  // the module of a gated MLP's up projection weight -> its act_fn
+  for (const DecoderLayerUse& use : structure.layers) {
+    if (use.mlp_gated && use.gate.weight >= 0 && use.up.weight >= 0) {
+      const std::string& up = structure.parameters[static_cast<size_t>(use.up.weight)].module;
+      const size_t cut = up.rfind('.' + use.up.name);
+      if (cut != std::string::npos) act_fn_at[up] = up.substr(0, cut) + ".act_fn";
     }
   }
-  if (tied_head >= 0) trace.push_back({tied_head, false, false});
-  std::vector<std::vector<int>> of_layer(static_cast<size_t>(layers) + 1);
-  for (size_t i = 0; i < modules.size(); ++i) {
-    of_layer[modules[i].layer >= 0 ? static_cast<size_t>(modules[i].layer) : static_cast<size_t>(layers)].push_back(static_cast<int>(i));
+
+  // The call tree: every module whose __call__ runs DeepSpeed's hooks (parameter_offload.py
+  // _register_deepspeed_module hooks every module; ModuleList/ModuleDict are never called, PEFT's
+  // PeftModel calls the wrapped model, not its LoraModel step, as observed).
+  struct CallNode {
+    std::string path;
+    int module = -1;          // its TraceModule (no_parameters when it owns none)
+    int layer = -1;           // the decoder layer it belongs to
+    bool in_backward = false; // its output requires grad: its pre-backward hook fetches it
+    bool flow_in = false;     // its input requires grad
+    std::vector<int> children;
+  };
+  std::vector<CallNode> tree(1);
+  tree[0].module = no_parameters;
+  std::vector<int> open{0};
+  auto is_called_container = [&](const std::string& prefix, const std::string& next) {
+    const std::string last = prefix.substr(prefix.rfind('.') == std::string::npos ? 0 : prefix.rfind('.') + 1);
+    if (!next.empty() && std::all_of(next.begin(), next.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
+    if (last == "lora_A" || last == "lora_B" || last == "lora_dropout" || last == "lora_embedding_A" || last == "lora_embedding_B" ||
+        last == "lora_magnitude_vector")
+      return false;
+    return !(prefix == "base_model" && plan.adapter != Adapter::None);
+  };
+  bool flow = false;
+  // Adds the module at `path` under its innermost called ancestor, opening the ancestors not open yet.
+  // `layer`: the decoder layer of the module entered (-1 outside the stack); an ancestor belongs to
+  // it when the layer's own path is a prefix of the ancestor's.
+  auto enter = [&](const std::string& path, int module, int layer) -> int {
+    auto layer_of = [&](const std::string& prefix) {
+      return layer >= 0 && prefix.size() >= structure.layers[static_cast<size_t>(layer)].path.size() ? layer : -1;
+    };
+    std::vector<std::pair<std::string, std::string>> ancestors;  // (prefix, next component)
+    for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
+      const size_t next_end = path.find('.', dot + 1);
+      ancestors.emplace_back(path.substr(0, dot), path.substr(dot + 1, next_end == std::string::npos ? std::string::npos : next_end - dot - 1));
+    }
+    std::vector<std::string> called;
+    for (const auto& [prefix, next] : ancestors) {
+      if (is_called_container(prefix, next)) called.push_back(prefix);
+    }
+    size_t keep = 1;
+    while (keep < open.size() && keep - 1 < called.size() && tree[static_cast<size_t>(open[keep])].path == called[keep - 1]) ++keep;
+    open.resize(keep);
+    for (size_t i = keep - 1; i < called.size(); ++i) {
+      CallNode node;
+      node.path = called[i];
+      node.module = no_parameters;
+      node.layer = layer_of(called[i]);
+      node.flow_in = flow;
+      tree.push_back(node);
+      tree[static_cast<size_t>(open.back())].children.push_back(static_cast<int>(tree.size()) - 1);
+      open.push_back(static_cast<int>(tree.size()) - 1);
+    }
+    CallNode node;
+    node.path = path;
+    node.module = module;
+    node.layer = layer;
+    node.flow_in = flow;
+    tree.push_back(node);
+    tree[static_cast<size_t>(open.back())].children.push_back(static_cast<int>(tree.size()) - 1);
+    return static_cast<int>(tree.size()) - 1;
+  };
+  // A module's backward hook runs when its output requires grad: it holds a trainable parameter,
+  // or one before it does, or it is the embedding whose output PEFT's enable_input_require_grads
+  // forward hook marks (registered before DeepSpeed's, so DeepSpeed wraps an output requiring grad).
+  for (int mi : module_order) {
+    TraceModule& m = modules[static_cast<size_t>(mi)];
+    if (auto a = act_fn_at.find(m.path); a != act_fn_at.end()) {
+      const int act = enter(a->second, no_parameters, m.layer);
+      // act_fn's input is the gate projection's output: the sibling before it.
+      const std::vector<int>& siblings = tree[static_cast<size_t>(open.back())].children;
+      tree[static_cast<size_t>(act)].in_backward = siblings.size() >= 2 && tree[static_cast<size_t>(siblings[siblings.size() - 2])].in_backward;
+    }
+    const std::string lora_a = ".lora_A.default";
+    if (m.path.size() > lora_a.size() && m.path.compare(m.path.size() - lora_a.size(), lora_a.size(), lora_a) == 0) {
+      const std::string wrapper = m.path.substr(0, m.path.size() - lora_a.size());
+      bool x_requires_grad = flow;
+      const int wrapper_node = open.size() > 1 && tree[static_cast<size_t>(open.back())].path == wrapper ? open.back() : -1;
+      if (wrapper_node >= 0) x_requires_grad = tree[static_cast<size_t>(wrapper_node)].flow_in;
+      const int dropout = enter(wrapper + ".lora_dropout.default", no_parameters, m.layer);
+      tree[static_cast<size_t>(dropout)].in_backward = x_requires_grad;
+    }
+    const int node = enter(m.path, mi, m.layer);
+    m.in_backward = m.trainable || flow || (m.embedding && plan.input_require_grads());
+    tree[static_cast<size_t>(node)].in_backward = m.in_backward;
+    flow = m.in_backward || (plan.input_require_grads() && m.layer < 0);
+    if (m.embedding && plan.model.rope_theta > 0) {
+      const size_t cut = m.path.rfind('.');
+      if (cut != std::string::npos && structure.layers.size() > 0) enter(m.path.substr(0, cut) + ".rotary_emb", no_parameters, -1);
+    }
   }
-  size_t at = modules.size();
-  // Modules after the stack (final norm, head), then the layers, then those before it.
-  if (tied_head >= 0) trace.push_back({tied_head, true, false});
-  while (at > 0 && modules[at - 1].layer < 0) {
-    --at;
-    if (modules[at].in_backward) trace.push_back({static_cast<int>(at), true, false});
+  // Tied embeddings: the head module's weight is the embedding's parameter, fetched again where the head runs.
+  if (plan.model.tie_word_embeddings) {
+    for (size_t i = 0; i < structure.parameters.size(); ++i) {
+      if (structure.parameters[i].group != "embed") continue;
+      const int embed = module_of.at(structure.parameters[i].module);
+      const std::string& embed_path = modules[static_cast<size_t>(embed)].path;
+      const size_t model_at = embed_path.rfind("model.embed_tokens");
+      const std::string head = (model_at == std::string::npos ? std::string() : embed_path.substr(0, model_at)) + "lm_head";
+      const int node = enter(head, embed, -1);
+      tree[static_cast<size_t>(node)].in_backward = flow;
+      break;
+    }
   }
+  // A container's output requires grad when one of its modules' does.
+  std::function<bool(int)> mark = [&](int id) {
+    CallNode& node = tree[static_cast<size_t>(id)];
+    bool any = node.in_backward;
+    for (int child : node.children) any = mark(child) || any;
+    if (node.module == no_parameters && !node.children.empty()) node.in_backward = any;
+    return node.in_backward;
+  };
+  mark(0);
+
+  // The trace: forward in call order; backward from the loss, each module's pre-backward hook as
+  // its output's gradient arrives: a container before its modules, and those in reverse call order
+  // (autograd runs the later-created node first). A checkpointed layer runs its modules forward
+  // again in backward (the recompute).
+  std::vector<TraceUse> trace;
+  // Appends the forward calls of the subtree at `id`; a recompute passes the module whose backward
+  // runs it (`owner`, -1: the root's) and, non-reentrant, stops at that module's call (early stop).
+  std::function<bool(int, bool, int)> forward_walk = [&](int id, bool recompute, int owner) {
+    const CallNode& node = tree[static_cast<size_t>(id)];
+    const TraceModule& m = modules[static_cast<size_t>(node.module)];
+    trace.push_back({node.module, recompute, recompute, false, recompute && node.module != no_parameters && !m.trainable, owner});
+    if (owner >= 0 && node.module == owner) return true;
+    for (int child : node.children) {
+      if (forward_walk(child, recompute, owner)) return true;
+    }
+    return false;
+  };
+  std::function<void(int, std::vector<int>&)> backward_order = [&](int id, std::vector<int>& out_nodes) {
+    const CallNode& node = tree[static_cast<size_t>(id)];
+    if (node.in_backward) out_nodes.push_back(id);
+    for (auto it = node.children.rbegin(); it != node.children.rend(); ++it) backward_order(*it, out_nodes);
+  };
   // A recompute's frozen parameters stay gathered until the backward release of the module whose
   // backward is running (DeepSpeed PR #8148: fetch_sub_module's update_recompute_parameters while
   // `forward and torch._C._current_graph_task_id() != -1`; release_sub_module releases them with
   // that module's backward): under reentrant checkpointing the root's, so the step's end; under
   // non-reentrant the module whose backward unpacked the layer's saved tensors.
-  for (int layer = layers - 1; layer >= 0; --layer) {
-    const std::vector<int>& own = of_layer[static_cast<size_t>(layer)];
-    std::vector<int> backward_order;
-    for (auto it = own.rbegin(); it != own.rend(); ++it) {
-      if (modules[static_cast<size_t>(*it)].in_backward) backward_order.push_back(*it);
-    }
-    if (plan.layer_checkpointed(layer) && plan.use_reentrant) {
-      // CheckpointFunction.backward reruns the whole layer before any of its modules' backward.
-      for (int m : own) trace.push_back({m, true, true, false, !modules[static_cast<size_t>(m)].trainable, -1});
-    } else if (plan.layer_checkpointed(layer) && !backward_order.empty()) {
-      // Non-reentrant: the backward of the layer's last module comes first (its pre-backward fetch);
-      // unpacking its saved tensors recomputes the modules before it (early stop: not itself),
-      // then it is released and the rest of the layer runs backward.
-      const int trigger = backward_order.front();
-      trace.push_back({trigger, true, false, false, false, trigger});
-      for (int m : own) {
-        if (m == trigger) break;
-        trace.push_back({m, true, true, false, !modules[static_cast<size_t>(m)].trainable, trigger});
+  std::function<void(int)> backward_walk = [&](int id) {
+    const CallNode& node = tree[static_cast<size_t>(id)];
+    const bool layer_node = node.layer >= 0 && node.path == structure.layers[static_cast<size_t>(node.layer)].path;
+    if (layer_node && plan.layer_checkpointed(node.layer)) {
+      if (plan.use_reentrant) {
+        // CheckpointFunction.backward reruns the whole layer (its own call included) before any of its backward.
+        forward_walk(id, true, -1);
+      } else {
+        std::vector<int> order_nodes;
+        backward_order(id, order_nodes);
+        size_t trigger_at = 0;
+        while (trigger_at < order_nodes.size() && tree[static_cast<size_t>(order_nodes[trigger_at])].module == no_parameters) ++trigger_at;
+        if (trigger_at < order_nodes.size()) {
+          // Non-reentrant: the backward runs down to the first module whose node unpacks saved
+          // tensors (its pre-backward fetch first); the unpack recomputes the layer up to its last
+          // saved tensor, inside that module's forward, so the recompute ends at its pre-forward
+          // fetch (early stop: its post-forward release does not run), then it is released with
+          // its backward and the rest of the layer runs backward.
+          for (size_t i = 0; i < trigger_at; ++i) trace.push_back({no_parameters, true, false});
+          const int trigger = tree[static_cast<size_t>(order_nodes[trigger_at])].module;
+          trace.push_back({trigger, true, false, false, false, trigger});
+          forward_walk(id, true, trigger);
+          trace.push_back({trigger, true, false, true, false, -1});
+          for (size_t i = trigger_at + 1; i < order_nodes.size(); ++i) {
+            trace.push_back({tree[static_cast<size_t>(order_nodes[i])].module, true, false});
+          }
+          return;
+        }
       }
-      trace.push_back({trigger, true, false, true, false, -1});
-      backward_order.erase(backward_order.begin());
     }
-    for (int m : backward_order) trace.push_back({m, true, false});
-  }
-  while (at > 0) {
-    --at;
-    if (modules[at].layer < 0 && modules[at].in_backward) trace.push_back({static_cast<int>(at), true, false});
-  }
-
+    if (node.in_backward) trace.push_back({node.module, true, false});
+    for (auto it = node.children.rbegin(); it != node.children.rend(); ++it) backward_walk(*it);
+  };
+  forward_walk(0, false, -1);
+  backward_walk(0);
   const size_t n = trace.size();
+  for (const TraceUse& use : trace) out.steps += use.release_only ? 0 : 1;
   std::vector<int64_t> prefix(n + 1, 0);
   for (size_t k = 0; k < n; ++k) {
     prefix[k + 1] = prefix[k] + (trace[k].release_only ? 0 : modules[static_cast<size_t>(trace[k].module)].elements);
@@ -482,8 +622,13 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
   std::vector<long> protect(modules.size(), -1);  // __most_recent_step_id_param_fetched_for
   int64_t live = 0;
   size_t queue = 0;  // the coordinator's __param_queue: the trace position it has popped up to
-  auto record = [&](size_t k) {
+  // `issuer`: the use whose fetch all-gathers it (itself, or the fetch whose prefetch round did).
+  auto record = [&](size_t k, size_t issuer) {
     const TraceUse& use = trace[k];
+    // DeepSpeed flags an all-gather by the hook that issued it: a forward hook (a recompute's
+    // included) or a pre-backward hook (__all_gather_params(params, forward)).
+    const bool forward_hook = !trace[issuer].backward || trace[issuer].recompute;
+    (forward_hook ? out.forward_flagged : out.backward_flagged) += modules[static_cast<size_t>(use.module)].gathered;
     const TraceModule& m = modules[static_cast<size_t>(use.module)];
     const size_t slot = m.layer >= 0 ? static_cast<size_t>(m.layer) : static_cast<size_t>(layers);
     (use.backward ? out.backward_elements : out.forward_elements)[slot] += m.gathered;
@@ -520,7 +665,7 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
       if (trace[k].owner >= 0) held_by[static_cast<size_t>(trace[k].owner)].push_back(mi);
     }
     if (m.gathered > 0 && !available[static_cast<size_t>(mi)]) {
-      record(k);
+      record(k, k);
     } else if (m.gathered > 0 && trace[k].backward && last_use_forward[static_cast<size_t>(mi)]) {
       out.kept_elements += m.gathered;  // still gathered since its forward
     }
@@ -533,11 +678,15 @@ Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, co
       const int64_t limit = std::min(s.max_live_parameters - live, s.prefetch_bucket_elements);
       int64_t prefetching = 0;
       while (queue < n && prefetching < limit) {
+        if (trace[queue].release_only) {  // not a step of DeepSpeed's trace
+          ++queue;
+          continue;
+        }
         const int next = trace[queue].module;
         protect[static_cast<size_t>(next)] = std::max(protect[static_cast<size_t>(next)], static_cast<long>(queue));
         const TraceModule& nm = modules[static_cast<size_t>(next)];
         if (nm.gathered > 0 && !available[static_cast<size_t>(next)]) {
-          record(queue);
+          record(queue, k);
           prefetching += nm.gathered;
         }
         ++queue;
@@ -590,7 +739,16 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
     const int tb = s.fp32_master ? 4 : (plan.adapter != Adapter::None ? 4 : dtype_bytes(plan.model.torch_dtype));
     for (const CostUnit& u : units) {
       const int64_t weights = u.shard_frozen_bytes + u.shard_trainable * tb;
-      const int64_t grads = u.shard_trainable * tb;
+      // FSDP1 keeps one sharded gradient per FlatParameter that requires grad: the reduce-scatter's
+      // output is a whole padded shard (torch/distributed/fsdp/_runtime_utils.py
+      // _get_reduce_scatter_tensors: `torch.empty_like(chunks[0])`), kept as _saved_grad_shard and
+      // then flat_param.grad; with use_orig_params a unit mixing frozen and trainable parameters
+      // (FlatParamHandle._validate_tensors_to_flatten permits it) still holds that whole shard, the
+      // frozen parameters' part included (_use_sharded_grad_views only gives them no view: their
+      // .grad is None, the storage is the flat gradient's). FSDP2 shards each parameter: only the
+      // trainable ones have gradients.
+      const int64_t grad_elements = s.kind == EngineKind::Fsdp1 && u.trainable_elements > 0 ? u.shard_elements : u.shard_trainable;
+      const int64_t grads = grad_elements * tb;
       if (s.offload_params) {
         add_host(MemoryCategory::Weights, weights);
         add_host(MemoryCategory::Gradients, grads);
@@ -599,7 +757,7 @@ EngineMemory engine_memory(const Plan& plan, const ModelStructure& structure, co
         add(MemoryCategory::Weights, weights);
         m.device[MemoryCategory::OptimizerStates] += states_bytes(u.shard_trainable, tb, true);
         m.grads_by_layer[slot(u.layer)] += device(grads);
-        m.optimizer_bytes += grads;
+        m.optimizer_bytes += u.shard_trainable * tb;  // the optimizer steps the trainable parameters' views
       }
       // Unsharded while computing: the all-gather output in param_dtype (FSDP2 FSDPParamGroup's
       // all-gather output, FSDP1 FlatParamHandle._full_param_padded), FSDP1's low-precision

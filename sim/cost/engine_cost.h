@@ -87,6 +87,10 @@ struct Zero3Fetches {
   int64_t kept_elements = 0;               // released in no module's forward: still gathered when backward uses them
   int64_t peak_available = 0;              // most elements gathered at once (the coordinator's __n_available_params)
   int forward_gathers = 0, backward_gathers = 0;  // module fetches that all-gather (prefetches included)
+  // All-gathered elements by the flag DeepSpeed gives them: the phase of the hook whose fetch issued
+  // the all-gather (a recompute's forward hooks count as forward, a prefetch as its issuer's).
+  int64_t forward_flagged = 0, backward_flagged = 0;
+  int steps = 0;  // the coordinator's steps: every module call's fetch, parameter-less containers included
 };
 Zero3Fetches zero3_fetches(const Plan& plan, const ModelStructure& structure, const EngineCostSettings& settings);
 

@@ -1939,7 +1939,11 @@ Plan parse_plan(const std::string& yaml_text, const std::string& source, const L
     fsdp.peft_wrap_policy = true;
     fsdp.peft_quantized_base = draft.plan.adapter == Adapter::Qlora || draft.plan.load_in_4bit || draft.plan.load_in_8bit;
     // unfrozen_parameters' leaves are modelled (their calls: sim/engine/forward_graph.h ModuleKind::Leaf).
-    fsdp.peft_other_trainable_leaves = !draft.plan.lora_target_parameters.empty();
+    // lora_target_parameters: one entry naming experts' [E, ...] tensors is modelled (Fsdp1Model's
+    // check_param_wrapper_reads, measured on real FSDP1); several (nested ParamWrappers on one
+    // module) or a 2-D target (a Linear's weight) are not.
+    const std::vector<std::string>& targets = draft.plan.lora_target_parameters;
+    fsdp.peft_other_trainable_leaves = !targets.empty() && !(targets.size() == 1 && targets[0].find("experts.") != std::string::npos);
   }
   if (options.torch_version) draft.plan.torch_version = parse_torch_version(*options.torch_version, "--torch-version");
   if (options.transformers_version) {

@@ -26,8 +26,10 @@ std::string fsdp1_not_modelled_reason(const FsdpSettings& settings) {
            "run bitsandbytes";
   }
   if (settings.peft_wrap_policy && settings.peft_other_trainable_leaves) {
-    return "adapter with lora_target_parameters under FSDP1: PEFT's fsdp_auto_wrap_policy makes a ParamWrapper's "
-           "lora_A / lora_B units of their own, which the wrapper reads without calling them (not modelled)";
+    return "adapter with lora_target_parameters under FSDP1 other than one expert tensor: PEFT's fsdp_auto_wrap_policy makes a "
+           "ParamWrapper's lora_A / lora_B units of their own, which the wrapper reads without calling them; one [E, ...] expert "
+           "tensor per module is modelled (the first forward raises on every rank, measured), nested wrappers and 2-D targets "
+           "are not";
   }
   const std::string& policy = settings.auto_wrap_policy;
   if (!policy.empty() && policy != "TRANSFORMER_BASED_WRAP") {
@@ -159,6 +161,7 @@ class Fsdp1Model : public SyncModel {
   void begin_iteration(AutogradEngine& engine, int iteration) override {
     engine.share_accumulators(accumulator_of_);
     if (iteration == 0 && !use_orig_params_) check_uniform_requires_grad();
+    if (iteration == 0) check_param_wrapper_reads();
   }
 
   void begin_step(AutogradEngine& engine, const StepPosition& position) override {
@@ -553,6 +556,64 @@ class Fsdp1Model : public SyncModel {
     // forward of the backward (_register_post_backward_reshard_only_hook registers once), which
     // fires after every use of the unit in that backward: no read follows it, and a reshard issues
     // no collective, so the verdicts and the paired collectives are the same.
+  }
+
+  // PEFT's fsdp_auto_wrap_policy (peft 0.21 utils/other.py: a lambda policy on every leaf module
+  // whose weight requires grad) makes a ParamWrapper's lora_A / lora_B units of their own. The
+  // wrapper never calls them: ParamWrapper.get_delta_factors (peft/tuners/lora/layer.py) reads
+  // `self.lora_A[adapter].weight` directly, and FullyShardedDataParallel.forward (the only place
+  // FSDP1 unshards a unit) never runs, so the first expert block's forward reads the sharded
+  // parameter. With use_orig_params it is the rank's 1-D view of its shard (_use_sharded_views), and
+  // `weight_A.reshape(num_experts, -1, weight_A.shape[-1])` raises; without, the FlatParameter's
+  // views are re-pointed in place (_use_unsharded_views / set_) under autograd and the reshape of the
+  // multi-output view raises. Measured on real FSDP1 (torch 2.11, PEFT 0.21, transformers 5.17,
+  // Gloo, world 2): every rank raises in the first forward, texts as below
+  // (tests/oracles/fsdp1_param_wrapper_oracle_test.cc).
+  void check_param_wrapper_reads() const {
+    if (!plan_.engine.fsdp.peft_wrap_policy || plan_.lora_target_parameters.empty()) return;
+    const std::string lora_a = ".lora_A.default";
+    for (size_t i = 0; i < structure_.parameters.size(); ++i) {
+      const Parameter& p = structure_.parameters[i];
+      if (p.module.size() <= lora_a.size() || p.module.compare(p.module.size() - lora_a.size(), lora_a.size(), lora_a) != 0) continue;
+      const std::string wrapper = p.module.substr(0, p.module.size() - lora_a.size());
+      // A ParamWrapper's base tensors sit under wrapper.base_layer as bare parameters (lora.Linear's
+      // under base_layer.weight): the wrapped [E, ...] expert tensor.
+      int64_t experts = 0;
+      for (const Parameter& base : structure_.parameters) {
+        if (base.module == wrapper + ".base_layer" && base.shape.size() == 3 && base.name.substr(base.name.rfind('.') + 1) != "weight") {
+          experts = base.shape[0];
+        }
+      }
+      if (experts == 0 || module_unused(unused_, wrapper)) continue;
+      const int unit = unit_of_param_[i];
+      if (unit < 0) continue;
+      const Fsdp1Unit& u = units_[static_cast<size_t>(unit)];
+      int64_t local = 0;
+      for (size_t k = 0; k < u.params.size(); ++k) {
+        if (u.params[k] == static_cast<int>(i)) local = u.local_numel(k, rank_, p.numel());
+      }
+      std::string text;
+      if (!use_orig_params_) {
+        text = "Output 0 of ViewBackward0 is a view and its base or another view of its base has been modified inplace. This view is "
+               "the output of a function that returns multiple views. Such functions do not allow the output views to be modified "
+               "inplace. You should replace the inplace operation by an out-of-place one.";
+      } else if (local > 0) {
+        text = fmt::format("shape '[{}, -1, {}]' is invalid for input of size {}", experts, local, local);
+      } else {
+        text = fmt::format("cannot reshape tensor of 0 elements into shape [{}, -1, 0] because the unspecified dimension size -1 can be "
+                           "any value and is ambiguous",
+                           experts);
+      }
+      throw SyncError(VerdictKind::ShardedParameterUse, static_cast<int>(i), text,
+                      fmt::format("{} is a FSDP1 unit of its own (PEFT's fsdp_auto_wrap_policy wraps every leaf whose weight requires "
+                                  "grad), but its ParamWrapper reads its weight without calling it, so FSDP1 never unshards it: "
+                                  "get_delta_factors reshapes the sharded {} ({} of its {} elements on rank {}) in the first forward. "
+                                  "lora_target_parameters cannot train under FSDP1 with PEFT's wrap policy; FSDP2 (fsdp_version: 2) "
+                                  "or DeepSpeed shard it differently",
+                                  p.module, use_orig_params_ ? "1-D view" : "view", local, p.numel(), rank_),
+                      p.module)
+          .with_phase(Phase::Forward);
+    }
   }
 
   void check_uniform_requires_grad() const {
