@@ -52,6 +52,10 @@ def make_config(case):
         setattr(config.vision_config, key, value)
     for key, value in case.get("model_overrides", {}).items():
         setattr(config, key, value)
+    # "sub_overrides": {sub-config: {key: value}} for a third sub-config (Idefics2's perceiver_config).
+    for sub, overrides in case.get("sub_overrides", {}).items():
+        for key, value in overrides.items():
+            setattr(getattr(config, sub), key, value)
     text = config.get_text_config()
     for key, value in case.get("overrides", {}).items():
         setattr(text, key, value)
