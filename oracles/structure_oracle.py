@@ -325,10 +325,20 @@ def main():
     parser.add_argument("--types", help="comma-separated model types (default: all registered)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--write-known-types")
+    parser.add_argument("--expect-transformers",
+                        help="fail unless this transformers version is the one imported (the 4.57.1 "
+                             "ctest entry: a missing PYTHONPATH folder would silently run 5.17)")
+    parser.add_argument("--min-matched", type=int, default=0,
+                        help="fail when fewer cases are matched (a run that refuses everything is no check)")
     args = parser.parse_args()
     if args.write_known_types:
         write_known_types(args.write_known_types)
         return 0
+    if args.expect_transformers and transformers.__version__ != args.expect_transformers:
+        print(f"structure oracle: transformers {transformers.__version__} imported from "
+              f"{pathlib.Path(transformers.__file__).parent}, expected {args.expect_transformers} "
+              f"(run tools/setup.sh --oracles: oracles/requirements.txt, docs/oracles.md)")
+        return 1
     self_check()
     started = time.time()
     classes = model_classes()
@@ -390,7 +400,10 @@ def main():
         for variant, v in c["variants"].items():
             if v["status"] == "wrong":
                 print(f"WRONG {c['case']} [{variant}]: {v['detail']}")
-    return 1 if wrong else 0
+    too_few = counts.get("matched", 0) < args.min_matched
+    if too_few:
+        print(f"structure oracle: {counts.get('matched', 0)} cases matched, fewer than --min-matched {args.min_matched}")
+    return 1 if wrong or too_few else 0
 
 
 def markdown(summary):

@@ -5,6 +5,9 @@ device (no weights, no downloads).
     python dump_structures.py CASES.json OUT_DIR [NAME ...]
     python dump_structures.py --check CASES.json OUT_DIR   (ctest: the committed fixtures are still
                                                            what the pinned versions build; exit 1 if not)
+    python dump_structures.py --check --expect-transformers 4.57.1 CASES.json OUT_DIR
+        (the 4.57.1 ctest entry: exit 1 unless that transformers is the one imported, and unless at
+        least one fixture of its MAJOR.MINOR was checked)
 
 CASES.json is a list of {"name", "model_type", "overrides": {...}, "lora": null or LoraConfig
 kwargs}, and for vision-language types "vision_config" / "vision_overrides" / "model_overrides"
@@ -49,6 +52,10 @@ def make_config(case):
         setattr(config.vision_config, key, value)
     for key, value in case.get("model_overrides", {}).items():
         setattr(config, key, value)
+    # "sub_overrides": {sub-config: {key: value}} for a third sub-config (Idefics2's perceiver_config).
+    for sub, overrides in case.get("sub_overrides", {}).items():
+        for key, value in overrides.items():
+            setattr(getattr(config, sub), key, value)
     text = config.get_text_config()
     for key, value in case.get("overrides", {}).items():
         setattr(text, key, value)
@@ -161,6 +168,13 @@ def main():
     check = args[:1] == ["--check"]
     if check:
         args = args[1:]
+    expect = None
+    if args[:1] == ["--expect-transformers"]:
+        expect, args = args[1], args[2:]
+        if transformers.__version__ != expect:
+            print(f"transformers {transformers.__version__} imported from {transformers.__file__}, expected {expect} "
+                  "(run tools/setup.sh --oracles: oracles/requirements.txt, docs/oracles.md)")
+            sys.exit(1)
     with open(args[0]) as f:
         cases = json.load(f)
     out_dir = args[1]
@@ -192,6 +206,9 @@ def main():
             print("fixtures differ from what transformers/peft build now (regenerate them, see docs/architectures.md):")
             for path in stale:
                 print("  " + path)
+            sys.exit(1)
+        if expect and len(cases) == len(other_version):
+            print(f"no fixture of transformers {running} in {args[0]}: nothing was checked")
             sys.exit(1)
         print(f"{len(cases) - len(other_version)} fixtures match transformers {transformers.__version__} + peft "
               f"{peft.__version__}; {len(other_version)} of another transformers not re-checked here")

@@ -249,6 +249,13 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   for (const auto& [alias, key] : spec->attribute_map) {
     if (auto it = tower.values.find(alias); it != tower.values.end()) tower.values.emplace(key, it->second);
   }
+  // MllamaVisionConfig.max_aspect_ratio_id: len(supported_aspect_ratios).
+  for (const auto& [key, list] : spec->list_lengths) {
+    const json* listed = ConfigReader::find_in(vision, list);
+    if (listed == nullptr || listed->is_null()) continue;
+    if (!listed->is_array() || listed->empty()) reader.fail("vision_config." + list, "expected a non-empty list", shown(*listed));
+    tower.values[key] = static_cast<double>(listed->size());
+  }
   for (const auto& [key, value] : spec->defaults) {
     const size_t eq = key.find('=');
     if (eq == std::string::npos) tower.values.emplace(key, value);
@@ -257,6 +264,13 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   for (const char* key : {"image_size", "patch_size"}) {
     auto it = tower.values.find(key);
     if (it != tower.values.end()) tower.values.emplace(std::string(key) + "_1", it->second);
+  }
+  // MllamaVisionConfig.validate_architecture (a @strict validator): "max_num_tiles must be 4 for
+  // default supported aspect ratios".
+  if (tower_type == "mllama_vision_model" && ConfigReader::find_in(vision, "supported_aspect_ratios") == nullptr &&
+      tower.values["max_num_tiles"] != 4) {
+    reader.fail("vision_config.max_num_tiles", "expected 4 with the default supported_aspect_ratios (MllamaVisionConfig)",
+                shown(json(tower.values["max_num_tiles"])));
   }
   auto required = [&](const char* key) {
     auto it = tower.values.find(key);
@@ -268,6 +282,8 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
     return static_cast<int>(it->second);
   };
   tower.depth = required("num_hidden_layers");
+  if (!spec->global_depth_key.empty()) required(spec->global_depth_key.c_str());
+  for (const auto& [key, list] : spec->list_lengths) required(key.c_str());
   tower.hidden_size = required("hidden_size");
   tower.intermediate_size = required("intermediate_size");
   tower.num_heads = required("num_attention_heads");
@@ -290,8 +306,25 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   // Every tower's attention splits hidden_size into num_heads heads (GlmOcrVisionAttention's q_norm /
   // k_norm are RMSNorms over that head_dim).
   tower.values.emplace("head_dim", static_cast<double>(tower.hidden_size / tower.num_heads));
+  // Idefics2Config.perceiver_config: its numeric keys as "perceiver_<key>", over the defaults below.
+  if (!model.sub_config.empty()) {
+    const std::string prefix = model.sub_config.substr(0, model.sub_config.find("_config")) + "_";
+    const json* sub = ConfigReader::find_in(root, model.sub_config);
+    if (sub != nullptr && !sub->is_null() && !sub->is_object()) reader.fail(model.sub_config, "expected an object", shown(*sub));
+    if (sub != nullptr && sub->is_object()) {
+      for (auto it = sub->begin(); it != sub->end(); ++it) {
+        if (it->is_number()) config.values[prefix + it.key()] = it->get<double>();
+      }
+    }
+  }
   for (const auto& [key, value] : model.defaults) config.values.emplace(key, value);
   for (const auto& [key, value] : tower.values) config.values["vision_" + key] = value;
+  // Idefics2PerceiverConfig.validate_architecture (a @strict validator).
+  if (model.sub_config == "perceiver_config" &&
+      config.values["perceiver_num_key_value_heads"] > config.values["perceiver_resampler_n_heads"]) {
+    reader.fail("perceiver_config.num_key_value_heads", "expected at most perceiver_config.resampler_n_heads (Idefics2PerceiverConfig)",
+                shown(json(config.values["perceiver_num_key_value_heads"])));
+  }
   for (const VisionLanguageSpec::DerivedKey& derived : model.derived) {
     // int(1 / downsample_ratio) (InternVLMultiModalProjector), alignment_intermediate_size // 2
     // (Cohere2VisionMultiModalProjector), Gemma3MultiModalProjector's pooling kernel.
@@ -338,6 +371,7 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
     }
     config.tie_word_embeddings = text_tie;
   }
+  if (model.never_tied) config.tie_word_embeddings = false;
   tower.out_hidden_size = config.hidden_size;
   // At least 1: a pooling kernel of 0 (a config whose forward cannot pool, see above) is costed
   // as one patch per token; the structure is what such a config is good for.
@@ -534,6 +568,7 @@ void read_hybrid_layer_types(const ConfigReader& reader, const ArchitectureSpec&
     std::set<int> every;
     const json* listed = reader.find(rule.indices_key, &dotted);
     if (listed != nullptr && listed->is_null()) listed = nullptr;
+    if (listed == nullptr) every.insert(rule.default_indices.begin(), rule.default_indices.end());
     if (const json* list = listed) {
       if (!list->is_array()) reader.fail(dotted, "expected a list of layer indices", shown(*list));
       for (const json& index : *list) {
@@ -872,9 +907,12 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     const json* pad = ConfigReader::find_in(reader.has_text_config() ? root["text_config"] : root, "pad_token_id");
     if (pad != nullptr && pad->is_number_integer()) {
       const std::int64_t value = pad->get<std::int64_t>();
-      if (value >= config.vocab_size || value < -static_cast<std::int64_t>(config.vocab_size)) {
+      // The embedding's rows: vocab_size, plus Mllama's 8 image-token rows (ArchitectureSpec::embed_extra_rows).
+      const std::int64_t rows = config.vocab_size + spec->embed_extra_rows;
+      if (value >= rows || value < -rows) {
         reader.fail(std::string(reader.has_text_config() ? "text_config." : "") + "pad_token_id",
                     "expected null or an index into the vocabulary (vocab_size " + std::to_string(config.vocab_size) +
+                        (spec->embed_extra_rows ? " + " + std::to_string(spec->embed_extra_rows) + " embedding rows" : std::string()) +
                         "): " + spec->model_type + "'s nn.Embedding(padding_idx=pad_token_id) asserts \"Padding_idx must be within num_embeddings\"",
                     shown(*pad));
       }

@@ -699,7 +699,7 @@ class StructureBuilder {
     const std::string embed = text_path(spec->embed);
     note(embed, ModuleType::Embedding);
     const int64_t embed_width = dim(spec->embed_width);
-    out_.embed = add(embed, "weight", {m.vocab_size, embed_width}, full_ft, -1, "embed");
+    out_.embed = add(embed, "weight", {m.vocab_size + spec->embed_extra_rows, embed_width}, full_ft, -1, "embed");
     out_.head_module = head_module_of(m, spec);
     for (const ModuleSpec& extra : spec->embed_extras) {
       if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
@@ -1032,23 +1032,21 @@ class StructureBuilder {
       block.path = prefix_ + path;
       for (const ModuleSpec& m : tower->block) {
         if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
-        const LinearUse use = vision_module(m, path + "." + m.path, v.values, trainable, true);
-        switch (m.role) {
-          case ModuleRole::Q: case ModuleRole::QKV: block.qkv = use; break;
-          case ModuleRole::K: block.k = use; break;
-          case ModuleRole::V: block.v = use; break;
-          case ModuleRole::O: block.proj = use; break;
-          case ModuleRole::InputNorm: block.norm1_weight = use.weight; block.norm1_bias = use.bias; break;
-          case ModuleRole::PostAttentionNorm: block.norm2_weight = use.weight; block.norm2_bias = use.bias; break;
-          case ModuleRole::Gate: block.gate = use; break;
-          case ModuleRole::Up: block.fc1 = use; break;
-          case ModuleRole::Down: block.fc2 = use; break;
-          case ModuleRole::QNorm: case ModuleRole::KNorm: block.qk_norms.push_back(use); break;
-          case ModuleRole::AttentionOther: block.attention_other.push_back(use); break;
-          case ModuleRole::MlpOther: block.mlp_other.push_back(use); break;
-          default:
-            throw InputError(plan_.model.source, "vision tower " + tower->model_type + ": no slot for " + m.path);
-        }
+        place_vision(block, m, vision_module(m, path + "." + m.path, v.values, trainable, true), *tower);
+      }
+      out_.vision_blocks.push_back(std::move(block));
+    }
+    // The second stack (MllamaVisionModel.global_transformer), run after the first: its blocks
+    // continue the first's indices (the forward graph runs vision_blocks in order).
+    const int global_depth = tower->global_blocks.empty() ? 0 : static_cast<int>(v.values.at(tower->global_depth_key));
+    for (int i = 0; i < global_depth; ++i) {
+      VisionBlockUse block;
+      block.index = v.depth + i;
+      const std::string path = root + "." + tower->global_blocks + "." + std::to_string(i);
+      block.path = prefix_ + path;
+      for (const ModuleSpec& m : tower->global_block) {
+        if (!m.when.empty() && !evaluate_flag(m.when, v.values)) continue;
+        place_vision(block, m, vision_module(m, path + "." + m.path, v.values, trainable, true), *tower);
       }
       out_.vision_blocks.push_back(std::move(block));
     }
@@ -1076,6 +1074,19 @@ class StructureBuilder {
     for (const ModuleSpec& m : model->projector) {
       if (m.when.empty() || evaluate_flag(m.when, values_)) out_.vision_projector.push_back(vision_module(m, m.path, values_, trainable, true));
     }
+    // The projector's own stack of layers (Idefics2PerceiverResampler.layers), then what follows it;
+    // forward runs them in this order too.
+    const int depth = model->projector_blocks.empty() ? 0 : static_cast<int>(dim(model->projector_depth_key));
+    for (int i = 0; i < depth; ++i) {
+      for (const ModuleSpec& m : model->projector_block) {
+        if (!m.when.empty() && !evaluate_flag(m.when, values_)) continue;
+        const std::string full = model->projector_blocks + "." + std::to_string(i) + "." + m.path;
+        out_.vision_projector.push_back(vision_module(m, full, values_, trainable, true));
+      }
+    }
+    for (const ModuleSpec& m : model->projector_post) {
+      if (m.when.empty() || evaluate_flag(m.when, values_)) out_.vision_projector.push_back(vision_module(m, m.path, values_, trainable, true));
+    }
     // Registration order is not always the order forward runs (Gemma3MultiModalProjector: the norm
     // before the matmul): the listed leaves move into forward_order's order, the rest keep theirs.
     auto forward_rank = [&](const LinearUse& use) {
@@ -1098,6 +1109,26 @@ class StructureBuilder {
     }
     // image_newline joins the projected features (pack_image_features), after the projector.
     out_.vision_projector.insert(out_.vision_projector.end(), described_newline_.begin(), described_newline_.end());
+  }
+
+  // One module of a described tower's encoder layer, in the slot its role names.
+  void place_vision(VisionBlockUse& block, const ModuleSpec& m, const LinearUse& use, const VisionTowerSpec& tower) const {
+    switch (m.role) {
+      case ModuleRole::Q: case ModuleRole::QKV: block.qkv = use; break;
+      case ModuleRole::K: block.k = use; break;
+      case ModuleRole::V: block.v = use; break;
+      case ModuleRole::O: block.proj = use; break;
+      case ModuleRole::InputNorm: block.norm1_weight = use.weight; block.norm1_bias = use.bias; break;
+      case ModuleRole::PostAttentionNorm: block.norm2_weight = use.weight; block.norm2_bias = use.bias; break;
+      case ModuleRole::Gate: block.gate = use; break;
+      case ModuleRole::Up: block.fc1 = use; break;
+      case ModuleRole::Down: block.fc2 = use; break;
+      case ModuleRole::QNorm: case ModuleRole::KNorm: block.qk_norms.push_back(use); break;
+      case ModuleRole::AttentionOther: block.attention_other.push_back(use); break;
+      case ModuleRole::MlpOther: block.mlp_other.push_back(use); break;
+      default:
+        throw InputError(plan_.model.source, "vision tower " + tower.model_type + ": no slot for " + m.path);
+    }
   }
 
   static bool quantizable(const VisionTowerSpec& tower, const std::string& path) {

@@ -174,14 +174,15 @@ TEST_CASE("architecture fixtures: real-size models have transformers' parameter 
 }
 
 TEST_CASE("a vision tower the tables do not describe is refused, not given another tower", "[architecture]") {
-  // Idefics2's tower and perceiver connector are not described: refused, naming the modelled ones.
-  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "idefics2", "text_config": {"model_type": "mistral",
+  // Idefics3's tower and pixel-shuffle connector are not described: refused, naming the modelled ones
+  // (Idefics2's are, since branch arch11).
+  CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "idefics3", "text_config": {"model_type": "llama",
       "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-      "vocab_size": 100}, "vision_config": {"model_type": "idefics2_vision", "hidden_size": 32,
-      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})", "i2/config.json"),
-                    Catch::Contains("i2/config.json: key \"vision_config\": the vision tower of model_type \"idefics2\" is not "
+      "vocab_size": 100}, "vision_config": {"model_type": "idefics3_vision", "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}})", "i3/config.json"),
+                    Catch::Contains("i3/config.json: key \"vision_config\": the vision tower of model_type \"idefics3\" is not "
                                     "modelled yet (hookstream models the vision towers of qwen2_vl, qwen2_5_vl, qwen3_vl, ") &&
-                        Catch::Contains(" gemma3, ") && Catch::Contains(" llava, "));
+                        Catch::Contains(" gemma3, ") && Catch::Contains(" idefics2, ") && Catch::Contains(" mllama, "));
   // A described model with a tower its class does not take (Gemma3Model builds SigLIP): refused.
   CHECK_THROWS_WITH(parse_model_config(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
       "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

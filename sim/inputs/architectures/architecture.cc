@@ -2102,6 +2102,50 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/llama4/modeling_llama4.py";
     add(a);
   }
+  {  // Mllama's text decoder (MllamaTextModel, transformers/models/mllama/modeling_mllama.py), the
+     // decoder of Llama 3.2 Vision: nn.Embedding(vocab_size + 8, hidden) (lm_head keeps vocab_size
+     // rows), and two layer classes chosen by cross_attention_layers (default [3, 8, ..., 38],
+     // MllamaTextConfig.__post_init__). MllamaSelfAttentionDecoderLayer.__init__: self_attn (q/k/v/o
+     // without bias), mlp, input_layernorm, post_attention_layernorm. MllamaCrossAttentionDecoderLayer
+     // registers its own parameters cross_attn_attn_gate and cross_attn_mlp_gate ([1] each, listed
+     // first), then cross_attn (MllamaTextCrossAttention: q/k/v/o without bias, q_norm / k_norm
+     // RMSNorms over head_dim), input_layernorm, mlp, post_attention_layernorm.
+     // Approximate in the forward graph: the cross-attention's k_proj / v_proj read the projected
+     // image states (cross_attention_states), costed and ordered here as self-attention over the text.
+    ArchitectureSpec a;
+    a.model_type = "mllama_text_model";
+    a.layer_class = "MllamaSelfAttentionDecoderLayer";  // _no_split_modules names both layer classes
+    a.embed_extra_rows = 8;
+    const std::string cross = "layer_type=cross_attention";
+    const std::string self = "layer_type=self_attention";
+    a.layer = {tensor("cross_attn_attn_gate", R::AttentionOther, "1", cross),
+               tensor("cross_attn_mlp_gate", R::MlpOther, "1", cross),
+               linear("self_attn.q_proj", R::Q, "hidden_size", kQ, "", self),
+               linear("self_attn.k_proj", R::K, "hidden_size", kKV, "", self),
+               linear("self_attn.v_proj", R::V, "hidden_size", kKV, "", self),
+               linear("self_attn.o_proj", R::O, kQ, "hidden_size", "", self),
+               linear("cross_attn.q_proj", R::Q, "hidden_size", kQ, "", cross),
+               linear("cross_attn.k_proj", R::K, "hidden_size", kKV, "", cross),
+               linear("cross_attn.v_proj", R::V, "hidden_size", kKV, "", cross),
+               linear("cross_attn.o_proj", R::O, kQ, "hidden_size", "", cross),
+               norm("cross_attn.q_norm", R::QNorm, "head_dim", "", cross),
+               norm("cross_attn.k_norm", R::KNorm, "head_dim", "", cross),
+               norm("input_layernorm", R::InputNorm, "hidden_size", "", cross)};
+    a.layer = concat({a.layer, swiglu("mlp", "intermediate_size"),
+                      {norm("input_layernorm", R::InputNorm, "hidden_size", "", self),
+                       norm("post_attention_layernorm", R::PostAttentionNorm)}});
+    a.layer_types.indices_key = "cross_attention_layers";
+    a.layer_types.default_indices = {3, 8, 13, 18, 23, 28, 33, 38};
+    a.layer_types.every = "cross_attention";
+    a.layer_types.other = "self_attention";
+    a.layer_types.known = {"self_attention", "cross_attention"};
+    // MllamaForConditionalGeneration declares no tied weights: lm_head is its own tensor whatever
+    // tie_word_embeddings says (its embedding has 8 more rows anyway).
+    a.never_tied = true;
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/mllama/modeling_mllama.py";
+    add(a);
+  }
   // Routed experts as transformers 5 fuses them ([E, 2I, H] and [E, H, I], *Experts) with the router
   // module `<block>.<router>` holding a bare weight [E, H] (*TopKRouter), in the order the MoE
   // block registers them.

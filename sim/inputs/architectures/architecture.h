@@ -110,6 +110,9 @@ struct ArchitectureSpec {
   std::vector<std::string> aliases;  // other model_types with the same text decoder (VL text parts)
   std::string embed = "model.embed_tokens";
   std::string embed_width = "hidden_size";  // OPT: word_embed_proj_dim (the head has that width too)
+  // Rows of the token embedding beyond vocab_size (MllamaTextModel: nn.Embedding(vocab_size + 8,
+  // hidden_size, padding_idx), the image tokens' rows; its lm_head keeps vocab_size rows).
+  int embed_extra_rows = 0;
   // Modules registered after the token embedding and before the layers, with full paths (GPT-2's
   // transformer.wpe, BLOOM's word_embeddings_layernorm, OPT's embed_positions, project_out,
   // project_in and final_layer_norm), in registration order.

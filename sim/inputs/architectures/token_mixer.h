@@ -88,6 +88,9 @@ struct LayerTypesRule {
   // The config class has no default list: without layer_types the model cannot be built
   // (Lfm2MoeDecoderLayer indexes config.layer_types, None in Lfm2MoeConfig), so hookstream refuses.
   bool required = false;
+  // The config class's list when the config has none (MllamaTextConfig.__post_init__:
+  // cross_attention_layers None -> [3, 8, 13, 18, 23, 28, 33, 38]).
+  std::vector<int> default_indices;
 };
 
 inline std::string to_string(TokenMixer mixer) {

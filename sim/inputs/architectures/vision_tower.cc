@@ -321,6 +321,82 @@ std::vector<VisionTowerSpec> build_towers() {
     a.source = "transformers/models/llama4/modeling_llama4.py";
     t.push_back(a);
   }
+  {
+    // MllamaVisionModel (transformers/models/mllama/modeling_mllama.py), under model.vision_model:
+    // its own class_embedding [H] first, then patch_embedding (Conv2d, bias=False),
+    // gated_positional_embedding (MllamaPrecomputedPositionEmbedding: gate [1], embedding
+    // [(image_size // patch_size)^2 + 1, H], tile_embedding nn.Embedding(max_aspect_ratio_id + 1,
+    // max_num_tiles * num_patches * H) with num_patches counting the class token),
+    // pre_tile_positional_embedding and post_tile_positional_embedding
+    // (MllamaPrecomputedAspectRatioEmbedding(is_gated=True): gate [1], embedding
+    // nn.Embedding(max_aspect_ratio_id + 1, max_num_tiles * H)), layernorm_pre, layernorm_post
+    // (LayerNorms with bias; the post norm runs after `transformer`), transformer.layers
+    // (MllamaVisionEncoderLayer: self_attn q/k/v/o without bias, mlp fc1/fc2 with bias,
+    // input_layernorm, post_attention_layernorm) and global_transformer.layers (num_global_layers of
+    // the same layer with is_gated: gate_attn and gate_ffn [1], its own parameters, listed first).
+    // max_aspect_ratio_id is len(supported_aspect_ratios) (8 by default, MllamaVisionConfig).
+    // Approximate in the forward graph: layernorm_post runs between the two stacks and the features
+    // are the last global layer's output concatenated with intermediate_layers_indices' outputs
+    // (vision_output_dim); here the norm is costed after both stacks and the projector reads the
+    // last hidden state.
+    VisionTowerSpec a;
+    a.model_type = "mllama_vision_model";
+    a.layout = VisionLayout::Clip;
+    a.attribute_map = {{"attention_heads", "num_attention_heads"}};
+    const std::string tile = "max_aspect_ratio_id+1,max_num_tiles*num_patches*hidden_size+max_num_tiles*hidden_size";
+    a.embeddings = {tensor("class_embedding", R::EmbedOther, "hidden_size"),
+                    conv("patch_embedding", "num_channels", "hidden_size,patch_size,patch_size_1", ""),
+                    tensor("gated_positional_embedding.gate", R::EmbedOther, "1"),
+                    tensor("gated_positional_embedding.embedding", R::EmbedOther, "num_patches+1,hidden_size"),
+                    embedding("gated_positional_embedding.tile_embedding", tile),
+                    tensor("pre_tile_positional_embedding.gate", R::EmbedOther, "1"),
+                    embedding("pre_tile_positional_embedding.embedding", "max_aspect_ratio_id+1,max_num_tiles*hidden_size"),
+                    tensor("post_tile_positional_embedding.gate", R::EmbedOther, "1"),
+                    embedding("post_tile_positional_embedding.embedding", "max_aspect_ratio_id+1,max_num_tiles*hidden_size"),
+                    norm("layernorm_pre", R::EmbedOther, "hidden_size", "1"),
+                    norm("layernorm_post", R::FinalNorm, "hidden_size", "1")};
+    a.blocks = "transformer.layers";
+    a.block_class = "MllamaVisionEncoderLayer";
+    a.block = {linear("self_attn.q_proj", R::Q, "hidden_size", "hidden_size", ""),
+               linear("self_attn.k_proj", R::K, "hidden_size", "hidden_size", ""),
+               linear("self_attn.v_proj", R::V, "hidden_size", "hidden_size", ""),
+               linear("self_attn.o_proj", R::O, "hidden_size", "hidden_size", ""),
+               linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "1"),
+               norm("input_layernorm", R::InputNorm, "hidden_size", "1"),
+               norm("post_attention_layernorm", R::PostAttentionNorm, "hidden_size", "1")};
+    a.global_blocks = "global_transformer.layers";
+    a.global_depth_key = "num_global_layers";
+    a.global_block = {tensor("gate_attn", R::AttentionOther, "1"), tensor("gate_ffn", R::MlpOther, "1")};
+    a.global_block.insert(a.global_block.end(), a.block.begin(), a.block.end());
+    a.list_lengths = {{"max_aspect_ratio_id", "supported_aspect_ratios"}};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 14}, {"image_size", 448}, {"num_global_layers", 8},
+                  {"max_num_tiles", 4}, {"max_aspect_ratio_id", 8}, {"vision_output_dim", 7680}};
+    a.source = "transformers/models/mllama/modeling_mllama.py";
+    t.push_back(a);
+  }
+  {
+    // Idefics2VisionTransformer (transformers/models/idefics2/modeling_idefics2.py), under
+    // model.vision_model: embeddings (patch_embedding Conv2d with bias, position_embedding
+    // nn.Embedding((image_size // patch_size)^2, H)), encoder.layers (Idefics2EncoderLayer.__init__:
+    // self_attn k/v/q/out_proj with biases, layer_norm1, mlp fc1/fc2 with biases, layer_norm2:
+    // CLIP's order), post_layernorm on last_hidden_state; no pooling head.
+    VisionTowerSpec a;
+    a.model_type = "idefics2_vision";
+    a.layout = VisionLayout::Siglip;
+    a.embeddings = {conv("embeddings.patch_embedding", "num_channels", "hidden_size,patch_size,patch_size_1", "1"),
+                    embedding("embeddings.position_embedding", "num_patches,hidden_size")};
+    a.blocks = "encoder.layers";
+    a.block_class = "Idefics2EncoderLayer";
+    a.block = encoder_attention("self_attn", "out_proj", "1");
+    a.block.push_back(norm("layer_norm1", R::InputNorm, "hidden_size", "1"));
+    for (ModuleSpec& m : encoder_mlp("mlp")) a.block.push_back(m);
+    a.block.push_back(norm("layer_norm2", R::PostAttentionNorm, "hidden_size", "1"));
+    a.post = {norm("post_layernorm", R::FinalNorm, "hidden_size", "1")};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 32}, {"image_size", 224}};
+    a.source = "transformers/models/idefics2/modeling_idefics2.py";
+    t.push_back(a);
+  }
   return t;
 }
 
@@ -612,6 +688,72 @@ std::vector<VisionLanguageSpec> build_models() {
     a.features = VisionFeatures::LastHiddenState;
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/llama4/modeling_llama4.py";
+    t.push_back(a);
+  }
+  {
+    // MllamaForConditionalGeneration (modeling_mllama.py): model = MllamaModel (vision_model,
+    // language_model = MllamaTextModel, then multi_modal_projector: nn.Linear(vision_output_dim,
+    // text hidden_size, bias=True), registered after the language model), then lm_head. The
+    // projected image states reach the decoder only through the cross-attention layers' k_proj /
+    // v_proj (MllamaModel.forward: cross_attention_states); no tied weights.
+    VisionLanguageSpec a;
+    a.model_type = "mllama";
+    a.towers = {"mllama_vision_model"};
+    a.tower = "model.vision_model";
+    a.projector = {linear("model.multi_modal_projector", R::MlpOther, "vision_vision_output_dim", "hidden_size", "1")};
+    a.projector_after_text = true;
+    a.features = VisionFeatures::LastHiddenState;
+    a.never_tied = true;
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/mllama/modeling_mllama.py";
+    t.push_back(a);
+  }
+  {
+    // Idefics2ForConditionalGeneration (modeling_idefics2.py): model = Idefics2Model (vision_model,
+    // connector, text_model = AutoModel of text_config, Mistral by default), then lm_head, tied to
+    // model.text_model.embed_tokens by the composite's tie_word_embeddings (default False).
+    // Idefics2Connector: modality_projection (Idefics2MLP: gate_proj, up_proj vision hidden -> text
+    // intermediate_size, down_proj -> text hidden, no biases), then perceiver_resampler
+    // (Idefics2PerceiverResampler, over perceiver_config, whose hidden_size Idefics2Config forces to
+    // the text hidden_size): latents [resampler_n_latents, H] (its own parameter, first), layers
+    // (Idefics2PerceiverLayer: input_latents_norm, input_context_norm, self_attn q/k/v/o without
+    // bias, q over resampler_n_heads * resampler_head_dim and k/v over the perceiver's own
+    // num_key_value_heads, post_attention_layernorm, mlp gate/up H -> 4H and down, no biases), norm
+    // (RMSNorms). get_image_features: last_hidden_state through the connector, scattered into the
+    // text embeddings at the image tokens.
+    // Approximate in the forward graph: the latents' cross-attention over the image context is
+    // costed as a chain through the connector's modules.
+    VisionLanguageSpec a;
+    a.model_type = "idefics2";
+    a.towers = {"idefics2_vision"};
+    a.tower = "model.vision_model";
+    a.text_prefix = "model.text_model";
+    a.sub_config = "perceiver_config";
+    a.projector = {linear("model.connector.modality_projection.gate_proj", R::MlpOther, "vision_hidden_size", "intermediate_size", ""),
+                   linear("model.connector.modality_projection.up_proj", R::MlpOther, "vision_hidden_size", "intermediate_size", ""),
+                   linear("model.connector.modality_projection.down_proj", R::MlpOther, "intermediate_size", "hidden_size", ""),
+                   tensor("model.connector.perceiver_resampler.latents", R::MlpOther, "perceiver_resampler_n_latents,hidden_size")};
+    a.projector_blocks = "model.connector.perceiver_resampler.layers";
+    a.projector_depth_key = "perceiver_resampler_depth";
+    const std::string q = "perceiver_resampler_n_heads*perceiver_resampler_head_dim";
+    const std::string kv = "perceiver_num_key_value_heads*perceiver_resampler_head_dim";
+    a.projector_block = {norm("input_latents_norm", R::MlpOther, "hidden_size", ""),
+                         norm("input_context_norm", R::MlpOther, "hidden_size", ""),
+                         linear("self_attn.q_proj", R::MlpOther, "hidden_size", q, ""),
+                         linear("self_attn.k_proj", R::MlpOther, "hidden_size", kv, ""),
+                         linear("self_attn.v_proj", R::MlpOther, "hidden_size", kv, ""),
+                         linear("self_attn.o_proj", R::MlpOther, q, "hidden_size", ""),
+                         norm("post_attention_layernorm", R::MlpOther, "hidden_size", ""),
+                         linear("mlp.gate_proj", R::MlpOther, "hidden_size", "4*hidden_size", ""),
+                         linear("mlp.up_proj", R::MlpOther, "hidden_size", "4*hidden_size", ""),
+                         linear("mlp.down_proj", R::MlpOther, "4*hidden_size", "hidden_size", "")};
+    a.projector_post = {norm("model.connector.perceiver_resampler.norm", R::MlpOther, "hidden_size", "")};
+    a.features = VisionFeatures::LastHiddenState;
+    // Idefics2PerceiverConfig's defaults.
+    a.defaults = {{"tie_word_embeddings", 0}, {"perceiver_resampler_n_latents", 64}, {"perceiver_resampler_depth", 3},
+                  {"perceiver_resampler_n_heads", 16}, {"perceiver_resampler_head_dim", 96},
+                  {"perceiver_num_key_value_heads", 4}};
+    a.source = "transformers/models/idefics2/modeling_idefics2.py";
     t.push_back(a);
   }
   return t;

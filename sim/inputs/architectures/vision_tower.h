@@ -32,6 +32,14 @@ struct VisionTowerSpec {
   std::string block_class;             // the encoder layer's class (FSDP wrapping, _no_split_modules)
   std::vector<ModuleSpec> block;       // relative to one encoder layer
   std::vector<ModuleSpec> post;        // after the layers, relative to the tower
+  // A second stack of encoder layers run after the first (MllamaVisionModel.global_transformer:
+  // num_global_layers gated layers), registered after `blocks` and before `post`; "" none.
+  std::string global_blocks;
+  std::string global_depth_key;
+  std::vector<ModuleSpec> global_block;  // relative to one of its layers
+  // Keys the config class derives as the length of a list key (MllamaVisionConfig.max_aspect_ratio_id
+  // = len(supported_aspect_ratios)): key -> the list; without the list, `defaults` holds the key.
+  std::map<std::string, std::string> list_lengths;
   // Linears whose class only derives from nn.Linear, which bitsandbytes leaves unquantized
   // (replace_with_bnb_linear converts `type(module) is nn.Linear`): SigLIP's
   // MultiheadAttention.out_proj (NonDynamicallyQuantizableLinear). Paths relative to the tower.
@@ -74,6 +82,17 @@ struct VisionLanguageSpec {
   // image_newline. Full paths.
   std::vector<ModuleSpec> model_params;
   std::vector<ModuleSpec> projector;    // full paths, registration order
+  // A stack of layers inside the projector, after `projector`'s modules (Idefics2Connector's
+  // perceiver_resampler.layers): the ModuleList's full path, the model value with its length, the
+  // modules of one layer (relative to it), then the modules after the stack (full paths).
+  std::string projector_blocks;
+  std::string projector_depth_key;
+  std::vector<ModuleSpec> projector_block;
+  std::vector<ModuleSpec> projector_post;
+  // A third sub-config the projector reads (Idefics2Config.perceiver_config): its numeric keys go
+  // into the model's values as "<prefix>_<key>" (prefix: the key up to "_config"), over the
+  // defaults' "<prefix>_<key>" entries. "" none.
+  std::string sub_config;
   // The projector is registered after the language model (PaddleOCRVLModel.__init__: visual,
   // language_model, then projector), so named_parameters() lists it between the decoder's final
   // norm and the head; forward still runs it before the decoder.
@@ -98,6 +117,9 @@ struct VisionLanguageSpec {
   // Gemma 3's average pool kernel. For the time model only (patches per image token).
   std::string merge;
   std::map<std::string, double> defaults;  // the composite config class's defaults
+  // The model class declares no tied weights (MllamaForConditionalGeneration: no
+  // _tied_weights_keys): lm_head is its own tensor whatever tie_word_embeddings says.
+  bool never_tied = false;
   // Keys the projector's shapes (and `merge`) derive from a config number, in order, each able to
   // read the ones before and the vision config's keys as "vision_<key>": v = value ** exponent, then
   // int(factor / v) when `invert` (InternVL's int(1 / downsample_ratio)), else int(v * factor)
