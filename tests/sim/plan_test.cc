@@ -643,14 +643,15 @@ TEST_CASE("known_plan_keys lists every accepted dotted key", "[plan]") {
   CHECK(has("gradient_checkpointing_kwargs.preserve_rng_state"));
   CHECK_FALSE(has("world_size"));
   // axolotl 0.18.0's 478 keys but world_size and gradient_checkpointing_kwargs (6 dotted
-  // torch.utils.checkpoint arguments instead), 28 hookstream keys, 3 x 4 overrides.
+  // torch.utils.checkpoint arguments instead), 29 hookstream keys, 3 x 4 overrides.
   CHECK(has("hookstream.tiled_mlp_ds_grad_is_ready"));
   CHECK(has("hookstream.z3_leaf_mlp"));
   CHECK(has("hookstream.transformers_version"));
   CHECK(has("hookstream.chunked_loss"));
   CHECK(has("hookstream.torch_distributed_debug"));
   CHECK(has("hookstream.pinned_slots"));
-  CHECK(keys.size() == 478 - 2 + 6 + 28 + 12);
+  CHECK(has("hookstream.offload_layers"));
+  CHECK(keys.size() == 478 - 2 + 6 + 29 + 12);
 }
 
 TEST_CASE("training keys are read, validated and written back", "[plan]") {
