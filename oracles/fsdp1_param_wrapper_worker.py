@@ -16,10 +16,7 @@ forward and backward, or none, and the number of FSDP units.
 """
 import json
 import os
-import signal
-import socket
 import sys
-import time
 import traceback
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -27,11 +24,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rank_processes import free_port, run_ranks  # noqa: E402
 
 
 def build_model(spec):
@@ -80,33 +74,8 @@ def main(dirs):
         with open(os.path.join(out, "spec.json")) as f:
             spec = json.load(f)
         port = free_port()
-        children = {}
-        for rank in range(spec["world_size"]):
-            pid = os.fork()
-            if pid == 0:
-                code = 0
-                try:
-                    log = os.open(os.path.join(out, f"fsdp1-pw-rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                    os.dup2(log, 1)
-                    os.dup2(log, 2)
-                    run_rank(spec, rank, port, out)
-                except BaseException:  # noqa: BLE001
-                    traceback.print_exc()
-                    code = 1
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-            children[pid] = rank
-        deadline = time.monotonic() + 180
-        while children and time.monotonic() < deadline:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                time.sleep(0.05)
-            elif pid in children:
-                del children[pid]
-        for pid in children:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        run_ranks(spec["world_size"], lambda rank: os.path.join(out, f"fsdp1-pw-rank-{rank}.log"),
+                  lambda rank: run_rank(spec, rank, port, out), 180)
         for rank in range(spec["world_size"]):
             path = os.path.join(out, f"fsdp1-pw-rank-{rank}.json")
             if not os.path.exists(path):

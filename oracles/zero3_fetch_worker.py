@@ -29,10 +29,7 @@ is torch.optim.SGD (DeepSpeed's CPUAdam is another JIT-built extension).
 import datetime
 import json
 import os
-import signal
 import sys
-import time
-import traceback
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -40,7 +37,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zero_worker import free_port, import_deepspeed  # noqa: E402
+from rank_processes import free_port, run_ranks  # noqa: E402
+from zero_worker import import_deepspeed  # noqa: E402
 
 
 def build_model(spec):
@@ -124,33 +122,8 @@ def main(dirs):
         if spec.get("lora"):
             import peft  # noqa: F401
         port = free_port()
-        children = {}
-        for rank in range(spec["world_size"]):
-            pid = os.fork()
-            if pid == 0:
-                code = 0
-                try:
-                    log = os.open(os.path.join(out, f"fetch-rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                    os.dup2(log, 1)
-                    os.dup2(log, 2)
-                    run_rank(deepspeed, spec, rank, port, out)
-                except BaseException:  # noqa: BLE001
-                    traceback.print_exc()
-                    code = 1
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-            children[pid] = rank
-        deadline = time.monotonic() + 300
-        while children and time.monotonic() < deadline:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                time.sleep(0.05)
-            elif pid in children:
-                del children[pid]
-        for pid in children:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        run_ranks(spec["world_size"], lambda rank: os.path.join(out, f"fetch-rank-{rank}.log"),
+                  lambda rank: run_rank(deepspeed, spec, rank, port, out), 300)
         for rank in range(spec["world_size"]):
             path = os.path.join(out, f"fetch-rank-{rank}.json")
             if not os.path.exists(path):

@@ -25,10 +25,7 @@ C++ extension to JIT-build).
 import datetime
 import json
 import os
-import signal
-import socket
 import sys
-import time
 import traceback
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -39,6 +36,7 @@ import torch.nn as nn  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddp_worker import Recorder, TinyModel, error_text, make_batch  # noqa: E402
+from rank_processes import free_port, run_ranks  # noqa: E402
 
 
 def import_deepspeed():
@@ -48,12 +46,6 @@ def import_deepspeed():
     # import it on every call, and the first import takes ~20 s on 2 cores.
     import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
     return deepspeed
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ds_config(s):
@@ -245,34 +237,9 @@ def main(argv):
         with open(os.path.join(out, "structure.json")) as f:
             s = json.load(f)
         port = free_port()
-        children = {}
-        for rank in range(s["world_size"]):
-            pid = os.fork()
-            if pid == 0:
-                code = 0
-                try:
-                    log = os.open(os.path.join(out, f"zero-rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                    os.dup2(log, 1)
-                    os.dup2(log, 2)
-                    run_rank(deepspeed, s, rank, port, timeout_ms, seed, out)
-                except BaseException:  # noqa: BLE001
-                    traceback.print_exc()
-                    code = 1
-                sys.stdout.flush()
-                sys.stderr.flush()
-                # A rank that raised leaves the others in a collective; no shutdown handshake.
-                os._exit(code)
-            children[pid] = rank
-        deadline = time.monotonic() + timeout_ms / 1000 * 4 + 120
-        while children and time.monotonic() < deadline:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                time.sleep(0.05)
-            elif pid in children:
-                del children[pid]
-        for pid, rank in children.items():
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        killed = run_ranks(s["world_size"], lambda rank: os.path.join(out, f"zero-rank-{rank}.log"),
+                           lambda rank: run_rank(deepspeed, s, rank, port, timeout_ms, seed, out),
+                           timeout_ms / 1000 * 4 + 120)
         for rank in range(s["world_size"]):
             path = os.path.join(out, f"zero-rank-{rank}.json")
             if os.path.exists(path):
@@ -287,7 +254,7 @@ def main(argv):
             for line in lines:
                 if "what():" in line:
                     text, kind = line.split("what():", 1)[1].strip(), "terminated"
-            if kind == "killed" and rank not in children.values() and lines:
+            if kind == "killed" and rank not in killed and lines:
                 text, kind = lines[-1], "worker_failed"  # the worker's own bug, not an observation
             with open(path, "w") as f:
                 json.dump({"rank": rank, "error": {"type": kind, "text": text}, "iterations": []}, f)
