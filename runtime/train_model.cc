@@ -240,7 +240,7 @@ struct TrainModel::Impl {
     initialise();
     if (!options.weights_path.empty()) load_weights(options.weights_path);
     bool offloaded = false;
-    for (const DecoderLayerUse& layer : structure.layers) offloaded = offloaded || layer_offloaded(layer.index);
+    for (const DecoderLayerUse& layer : structure.layers) offloaded = offloaded || plan.layer_offloaded(layer.index);
     if (offloaded) {
       StreamProtocol protocol = options.protocol;
       if (protocol.streams.empty()) {
@@ -288,11 +288,6 @@ struct TrainModel::Impl {
         }
       }
     }
-  }
-
-  bool layer_offloaded(int layer) const {
-    // The expansion applies the protocol to the same layers (StepExpander::protocol_layer).
-    return plan.layer_offloaded(layer);
   }
 
   c10::ScalarType dtype_of(const Parameter& p) const { return p.adapter ? adapter_dtype : options.dtype; }
@@ -675,7 +670,7 @@ struct TrainModel::Impl {
       if (count == 0) {
         hidden = fn(hidden, params);
       } else {
-        if (count > 1 && layer_offloaded(layer.index)) {
+        if (count > 1 && plan.layer_offloaded(layer.index)) {
           throw InputError(key("hookstream.checkpoint_twice_layers"),
                            "layer " + std::to_string(layer.index) + " is offloaded; the offload protocol runs once per layer");
         }
@@ -692,7 +687,8 @@ struct TrainModel::Impl {
               return decoder_layer_terms(x, layer, table, step, cos_sin, /*defer_down=*/true);
             };
           }
-          spec.offload = layer_offloaded(layer.index) ? offload.get() : nullptr;
+          // Plan::layer_offloaded: the layers the expansion runs the protocol on (StepExpander::protocol_layer).
+          spec.offload = plan.layer_offloaded(layer.index) ? offload.get() : nullptr;
           spec.layer_index = layer.index;
           spec.label = "checkpoint(layer " + std::to_string(layer.index) + ")";
           hidden = checkpoint_layer(hidden, std::move(spec));
