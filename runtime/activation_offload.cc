@@ -78,6 +78,11 @@ OffloadStats ActivationOffload::take_stats() {
   stats_.copy_ms += copy_ms;
   stats_.exposed_copy_ms += exposed_ms;
   OffloadStats result = stats_;
+  for (const auto& [slot, tensor] : buffers_) {
+    if (slot.buffer >= 0 && tensor.defined() && protocol_.buffers[slot.buffer].memory == MemoryKind::PinnedHost) {
+      result.pinned_slot_bytes += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    }
+  }
   stats_ = OffloadStats();
   stats_.reload_buffers = result.reload_buffers;
   return result;
@@ -116,6 +121,28 @@ void ActivationOffload::ensure_device_buffers(const at::Tensor& like) {
       }
     }
   }
+}
+
+int64_t ActivationOffload::prepare(const at::Tensor& like, const std::vector<int>& layers) {
+  ensure_device_buffers(like);
+  int64_t pinned = 0;
+  const int saved = counter_;
+  // The slots run_step's copies will pick: forward() runs the protocol once per offloaded layer,
+  // the i-th with counter i (begin_micro_step resets the counter each micro-step).
+  for (size_t i = 0; i < layers.size(); ++i) {
+    counter_ = static_cast<int>(i);
+    for (const ProtocolStep& step : protocol_.forward) {
+      if (step.kind != StepKind::Copy || step.to.name == kHiddenBuffer) continue;
+      const Slot slot = slot_of(step.to, layers[i]);
+      if (protocol_.buffers[slot.buffer].memory != MemoryKind::PinnedHost) continue;
+      at::Tensor& to = buffers_[slot];
+      if (to.defined() && to.sizes() == like.sizes() && to.scalar_type() == like.scalar_type()) continue;
+      backend_->run_on(stream_of(step.stream), [&] { to = backend_->allocate(MemoryKind::PinnedHost, like); });
+      pinned += to.numel() * static_cast<int64_t>(to.element_size());
+    }
+  }
+  counter_ = saved;
+  return pinned;
 }
 
 at::Tensor ActivationOffload::forward(int layer, const at::Tensor& hidden, const OffloadedLayer& compute) {

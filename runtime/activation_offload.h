@@ -99,6 +99,12 @@ class ActivationOffload {
   at::Tensor forward(int layer, const at::Tensor& hidden, const OffloadedLayer& compute);
   // Layer `layer`'s protocol.backward.
   void backward(int layer, const OffloadedLayer& compute);
+  // Before the first step: allocates the device buffers and every pinned host slot that the
+  // forward protocol will write for `layers` (the offloaded layers, in the order forward() runs
+  // them), each shaped like `like` (a layer input). Returns the pinned bytes allocated. Pinning is
+  // slow (cudaHostAlloc: 2.1 GiB/s on the H200 host, bench/first_step_costs.py), and at its first
+  // write it stalls the host inside step 1; allocated here it is paid, and can fail, before it.
+  int64_t prepare(const at::Tensor& like, const std::vector<int>& layers);
 
   OffloadStats take_stats();
 

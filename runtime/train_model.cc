@@ -742,6 +742,17 @@ void TrainModel::set_position_listener(std::function<void(const std::string&)> l
 
 void TrainModel::inject_out_of_memory_in_next_backward() { impl_->oom_armed.store(true); }
 
+int64_t TrainModel::prepare_offload(int64_t micro_batch, int64_t sequence_len) {
+  if (!impl_->offload) return 0;
+  std::vector<int> layers;  // in forward order, as the decoder loop hands them to the protocol
+  for (const DecoderLayerUse& layer : impl_->structure.layers) {
+    if (impl_->plan.layer_offloaded(layer.index)) layers.push_back(layer.index);
+  }
+  const at::Tensor like = at::empty({micro_batch, sequence_len, impl_->plan.model.hidden_size},
+                                    at::TensorOptions().dtype(impl_->options.dtype).device(impl_->options.device));
+  return impl_->offload->prepare(like, layers);
+}
+
 OffloadStats TrainModel::take_offload_stats() {
   if (!impl_->offload) return OffloadStats();
   return impl_->offload->take_stats();

@@ -53,6 +53,7 @@ struct OffloadStats {
   double copy_ms = 0;            // GPU time of the protocol's copies (CUDA events; 0 on CPU)
   double exposed_copy_ms = 0;    // copy time the compute stream spent waiting (CUDA events; 0 on CPU)
   int reload_buffers = 0;        // GPU reload buffers in use (1 after an OOM fallback)
+  int64_t pinned_slot_bytes = 0; // pinned host slots held now (ActivationOffload::prepare's and any later)
   std::vector<std::string> warnings;  // e.g. the OOM fallback, once
 };
 
@@ -83,6 +84,10 @@ class TrainModel {
   at::Tensor loss(const at::Tensor& input_ids, const at::Tensor& labels, const TrainPosition& position);
 
   OffloadStats take_offload_stats();
+  // Before the first step: the offload protocol's device buffers and the pinned host slot of every
+  // offloaded layer, for layer inputs of [micro_batch, sequence_len, hidden_size]
+  // (ActivationOffload::prepare). Returns the pinned bytes; 0 when no layer is offloaded.
+  int64_t prepare_offload(int64_t micro_batch, int64_t sequence_len);
 
   // Where the model's work last was, for the report of a failure (an out-of-memory error names the
   // layer): "layer 17 forward", "layer 17 backward" (its recomputation included), "loss head",

@@ -267,6 +267,21 @@ TrainResult train(const Plan& plan, const TrainerOptions& options, const c10::in
   std::optional<RunTrace> trace;
   if (!options.trace_path.empty()) trace.emplace(rank_trace_path(options.trace_path, rank, options.world_size), device);
 
+  if (result.first_step < options.steps) {
+    // Offloaded layers' pinned slots before step 1, not at their first write inside it: pinning
+    // runs at ~2 GiB/s (bench/first_step_costs.py), and a host that issues small kernels (a
+    // tiled MLP) stalls the GPU for it; a slot that cannot be pinned then fails here, before
+    // training starts. The first step's shape decides the slots; another shape later reallocates.
+    const Clock::time_point pin_start = Clock::now();
+    result.pinned_bytes = model.prepare_offload(plan.micro_batch_size, plan.sequence_len_for(rank, result.first_step, 0));
+    result.pin_seconds = std::chrono::duration<double>(Clock::now() - pin_start).count();
+    if (result.pinned_bytes > 0 && rank == 0 && options.on_note) {
+      options.on_note(fmt::format("pinned {:.2f} GiB of host memory for the offloaded layers in {:.2f} s before step {}",
+                                  static_cast<double>(result.pinned_bytes) / (1 << 30), result.pin_seconds,
+                                  result.first_step + 1));
+    }
+  }
+
   const std::vector<at::Tensor> params = model.ddp_parameters();
   const int micro_steps = std::max(1, plan.gradient_accumulation_steps);
   const auto tensor_options = at::TensorOptions().dtype(at::kDouble).device(device);

@@ -76,6 +76,10 @@ struct TrainResult {
   std::optional<std::string> resumed_from;    // checkpoint directory
   std::optional<std::string> last_checkpoint; // written by this run
   std::vector<std::string> warnings;
+  // Pinned host slots of the offloaded layers, allocated before the first step
+  // (TrainModel::prepare_offload), and how long that took.
+  int64_t pinned_bytes = 0;
+  double pin_seconds = 0;
   // After the last step: a digest of this rank's trainable parameters (FNV-1a over their bytes)
   // and whether every rank's is the same, as DDP promises (a Reducer that averaged the wrong
   // gradients shows up here as diverged replicas).

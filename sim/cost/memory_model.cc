@@ -603,6 +603,14 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
   const bool tiled = plan.tiled_mlp && shape.shards > 1;
   const int64_t chunk_tokens = (shape.tokens + shape.shards - 1) / shape.shards;
   std::vector<int64_t> saved(layers, 0), full(layers, 0), transient(layers, 0), chunk(layers, 0);
+  // A checkpointed layer whose input stays on the GPU: that input is held until the layer's own
+  // backward is done (the recompute reads it, and the checkpoint's node drops it only afterwards),
+  // where an offloaded layer's input is in a reload buffer (counted as such). Measured on the same
+  // runs: kept layers' backward held one hidden state more than offloaded ones' (0.5 GiB at 64K,
+  // H100, bench/gpu-results/2026-11-28-h100-s23/call3-partial-tiled; 4.0 GiB at 512K, H200,
+  // bench/gpu-results/2026-11-28-h200-s24/call1-512k), which the model had dropped at the start
+  // of that backward.
+  std::vector<int64_t> kept_input(layers, 0);
   int64_t offloaded_host = 0;
   for (int i = 0; i < layers; ++i) {
     const LayerActivations a = layer_activations(plan.model, plan, &structure.layers[i], longest);
@@ -647,6 +655,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
       offloaded_host += plan.pinned_slots_exact ? ledger.pinned_exact(h * per_token) : ledger.pinned(h * per_token);
     } else {
       saved[i] = hidden_state;  // the checkpoint keeps only the layer's input
+      kept_input[i] = hidden_state;
     }
   }
   // Inputs of the final norm and lm_head, kept for backward.
@@ -691,7 +700,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
     point.phase = "backward";
     point.at = "layer " + std::to_string(i);
     point.bytes[MemoryCategory::Activations] += saved_before;
-    point.bytes[MemoryCategory::RecomputeWorkspace] += full[i] + transient[i];
+    point.bytes[MemoryCategory::RecomputeWorkspace] += full[i] + transient[i] + kept_input[i];
     if (tiled) point.bytes[MemoryCategory::TiledMlpChunks] += chunk[i];
     if (!grads_in_buckets) point.bytes[MemoryCategory::Gradients] += grads_so_far;
     estimate.device_points.push_back(point);
@@ -795,7 +804,7 @@ MemoryEstimate estimate_memory(const Plan& plan, const ModelStructure& structure
           layer_grads[op.layer] = 1;
           grads += grads_by_layer[op.layer];
         }
-        workspace = full[op.layer] + transient[op.layer];
+        workspace = full[op.layer] + transient[op.layer] + kept_input[op.layer];
         if (tiled && what == "mlp backward") chunk_bytes = chunk[op.layer];
       } else if (what == "final norm forward") {
         head_held = true;

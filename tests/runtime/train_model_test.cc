@@ -156,6 +156,42 @@ TEST_CASE("train model: checkpointing, offload protocols, tiled MLP and chunked 
   }
 }
 
+TEST_CASE("train model: pinned slots are allocated before the first step, exactly the ones the step uses", "[train_model]") {
+  const Plan plain_plan = make_plan("tiny-llama-tied.json", "");
+  const Result plain = run(plain_plan);
+  const int64_t slot_bytes = plain_plan.micro_batch_size * plain_plan.sequence_len * plain_plan.model.hidden_size *
+                             static_cast<int64_t>(sizeof(double));
+  const int layers = plain_plan.model.num_hidden_layers;
+  REQUIRE(layers >= 2);
+  struct Case {
+    std::string keys;
+    int64_t pinned;  // what prepare_offload must pin: one slot per offloaded layer, none for pageable
+  };
+  const std::string ckpt = "gradient_checkpointing: true\nactivation_offloading: true\n";
+  std::vector<Case> cases;
+  for (const std::string protocol : {"single_buffer", "double_buffer_events", "deepspeed_offload", "save_on_cpu"}) {
+    cases.push_back({ckpt + "hookstream: {offload_protocol: " + protocol + "}\n", layers * slot_bytes});
+  }
+  cases.push_back({ckpt + "hookstream: {offload_protocol: pageable}\n", 0});
+  cases.push_back({ckpt + "hookstream: {offload_layers: [1]}\n", slot_bytes});
+  for (const Case& c : cases) {
+    INFO(c.keys);
+    const Plan plan = make_plan("tiny-llama-tied.json", c.keys);
+    TrainModel model(plan, double_options());
+    randomise_lora_b(model);
+    REQUIRE(model.prepare_offload(plan.micro_batch_size, plan.sequence_len) == c.pinned);
+    REQUIRE(model.prepare_offload(plan.micro_batch_size, plan.sequence_len) == 0);  // nothing left to pin
+    const Batch batch = make_batch(plan);
+    at::Tensor loss = model.loss(batch.ids, batch.labels, TrainPosition{});
+    loss.backward();
+    // The step wrote its inputs into the prepared slots: it pinned no other (a wrong slot choice
+    // in prepare would leave the step allocating its own, and the total would grow).
+    const OffloadStats stats = model.take_offload_stats();
+    CHECK(stats.pinned_slot_bytes == c.pinned);
+    CHECK(loss.item<double>() == Approx(plain.loss).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("train model: a layer checkpointed twice gives the same result in every flavour", "[train_model]") {
   const std::string twice = "gradient_checkpointing: true\nhookstream: {checkpoint_twice_layers: [1]}\n";
   const Result reentrant = run(make_plan("tiny-llama-tied.json", twice));

@@ -153,6 +153,8 @@ nlohmann::json summary_json(const Plan& plan, const RunArgs& args, const std::st
   j["warnings"] = result.warnings;
   j["parameter_digest"] = result.parameter_digest;
   j["replicas_identical"] = result.replicas_identical;
+  // Pinned offload slots, allocated before the first step (not part of any step's time).
+  j["pinned_host"] = {{"bytes", result.pinned_bytes}, {"seconds", result.pin_seconds}};
   nlohmann::json measured;
   measured["device"] = device;
   measured["step_seconds"] = timed ? nlohmann::json(time_sum / timed) : nlohmann::json();
