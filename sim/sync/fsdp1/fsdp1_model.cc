@@ -638,7 +638,7 @@ class Fsdp1Model : public SyncModel {
       for (const Fsdp1Unit& unit : units_) {
         if (unit.name.empty() != (pass == 1)) continue;  // the root unit is flattened last
         for (int p : unit.params) {
-          if (fsdp1_flat_element(plan_, structure_.parameters[static_cast<size_t>(p)]).integer) continue;
+          if (!fsdp1_flat_element(plan_, structure_.parameters[static_cast<size_t>(p)]).integer) continue;
           throw SyncError(VerdictKind::EngineError, -1, "Cannot flatten integer dtype tensors",
                           fmt::format("{} holds {}, a bitsandbytes Int8Params (load_in_8bit): FSDP1 flattens floating-point "
                                       "tensors only (_flat_param.py _validate_tensors_to_flatten). Fix: load_in_4bit with "
