@@ -20,11 +20,10 @@ int64_t Fsdp1Unit::local_numel(size_t i, int rank, int64_t param_numel) const {
 }
 
 std::string fsdp1_not_modelled_reason(const FsdpSettings& settings) {
-  if (settings.peft_wrap_policy && settings.peft_quantized_base) {
-    return "adapter with bitsandbytes-quantized base weights (qlora / load_in_4bit / load_in_8bit) under FSDP1: how "
-           "FSDP1 flattens Params4bit / Int8Params (bnb_4bit_quant_storage) is not modelled, and the CPU oracle cannot "
-           "run bitsandbytes";
-  }
+  // A bitsandbytes-quantized base (qlora / load_in_4bit / load_in_8bit) is modelled: 4-bit weights
+  // flatten as their packed bnb_4bit_quant_storage tensor (fsdp1_flat_element below); 8-bit
+  // Int8Params are int8, which FSDP1 refuses at wrap time (Fsdp1Model::check_flattenable_dtypes).
+  // Both measured on real FSDP1 + bitsandbytes 0.50.2 (tests/oracles/fsdp1_qlora_oracle_test.cc).
   if (settings.peft_wrap_policy && settings.peft_other_trainable_leaves) {
     return "adapter with lora_target_parameters under FSDP1 other than one expert tensor: PEFT's fsdp_auto_wrap_policy makes a "
            "ParamWrapper's lora_A / lora_B units of their own, which the wrapper reads without calling them; one [E, ...] expert "
@@ -38,6 +37,18 @@ std::string fsdp1_not_modelled_reason(const FsdpSettings& settings) {
   return "";
 }
 
+Fsdp1FlatElement fsdp1_flat_element(const Plan& plan, const Parameter& p) {
+  if (!p.quantized) return {p.numel(), p.dtype, false};
+  // bitsandbytes 0.50 Int8Params (load_in_8bit): an int8 tensor of the weight's shape.
+  if (plan.load_in_8bit && !plan.load_in_4bit) return {p.numel(), p.dtype, true};
+  // Params4bit: bitsandbytes/functional.py quantize_4bit packs two 4-bit codes per byte into
+  // `torch.zeros(((n + 1) // mod, 1), dtype=quant_storage)`, mod = 2 * itemsize(quant_storage).
+  // axolotl sets bnb_4bit_quant_storage: bfloat16 for qlora (src/axolotl/loaders/model.py
+  // _set_quantization_config), so FSDP1 flattens (n + 1) / 4 bf16 elements (measured: a 16 x 16
+  // q_proj is a [64, 1] bf16 Params4bit, real FSDP1's layer FlatParameter holds them as such).
+  return {(p.numel() + 1) / (2 * dtype_bytes(DType::BFloat16)), DType::BFloat16, false};
+}
+
 namespace {
 
 bool under(const std::string& name, const std::string& prefix) {
@@ -46,11 +57,11 @@ bool under(const std::string& name, const std::string& prefix) {
 
 // A FlatParameter's dtype: its parameters' (FSDP1 requires one dtype per FlatParameter), the
 // trainable ones' first (PEFT keeps LoRA weights in fp32 beside a bf16 base).
-DType flat_dtype_of(const ModelStructure& structure, const std::vector<int>& params) {
+DType flat_dtype_of(const Plan& plan, const ModelStructure& structure, const std::vector<int>& params) {
   for (int p : params) {
     if (structure.parameters[static_cast<size_t>(p)].trainable) return structure.parameters[static_cast<size_t>(p)].dtype;
   }
-  return params.empty() ? DType::Float32 : structure.parameters[static_cast<size_t>(params.front())].dtype;
+  return params.empty() ? DType::Float32 : fsdp1_flat_element(plan, structure.parameters[static_cast<size_t>(params.front())]).dtype;
 }
 
 }  // namespace
@@ -101,13 +112,13 @@ std::vector<Fsdp1Unit> fsdp1_units(const Plan& plan, const ModelStructure& struc
   const bool align = plan.engine.fsdp.use_orig_params.value_or(false);
   const int64_t world = std::max(1, plan.world_size);
   for (Fsdp1Unit& u : units) {
-    u.dtype = flat_dtype_of(structure, u.params);
+    u.dtype = flat_dtype_of(plan, structure, u.params);
     const int64_t alignment = align ? 16 / std::max(1, dtype_bytes(u.dtype)) : 0;
     int64_t total = 0;
     for (int p : u.params) {
       if (alignment > 0 && total % alignment != 0) total += alignment - total % alignment;
       u.offset.push_back(total);
-      total += structure.parameters[static_cast<size_t>(p)].numel();
+      total += fsdp1_flat_element(plan, structure.parameters[static_cast<size_t>(p)]).numel;
     }
     u.numel = total;
     u.shard_numel = (total + world - 1) / world;
@@ -160,6 +171,7 @@ class Fsdp1Model : public SyncModel {
 
   void begin_iteration(AutogradEngine& engine, int iteration) override {
     engine.share_accumulators(accumulator_of_);
+    if (iteration == 0) check_flattenable_dtypes();
     if (iteration == 0 && !use_orig_params_) check_uniform_requires_grad();
     if (iteration == 0) check_param_wrapper_reads();
   }
@@ -616,6 +628,29 @@ class Fsdp1Model : public SyncModel {
     }
   }
 
+  // _flat_param.py _validate_tensors_to_flatten: `if not tensor.is_floating_point(): raise
+  // ValueError("Cannot flatten integer dtype tensors")`. bitsandbytes' Int8Params (load_in_8bit) are
+  // int8, so wrapping a unit that holds one fails on every rank, before any forward (measured on real
+  // FSDP1 2.11 + bitsandbytes 0.50.2: adapter lora, load_in_8bit, tests/plans/fsdp1_qlora/). The
+  // first unit FSDP1 flattens is the innermost (_recursive_wrap wraps children first): a layer's.
+  void check_flattenable_dtypes() const {
+    for (size_t pass = 0; pass < 2; ++pass) {
+      for (const Fsdp1Unit& unit : units_) {
+        if (unit.name.empty() != (pass == 1)) continue;  // the root unit is flattened last
+        for (int p : unit.params) {
+          if (!fsdp1_flat_element(plan_, structure_.parameters[static_cast<size_t>(p)]).integer) continue;
+          throw SyncError(VerdictKind::EngineError, -1, "Cannot flatten integer dtype tensors",
+                          fmt::format("{} holds {}, a bitsandbytes Int8Params (load_in_8bit): FSDP1 flattens floating-point "
+                                      "tensors only (_flat_param.py _validate_tensors_to_flatten). Fix: load_in_4bit with "
+                                      "adapter: qlora (Params4bit packed in bnb_4bit_quant_storage bfloat16 flattens), or "
+                                      "no quantization",
+                                      unit.display(), structure_.parameters[static_cast<size_t>(p)].name),
+                          unit.name.empty() ? "_flat_param (root unit)" : unit.name + "._flat_param");
+        }
+      }
+    }
+  }
+
   void check_uniform_requires_grad() const {
     for (const Fsdp1Unit& unit : units_) {
       bool any = false, all = true;
@@ -705,7 +740,7 @@ class Fsdp1Model : public SyncModel {
       if (it == unit.params.end()) continue;
       const size_t i = static_cast<size_t>(it - unit.params.begin());
       const Parameter& p = structure_.parameters[static_cast<size_t>(r.parameter)];
-      const int64_t numel = p.numel();
+      const int64_t numel = fsdp1_flat_element(plan_, p).numel;
       std::string text;
       if (!use_orig_params_) {
         if (p.shape.size() == 2) {

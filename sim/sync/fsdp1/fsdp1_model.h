@@ -39,6 +39,15 @@ struct Fsdp1Unit {
 // PEFT's fsdp_auto_wrap_policy, every leaf module whose weight requires grad, nested inside them.
 std::vector<Fsdp1Unit> fsdp1_units(const Plan& plan, const ModelStructure& structure);
 
+// What one parameter contributes to its FlatParameter: elements and dtype. A bitsandbytes 4-bit
+// weight is its packed storage (bnb_4bit_quant_storage), an 8-bit one int8.
+struct Fsdp1FlatElement {
+  int64_t numel = 0;
+  DType dtype = DType::Float32;
+  bool integer = false;  // int8 (bitsandbytes Int8Params): FSDP1 cannot flatten it
+};
+Fsdp1FlatElement fsdp1_flat_element(const Plan& plan, const Parameter& p);
+
 // Whether the FSDP1 model covers this fsdp_config (returns "" if so, else the reason).
 std::string fsdp1_not_modelled_reason(const FsdpSettings& settings);
 
