@@ -59,7 +59,7 @@ TEST_CASE("fsdp_config and fsdp_version decide FSDP1 or FSDP2 as axolotl does", 
   CHECK(parse_error(kPlan + "fsdp_version: 3\n") == "plan.yaml:4: key \"fsdp_version\": expected an integer in [1, 2], got \"3\"");
 }
 
-TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy) but not on quantized weights, which it names", "[plan][engine][fsdp1]") {
+TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy), QLoRA's packed 4-bit weights too", "[plan][engine][fsdp1]") {
   const std::string lora = kPlan + "adapter: lora\nlora_target_modules: [q_proj]\nfsdp_config:\n  use_orig_params: true\n";
   const Plan plan = parse(lora);
   CHECK(plan.engine.kind == EngineKind::Fsdp1);
@@ -81,8 +81,21 @@ TEST_CASE("FSDP1 with LoRA is modelled (PEFT's wrap policy) but not on quantized
   }
   CHECK(adapters == 2 * static_cast<int>(structure.layers.size()));  // q_proj's lora_A and lora_B per layer
   const Plan qlora = parse(kPlan + "adapter: qlora\nload_in_4bit: true\nlora_target_modules: [q_proj]\nfsdp_config:\n  use_orig_params: false\n");
-  CHECK_FALSE(qlora.engine.modelled());
-  CHECK(fsdp1_not_modelled_reason(qlora.engine.fsdp).find("bitsandbytes") != std::string::npos);
+  CHECK(qlora.engine.modelled());
+  CHECK(fsdp1_not_modelled_reason(qlora.engine.fsdp).empty());
+  // Each 4-bit base weight flattens as its packed bnb_4bit_quant_storage (bf16) tensor: (n + 1) / 4
+  // elements (real FSDP1 + bitsandbytes 0.50.2, tests/oracles/fsdp1_qlora_oracle_test.cc).
+  const ModelStructure qlora_structure = build_model_structure(qlora);
+  int packed = 0;
+  for (const Parameter& p : qlora_structure.parameters) {
+    if (!p.quantized) continue;
+    const Fsdp1FlatElement element = fsdp1_flat_element(qlora, p);
+    CHECK(element.numel == (p.numel() + 1) / 4);
+    CHECK(element.dtype == DType::BFloat16);
+    CHECK_FALSE(element.integer);
+    ++packed;
+  }
+  CHECK(packed > 0);
   // unfrozen_parameters: each unfrozen leaf with a trainable weight is a unit of its own (PEFT's
   // lambda policy), which the forward graph calls (ModuleKind::Leaf): modelled.
   const Plan unfrozen = parse(lora + "unfrozen_parameters:\n  - model\\.norm\n");
