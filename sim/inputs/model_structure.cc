@@ -827,6 +827,16 @@ class StructureBuilder {
     for (const ModuleSpec& extra : spec->after_norm) {
       if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
       const std::string full = text_path(extra.path);
+      if (extra.kind == ModuleKind::Tensor) {
+        // A bare nn.Parameter of a module registered after the norm (DeepSeek-V4's hc_head.hc_fn,
+        // hc_base, hc_scale): named as registered, without a ".weight".
+        const size_t dot = full.rfind('.');
+        LinearUse use;
+        use.name = full.substr(dot + 1);
+        use.weight = add(full.substr(0, dot), use.name, dims(extra.shape), full_ft, -1, "embed");
+        out_.embed_other.push_back(use);
+        continue;
+      }
       if (extra.repeat.empty()) {
         out_.embed_other.push_back(module_of(extra, full, -1, "embed"));
         continue;

@@ -148,6 +148,10 @@ struct ArchitectureSpec {
   // writes mlp_layer_types and layer_types): a config.json with one is refused (exit 2) naming it,
   // rather than built without what it decides.
   std::vector<std::string> unread_keys;
+  // The names mlp_layer_types may hold when the config class has its own (DeepseekV4Config:
+  // "hash_moe", "moe"); empty: PreTrainedConfig's ALLOWED_MLP_LAYER_TYPES ("sparse", "dense").
+  // The config class also cuts longer per-layer lists to num_hidden_layers before validating.
+  std::vector<std::string> mlp_layer_types_allowed;
   // transformers' attribute_map of the config class: alias -> the key the table's expressions use
   // (Qwen3MoeConfig reads a config.json "num_experts" as num_local_experts).
   std::map<std::string, std::string> attribute_map;
