@@ -827,16 +827,6 @@ class StructureBuilder {
     for (const ModuleSpec& extra : spec->after_norm) {
       if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
       const std::string full = text_path(extra.path);
-      if (extra.kind == ModuleKind::Tensor) {
-        // A bare nn.Parameter of a module registered after the norm (DeepSeek-V4's hc_head.hc_fn,
-        // hc_base, hc_scale): named as registered, without a ".weight".
-        const size_t dot = full.rfind('.');
-        LinearUse use;
-        use.name = full.substr(dot + 1);
-        use.weight = add(full.substr(0, dot), use.name, dims(extra.shape), full_ft, -1, "embed");
-        out_.embed_other.push_back(use);
-        continue;
-      }
       if (extra.repeat.empty()) {
         out_.embed_other.push_back(module_of(extra, full, -1, "embed"));
         continue;
@@ -845,6 +835,21 @@ class StructureBuilder {
       for (int64_t r = 0; r < dim(extra.repeat); ++r) {
         out_.embed_other.push_back(module_of(extra, full.substr(0, at) + std::to_string(r) + full.substr(at + 3), -1, "embed"));
       }
+    }
+    for (const ModuleSpec& extra : spec->after_layers) {
+      if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
+      const std::string full = text_path(extra.path);
+      if (extra.kind != ModuleKind::Tensor) {
+        out_.after_layers.push_back(module_of(extra, full, -1, "final_norm"));
+        continue;
+      }
+      // A bare nn.Parameter (DeepSeek-V4's hc_head.hc_fn, hc_base, hc_scale): named as registered,
+      // without a ".weight".
+      const size_t dot = full.rfind('.');
+      LinearUse use;
+      use.name = full.substr(dot + 1);
+      use.weight = add(full.substr(0, dot), use.name, dims(extra.shape), full_ft, -1, "final_norm");
+      out_.after_layers.push_back(use);
     }
     if (m.vision && find_vision_tower(m.vision->model_type) != nullptr) {
       const VisionLanguageSpec* described = find_vision_language(m.model_type);

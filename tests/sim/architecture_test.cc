@@ -345,6 +345,23 @@ TEST_CASE("config-class rules of DeepSeek-V4 and DBRX (branch arch12)", "[archit
   CHECK_THROWS_WITH(parse_model_config("{" + v4 + R"(, "num_hidden_layers": 2, "o_groups": 3})", "v4/config.json"),
                     Catch::Contains("o_groups"));
 
+  // hc_head (DeepseekV4HyperHead) runs after the last layer, before the final norm: its parameters
+  // are in the final norm's group (first in backward, last in a ZeRO-3 fetch order), not the
+  // embedding's, though registered after `norm`; the indexer's never get a gradient.
+  {
+    const json fixture = read_fixture(kFixtures + "/deepseek_v4.json");
+    const ModelStructure structure = build_model_structure(plan_for(fixture, "deepseek_v4"));
+    REQUIRE(structure.after_layers.size() == 3);
+    CHECK(structure.embed_other.empty());
+    for (const LinearUse& use : structure.after_layers) {
+      const Parameter& p = structure.parameters.at(static_cast<size_t>(use.weight));
+      CHECK(p.name.rfind("model.hc_head.", 0) == 0);
+      CHECK(p.group == "final_norm");
+    }
+    CHECK(structure.layers.at(1).no_grad.size() == 6);  // layer 1 is compressed_sparse_attention
+    CHECK(structure.layers.at(0).no_grad.empty());      // sliding_attention: no compressor
+  }
+
   // DBRX: the sizes from attn_config / ffn_config; attn_config.rope_theta is required (transformers
   // 5.17's DbrxAttention reads it and its config class has no default); tied embeddings refused.
   const std::string dbrx = R"("model_type": "dbrx", "d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 100,

@@ -1015,9 +1015,9 @@ void add_deepseek_v4(std::vector<ArchitectureSpec>& t) {
              tensor("ffn_hc.fn", R::MlpOther, mix + "," + hc_width),
              tensor("ffn_hc.base", R::MlpOther, mix),
              tensor("ffn_hc.scale", R::MlpOther, "3")};
-  a.after_norm = {tensor("model.hc_head.hc_fn", R::EmbedOther, "hc_mult," + hc_width),
-                  tensor("model.hc_head.hc_base", R::EmbedOther, "hc_mult"),
-                  tensor("model.hc_head.hc_scale", R::EmbedOther, "1")};
+  a.after_layers = {tensor("model.hc_head.hc_fn", R::FinalNorm, "hc_mult," + hc_width),
+                    tensor("model.hc_head.hc_base", R::FinalNorm, "hc_mult"),
+                    tensor("model.hc_head.hc_scale", R::FinalNorm, "1")};
   a.layer_class = "DeepseekV4DecoderLayer";
   a.moe = MoeLayers::All;
   a.experts_key = "n_routed_experts";

@@ -204,6 +204,11 @@ struct ArchitectureSpec {
   // Gemma4TextModel registers embed_tokens_per_layer, per_layer_model_projection and
   // per_layer_projection_norm after `norm`). Their forward runs before the layers, as embed_extras'.
   std::vector<ModuleSpec> after_norm;
+  // Modules registered after the final norm (and after_norm) whose forward runs after the last layer,
+  // before the final norm (DeepSeek-V4's hc_head, DeepseekV4HyperHead: it collapses the hc_mult
+  // residual streams the norm then reads): their gradients are ready with the final norm's, first
+  // in backward.
+  std::vector<ModuleSpec> after_layers;
   // The width a dense layer's MLP is costed at (time and memory models), an expression over the
   // layer's values (see layer_rules); "" is intermediate_size.
   std::string mlp_width;
