@@ -12,6 +12,10 @@ config.json under --configs, it
   3. runs `hookstream inspect --format json` on the same config.json with the same plan, and
      compares parameter names, order, shapes, dtypes, trainable and tied flags field by field.
 
+A type whose default config transformers cannot build for want of a key every real config.json of
+the type has (oracles/supplied_keys.py: DBRX's attn_config.rope_theta, LFM2-MoE's layer_types) is
+also run as "TYPE + KEY": the default config with that key, its value taken from transformers.
+
 The invariant (exit 1 otherwise): every type is matched exactly in every variant, or refused by
 hookstream with exit 2 "transformers ... knows <type>; hookstream cannot model it yet". For a
 refused type the oracle also reports the first difference hookstream would have had if it accepted
@@ -43,6 +47,9 @@ from transformers import AutoConfig  # noqa: E402
 from transformers.models.auto import configuration_auto, modeling_auto  # noqa: E402
 import peft  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import supplied_keys  # noqa: E402  (oracles/supplied_keys.py)
 
 VARIANTS = {
     "full": None,
@@ -371,6 +378,16 @@ def main():
             case["mapping"] = mapping
             cases.append(case)
             print(f"{model_type:32s} {case['status']}", flush=True)
+            if case["status"] == "oracle_error" and model_type in supplied_keys.SUPPLIED:
+                # The default config plus the keys every real config of the type has and the
+                # default lacks (oracles/supplied_keys.py): a case of its own, named so.
+                config = build_config(model_type, cls_name, args.layers)
+                label = f"{model_type} + " + ", ".join(supplied_keys.supply(config, model_type))
+                (pathlib.Path(tmp) / (model_type + "+supplied")).mkdir()
+                case = check_case(args.hookstream, pathlib.Path(tmp) / (model_type + "+supplied"), label, config, cls_name)
+                case["mapping"] = "default config + supplied keys"
+                cases.append(case)
+                print(f"{label:32s} {case['status']}", flush=True)
         for path in sorted(pathlib.Path(args.configs).glob("*.json")) if args.configs else []:
             workdir = pathlib.Path(tmp) / ("file-" + path.stem)
             workdir.mkdir()

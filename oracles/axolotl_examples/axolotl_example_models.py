@@ -16,7 +16,10 @@ Every example must end in one of:
   refused        exit 2, one line: transformers knows the type and hookstream cannot model it yet,
                  or the type is the repository's custom code (auto_map), not one transformers ships,
                  or the config.json is transformers' default of a type whose default transformers
-                 itself cannot build (Lfm2MoeConfig has no default layer_types): both refuse it;
+                 itself cannot build: both refuse it;
+A type whose default transformers cannot build for want of a key every real config.json has gets that
+key supplied (oracles/supplied_keys.py, the value taken from transformers itself): DBRX's
+attn_config.rope_theta, LFM2-MoE's layer_types; the cache then holds "the default config + KEY".
 anything else (a crash, a multi-line error, a lookup failure) fails. --min-verdicts N fails the run
 when fewer than N examples get a verdict (the count this branch reached: it may only go up).
 
@@ -39,6 +42,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 from transformers import AutoConfig  # noqa: E402
 from transformers.models.auto import modeling_auto  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import supplied_keys  # noqa: E402  (oracles/supplied_keys.py)
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -73,8 +79,16 @@ def write_config(snapshot, repo, entry):
         (snapshot / "config.json").write_text(json.dumps(entry if isinstance(entry, dict) else {"model_type": model_type}) + "\n")
         return "not a transformers type"
     config.architectures = [model_class(model_type) or ""]
-    config.to_json_file(snapshot / "config.json", use_diff=False)
-    return "transformers default config"
+    added = supplied_keys.supply(config, model_type)
+    if not added:
+        config.to_json_file(snapshot / "config.json", use_diff=False)
+        return "transformers default config"
+    (snapshot / "config.json").write_text(json.dumps(supplied_keys.config_dict(config, model_type), indent=2, sort_keys=True) + "\n")
+    # The supplied config must be one transformers builds, or the verdict would hold hookstream to
+    # nothing.
+    if why := transformers_cannot_build(snapshot / "config.json"):
+        sys.exit(f"{repo}: transformers cannot build the default config with {', '.join(added)} supplied: {why}")
+    return "transformers default config + " + ", ".join(added)
 
 
 def lay_out_cache(cache, examples, types):
@@ -162,7 +176,9 @@ def main():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     print(f"axolotl examples with their own base_model: {len(rows)}, " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) +
           f" (configs: {sum(1 for s in sources.values() if s == 'real config.json')} real, "
-          f"{sum(1 for s in sources.values() if s == 'transformers default config')} transformers defaults)")
+          f"{sum(1 for s in sources.values() if s == 'transformers default config')} transformers defaults, "
+          f"{sum(1 for s in sources.values() if s.startswith('transformers default config + '))} transformers defaults "
+          f"with a supplied key)")
     if args.markdown:
         lines = ["| example | base_model | model_type | exit | result |", "|---|---|---|---|---|"]
         for r in rows:

@@ -51,6 +51,8 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       for (int pass = 0; pass < count; ++pass) hidden = checkpointed_layer(layer, hidden, pass, count);
       after_layer(layer.index, deepstack, hidden);
     }
+    // DeepSeek-V4's hc_head collapses the residual streams after the last layer, before the norm.
+    if (!model_.after_layers.empty()) hidden = others(model_.after_layers, hidden, "model.hc_head");
     hidden = norm(model_.final_norm, hidden, "model.norm", model_.final_norm_bias);
     // A tied head is the embedding's weight, not a module call of its own.
     const bool own_head = model_.lm_head >= 0 && (model_.embed < 0 || model_.parameters[static_cast<size_t>(model_.lm_head)].module !=

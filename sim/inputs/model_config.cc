@@ -472,7 +472,14 @@ void validate_layer_types(const ConfigReader& reader, const json& root, const Ar
                                            "compressed_sparse_attention", "heavily_compressed_attention",
                                            "minimax_m3_sparse", "conv", "moe", "hybrid", "hybrid_sliding",
                                            "deepseek_sparse_attention", "qwen_sparse_attention", "linear_attention"};
-  static const char* const kMlp[] = {"sparse", "dense"};
+  static const char* const kDefaultMlp[] = {"sparse", "dense"};
+  std::vector<const char*> own_mlp;
+  for (const std::string& name : spec.mlp_layer_types_allowed) own_mlp.push_back(name.c_str());
+  const char* const* kMlp = own_mlp.empty() ? kDefaultMlp : own_mlp.data();
+  const size_t mlp_count = own_mlp.empty() ? std::size(kDefaultMlp) : own_mlp.size();
+  // DeepseekV4Config.__post_init__ cuts layer_types / mlp_layer_types to num_hidden_layers before
+  // its validate_layer_type compares their lengths: only a shorter list fails there.
+  const bool cuts_lists = !own_mlp.empty();
   const json* auto_map = ConfigReader::find_in(root, "auto_map");
   const bool custom_config = auto_map != nullptr && auto_map->is_object() && auto_map->contains("AutoConfig");
   auto check = [&](const char* key, const char* const* allowed, size_t count) {
@@ -492,14 +499,15 @@ void validate_layer_types(const ConfigReader& reader, const json& root, const Ar
       const bool ok = entry.is_string() && std::find(allowed, allowed + count, name) != allowed + count;
       if (!ok) reader.fail(dotted + "." + std::to_string(i), "expected one of " + names + " (transformers' validate_layer_type)", shown(entry));
     }
-    if (static_cast<int>(list->size()) != config.num_hidden_layers) {
+    if (static_cast<int>(list->size()) != config.num_hidden_layers &&
+        !(cuts_lists && static_cast<int>(list->size()) > config.num_hidden_layers)) {
       reader.fail(dotted, "expected one entry per layer (num_hidden_layers " + std::to_string(config.num_hidden_layers) +
                               "; transformers' validate_layer_type)",
                   std::to_string(list->size()) + " entries");
     }
     return true;
   };
-  if (check("layer_types", kAttention, std::size(kAttention))) check("mlp_layer_types", kMlp, std::size(kMlp));
+  if (check("layer_types", kAttention, std::size(kAttention))) check("mlp_layer_types", kMlp, mlp_count);
 }
 
 void read_hybrid_layer_types(const ConfigReader& reader, const ArchitectureSpec& spec, ModelConfig& config) {
@@ -983,6 +991,19 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
           if ((*it)[i].is_string()) config.values[prefix + std::to_string(i) + "=" + (*it)[i].get<std::string>()] = 1;
         }
       }
+      // DeepseekV4Config's compress_rates ({layer type: rate}) as "compress_rates.<type>", and its
+      // legacy compress_ratios (one rate per layer) as "compress_ratios.<i>", which its config rules read.
+      else if (it->is_object() && it.key() == "compress_rates") {
+        for (auto rate = it->begin(); rate != it->end(); ++rate) {
+          if (!rate->is_number_integer()) reader.fail("compress_rates." + rate.key(), "expected an integer", shown(*rate));
+          config.values["compress_rates." + rate.key()] = rate->get<double>();
+        }
+      } else if (it->is_array() && it.key() == "compress_ratios") {
+        for (size_t i = 0; i < it->size(); ++i) {
+          if (!(*it)[i].is_number_integer()) reader.fail("compress_ratios." + std::to_string(i), "expected an integer", shown((*it)[i]));
+          config.values["compress_ratios." + std::to_string(i)] = (*it)[i].get<double>();
+        }
+      }
       // GlmMoeDsaConfig's index_topk_pattern as a list ("full"/"shared" per layer): read as its
       // string form ("F"/"S" per layer), which the config rules expand.
       else if (it->is_array() && it.key() == "index_topk_pattern") {
@@ -1042,10 +1063,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
       }
     }
     if (const json* types = reader.find("mlp_layer_types", &dotted)) {
-      if (!types->is_array()) reader.fail(dotted, "expected a list of \"dense\" / \"sparse\"", shown(*types));
+      std::vector<std::string> allowed = spec->mlp_layer_types_allowed;
+      if (allowed.empty()) allowed = {"dense", "sparse"};
+      std::string names;
+      for (const std::string& name : allowed) names += (names.empty() ? "\"" : " / \"") + name + "\"";
+      if (!types->is_array()) reader.fail(dotted, "expected a list of " + names, shown(*types));
       for (const json& type : *types) {
-        if (!type.is_string() || (type != "dense" && type != "sparse")) {
-          reader.fail(dotted, "expected a list of \"dense\" / \"sparse\"", shown(type));
+        if (!type.is_string() || std::find(allowed.begin(), allowed.end(), type.get<std::string>()) == allowed.end()) {
+          reader.fail(dotted, "expected a list of " + names, shown(type));
         }
         config.mlp_layer_types.push_back(type.get<std::string>());
       }

@@ -836,6 +836,21 @@ class StructureBuilder {
         out_.embed_other.push_back(module_of(extra, full.substr(0, at) + std::to_string(r) + full.substr(at + 3), -1, "embed"));
       }
     }
+    for (const ModuleSpec& extra : spec->after_layers) {
+      if (!extra.when.empty() && !evaluate_flag(extra.when, values_)) continue;
+      const std::string full = text_path(extra.path);
+      if (extra.kind != ModuleKind::Tensor) {
+        out_.after_layers.push_back(module_of(extra, full, -1, "final_norm"));
+        continue;
+      }
+      // A bare nn.Parameter (DeepSeek-V4's hc_head.hc_fn, hc_base, hc_scale): named as registered,
+      // without a ".weight".
+      const size_t dot = full.rfind('.');
+      LinearUse use;
+      use.name = full.substr(dot + 1);
+      use.weight = add(full.substr(0, dot), use.name, dims(extra.shape), full_ft, -1, "final_norm");
+      out_.after_layers.push_back(use);
+    }
     if (m.vision && find_vision_tower(m.vision->model_type) != nullptr) {
       const VisionLanguageSpec* described = find_vision_language(m.model_type);
       if (described != nullptr && described->projector_after_text) add_described_projector(*described);

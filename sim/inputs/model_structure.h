@@ -135,6 +135,9 @@ struct ModelStructure {
   // Parameters between the token embedding and the layers (ArchitectureSpec::embed_extras): GPT-2's
   // wpe, BLOOM's word_embeddings_layernorm, OPT's embed_positions and project_in/out.
   std::vector<LinearUse> embed_other;
+  // Parameters whose forward runs after the last layer, before the final norm
+  // (ArchitectureSpec::after_layers: DeepSeek-V4's hc_head), in registration order.
+  std::vector<LinearUse> after_layers;
   std::string head_module = "lm_head";  // the output head's module (BioGPT: output_projection)
   std::vector<DecoderLayerUse> layers;
   int final_norm = -1, final_norm_bias = -1;  // -1: a final norm without parameters (OLMo)

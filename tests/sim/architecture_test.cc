@@ -310,6 +310,73 @@ TEST_CASE("config-class rules of Laguna, MiniMax-M3 and the Qwen-VL composites (
                            "c.json").tie_word_embeddings);
 }
 
+TEST_CASE("config-class rules of DeepSeek-V4 and DBRX (branch arch12)", "[architecture]") {
+  const std::string v4 = R"("model_type": "deepseek_v4", "hidden_size": 64, "moe_intermediate_size": 32, "num_attention_heads": 4,
+      "head_dim": 16, "q_lora_rank": 16, "o_groups": 2, "o_lora_rank": 8, "vocab_size": 100)";
+  // DeepseekV4Config.__post_init__: without layer_types, two heavily compressed layers, then
+  // compressed sparse and heavily compressed alternating.
+  const ModelConfig defaults = parse_model_config("{" + v4 + R"(, "num_hidden_layers": 5})", "v4/config.json");
+  for (const auto& [layer, type] : std::vector<std::pair<int, std::string>>{{0, "heavily_compressed_attention"},
+                                                                            {1, "heavily_compressed_attention"},
+                                                                            {2, "heavily_compressed_attention"},
+                                                                            {3, "compressed_sparse_attention"},
+                                                                            {4, "heavily_compressed_attention"}}) {
+    INFO("layer " << layer);
+    CHECK(defaults.values.count("layer_types." + std::to_string(layer) + "=" + type) == 1);
+  }
+  CHECK(defaults.values.at("o_group_in_features") == 32);  // 4 heads * 16 / 2 groups
+  CHECK(defaults.values.at("compress_rate_csa_layer") == 4);
+  CHECK(defaults.values.at("compress_rate_hca_layer") == 128);
+  // The legacy compress_ratios (0 / 4 / 128 per layer) and compress_rate_csa; a longer layer list is
+  // cut to num_hidden_layers, as the config class does; a ratio outside the three is refused.
+  const ModelConfig legacy = parse_model_config("{" + v4 + R"(, "num_hidden_layers": 2, "compress_ratios": [0, 4], "compress_rate_csa": 8})",
+                                                "v4/config.json");
+  CHECK(legacy.values.count("layer_types.0=sliding_attention") == 1);
+  CHECK(legacy.values.count("layer_types.1=compressed_sparse_attention") == 1);
+  CHECK(legacy.values.at("compress_rate_csa_layer") == 8);
+  CHECK_NOTHROW(parse_model_config("{" + v4 + R"(, "num_hidden_layers": 1, "layer_types": ["sliding_attention", "sliding_attention"],
+      "mlp_layer_types": ["hash_moe", "moe"]})", "v4/config.json"));
+  CHECK_THROWS_WITH(parse_model_config("{" + v4 + R"(, "num_hidden_layers": 2, "compress_ratios": [0, 16]})", "v4/config.json"),
+                    Catch::Contains("v4/config.json") && Catch::Contains("compress_ratios.1"));
+  // mlp_layer_types holds DeepSeek-V4's own names, not "sparse" / "dense".
+  CHECK_THROWS_WITH(parse_model_config("{" + v4 + R"(, "num_hidden_layers": 2, "layer_types": ["sliding_attention", "sliding_attention"],
+      "mlp_layer_types": ["sparse", "moe"]})", "v4/config.json"),
+                    Catch::Contains("mlp_layer_types") && Catch::Contains("hash_moe"));
+  CHECK_THROWS_WITH(parse_model_config("{" + v4 + R"(, "num_hidden_layers": 2, "o_groups": 3})", "v4/config.json"),
+                    Catch::Contains("o_groups"));
+
+  // hc_head (DeepseekV4HyperHead) runs after the last layer, before the final norm: its parameters
+  // are in the final norm's group (first in backward, last in a ZeRO-3 fetch order), not the
+  // embedding's, though registered after `norm`; the indexer's never get a gradient.
+  {
+    const json fixture = read_fixture(kFixtures + "/deepseek_v4.json");
+    const ModelStructure structure = build_model_structure(plan_for(fixture, "deepseek_v4"));
+    REQUIRE(structure.after_layers.size() == 3);
+    CHECK(structure.embed_other.empty());
+    for (const LinearUse& use : structure.after_layers) {
+      const Parameter& p = structure.parameters.at(static_cast<size_t>(use.weight));
+      CHECK(p.name.rfind("model.hc_head.", 0) == 0);
+      CHECK(p.group == "final_norm");
+    }
+    CHECK(structure.layers.at(1).no_grad.size() == 6);  // layer 1 is compressed_sparse_attention
+    CHECK(structure.layers.at(0).no_grad.empty());      // sliding_attention: no compressor
+  }
+
+  // DBRX: the sizes from attn_config / ffn_config; attn_config.rope_theta is required (transformers
+  // 5.17's DbrxAttention reads it and its config class has no default); tied embeddings refused.
+  const std::string dbrx = R"("model_type": "dbrx", "d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 100,
+      "ffn_config": {"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2})";
+  const ModelConfig with_theta = parse_model_config("{" + dbrx + R"(, "attn_config": {"kv_n_heads": 2, "rope_theta": 500000}})", "dbrx/config.json");
+  CHECK(with_theta.hidden_size == 64);
+  CHECK(with_theta.num_key_value_heads == 2);
+  CHECK(with_theta.values.at("moe_num_experts") == 4);
+  CHECK(with_theta.values.at("ffn_hidden_size") == 32);
+  CHECK_THROWS_WITH(parse_model_config("{" + dbrx + R"(, "attn_config": {"kv_n_heads": 2}})", "dbrx/config.json"),
+                    Catch::Contains("dbrx/config.json") && Catch::Contains("attn_config.rope_theta"));
+  CHECK_THROWS_WITH(parse_model_config("{" + dbrx + R"(, "attn_config": {"rope_theta": 1}, "tie_word_embeddings": true})", "dbrx/config.json"),
+                    Catch::Contains("tie_word_embeddings"));
+}
+
 TEST_CASE("the architecture table is the list of modelled model types", "[architecture]") {
   const std::vector<std::string> types = modelled_model_types();
   for (const char* type : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral",

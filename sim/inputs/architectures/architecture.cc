@@ -898,6 +898,208 @@ void add_arch8_decoders(std::vector<ArchitectureSpec>& t) {
   }
 }
 
+// ---- Branch arch12: DeepSeek-V4 (transformers/models/deepseek_v4, transformers 5.17).
+
+// DeepseekV4Config.__post_init__: compress_rates defaults to {compressed_sparse_attention: 4,
+// heavily_compressed_attention: 128}, the legacy compress_rate_csa / compress_rate_hca override
+// them; layer_types comes from the file, else from the legacy compress_ratios (0 / 4 / 128 per
+// layer: _COMPRESS_RATIO_TO_LAYER_TYPE), else two heavily compressed layers then compressed sparse
+// and heavily compressed alternating; a longer list is cut to num_hidden_layers
+// (`self.layer_types[:n]`). DeepseekV4Attention builds o_a_proj (DeepseekV4GroupedLinear) with
+// num_attention_heads * head_dim // o_groups inputs per group: "o_group_in_features".
+void deepseek_v4_config_rules(std::map<std::string, double>& values, int layers, const std::string& source) {
+  auto value = [&](const std::string& key, double fallback) {
+    auto it = values.find(key);
+    return it == values.end() ? fallback : it->second;
+  };
+  values["compress_rate_csa_layer"] = value("compress_rate_csa", value("compress_rates.compressed_sparse_attention", 4));
+  values["compress_rate_hca_layer"] = value("compress_rate_hca", value("compress_rates.heavily_compressed_attention", 128));
+  auto listed = values.lower_bound("layer_types.");
+  if (listed == values.end() || listed->first.rfind("layer_types.", 0) != 0) {
+    static const std::map<int, std::string> by_ratio = {
+        {0, "sliding_attention"}, {4, "compressed_sparse_attention"}, {128, "heavily_compressed_attention"}};
+    const bool legacy = values.count("compress_ratios.0") != 0;
+    for (int i = 0; i < layers; ++i) {
+      std::string type;
+      if (legacy) {
+        auto ratio = values.find("compress_ratios." + std::to_string(i));
+        auto known = ratio == values.end() ? by_ratio.end() : by_ratio.find(static_cast<int>(ratio->second));
+        if (known == by_ratio.end()) {
+          throw InputError(source + ": key compress_ratios." + std::to_string(i),
+                           "expected 0, 4 or 128 for each of the num_hidden_layers layers (DeepseekV4Config's "
+                           "_COMPRESS_RATIO_TO_LAYER_TYPE)");
+        }
+        type = known->second;
+      } else {
+        type = i < 2 ? "heavily_compressed_attention" : ((i - 2) % 2 ? "compressed_sparse_attention" : "heavily_compressed_attention");
+      }
+      values["layer_types." + std::to_string(i) + "=" + type] = 1;
+    }
+  }
+  for (int i = 0; i < layers; ++i) {
+    const std::string prefix = "layer_types." + std::to_string(i) + "=";
+    auto it = values.lower_bound(prefix);
+    if (it == values.end() || it->first.rfind(prefix, 0) != 0) {
+      throw InputError(source + ": key layer_types", "expected one entry per layer (num_hidden_layers " + std::to_string(layers) +
+                                                         "; DeepseekV4Config.validate_layer_type)");
+    }
+  }
+  const double groups = value("o_groups", 8);
+  const double heads_width = value("num_attention_heads", 64) * value("head_dim", 512);
+  if (groups < 1 || std::fmod(heads_width, groups) != 0) {
+    throw InputError(source + ": key o_groups", "expected a positive divisor of num_attention_heads * head_dim (DeepseekV4GroupedLinear "
+                                                 "splits the heads' output into o_groups groups)");
+  }
+  values["o_group_in_features"] = heads_width / groups;
+}
+
+// DeepSeek-V4 (DeepseekV4DecoderLayer, modeling_deepseek_v4.py), in named_parameters() order:
+// - self_attn (DeepseekV4Attention): its own `sinks` [heads] first, then q_a_proj, q_a_norm,
+//   q_b_proj (q_b_norm is unweighted), one shared key/value head kv_proj [head_dim, H] and kv_norm,
+//   the grouped output projection o_a_proj (an nn.Linear subclass: weight [o_groups * o_lora_rank,
+//   heads * head_dim / o_groups], which PEFT's all-linear takes) and o_b_proj. Layers whose
+//   layer_types entry is not sliding_attention build a compressor: heavily compressed
+//   (DeepseekV4HCACompressor: position_bias [rate_hca, head_dim], kv_proj, gate_proj to head_dim,
+//   kv_norm) or compressed sparse (DeepseekV4CSACompressor: the same at 2 * head_dim over rate_csa,
+//   then its Lightning Indexer: position_bias, kv_proj, gate_proj at 2 * index_head_dim, kv_norm,
+//   q_b_proj from q_lora_rank, scorer.weights_proj). The indexer returns top-k integer indices
+//   (DeepseekV4Indexer.forward ends in .topk(...).indices): its parameters never get a gradient
+//   (ModuleRole::NoGrad, as MiniMax-M3's and DeepSeek-V3.2's indexers).
+// - mlp (DeepseekV4SparseMoeBlock) in every layer: gate.weight [E, H] (DeepseekV4HashRouter where
+//   mlp_layer_types says hash_moe, DeepseekV4TopKRouter otherwise; both hold `weight` as their one
+//   parameter, tid2eid and e_score_correction_bias are buffers), experts [E, 2I, H] / [E, H, I]
+//   over moe_intermediate_size, shared_experts (DeepseekV4MLP of moe_intermediate_size, mlp_bias).
+// - input_layernorm, post_attention_layernorm, then the hyper-connections attn_hc and ffn_hc
+//   (DeepseekV4HyperConnection: fn [(2 + hc_mult) * hc_mult, hc_mult * H], base, scale [3]).
+// The model registers hc_head (DeepseekV4HyperHead: hc_fn, hc_base, hc_scale) after `norm`.
+void add_deepseek_v4(std::vector<ArchitectureSpec>& t) {
+  ArchitectureSpec a;
+  a.model_type = "deepseek_v4";
+  const std::string hca = "layer_type=heavily_compressed_attention";
+  const std::string csa = "layer_type=compressed_sparse_attention";
+  const std::string mix = "2*hc_mult+hc_mult*hc_mult";
+  const std::string hc_width = "hc_mult*hidden_size";
+  a.layer = {tensor("self_attn.sinks", R::AttentionOther, "num_attention_heads"),
+             linear("self_attn.q_a_proj", R::Q, "hidden_size", "q_lora_rank"),
+             norm("self_attn.q_a_norm", R::AttentionOther, "q_lora_rank"),
+             linear("self_attn.q_b_proj", R::AttentionOther, "q_lora_rank", kQ),
+             linear("self_attn.kv_proj", R::K, "hidden_size", "head_dim"),
+             norm("self_attn.kv_norm", R::AttentionOther, "head_dim"),
+             linear("self_attn.o_a_proj", R::AttentionOther, "o_group_in_features", "o_groups*o_lora_rank"),
+             linear("self_attn.o_b_proj", R::O, "o_groups*o_lora_rank", "hidden_size"),
+             tensor("self_attn.compressor.position_bias", R::AttentionOther, "compress_rate_hca_layer,head_dim", hca),
+             linear("self_attn.compressor.kv_proj", R::AttentionOther, "hidden_size", "head_dim", "", hca),
+             linear("self_attn.compressor.gate_proj", R::AttentionOther, "hidden_size", "head_dim", "", hca),
+             norm("self_attn.compressor.kv_norm", R::AttentionOther, "head_dim", "", hca),
+             tensor("self_attn.compressor.position_bias", R::AttentionOther, "compress_rate_csa_layer,2*head_dim", csa),
+             linear("self_attn.compressor.kv_proj", R::AttentionOther, "hidden_size", "2*head_dim", "", csa),
+             linear("self_attn.compressor.gate_proj", R::AttentionOther, "hidden_size", "2*head_dim", "", csa),
+             norm("self_attn.compressor.kv_norm", R::AttentionOther, "head_dim", "", csa),
+             tensor("self_attn.compressor.indexer.position_bias", R::NoGrad, "compress_rate_csa_layer,2*index_head_dim", csa),
+             linear("self_attn.compressor.indexer.kv_proj", R::NoGrad, "hidden_size", "2*index_head_dim", "", csa),
+             linear("self_attn.compressor.indexer.gate_proj", R::NoGrad, "hidden_size", "2*index_head_dim", "", csa),
+             norm("self_attn.compressor.indexer.kv_norm", R::NoGrad, "index_head_dim", "", csa),
+             linear("self_attn.compressor.indexer.q_b_proj", R::NoGrad, "q_lora_rank", "index_n_heads*index_head_dim", "", csa),
+             linear("self_attn.compressor.indexer.scorer.weights_proj", R::NoGrad, "hidden_size", "index_n_heads", "", csa),
+             tensor("mlp.gate.weight", R::Router, "n_routed_experts,hidden_size"),
+             tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, "n_routed_experts,2*moe_intermediate_size,hidden_size"),
+             tensor("mlp.experts.down_proj", R::ExpertsDown, "n_routed_experts,hidden_size,moe_intermediate_size"),
+             linear("mlp.shared_experts.gate_proj", R::MlpOther, "hidden_size", "moe_intermediate_size", "mlp_bias"),
+             linear("mlp.shared_experts.up_proj", R::MlpOther, "hidden_size", "moe_intermediate_size", "mlp_bias"),
+             linear("mlp.shared_experts.down_proj", R::MlpOther, "moe_intermediate_size", "hidden_size", "mlp_bias"),
+             norm("input_layernorm", R::InputNorm),
+             norm("post_attention_layernorm", R::PostAttentionNorm),
+             tensor("attn_hc.fn", R::AttentionOther, mix + "," + hc_width),
+             tensor("attn_hc.base", R::AttentionOther, mix),
+             tensor("attn_hc.scale", R::AttentionOther, "3"),
+             tensor("ffn_hc.fn", R::MlpOther, mix + "," + hc_width),
+             tensor("ffn_hc.base", R::MlpOther, mix),
+             tensor("ffn_hc.scale", R::MlpOther, "3")};
+  a.after_layers = {tensor("model.hc_head.hc_fn", R::FinalNorm, "hc_mult," + hc_width),
+                    tensor("model.hc_head.hc_base", R::FinalNorm, "hc_mult"),
+                    tensor("model.hc_head.hc_scale", R::FinalNorm, "1")};
+  a.layer_class = "DeepseekV4DecoderLayer";
+  a.moe = MoeLayers::All;
+  a.experts_key = "n_routed_experts";
+  a.top_k_key = "num_experts_per_tok";
+  a.expert_width = "moe_intermediate_size";
+  a.shared_expert_width = "moe_intermediate_size";
+  // DeepseekV4Config.attribute_map (alias -> key); PEFT's v4 MoE conversion is not one of the shared
+  // patterns: transformers' conversion_mapping has its own deepseek_v4 list (checkpoint renames).
+  a.attribute_map = {{"num_local_experts", "n_routed_experts"}, {"intermediate_size", "moe_intermediate_size"}};
+  a.mlp_layer_types_allowed = {"hash_moe", "moe"};
+  // DeepseekV4PreTrainedModel._keep_in_fp32_modules_strict (attn_hc, ffn_hc, hc_head, sinks,
+  // position_bias, the norms) is applied by from_pretrained's dtype plan (_get_dtype_plan, called in
+  // from_pretrained only); a model built from its config (_from_config, what the structure oracle and
+  // the fixtures build) creates them in the model's dtype, since none is created with an explicit
+  // float32 (unlike ERNIE-4.5-MoE's router). Not listed: the table follows the built model; a
+  // checkpoint loaded by from_pretrained holds these (small) tensors in float32.
+  a.config_rules = deepseek_v4_config_rules;
+  // DeepseekV4Config's field defaults.
+  a.defaults = {{"tie_word_embeddings", 0}, {"head_dim", 512}, {"num_key_value_heads", 1}, {"q_lora_rank", 1024},
+                {"o_groups", 8}, {"o_lora_rank", 1024}, {"index_n_heads", 64}, {"index_head_dim", 128}, {"hc_mult", 4},
+                {"n_routed_experts", 256}, {"num_experts_per_tok", 6}, {"moe_intermediate_size", 2048}};
+  a.source = "transformers/models/deepseek_v4/modeling_deepseek_v4.py";
+  t.push_back(a);
+}
+
+// DbrxConfig (transformers 5.17 configuration_dbrx.py): validate_architecture raises "tie_word_embeddings
+// is not supported for DBRX models"; DbrxAttention.__init__ reads attn_config.rope_theta, which
+// DbrxAttentionConfig no longer declares or defaults (its own default config cannot build a model:
+// AttributeError), while every real DBRX config.json carries it in attn_config.
+void dbrx_config_rules(std::map<std::string, double>& values, int, const std::string& source) {
+  if (values.count("attn_rope_theta") == 0) {
+    throw InputError(source + ": key attn_config.rope_theta",
+                     "missing; expected a number (DbrxAttention reads attn_config.rope_theta, which transformers 5.17's "
+                     "DbrxAttentionConfig does not default, so transformers cannot build this config either)");
+  }
+  auto tied = values.find("tie_word_embeddings");
+  if (tied != values.end() && tied->second != 0) {
+    throw InputError(source + ": key tie_word_embeddings",
+                     "expected false (DbrxConfig.validate_architecture: tie_word_embeddings is not supported for DBRX models)");
+  }
+}
+
+// DBRX (DbrxBlock, modeling_dbrx.py): transformer.wte, transformer.blocks.N with norm_attn_norm
+// (DbrxNormAttentionNorm: norm_1 and norm_2 are nn.LayerNorm(d_model, bias=False), between them
+// attn.Wqkv [d_model + 2 * kv_n_heads * head_dim, d_model] and attn.out_proj, no biases) and ffn
+// (DbrxFFN: router.layer [moe_num_experts, d_model], then experts.mlp.w1, v1, w2, each
+// [moe_num_experts * ffn_hidden_size, d_model]: gate, up and the down projection stored transposed,
+// DbrxExpertGLU), then transformer.norm_f (LayerNorm without bias) and lm_head. attn_config and
+// ffn_config are sub-configs: their keys are read from there (DbrxConfig.__post_init__ also sets
+// num_key_value_heads = attn_config.kv_n_heads). head_dim is d_model // n_heads (DbrxAttention).
+void add_dbrx(std::vector<ArchitectureSpec>& t) {
+  ArchitectureSpec a;
+  a.model_type = "dbrx";
+  a.embed = "transformer.wte";
+  a.layers = "transformer.blocks";
+  a.layer_class = "DbrxBlock";
+  a.final_norm = "transformer.norm_f";
+  a.layer = {norm("norm_attn_norm.norm_1", R::InputNorm),
+             linear("norm_attn_norm.attn.Wqkv", R::QKV, "hidden_size", "hidden_size+2*num_key_value_heads*head_dim"),
+             linear("norm_attn_norm.attn.out_proj", R::O, "hidden_size", "hidden_size"),
+             norm("norm_attn_norm.norm_2", R::PostAttentionNorm),
+             linear("ffn.router.layer", R::Router, "hidden_size", "moe_num_experts"),
+             tensor("ffn.experts.mlp.w1", R::ExpertsGateUp, "moe_num_experts*ffn_hidden_size,hidden_size"),
+             tensor("ffn.experts.mlp.v1", R::ExpertsGateUp, "moe_num_experts*ffn_hidden_size,hidden_size"),
+             tensor("ffn.experts.mlp.w2", R::ExpertsDown, "moe_num_experts*ffn_hidden_size,hidden_size")};
+  a.moe = MoeLayers::All;
+  a.experts_key = "moe_num_experts";
+  a.top_k_key = "moe_top_k";
+  a.expert_width = "ffn_hidden_size";
+  a.attribute_map = {{"d_model", "hidden_size"}, {"n_heads", "num_attention_heads"}, {"n_layers", "num_hidden_layers"},
+                     {"max_seq_len", "max_position_embeddings"}};
+  a.popped_keys = {{"attn_config.kv_n_heads", "num_key_value_heads"}, {"attn_config.rope_theta", "attn_rope_theta"},
+                   {"ffn_config.ffn_hidden_size", "ffn_hidden_size"}, {"ffn_config.moe_num_experts", "moe_num_experts"},
+                   {"ffn_config.moe_top_k", "moe_top_k"}};
+  a.config_rules = dbrx_config_rules;
+  // DbrxAttentionConfig / DbrxFFNConfig field defaults.
+  a.defaults = {{"tie_word_embeddings", 0}, {"num_key_value_heads", 1}, {"ffn_hidden_size", 3584}, {"moe_num_experts", 4},
+                {"moe_top_k", 1}};
+  a.source = "transformers/models/dbrx/modeling_dbrx.py";
+  t.push_back(a);
+}
+
 // Lfm2MLP.__init__ (modeling_lfm2.py): with block_auto_adjust_ff_dim, the feed-forward width is
 // int(2 * intermediate_size / 3), then int(block_ffn_dim_multiplier * that) rounded up to a multiple
 // of block_multiple_of (LLaMA's rule). Lfm2Config is a strict dataclass: null for any of the three
@@ -2597,6 +2799,8 @@ std::vector<ArchitectureSpec> build_table() {
     add(a);
   }
   add_arch8_decoders(t);
+  add_deepseek_v4(t);
+  add_dbrx(t);
   return t;
 }
 

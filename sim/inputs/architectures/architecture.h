@@ -148,6 +148,10 @@ struct ArchitectureSpec {
   // writes mlp_layer_types and layer_types): a config.json with one is refused (exit 2) naming it,
   // rather than built without what it decides.
   std::vector<std::string> unread_keys;
+  // The names mlp_layer_types may hold when the config class has its own (DeepseekV4Config:
+  // "hash_moe", "moe"); empty: PreTrainedConfig's ALLOWED_MLP_LAYER_TYPES ("sparse", "dense").
+  // The config class also cuts longer per-layer lists to num_hidden_layers before validating.
+  std::vector<std::string> mlp_layer_types_allowed;
   // transformers' attribute_map of the config class: alias -> the key the table's expressions use
   // (Qwen3MoeConfig reads a config.json "num_experts" as num_local_experts).
   std::map<std::string, std::string> attribute_map;
@@ -200,6 +204,11 @@ struct ArchitectureSpec {
   // Gemma4TextModel registers embed_tokens_per_layer, per_layer_model_projection and
   // per_layer_projection_norm after `norm`). Their forward runs before the layers, as embed_extras'.
   std::vector<ModuleSpec> after_norm;
+  // Modules registered after the final norm (and after_norm) whose forward runs after the last layer,
+  // before the final norm (DeepSeek-V4's hc_head, DeepseekV4HyperHead: it collapses the hc_mult
+  // residual streams the norm then reads): their gradients are ready with the final norm's, first
+  // in backward.
+  std::vector<ModuleSpec> after_layers;
   // The width a dense layer's MLP is costed at (time and memory models), an expression over the
   // layer's values (see layer_rules); "" is intermediate_size.
   std::string mlp_width;

@@ -99,7 +99,9 @@ const std::map<std::string, PerExpertSpec>& v4_specs() {
 // GraniteMoe names its block block_sparse_moe): only those the v4-* fixtures and the structure
 // oracle under 4.57.1 matched are listed; the rest are refused on 4.x.
 bool fused_in_v4(const std::string& model_type) {
-  static const char* const kFused[] = {"gpt_oss"};
+  // DBRX (branch arch12): v4.57.1's DbrxExpertGLU has 5.17's w1 / v1 / w2 [E * ffn_hidden_size,
+  // d_model] and the same block (transformers-4.57.1 models/dbrx/modeling_dbrx.py).
+  static const char* const kFused[] = {"gpt_oss", "dbrx"};
   for (const char* t : kFused) {
     if (model_type == t) return true;
   }
