@@ -46,6 +46,7 @@ def parse_args(argv):
     p.add_argument("--store-port", type=int, default=0, help="the launcher's TCPStore (rank processes)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--collective-timeout-ms", type=int, default=3000)
+    p.add_argument("--processes", type=int, default=0, help="rank processes the launcher started (rank processes)")
     return p.parse_args(argv)
 
 
@@ -284,6 +285,12 @@ def rank_main(args):
                           timeout=datetime.timedelta(seconds=60))
     for index, out_dir in enumerate(args.out):
         s = load_structure(out_dir)
+        # Every rank process starts each plan together, those that sit it out included: a plan of
+        # fewer ranks (world 2 beside HSDP's 4) would otherwise let the idle ranks reach the next
+        # plan's process group early, and wait past the 3 s timeout for peers still running.
+        store.add(f"start-{index}", 1)
+        while store.add(f"start-{index}", 0) < args.processes:
+            time.sleep(0.005)
         if args.rank >= s["world_size"]:
             continue
         try:
@@ -355,7 +362,7 @@ def launch(args):
     for rank in range(world):
         cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(rank),
                "--store-port", str(store.port), "--seed", str(args.seed),
-               "--collective-timeout-ms", str(args.collective_timeout_ms)]
+               "--collective-timeout-ms", str(args.collective_timeout_ms), "--processes", str(world)]
         for d in args.out:
             cmd += ["--out", d]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
