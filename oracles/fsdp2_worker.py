@@ -46,6 +46,7 @@ def parse_args(argv):
     p.add_argument("--store-port", type=int, default=0, help="the launcher's TCPStore (rank processes)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--collective-timeout-ms", type=int, default=3000)
+    p.add_argument("--processes", type=int, default=0, help="rank processes the launcher started (rank processes)")
     return p.parse_args(argv)
 
 
@@ -206,8 +207,15 @@ def run_rank(args, s, out_dir, store, index, log):
     # between plans); each plan's process group gets its own prefix.
     dist.init_process_group("gloo", store=dist.PrefixStore(f"plan-{index}/", store), rank=rank,
                             world_size=world, timeout=timeout)
-    mesh = init_device_mesh("cpu", (world,))
     f = s["fsdp2"]
+    # accelerate's mesh for fully_shard (parallelism_config.py fsdp_dim_names): 1-D over the world,
+    # or 2-D ("dp_replicate", "dp_shard") for HSDP: rank r is in shard group r // shard and replica
+    # group r % shard (init_device_mesh lays the ranks out row-major).
+    replicate, shard = f.get("mesh", [1, world])
+    if replicate > 1:
+        mesh = init_device_mesh("cpu", (replicate, shard), mesh_dim_names=("dp_replicate", "dp_shard"))
+    else:
+        mesh = init_device_mesh("cpu", (world,))
     units = set(f["units"])
     model = Fsdp2Model(s, args.seed, units)
     log.events = []
@@ -277,6 +285,12 @@ def rank_main(args):
                           timeout=datetime.timedelta(seconds=60))
     for index, out_dir in enumerate(args.out):
         s = load_structure(out_dir)
+        # Every rank process starts each plan together, those that sit it out included: a plan of
+        # fewer ranks (world 2 beside HSDP's 4) would otherwise let the idle ranks reach the next
+        # plan's process group early, and wait past the 3 s timeout for peers still running.
+        store.add(f"start-{index}", 1)
+        while store.add(f"start-{index}", 0) < args.processes:
+            time.sleep(0.005)
         if args.rank >= s["world_size"]:
             continue
         try:
@@ -348,7 +362,7 @@ def launch(args):
     for rank in range(world):
         cmd = [sys.executable, os.path.abspath(__file__), "--rank", str(rank),
                "--store-port", str(store.port), "--seed", str(args.seed),
-               "--collective-timeout-ms", str(args.collective_timeout_ms)]
+               "--collective-timeout-ms", str(args.collective_timeout_ms), "--processes", str(world)]
         for d in args.out:
             cmd += ["--out", d]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
@@ -389,19 +403,30 @@ def collect(out_dir, s, ref, logs):
         result["ranks"].append({"rank": rank, "torch_version": r["torch_version"], "error": r["error"],
                                 "has_set_reduce_scatter_unused_params": r["has_set_reduce_scatter_unused_params"],
                                 "counts": counts, "events": r["events"]})
-    # Sharded gradients reassembled (Shard(0): rank r holds chunk r of torch.chunk(full, world, 0)).
+    # Sharded gradients reassembled (Shard(0): rank r holds chunk r % shard of torch.chunk(full,
+    # shard, 0), shard = the world without HSDP). Under HSDP every replica must hold the same
+    # shards (the all-reduce across replicas): replica 0's are reassembled, a replica that differs
+    # makes the parameter wrong.
+    replicate, shard = s["fsdp2"].get("mesh", [1, world])
     for it in range(s["iterations"]):
         if any(r is None or len(r["iterations"]) <= it for r in reports):
             break
         verdicts = {}
         for i, name in enumerate(names):
             expected = ref[it][i]
-            pieces = [r["iterations"][it]["grads"].get(name) for r in reports]
+            all_pieces = [r["iterations"][it]["grads"].get(name) for r in reports]
+            pieces = all_pieces[:shard]
+            replicas_differ = False
+            for k in range(1, replicate):
+                for a, b in zip(pieces, all_pieces[k * shard:(k + 1) * shard]):
+                    if (a is None) != (b is None) or (a is not None and (len(a) != len(b) or not torch.allclose(
+                            torch.tensor(a), torch.tensor(b), rtol=1e-3, atol=1e-5))):
+                        replicas_differ = True
             if all(p is None for p in pieces):
                 got = None
             else:
                 full = torch.zeros(shapes[name])
-                chunks = list(full.chunk(world, 0))
+                chunks = list(full.chunk(shard, 0))
                 # A rank whose sharded parameter holds a whole-tensor .grad (code that wrote .grad by
                 # hand after the unit resharded, onto the DTensor shard): no shard to reassemble; the
                 # optimizer would step on what is not this rank's shard.
@@ -410,7 +435,7 @@ def collect(out_dir, s, ref, logs):
                     if piece is not None and c.numel() > 0 and not whole:
                         c.copy_(torch.tensor(piece).view(c.shape))
                 got = None if whole else full
-            if got is None and any(p is not None for p in pieces):
+            if replicas_differ or (got is None and any(p is not None for p in pieces)):
                 verdict = "wrong"
             elif expected is None or float(expected.abs().max()) == 0.0:
                 verdict = "ok" if got is None or float(got.abs().max()) == 0.0 else "wrong"

@@ -190,7 +190,10 @@ std::string ddp_structure_json(const Plan& plan, const ModelStructure& structure
     const Fsdp2Units units = fsdp2_units(plan, structure);
     Json paths = Json::array();
     for (size_t u = 1; u < units.units.size(); ++u) paths.push_back(units.units[u].path);
-    j["fsdp2"] = Json{{"units", std::move(paths)}, {"reshard_after_forward", units.reshard_after_forward}};
+    // The device mesh fully_shard gets: [dp_replicate, dp_shard] (accelerate's fsdp_dim_names).
+    j["fsdp2"] = Json{{"units", std::move(paths)},
+                      {"reshard_after_forward", units.reshard_after_forward},
+                      {"mesh", Json::array({plan.engine.dp_replicate, plan.engine.shard_ranks(plan.world_size)})}};
   }
   return j.dump(1) + "\n";
 }

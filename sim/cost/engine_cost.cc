@@ -64,6 +64,10 @@ EngineCostSettings engine_cost_settings(const Plan& plan) {
     case EngineKind::Fsdp2: {
       s.name = "FSDP2";
       s.sharded = s.world > 1;
+      // fully_shard(mesh=...) over accelerate's mesh (Engine::dp_shard / dp_replicate): the units
+      // are sharded over the dp_shard group; HSDP all-reduces each shard across the replicas.
+      s.shard_ranks = std::max(1, engine.shard_ranks(s.world));
+      if (engine.dp_replicate > 1) s.name = fmt::format("FSDP2 HSDP {}x{}", engine.dp_replicate, s.shard_ranks);
       // fully_shard(reshard_after_forward=True) is the default (torch/distributed/fsdp/_fully_shard/_fully_shard.py).
       s.reshard_after_forward = fsdp.reshard_after_forward.value_or(true);
       if (auto v = accelerate_fsdp_setting(engine, "reshard_after_forward")) s.reshard_after_forward = truthy(*v);
@@ -1188,8 +1192,11 @@ EngineStepCost engine_step_cost(const Plan& plan, const ModelStructure& structur
       // unit's backward (post-backward hook); HYBRID_SHARD all-reduces the shard across nodes.
       const double end = link.run("reduce_scatter", "backward", bytes, ring_reduce_scatter_ns(bytes, n, device, gpus_per_node), t);
       if (s.world > n) {
+        // The replica group (rank r, r + n, r + 2n, ...: accelerate's mesh puts dp_replicate
+        // outermost) stays inside one node only when the whole world does.
         const int64_t shard = unit->shard_trainable * rb;
-        link.run("all_reduce", "backward", shard, ring_allreduce_ns(shard, s.world / n, device, 1), end);
+        link.run("all_reduce", "backward", shard,
+                 ring_allreduce_ns(shard, s.world / n, device, s.world <= gpus_per_node ? gpus_per_node : 1), end);
       }
       continue;
     }

@@ -1295,6 +1295,119 @@ void fsdp_engine(Draft& draft, int version, const std::string& decided_by) {
   }
 }
 
+// A parallelism size as written (0: the key is not set).
+int parallel_size(const Draft& draft, const std::string& key) {
+  for (const auto& [name, size] : draft.parallel_sizes) {
+    if (name == key) return size;
+  }
+  return 0;
+}
+
+// Without --world-size (or torchrun's flags, an accelerate config, hookstream.world_size), a plan
+// that sets axolotl's N-D parallelism sizes names its world size: their product (axolotl's own
+// examples say so: "dp_shard_size: 16  # requires 2x8xH100 nodes"; the expert-parallel plugin
+// requires expert_parallel_size x dp_shard_size x tensor_parallel_size x context_parallel_size =
+// world size, integrations/expert_parallel/plugin.py _resolve_ep_group).
+void world_size_from_parallel_sizes(Draft& draft) {
+  Plan& plan = draft.plan;
+  if (!plan.world_size_from.empty()) return;
+  long long product = 1;
+  std::string from;
+  for (const auto& [key, size] : draft.parallel_sizes) {
+    if (key == "sequence_parallel_degree" || size <= 1) continue;
+    product *= size;
+    const auto at = draft.where.find(key);
+    from += (from.empty() ? "" : " x ") + key + " " + std::to_string(size) + (at != draft.where.end() ? " (" + at->second + ")" : "");
+  }
+  if (from.empty()) return;
+  plan.world_size = check_world_size(static_cast<int>(std::min<long long>(product, 1 << 30)), from);
+  plan.world_size_from = from;
+  draft.where["hookstream.world_size"] = from;
+}
+
+// dp_shard_size / dp_replicate_size: axolotl's setup_parallelism_envs (utils/trainer.py) exports
+// the sizes above 1 as PARALLELISM_CONFIG_DP_SHARD_SIZE / _DP_REPLICATE_SIZE with
+// ACCELERATE_USE_PARALLELISM_CONFIG=true, and accelerate 1.15's Accelerator builds its
+// ParallelismConfig from them (accelerator.py; parallelism_config.py _validate_accelerator checks it
+// against the world size); for FSDP2 axolotl's ModelLoader builds the same mesh
+// (utils/distributed.py build_parallelism_config) and accelerate's fsdp2_prepare_model calls
+// fully_shard(mesh=mesh[fsdp_dim_names]): ("dp_replicate", "dp_shard_cp") when dp_replicate > 1
+// (HSDP: reduce-scatter in the shard group, all-reduce of the shard across replicas, torch
+// _fsdp_collectives.py foreach_reduce), else the 1-D dp_shard mesh (plain FSDP2).
+// Modelled: FSDP2 with dp_replicate x dp_shard = world size; DDP and DeepSpeed with
+// dp_replicate_size = world size alone (accelerate's own default mesh: plain data parallelism).
+// Tensor, context and expert parallelism stay listed in other_parallelism (not modelled).
+void data_parallel_mesh(Draft& draft) {
+  Plan& plan = draft.plan;
+  Engine& engine = plan.engine;
+  auto where = [&](const std::string& key) { return draft.where.count(key) ? draft.where[key] : plan.source; };
+  const int shard = parallel_size(draft, "dp_shard_size");
+  const int replicate = parallel_size(draft, "dp_replicate_size");
+  const int tp = parallel_size(draft, "tensor_parallel_size");
+  const int cp = parallel_size(draft, "context_parallel_size");
+  const int ep = parallel_size(draft, "expert_parallel_size");
+  auto list_all = [&] {
+    for (const auto& [key, size] : draft.parallel_sizes) {
+      if (size > 1) engine.other_parallelism.push_back(key + ": " + std::to_string(size));
+    }
+  };
+  const bool known_world = !plan.world_size_from.empty();
+  if (ep > 1) {
+    // ExpertParallelPlugin._resolve_ep_group's check, its own message.
+    const long long product = static_cast<long long>(ep) * std::max(shard, 1) * std::max(tp, 1) * std::max(cp, 1);
+    if (known_world && product != plan.world_size) {
+      throw InputError(where("expert_parallel_size"),
+                       fmt::format("key \"expert_parallel_size\": expert_parallel_size ({}) * dp_shard_size ({}) * tensor_parallel_size ({}) * "
+                                   "context_parallel_size ({}) = {}, but world_size = {} ({}). The product must equal the world size for "
+                                   "orthogonal mesh axes to be valid (axolotl's expert_parallel plugin)",
+                                   ep, std::max(shard, 1), std::max(tp, 1), std::max(cp, 1), product, plan.world_size, plan.world_size_from));
+    }
+    list_all();
+    return;
+  }
+  if (shard <= 1 && replicate <= 1 && tp <= 1 && cp <= 1) {
+    list_all();  // sequence_parallel_degree, or nothing
+    return;
+  }
+  // accelerate's ParallelismConfig from the exported sizes (unset ones are 1), checked against
+  // the number of processes: total_size = dp_replicate x dp_shard x tp x cp.
+  const long long total = static_cast<long long>(std::max(replicate, 1)) * std::max(shard, 1) * std::max(tp, 1) * std::max(cp, 1);
+  const std::string key = shard > 1 ? "dp_shard_size" : replicate > 1 ? "dp_replicate_size" : tp > 1 ? "tensor_parallel_size" : "context_parallel_size";
+  if (known_world && total != plan.world_size) {
+    throw InputError(where(key), fmt::format("key \"{}\": ParallelismConfig total_size ({}) does not match num_processes ({}, {}). Please adjust "
+                                             "dp_replicate_size/ dp_shard_size/tp_size/cp_size/sp_size (accelerate's check)",
+                                             key, total, plan.world_size, plan.world_size_from));
+  }
+  if (engine.kind == EngineKind::Fsdp1) {
+    throw InputError(where(key), fmt::format("key \"{}\": ParallelismConfig is only compatible DistributedType.FSDP (version 2) or "
+                                             "DistributedType.Multi{{Device}} or DistributedType.DEEPSPEED, but got DistributedType.FSDP "
+                                             "(FSDP version 1, {}; accelerate's check: set fsdp_version: 2)",
+                                             key, engine.decided_by.empty() ? std::string("fsdp_config") : engine.decided_by.front()));
+  }
+  if (engine.kind == EngineKind::Fsdp2 && shard <= 1 && cp <= 1) {
+    throw InputError(where(key), "key \"" + key + "\": FSDP is enabled but the parallelism config has no dimension for FSDP to shard across "
+                                 "(both `dp_shard_size` and `cp_size` are 1), as accelerate says: set dp_shard_size");
+  }
+  if (tp > 1 || cp > 1) {
+    list_all();
+    return;
+  }
+  if (engine.kind == EngineKind::Fsdp2) {
+    engine.dp_shard = shard;
+    engine.dp_replicate = std::max(replicate, 1);
+    engine.settings.push_back(replicate > 1 ? fmt::format("HSDP mesh (dp_replicate {}, dp_shard {}): dp_replicate_size ({}), dp_shard_size ({})",
+                                                          replicate, shard, where("dp_replicate_size"), where("dp_shard_size"))
+                                            : fmt::format("FSDP2 mesh dp_shard {} (dp_shard_size, {})", shard, where("dp_shard_size")));
+    return;
+  }
+  if (shard <= 1) {
+    // DDP / DeepSpeed with dp_replicate_size = world size: accelerate's default mesh, plain data parallelism.
+    engine.settings.push_back(fmt::format("dp_replicate_size: {} ({}): the whole world, plain data parallelism", replicate, where("dp_replicate_size")));
+    return;
+  }
+  list_all();  // DDP or DeepSpeed over a dp_shard mesh: not modelled
+}
+
 // The engine: DeepSpeed when `deepspeed:` is set, FSDP when fsdp_config (or the old `fsdp:` list)
 // is, with axolotl's version rule (validation.py _resolve_fsdp_version: top-level fsdp_version,
 // else fsdp_config.fsdp_version, else 1); an accelerate config's distributed_type says the same
@@ -1304,6 +1417,7 @@ void engine_rules(Draft& draft, const std::optional<AccelerateConfig>& accelerat
   Plan& plan = draft.plan;
   auto where = [&](const std::string& key) { return draft.where.count(key) ? draft.where[key] : plan.source; };
   const bool fsdp = draft.fsdp_list || draft.fsdp_config.has_value();
+  world_size_from_parallel_sizes(draft);
   if (draft.deepspeed && fsdp) {
     // axolotl's check_fsdp_deepspeed: "deepspeed and fsdp cannot be used together."
     throw InputError(where("deepspeed"), std::string("key \"deepspeed\": deepspeed and ") + (draft.fsdp_config ? "fsdp_config" : "fsdp") + " (" +
@@ -1395,9 +1509,7 @@ void engine_rules(Draft& draft, const std::optional<AccelerateConfig>& accelerat
       plan.engine.other_parallelism.push_back("distributed_type: " + type);
     }
   }
-  for (const auto& [key, size] : draft.parallel_sizes) {
-    if (size > 1) plan.engine.other_parallelism.push_back(key + ": " + std::to_string(size));
-  }
+  data_parallel_mesh(draft);
   if (plan.engine.decided_by.empty()) plan.engine.decided_by.push_back("no deepspeed, fsdp_config or --accelerate-config: DDP (axolotl's default with several ranks)");
 }
 

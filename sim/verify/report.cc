@@ -246,6 +246,13 @@ std::string render_text(const VerifyResult& r, bool colour) {
                             : fmt::format("{}", fmt::join(plan.engine.fsdp.transformer_layer_cls_to_wrap, ","))) +
                            (fsdp2_adapter_units(plan) ? " + each LoRA A and B" : ""),
                        plan.engine.fsdp.reshard_after_forward.value_or(true) ? "true" : "false", plan.torch_version.text());
+    // accelerate's mesh from dp_shard_size / dp_replicate_size (sim/inputs/plan.cc data_parallel_mesh).
+    if (plan.engine.dp_replicate > 1) {
+      out += fmt::format("{}mesh{}     HSDP: dp_replicate {} x dp_shard {}; each unit reduce-scatters in its shard group of {} "
+                         "ranks, then all-reduces its shard across {} replicas\n",
+                         s.bold(), s.reset(), plan.engine.dp_replicate, plan.engine.shard_ranks(plan.world_size),
+                         plan.engine.shard_ranks(plan.world_size), plan.engine.dp_replicate);
+    }
   } else {
     out += fmt::format("{}schedule{} checkpointing {}; tiled MLP {}; find_unused_parameters={}; static_graph={}; {} bucket(s); "
                        "DDP of PyTorch {}\n",

@@ -635,7 +635,11 @@ std::string render_simulation_text(const SimulationReport& report, const Simulat
                         memory.host_peak.at, breakdown_text(memory.host_peak));
   }
   if (!memory.engine.empty()) {
-    text += "         model states sharded by " + memory.engine + " over " + std::to_string(report.ddp.plan.world_size) + " ranks\n";
+    const Plan& plan = report.ddp.plan;
+    const int shard = plan.engine.kind == EngineKind::Fsdp2 ? plan.engine.shard_ranks(plan.world_size) : plan.world_size;
+    // HSDP (dp_replicate_size > 1): each replica holds the whole model, sharded over its dp_shard group.
+    text += "         model states sharded by " + memory.engine + " over " + std::to_string(shard) + " ranks" +
+            (shard != plan.world_size ? " (each of the " + std::to_string(plan.world_size / shard) + " replicas)" : "") + "\n";
     for (const std::string& note : memory.engine_notes) text += "         note: " + note + "\n";
   }
   text += report.memory.ok() ? "OK       the peak fits\n" : "FAIL     oom  " + memory.oom->message + "\n";

@@ -68,11 +68,13 @@ TEST_CASE("all of axolotl's example configs get a verdict", "[cli][axolotl]") {
   // 20 of them set fsdp_config/fsdp_version, deepspeed, context/tensor/expert parallelism or
   // dp_shard_size; the data-parallel FSDP2 ones get FSDP2 verdicts (sim/sync/fsdp2), the FSDP1
   // QLoRA ones FSDP1 verdicts (sim/sync/fsdp1, packed 4-bit weights). Not modelled yet: the two
-  // expert_parallel_size examples and gpt-oss-120b's dp_shard_size.
-  CHECK(engine_not_modelled == 3);
+  // expert_parallel_size examples.
+  CHECK(engine_not_modelled == 2);
   CHECK(fsdp2_verdicts >= 1);
-  // Six FSDP examples wrap their own model's decoder layer, and the 8-bit DBRX one its DbrxBlock.
-  CHECK(other_model_class == 7);
+  // Six FSDP examples wrap their own model's decoder layer, the 8-bit DBRX one its DbrxBlock, and
+  // gpt-oss-120b-fft-fsdp2-offload (dp_shard_size: 16 is plain FSDP2 over 16 ranks) its
+  // GptOssDecoderLayer: refused on the Llama config this test forces.
+  CHECK(other_model_class == 8);
 }
 
 TEST_CASE("an FSDP2 example gets an FSDP2 verdict and one with expert parallelism engine_not_modelled", "[cli][axolotl]") {
@@ -102,12 +104,46 @@ TEST_CASE("an FSDP2 example gets an FSDP2 verdict and one with expert parallelis
   CHECK((q.exit_code == 0 || q.exit_code == 1));
   CHECK(q.out.find("FSDP2 of PyTorch") != std::string::npos);
 
-  // FSDP2 with expert parallelism: not modelled, said so.
+  // FSDP2 with expert parallelism: not modelled, said so, naming the plugin's code; its world
+  // size is expert_parallel_size x dp_shard_size.
   const fs::path ep = corpus("axolotl-examples/expert_parallel_qwen3_30ba3b_ep_fsdp_fft_4gpu.yaml");
   const auto e = verify_in(ep.parent_path(), "'" + ep.string() + "' --model '" + kModel + "' --format json");
   INFO(e.out);
   REQUIRE(e.exit_code == 1);
-  CHECK(nlohmann::json::parse(e.out)["verdict"] == "engine_not_modelled");
+  const auto ej = nlohmann::json::parse(e.out);
+  CHECK(ej["verdict"] == "engine_not_modelled");
+  CHECK(ej["world_size"] == 4);
+  CHECK(ej["message"].get<std::string>().find("ExpertParallelPlugin") != std::string::npos);
+  CHECK(ej["message"].get<std::string>().find("_ddp_params_and_buffers_to_ignore") != std::string::npos);
+  // The plugin's own check of the mesh against the world size: bad input.
+  const auto e8 = verify_in(ep.parent_path(), "'" + ep.string() + "' --model '" + kModel + "' --world-size 8");
+  CHECK(e8.exit_code == 2);
+  CHECK(e8.out.find("= 4, but world_size = 8") != std::string::npos);
+}
+
+TEST_CASE("an FSDP2 example with dp_shard_size is plain FSDP2 over that many ranks", "[cli][axolotl]") {
+  // gpt-oss-120b-fft-fsdp2-offload.yaml: dp_shard_size: 16 ("requires 2x8xH100 nodes"). Run on the
+  // Llama config with the wrap class that config has.
+  const fs::path file = corpus("axolotl-examples/gpt-oss_gpt-oss-120b-fft-fsdp2-offload.yaml");
+  const std::string args = "'" + file.string() + "' --model '" + kModel + "' --set fsdp_config.transformer_layer_cls_to_wrap=LlamaDecoderLayer";
+  const auto r = verify_in(file.parent_path(), args + " --format json");
+  INFO(r.out);
+  REQUIRE(r.exit_code <= 1);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["engine"]["kind"] == "fsdp2");
+  CHECK(j["engine"]["modelled"] == true);
+  CHECK(j["engine"]["other_parallelism"].empty());
+  CHECK(j["world_size"] == 16);
+  // accelerate's check: the mesh must cover the world.
+  const auto bad = verify_in(file.parent_path(), args + " --world-size 8");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.out.find("ParallelismConfig total_size (16) does not match num_processes (8, --world-size)") != std::string::npos);
+  // HSDP: 2 replicas of dp_shard 8.
+  const auto hsdp = verify_in(file.parent_path(), args + " --set dp_shard_size=8 --set dp_replicate_size=2");
+  INFO(hsdp.out);
+  CHECK(hsdp.exit_code <= 1);
+  CHECK(hsdp.out.find("HSDP: dp_replicate 2 x dp_shard 8") != std::string::npos);
+  CHECK(hsdp.out.find("backward all_reduce") != std::string::npos);
 }
 
 TEST_CASE("a DeepSpeed example names the ZeRO stage from its JSON and is simulated by the ZeRO-3 model", "[cli][axolotl]") {

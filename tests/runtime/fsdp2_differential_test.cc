@@ -143,7 +143,7 @@ bool agree(const VerifyResult& predicted, const Fsdp2OracleResult& observed, std
     if (o.kind == "ok") {
       std::map<std::string, std::map<std::string, int>> real;
       for (const auto& [unit, c] : observed.ranks.at(static_cast<size_t>(rank)).counts) {
-        for (const char* what : {"all_gather", "reduce_scatter"}) {
+        for (const char* what : {"all_gather", "reduce_scatter", "all_reduce"}) {
           auto it = c.find(what);
           if (it != c.end() && it->second > 0) real[unit][what] = it->second;
         }

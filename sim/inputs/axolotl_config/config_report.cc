@@ -28,9 +28,28 @@ const char* kWorldSizeMissing =
     "not given: pass --world-size N, or torchrun's --nnodes N --nproc-per-node M, or --accelerate-config FILE with "
     "num_processes (hookstream.world_size in the plan also sets it)";
 
+// Expert parallelism (expert_parallel_size > 1) is axolotl's ExpertParallelPlugin
+// (src/axolotl/integrations/expert_parallel/plugin.py, 2026): what it would run, and what of it
+// hookstream does not model, named rather than approximated by a data-parallel verdict.
+std::string expert_parallel_reason(const Engine& engine) {
+  bool ep = false;
+  for (const std::string& other : engine.other_parallelism) ep = ep || other.rfind("expert_parallel_size: ", 0) == 0;
+  if (!ep) return "";
+  return "expert_parallel_size runs axolotl's ExpertParallelPlugin (integrations/expert_parallel): shard.py "
+         "shard_expert_weights keeps 1/expert_parallel_size of every MoE layer's experts (the 3-D gate_up_proj/down_proj "
+         "of transformers' @use_experts_implementation) on each rank of the ep group, experts_fn dispatches and combines the "
+         "routed tokens with all-to-alls over that group (DeepEP's fused kernels, or torch all_to_all_single with "
+         "expert_parallel_backend: torch), and the expert shards' gradients are not data-parallel: under DDP they are in "
+         "_ddp_params_and_buffers_to_ignore and a gradient hook scales them (pure EP), under FSDP2 fully_shard_experts "
+         "shards them on dp_shard beside the ep axis; hookstream models none of these (the all-to-alls, whose sizes "
+         "depend on each rank's routing, the parameters DDP ignores, the expert gradient scaling, the 2-D expert sharding)";
+}
+
 std::string message(const Plan& plan) {
   // FSDP1 is modelled except for the settings fsdp1_not_modelled_reason names: say which.
-  const std::string reason = plan.engine.kind == EngineKind::Fsdp1 ? fsdp1_not_modelled_reason(plan.engine.fsdp) : "";
+  std::string reason = plan.engine.kind == EngineKind::Fsdp1 ? fsdp1_not_modelled_reason(plan.engine.fsdp) : "";
+  const std::string ep = expert_parallel_reason(plan.engine);
+  if (!ep.empty()) reason = reason.empty() ? ep : reason + "; " + ep;
   return "this plan would run on " + plan.engine.name() + "; hookstream verifies the hook schedules of DDP, FSDP2, FSDP1 and DeepSpeed ZeRO 0-3 (data parallel only), "
          "so the hook schedule of " +
          plan.engine.name() + " is not verified yet (no DDP verdict applies to it)" + (reason.empty() ? "" : ": " + reason);

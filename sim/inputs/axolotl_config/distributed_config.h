@@ -137,6 +137,14 @@ struct Engine {
   FsdpSettings fsdp;  // FSDP1 / FSDP2 only
   std::vector<std::string> decided_by;   // "fsdp_version: 2 (plan.yaml:64)"
   std::vector<std::string> settings;     // engine settings worth naming ("offload_param: cpu")
+  // accelerate's ParallelismConfig data-parallel mesh (axolotl's dp_shard_size /
+  // dp_replicate_size, utils/distributed.py _get_parallel_config_kwargs): FSDP2's
+  // fully_shard(mesh=...) shards over `dp_shard` and, with dp_replicate > 1, all-reduces the
+  // shards across `dp_replicate` (HSDP). 0 = no mesh key set: FSDP2 over the whole world.
+  int dp_shard = 0;
+  int dp_replicate = 1;
+  // Ranks one FSDP2 unit is sharded over: the dp_shard group, or the whole world.
+  int shard_ranks(int world_size) const { return dp_shard > 0 ? dp_shard : world_size; }
   // Parallelism beside data parallelism that the DDP model does not cover
   // ("tensor_parallel_size: 2", "context_parallel_size: 4", "expert_parallel_size: 4").
   std::vector<std::string> other_parallelism;

@@ -240,7 +240,7 @@ class Fsdp2 final : public SyncModel {
   void unshard(int u) {
     UnitState& s = state_[static_cast<size_t>(u)];
     if (s.gather_pending || s.unsharded) return;
-    if (plan_.world_size <= 1) {
+    if (shard_ranks() <= 1) {
       // FSDPParamGroup.unshard: "if world_size == 1" no collective is issued.
       s.unsharded = true;
       return;
@@ -256,9 +256,13 @@ class Fsdp2 final : public SyncModel {
     s.unsharded = true;
   }
 
+  // The ranks a unit is sharded over: the mesh's shard dimension (FSDPParam shards dim 0 over
+  // shard_mesh_info, the dp_shard group under HSDP), the whole world without a mesh key.
+  int shard_ranks() const { return std::max(1, plan_.engine.shard_ranks(plan_.world_size)); }
+
   int64_t padded_numel(const Parameter& p) const {
     if (p.shape.empty()) return 1;
-    const int64_t world = std::max(1, plan_.world_size);
+    const int64_t world = shard_ranks();
     int64_t rest = 1;
     for (size_t d = 1; d < p.shape.size(); ++d) rest *= p.shape[d];
     return (p.shape[0] + world - 1) / world * world * rest;
@@ -310,12 +314,22 @@ class Fsdp2 final : public SyncModel {
     reshard(u);
     if (with_grad == 0) return;  // "if len(fsdp_params_with_grad) == 0: return": no collective
     // foreach_reduce's reduce-scatter input: every gradient padded on dim 0 to a multiple of the
-    // world size, flattened and concatenated (_fsdp_collectives.py foreach_reduce_scatter_copy_in):
-    // what TORCH_DISTRIBUTED_DEBUG=DETAIL prints as the fingerprint's TensorShape.
-    if (plan_.world_size <= 1) return;
-    issue(Collective{fmt::format("reduce_scatter {} ({} of {} params, {} elements)", unit_name(u), with_grad,
-                                 unit.parameters.size(), elements),
-                     bytes});
+    // shard group's size, flattened and concatenated (_fsdp_collectives.py
+    // foreach_reduce_scatter_copy_in): what TORCH_DISTRIBUTED_DEBUG=DETAIL prints as the
+    // fingerprint's TensorShape.
+    const int shards = shard_ranks();
+    if (shards > 1) {
+      issue(Collective{fmt::format("reduce_scatter {} ({} of {} params, {} elements)", unit_name(u), with_grad,
+                                   unit.parameters.size(), elements),
+                       bytes});
+    }
+    // HSDP: foreach_reduce all-reduces the reduce-scatter output (this rank's shard) across the
+    // replicas ("if all_reduce_group is not None: ... dist.all_reduce(reduce_output,
+    // group=all_reduce_group)"), on synced steps only (set_requires_gradient_sync(False) also
+    // clears all_reduce_grads, _fully_shard.py).
+    if (plan_.engine.dp_replicate > 1) {
+      issue(Collective{fmt::format("all_reduce {} ({} elements)", unit_name(u), elements / shards), bytes / shards});
+    }
   }
 
   // FSDPState._root_post_backward_final_callback.
