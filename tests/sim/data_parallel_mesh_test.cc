@@ -88,7 +88,7 @@ TEST_CASE("mesh: accelerate's checks are one line of bad input", "[fsdp2][mesh]"
                                     "but world_size = 8"));
 }
 
-TEST_CASE("mesh: DDP over dp_replicate_size = world is plain DDP; a dp_shard mesh or experts are not modelled", "[fsdp2][mesh]") {
+TEST_CASE("mesh: DDP over dp_replicate_size = world is plain DDP (a dp_shard mesh or experts are not modelled)", "[fsdp2][mesh]") {
   const Plan ddp = load(kDdp + "dp_replicate_size: 4\n", 4);
   CHECK(ddp.engine.kind == EngineKind::Ddp);
   CHECK(ddp.engine.modelled());
