@@ -8,7 +8,8 @@ huggingface_hub leaves it after a download (models--ORG--NAME/refs/main and, for
 _cache_commit_hash_for_specific_revision; snapshots/<commit>/config.json), each config.json the real
 one where ../shared/corpora/hf-configs or bench/hf-configs has it, else transformers' own default
 config of the type (AutoConfig.for_model: the example's architecture at transformers' default sizes;
-no download). Then `hookstream verify EXAMPLE --world-size 2` runs from a folder holding axolotl's
+no download). Then `hookstream verify EXAMPLE --world-size 2` (no --world-size for an example that sizes
+its own mesh: dp_shard_size, expert_parallel_size, ...) runs from a folder holding axolotl's
 deepspeed_configs/, with HF_HUB_CACHE pointing at the cache and no --model.
 
 Every example must end in one of:
@@ -153,7 +154,13 @@ def main():
         env = dict(os.environ, HF_HUB_CACHE=str(cache))
         for example in examples:
             repo = re.search(r"^base_model:\s*(\S+)", example.read_text(), re.M).group(1)
-            proc = subprocess.run([hookstream, "verify", str(example), "--world-size", "2"], cwd=root, env=env,
+            # An example that sizes its own mesh (dp_shard_size: 16 "requires 2x8xH100 nodes",
+            # expert_parallel_size x dp_shard_size = world) names its world size: hookstream takes
+            # the product, as accelerate and axolotl's plugins check it; the others run on 2 ranks.
+            sized = re.search(r"^(dp_shard_size|dp_replicate_size|expert_parallel_size|tensor_parallel_size|"
+                              r"context_parallel_size):\s*([2-9]|[1-9][0-9]+)\b", example.read_text(), re.M)
+            world = [] if sized else ["--world-size", "2"]
+            proc = subprocess.run([hookstream, "verify", str(example), *world], cwd=root, env=env,
                                   capture_output=True, text=True)
             out = proc.stdout + proc.stderr
             status = classify(proc.returncode, out)
