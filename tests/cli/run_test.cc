@@ -18,9 +18,11 @@
 #include <thread>
 
 #include "tests/cli/run_binary.h"
+#include "tests/read_text.h"
 #include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
+using hookstream::test::read_text;
 using hookstream::testing::run_binary;
 using hookstream::testing::run_command;
 
@@ -40,13 +42,6 @@ nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
   REQUIRE(in);
   return nlohmann::json::parse(in);
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 int count_lines(const std::string& text) {

@@ -16,6 +16,7 @@
 #include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
 #include "sim/sync/sync_simulation.h"
+#include "tests/read_text.h"
 #include "tests/temp_dir.h"
 
 #undef CHECK
@@ -23,17 +24,7 @@
 
 using namespace hookstream;
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string read_file_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
+using hookstream::test::read_text;
 
 TEST_CASE("FSDP1 ParamWrapper on expert tensors: every rank's first-forward error equals real FSDP1 + PEFT's",
           "[oracle][fsdp1][param_wrapper]") {
@@ -67,13 +58,13 @@ TEST_CASE("FSDP1 ParamWrapper on expert tensors: every rank's first-forward erro
   }
   command += " > " + (dir.path() / "worker.log").string() + " 2>&1";
   const int status = std::system(command.c_str());
-  INFO(read_file_text(dir.path() / "worker.log").substr(0, 4000));
+  INFO(read_text(dir.path() / "worker.log").substr(0, 4000));
   REQUIRE(status == 0);
   for (size_t i = 0; i < files.size(); ++i) {
     const Plan& plan = plans[i];
     const SyncSimulation predicted = simulate_gradient_sync(plan, build_model_structure(plan));
     for (int rank = 0; rank < plan.world_size; ++rank) {
-      const nlohmann::json real = nlohmann::json::parse(read_file_text(dir.path() / fmt::format("{:02}", i) / fmt::format("fsdp1-pw-rank-{}.json", rank)));
+      const nlohmann::json real = nlohmann::json::parse(read_text(dir.path() / fmt::format("{:02}", i) / fmt::format("fsdp1-pw-rank-{}.json", rank)));
       INFO(files[i].filename().string() << " rank " << rank << "\nreal: " << real.dump());
       REQUIRE(real["error"].is_object());
       const Finding* found = nullptr;

@@ -21,6 +21,7 @@
 #include "sim/inputs/plan.h"
 #include "sim/sync/fsdp1/fsdp1_model.h"
 #include "sim/sync/sync_simulation.h"
+#include "tests/read_text.h"
 #include "tests/temp_dir.h"
 
 #undef CHECK
@@ -28,15 +29,9 @@
 
 using namespace hookstream;
 namespace fs = std::filesystem;
+using hookstream::test::read_text;
 
 namespace {
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string torch_dtype_name(DType dtype) {
   switch (dtype) {

@@ -21,6 +21,7 @@
 #include "runtime/ddp_structure_json.h"
 #include "sim/cost/engine_cost.h"
 #include "sim/inputs/model_structure.h"
+#include "tests/read_text.h"
 #include "tests/temp_dir.h"
 
 #undef CHECK
@@ -28,15 +29,9 @@
 
 using namespace hookstream;
 namespace fs = std::filesystem;
+using hookstream::test::read_text;
 
 namespace {
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 struct FetchCase {
   std::string name;

@@ -25,6 +25,7 @@
 #include "sim/inputs/model_structure.h"
 #include "sim/sync/sync_simulation.h"
 #include "tests/runtime/random_plans.h"  // the shared Random (fixed seeds)
+#include "tests/read_text.h"
 #include "tests/temp_dir.h"
 
 #undef CHECK
@@ -32,6 +33,7 @@
 
 using namespace hookstream;
 namespace fs = std::filesystem;
+using hookstream::test::read_text;
 
 namespace {
 
@@ -117,13 +119,6 @@ Case make_case(const std::string& name, const std::string& yaml) {
   return c;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The first finding the simulator predicts for `rank` (kind Ok: none).
 Finding first_for_rank(const SyncSimulation& sim, int rank) {
   for (const Finding& f : sim.findings) {
@@ -202,7 +197,7 @@ Tally run_and_compare(const std::vector<Case>& cases) {
   }
   command += " > " + (dir.path() / "worker.log").string() + " 2>&1";
   const int status = std::system(command.c_str());
-  INFO(read_file(dir.path() / "worker.log").substr(0, 4000));
+  INFO(read_text(dir.path() / "worker.log").substr(0, 4000));
   REQUIRE(status == 0);
 
   Tally tally;
@@ -211,7 +206,7 @@ Tally run_and_compare(const std::vector<Case>& cases) {
     bool any_finding = false;
     for (int rank = 0; rank < c.plan.world_size; ++rank) {
       const fs::path report_path = dir.path() / fmt::format("{:02}", i) / fmt::format("zero-rank-{}.json", rank);
-      const nlohmann::json report = nlohmann::json::parse(read_file(report_path));
+      const nlohmann::json report = nlohmann::json::parse(read_text(report_path));
       const nlohmann::json error = report.contains("error") ? report["error"] : nlohmann::json();
       const Finding predicted = first_for_rank(c.simulation, rank);
       ++tally.ranks;
@@ -246,7 +241,7 @@ std::vector<Case> named_cases(bool stage0) {
   std::vector<Case> cases;
   for (const auto& entry : fs::directory_iterator(std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/zero")) {
     if (entry.path().extension() != ".yaml") continue;
-    Case c = make_case(entry.path().filename().string(), read_file(entry.path()));
+    Case c = make_case(entry.path().filename().string(), read_text(entry.path()));
     if ((c.plan.engine.deepspeed->zero_stage == 0) == stage0) cases.push_back(std::move(c));
   }
   std::sort(cases.begin(), cases.end(), [](const Case& a, const Case& b) { return a.name < b.name; });

@@ -14,12 +14,14 @@
 #include "sim/cost/engine_cost.h"
 #include "sim/inputs/model_structure.h"
 #include "sim/inputs/plan.h"
+#include "tests/read_text.h"
 #include "tests/temp_dir.h"
 
 #include <catch2/catch.hpp>
 
 using namespace hookstream;
 namespace fs = std::filesystem;
+using hookstream::test::read_text;
 
 namespace {
 
@@ -30,13 +32,6 @@ struct Case {
   bool offload_optimizer;
   bool offload_param;
 };
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 Plan zero_plan(const Case& c) {
   // No prefetch, no persistent parameters and no reuse distance (a released module is not kept for
@@ -77,9 +72,9 @@ TEST_CASE("ZeRO-2 and ZeRO-3 model states equal DeepSpeed's estimate functions",
                                           HOOKSTREAM_ORACLE_PYTHON, HOOKSTREAM_SOURCE_DIR, (dir / "cases.json").string(),
                                           (dir / "out.json").string(), (dir / "err.log").string());
   const int status = std::system(command.c_str());
-  INFO(read_file(dir / "err.log").substr(0, 4000));
+  INFO(read_text(dir / "err.log").substr(0, 4000));
   REQUIRE(status == 0);
-  const nlohmann::json out = nlohmann::json::parse(read_file(dir / "out.json"));
+  const nlohmann::json out = nlohmann::json::parse(read_text(dir / "out.json"));
   REQUIRE(out.size() == cases.size());
 
   for (size_t i = 0; i < cases.size(); ++i) {
