@@ -31,19 +31,6 @@ using namespace hookstream;
 namespace fs = std::filesystem;
 using hookstream::test::read_text;
 
-namespace {
-
-std::string torch_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::Float32: return "float32";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float16: return "float16";
-  }
-  return "";
-}
-
-}  // namespace
-
 TEST_CASE("FSDP1 + QLoRA (bitsandbytes base): every rank's verdict and FlatParameters equal real FSDP1's",
           "[oracle][fsdp1][qlora]") {
   std::vector<fs::path> files;
@@ -127,7 +114,7 @@ TEST_CASE("FSDP1 + QLoRA (bitsandbytes base): every rank's verdict and FlatParam
         const Fsdp1Unit& u = *by_name[name];
         CHECK(flat["numel"].get<int64_t>() == u.numel);
         CHECK(flat["shard_numel"].get<int64_t>() == u.shard_numel);
-        CHECK(flat["dtype"].get<std::string>() == torch_dtype_name(u.dtype));
+        CHECK(flat["dtype"].get<std::string>() == to_string(u.dtype));
         CHECK(flat["requires_grad"].get<bool>() == (u.accumulator >= 0));
         trainable += u.accumulator >= 0 ? 1 : 0;
         ++compared_units;
