@@ -11,6 +11,10 @@ both write one). Three reports:
   memory  A@step ...      the caching allocator's peak inside the step ([memory] events: the traces
                           must be recorded with profile_memory), where it is reached, and what is
                           live then, grouped by the CPU op and annotation that allocated it
+  api     A@step B@step   host time in CUDA runtime/driver calls inside each step, per API (count,
+                          total, longest), largest differences first, and the longest calls of A with
+                          the annotation they ran in (a first step's cudaMalloc growth, lazy module
+                          loads inside the first launch of a kernel, synchronisations)
 
 Used for bench/gpu-results/2026-11-25-h100-issue22/*.txt.
 """
@@ -147,7 +151,45 @@ def memory(*args, top=25):
             print(f"   {b / 2**20:9.1f} MiB {n:5d}  {k[0]} / {k[1]}")
 
 
+def api(a_arg, b_arg, top=25):
+    def load(arg):
+        path, step = split(arg)
+        ev = read_events(path)
+        t0, t1 = step_window(ev, step)
+        calls = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+                 and t0 <= e["ts"] <= t1]
+        anns = sorted([e for e in ev if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                       and t0 <= e["ts"] <= t1 and not e["name"].startswith("hookstream:step")],
+                      key=lambda e: e["ts"])
+        per = collections.defaultdict(lambda: [0, 0.0, 0.0])
+        for e in calls:
+            v = per[e["name"]]
+            v[0] += 1
+            v[1] += e["dur"]
+            v[2] = max(v[2], e["dur"])
+        return per, calls, anns, t0, t1 - t0
+    a, b = load(a_arg), load(b_arg)
+    print(f"step range us: A {a[4]:.0f}  B {b[4]:.0f};  host us in CUDA API calls: A {sum(v[1] for v in a[0].values()):.0f}"
+          f"  B {sum(v[1] for v in b[0].values()):.0f}")
+    names = sorted(set(a[0]) | set(b[0]), key=lambda n: -abs(a[0].get(n, [0, 0, 0])[1] - b[0].get(n, [0, 0, 0])[1]))
+    print(f"{'A n':>7} {'A us':>10} {'A max':>9} {'B n':>7} {'B us':>10} {'B max':>9} {'A-B us':>9}  API")
+    for n in names[:top]:
+        x, y = a[0].get(n, [0, 0, 0]), b[0].get(n, [0, 0, 0])
+        print(f"{x[0]:7d} {x[1]:10.0f} {x[2]:9.0f} {y[0]:7d} {y[1]:10.0f} {y[2]:9.0f} {x[1] - y[1]:9.0f}  {n}")
+    starts = [e["ts"] for e in a[2]]
+
+    def annotation(ts):
+        i = bisect.bisect_right(starts, ts)
+        for o in reversed(a[2][max(0, i - 200):i]):
+            if o["ts"] <= ts <= o["ts"] + o["dur"]:
+                return o["name"]
+        return ""
+    print(f"longest calls in A:")
+    for e in sorted(a[1], key=lambda e: -e["dur"])[:top]:
+        print(f"  {e['dur']:9.0f} us at +{(e['ts'] - a[3]) / 1000:9.1f} ms  {e['name']:28s} {annotation(e['ts'])[:70]}")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] not in ("kernels", "gaps", "memory"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("kernels", "gaps", "memory", "api"):
         sys.exit(__doc__)
-    {"kernels": kernels, "gaps": gaps, "memory": memory}[sys.argv[1]](*sys.argv[2:])
+    {"kernels": kernels, "gaps": gaps, "memory": memory, "api": api}[sys.argv[1]](*sys.argv[2:])

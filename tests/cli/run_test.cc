@@ -82,6 +82,9 @@ TEST_CASE("run trains the bundled tiny plan on 2 CPU ranks and the loss falls", 
   CHECK(r.out.find("step 8/8  loss") != std::string::npos);
   CHECK(r.out.find("predicted (H100-SXM) vs measured (cpu)") != std::string::npos);
   CHECK(summary["predicted"]["step_seconds"].get<double>() > 0);
+  // Eight steps: the measured step time is the mean of steps 2-8, not a first step.
+  CHECK(summary["measured"]["first_step_only"] == false);
+  CHECK(r.out.find("first step only") == std::string::npos);
   // The memory model's points in the parts the runtime measures its per-part peaks in (CUDA only):
   // each layer's forward, the loss head, each layer's backward in reverse, the optimizer.
   std::vector<std::string> parts;
@@ -293,8 +296,12 @@ TEST_CASE("run: bad input exits 2 with one line and starts no rank", "[cli][run]
 
   // A corrupt checkpoint: a complete manifest, a rank file that is not a torch archive.
   const std::string checkpoints = (dir / "ckpt").string();
-  REQUIRE(run_binary("run " + kTinyRun + " --device cpu --steps 1 --checkpoint-dir " + checkpoints + " --json " +
-                     (dir / "s.json").string()).exit_code == 0);
+  const auto one_step = run_binary("run " + kTinyRun + " --device cpu --steps 1 --checkpoint-dir " + checkpoints +
+                                   " --json " + (dir / "s.json").string());
+  REQUIRE(one_step.exit_code == 0);
+  // One step: the measured time is the process's first step, which the comparison names.
+  CHECK(read_json(dir / "s.json")["measured"]["first_step_only"] == true);
+  CHECK(one_step.out.find("measured: the process's first step only") != std::string::npos);
   { std::ofstream(dir / "ckpt" / "step-00000001" / "rank-1.pt", std::ios::trunc) << "not a checkpoint"; }
   check_one_line(run_binary("run " + kTinyRun + " --device cpu --steps 2 --resume --checkpoint-dir " + checkpoints),
                  "rank-1.pt: cannot read the checkpoint");
