@@ -1365,7 +1365,8 @@ std::vector<ArchitectureSpec> build_table() {
   {  // Qwen3Attention: attention_bias on all four, then q_norm/k_norm over head_dim.
     ArchitectureSpec a;
     a.model_type = "qwen3";
-    a.aliases = {"qwen3_vl", "qwen3_vl_text"};
+    // cosmos3_omni: Qwen3-VL under its own config class (model_config.cc vision_layout_of).
+    a.aliases = {"qwen3_vl", "qwen3_vl_text", "cosmos3_omni"};
     a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size"), kLlamaNorms});
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/qwen3/modeling_qwen3.py";
@@ -2179,6 +2180,19 @@ std::vector<ArchitectureSpec> build_table() {
     a.final_norm_bias = "1";
     a.defaults = {{"tie_word_embeddings", 0}, {"attention_bias", 1}, {"mlp_bias", 1}};
     a.source = "transformers/models/jais2/modeling_jais2.py";
+    add(a);
+  }
+  {  // Cosmos3EdgeTextDecoderLayer (transformers/models/cosmos3_edge/modular_cosmos3_edge.py; branch
+     // arch13), the decoder of cosmos3_edge: LlamaDecoderLayer with Cosmos3EdgeTextMLP, a CLIPMLP
+     // (fc1, relu2, fc2) with bias=mlp_bias; LlamaAttention (attention_bias on all four); Llama's norms.
+    ArchitectureSpec a;
+    a.model_type = "cosmos3_edge_text";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "mlp_bias"),
+                       linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "mlp_bias")},
+                      kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/cosmos3_edge/modular_cosmos3_edge.py";
     add(a);
   }
   {  // NanoChat: its RMSNorms have no weight (NanoChatRMSNorm), so only the projections, a 2-layer
