@@ -342,6 +342,11 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   }
   for (const auto& [key, value] : model.defaults) config.values.emplace(key, value);
   for (const auto& [key, value] : tower.values) config.values["vision_" + key] = value;
+  // The composite config's own numeric keys as "model_<key>", where the text config's shadow them in
+  // the values (Ovis2Config.hidden_size sizes visual_embeddings_table whatever the text config says).
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    if (it->is_number()) config.values["model_" + it.key()] = it->get<double>();
+  }
   // Idefics2PerceiverConfig.validate_architecture (a @strict validator).
   if (model.sub_config == "perceiver_config" &&
       config.values["perceiver_num_key_value_heads"] > config.values["perceiver_resampler_n_heads"]) {
@@ -395,6 +400,18 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
     config.tie_word_embeddings = text_tie;
   }
   if (model.never_tied) config.tie_word_embeddings = false;
+  // Ovis2ForConditionalGeneration.lm_head is nn.Linear(Ovis2Config.hidden_size, Ovis2Config.vocab_size):
+  // the text embeddings' shape only when tied; hookstream builds the head from the text config.
+  if (model.model_type == "ovis2" && !config.tie_word_embeddings) {
+    for (const char* key : {"hidden_size", "vocab_size"}) {
+      const json* top = ConfigReader::find_in(root, key);
+      if (top != nullptr && top->is_number() && top->get<double>() != config.values[key]) {
+        reader.fail(key, std::string("expected the text config's ") + key + " " + std::to_string(static_cast<int64_t>(config.values[key])) +
+                             " when tie_word_embeddings is false (Ovis2ForConditionalGeneration.lm_head reads the top-level key)",
+                    shown(*top));
+      }
+    }
+  }
   tower.out_hidden_size = config.hidden_size;
   // At least 1: a pooling kernel of 0 (a config whose forward cannot pool, see above) is costed
   // as one patch per token; the structure is what such a config is good for.

@@ -2889,8 +2889,17 @@ std::vector<long long> evaluate_shape(const std::string& expressions, const std:
   std::vector<long long> dims;
   for (std::string_view dim : split_pieces(expressions, ',')) {
     long long sum = 0;
-    for (std::string_view term : split_pieces(dim, '+')) {
-      long long product = 1;
+    // "a+b*c" and, since branch arch13, "a-b" (Ovis2VisionModel.head_linear: vocab_size -
+    // num_visual_indicator_tokens): a term after '-' is subtracted.
+    std::string signed_dim;
+    for (char c : dim) {
+      if (c == '-') signed_dim += "+-";
+      else signed_dim += c;
+    }
+    for (std::string_view signed_term : split_pieces(signed_dim, '+')) {
+      const bool negative = !signed_term.empty() && signed_term[0] == '-';
+      const std::string_view term = negative ? signed_term.substr(1) : signed_term;
+      long long product = negative ? -1 : 1;
       for (std::string_view piece : split_pieces(term, '*')) {
         const std::string factor(piece);
         if (factor.empty()) bad_expression(expressions, source, "empty factor");
@@ -2909,6 +2918,7 @@ std::vector<long long> evaluate_shape(const std::string& expressions, const std:
       }
       sum += product;
     }
+    if (sum < 0) throw InputError(source, "shape " + expressions + ": expected dimensions of at least 0, got " + std::to_string(sum));
     dims.push_back(sum);
   }
   return dims;

@@ -272,6 +272,42 @@ std::vector<VisionTowerSpec> build_towers() {
     t.push_back(a);
   }
   {
+    // Ovis2VisionModel (transformers/models/ovis2/modeling_ovis2.py; branch arch13), under
+    // model.vision_tower: transformer (Ovis2VisionTransformer: embeddings = patch_embedding Conv2d with
+    // bias, position_embedding nn.Embedding((image_size // patch_size)^2, hidden), rms_norm; encoder.layers
+    // = Ovis2VisionEncoderLayer: attention k/v/q/out_proj with bias=qkv_bias, ffn gate/up/down_proj with
+    // bias=mlp_bias, rms_norm1, rms_norm2 (weight-only RMSNorms); rms_norm on last_hidden_state), then
+    // the visual tokenizer's head: head_linear (hidden * hidden_stride^2 -> vocab_size -
+    // num_visual_indicator_tokens, no bias) and head_norm (LayerNorm), whose softmax (tokenize_function)
+    // is the pooler_output the model reads. Ovis2VisionConfig has no model_type of its own;
+    // "ovis2_vision" names it here.
+    VisionTowerSpec a;
+    a.model_type = "ovis2_vision";
+    a.layout = VisionLayout::Clip;
+    a.embeddings = {conv("transformer.embeddings.patch_embedding", "num_channels", "hidden_size,patch_size,patch_size_1", "1"),
+                    embedding("transformer.embeddings.position_embedding", "num_patches,hidden_size"),
+                    norm("transformer.embeddings.rms_norm", R::EmbedOther, "hidden_size", "")};
+    a.blocks = "transformer.encoder.layers";
+    a.block_class = "Ovis2VisionEncoderLayer";
+    a.block = {linear("attention.k_proj", R::K, "hidden_size", "hidden_size", "qkv_bias"),
+               linear("attention.v_proj", R::V, "hidden_size", "hidden_size", "qkv_bias"),
+               linear("attention.q_proj", R::Q, "hidden_size", "hidden_size", "qkv_bias"),
+               linear("attention.out_proj", R::O, "hidden_size", "hidden_size", "qkv_bias"),
+               linear("ffn.gate_proj", R::Gate, "hidden_size", "intermediate_size", "mlp_bias"),
+               linear("ffn.up_proj", R::Up, "hidden_size", "intermediate_size", "mlp_bias"),
+               linear("ffn.down_proj", R::Down, "intermediate_size", "hidden_size", "mlp_bias"),
+               norm("rms_norm1", R::InputNorm, "hidden_size", ""),
+               norm("rms_norm2", R::PostAttentionNorm, "hidden_size", "")};
+    const std::string visual_vocab = "vocab_size-num_visual_indicator_tokens";
+    a.post = {norm("transformer.rms_norm", R::FinalNorm, "hidden_size", ""),
+              linear("head_linear", R::MlpOther, "hidden_size*hidden_stride*hidden_stride", visual_vocab, ""),
+              norm("head_norm", R::MlpOther, visual_vocab, "1")};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 14}, {"image_size", 224}, {"vocab_size", 16384}, {"hidden_stride", 1},
+                  {"num_visual_indicator_tokens", 5}};
+    a.source = "transformers/models/ovis2/modeling_ovis2.py";
+    t.push_back(a);
+  }
+  {
     // MiniMaxM3VLVisionModel (transformers/models/minimax_m3_vl/modular_minimax_m3_vl.py; branch
     // arch13), under model.vision_tower: embeddings.proj (MiniMaxM3VLVisionEmbeddings, Qwen2.5-VL's
     // patch embedding: a Conv3d [hidden, num_channels, temporal_patch_size, patch, patch] without
@@ -918,6 +954,25 @@ std::vector<VisionLanguageSpec> build_models() {
     a.features = VisionFeatures::HiddenStates;
     a.defaults = {{"tie_word_embeddings", 0}, {"vision_feature_layer", -1}, {"max_value_projector_patch_to_query_dict", 256}};
     a.source = "transformers/models/aria/modeling_aria.py";
+    t.push_back(a);
+  }
+  {
+    // Ovis2Model (modeling_ovis2.py; branch arch13): vision_tower (Ovis2VisionModel, its head the
+    // visual tokenizer), language_model (AutoModel of text_config, Qwen2 by default), then
+    // visual_embeddings_table (Ovis2VisualEmbeddingTable, an nn.Embedding(vision vocab_size,
+    // Ovis2Config.hidden_size) applied as a matmul of the visual token probabilities), registered after
+    // the language model. Ovis2ForConditionalGeneration.lm_head is nn.Linear(Ovis2Config.hidden_size,
+    // Ovis2Config.vocab_size), tied to the text embeddings by tie_word_embeddings (default True, not
+    // forwarded); model_config.cc refuses an untied config whose top-level sizes are not the text's.
+    VisionLanguageSpec a;
+    a.model_type = "ovis2";
+    a.towers = {"ovis2_vision"};
+    a.projector = {embedding("model.visual_embeddings_table", "vision_vocab_size,model_hidden_size")};
+    a.projector_after_text = true;
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_hidden_stride";
+    a.defaults = {{"tie_word_embeddings", 1}, {"model_hidden_size", 1536}};
+    a.source = "transformers/models/ovis2/modeling_ovis2.py";
     t.push_back(a);
   }
   {
