@@ -95,6 +95,32 @@ MIXER_REASONS = {
     "blt": "byte-level patches with local encoder/decoder models",
 }
 
+# What keeps each remaining vision-language type from the tower/projector tables (branch arch13
+# examined each; the per-case column of the markdown names it).
+VLM_REASONS = {
+    "blip-2": "Q-Former (a BERT-style encoder with cross-attention layers and query_tokens) between the tower and an OPT decoder at the top level",
+    "instructblip": "Q-Former with its own embeddings between the tower and the decoder (as BLIP-2)",
+    "instructblipvideo": "Q-Former with its own embeddings between the tower and the decoder (as BLIP-2)",
+    "deepseek_vl_hybrid": "two towers: a SAM-style high-resolution ViT with neck convolutions beside SigLIP, mixed by high_res_vision_alpha",
+    "ernie4_5_vl_moe": "decoder ernie4_5_vl_moe_text (modality-split experts) not described; resampler_model with spatial/temporal linears",
+    "fuyu": "no tower: vision_embed_tokens, a Linear over raw patches registered after the language model",
+    "git": "GIT's BERT-style text decoder with the image encoder's tokens prepended (git.encoder), not a causal-LM decoder of the table",
+    "glm5_next": "decoder glm5_next_text not described (its tower is GLM-OCR's with a projection_intermediate_size merger)",
+    "got_ocr2": "SAM ViTDet tower (windowed attention with rel_pos_h/rel_pos_w, neck convolutions) and a convolutional projector",
+    "pp_chart2table": "GOT-OCR2's SAM ViTDet tower and convolutional projector (built with GotOcr2ForConditionalGeneration)",
+    "idefics": "gated cross-attention layers interleaved with IDEFICS's own decoder layers (model.gated_cross_attn_layers)",
+    "inkling_mm_model": "decoder inkling_text not described; an audio tower beside the vision encoder",
+    "janus": "image generation parts (VQ-VAE vqmodel, generation_embeddings, generation_aligner, generation_head) beside the understanding tower",
+    "kosmos-2": "its own text decoder (kosmos_2_text_model) and a latent-query cross-attention projector, at the top level",
+    "kosmos-2.5": "its own text decoder (kosmos_2_5_text_model), a Pix2Struct-style tower and a latent-query projector",
+    "muse_glimmer": "decoder muse_glimmer_text not described (tower: MoonViT-style with window/full layer_types and a linear patch embedder)",
+    "pi0": "a robot action model (PaliGemma plus a DiT action expert and action heads), not a causal LM",
+    "qwen4_exp": "decoder qwen4_exp_text (hyper-connections) not described; tower Qwen3-VL-like",
+    "step3p7": "decoder step3p5 not described (tower: InternViT-like layers with two 3x3 downsampler convolutions)",
+    "video_llava": "two CLIP towers (video_tower, image_tower) of which a batch runs one: the other's parameters get no gradient, which the single-tower description cannot express",
+    "minicpmv4_6": "a merger (vit_merger: attention and MLP) inserted inside the SigLIP tower after insert_layer_id, changing the token count of the later layers",
+}
+
 
 NO_ORACLE = "transformers cannot build its default config, or leaves a key it needs at None (hookstream refuses it too)"
 
@@ -444,6 +470,8 @@ def markdown(summary):
         why = left_out_reason(c["case"], c.get("mapping")) if c["status"] in ("refused", "oracle_error") else ""
         if c["status"] == "refused" and c["case"] in MIXER_REASONS:
             why = "not described yet: " + MIXER_REASONS[c["case"]]
+        if c["status"] == "refused" and VLM_REASONS.get(c["case"]):
+            why = "vision-language, not described yet: " + VLM_REASONS[c["case"]]
         if c["status"] == "oracle_error":
             why = NO_ORACLE
         out.append(f"| {c['case']} | {c.get('class', '')} | {c['status']} | {why} | {detail} |")

@@ -7,6 +7,10 @@
 namespace hookstream {
 
 bool vision_tower_supported(const VisionTowerConfig& config) {
+  // Described towers given a Qwen-VL layout for the simulator's activation estimate whose blocks the
+  // code below does not compute (branch arch13): EXAONE 4.5's grouped key/value heads in attn.qkv,
+  // Kimi-K2.5's separate q/k/v_proj. Simulated, not executed.
+  if (config.model_type == "exaone4_5_vision" || config.model_type == "kimi_k25_vision") return false;
   switch (config.layout) {
     case VisionLayout::Qwen2VL:
     case VisionLayout::Qwen25VL:

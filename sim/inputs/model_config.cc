@@ -199,6 +199,10 @@ void read_per_layer_config(const ConfigReader& reader, const ArchitectureSpec& s
 // The composite types whose vision tower hookstream builds, and which tower it is.
 std::optional<VisionLayout> vision_layout_of(const std::string& model_type) {
   if (model_type == "qwen3_vl" || model_type == "qwen3_vl_moe") return VisionLayout::Qwen3VL;
+  // Cosmos3OmniForConditionalGeneration is Qwen3VLForConditionalGeneration under its own config
+  // class (transformers/models/cosmos3_omni/modular_cosmos3_omni.py: "Model arch is identical to
+  // Qwen3-VL"; Cosmos3OmniConfig(Qwen3VLConfig) with qwen3_vl_vision / qwen3_vl_text sub-configs).
+  if (model_type == "cosmos3_omni") return VisionLayout::Qwen3VL;
   // Qwen3_5VisionModel: Qwen3-VL's tower without DeepStack mergers (no deepstack_visual_indexes).
   if (model_type == "qwen3_5" || model_type == "qwen3_5_moe") return VisionLayout::Qwen3VL;
   if (model_type == "qwen2_vl") return VisionLayout::Qwen2VL;
@@ -293,7 +297,10 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
   // InternVLVisionPatchEmbeddings: (image_size[1] // patch_size[1]) * (image_size[0] // patch_size[0]).
   if (spec->num_patches_from_config) {
     required("num_patches");
-  } else {
+  } else if (tower.values.count("image_size") != 0 ||
+             (spec->layout != VisionLayout::Qwen25VL && spec->layout != VisionLayout::Qwen2VL)) {
+    // (A tower of a Qwen-VL layout without image_size, EXAONE 4.5's or Kimi-K2.5's, reads images of
+    // any size: no table of (image_size // patch_size)^2 positions, nothing reads num_patches.)
     const int64_t rows = required("image_size") / tower.patch_size;
     const int64_t columns = required("image_size_1") / required("patch_size_1");
     tower.values["num_patches"] = static_cast<double>(rows * columns);
@@ -317,8 +324,29 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
       }
     }
   }
+  // AriaConfig.__post_init__: max_value_projector_patch_to_query_dict = max(projector_patch_to_query_dict
+  // .values()), recomputed from the dict (the default {1225: 128, 4900: 256} without one) whatever a
+  // saved config.json says; it sizes AriaProjector.query.
+  if (model.model_type == "aria") {
+    const std::string key = "projector_patch_to_query_dict";
+    double most = 256;
+    if (const json* dict = ConfigReader::find_in(root, key); dict != nullptr && !dict->is_null()) {
+      if (!dict->is_object() || dict->empty()) reader.fail(key, "expected an object of patch count -> query count", shown(*dict));
+      most = 0;
+      for (auto it = dict->begin(); it != dict->end(); ++it) {
+        if (!it->is_number_integer() || it->get<int64_t>() < 1) reader.fail(key + "." + it.key(), "expected a positive integer", shown(*it));
+        most = std::max(most, it->get<double>());
+      }
+    }
+    config.values["max_value_" + key] = most;
+  }
   for (const auto& [key, value] : model.defaults) config.values.emplace(key, value);
   for (const auto& [key, value] : tower.values) config.values["vision_" + key] = value;
+  // The composite config's own numeric keys as "model_<key>", where the text config's shadow them in
+  // the values (Ovis2Config.hidden_size sizes visual_embeddings_table whatever the text config says).
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    if (it->is_number()) config.values["model_" + it.key()] = it->get<double>();
+  }
   // Idefics2PerceiverConfig.validate_architecture (a @strict validator).
   if (model.sub_config == "perceiver_config" &&
       config.values["perceiver_num_key_value_heads"] > config.values["perceiver_resampler_n_heads"]) {
@@ -372,6 +400,18 @@ VisionTowerConfig parse_described_vision(const ConfigReader& reader, const json&
     config.tie_word_embeddings = text_tie;
   }
   if (model.never_tied) config.tie_word_embeddings = false;
+  // Ovis2ForConditionalGeneration.lm_head is nn.Linear(Ovis2Config.hidden_size, Ovis2Config.vocab_size):
+  // the text embeddings' shape only when tied; hookstream builds the head from the text config.
+  if (model.model_type == "ovis2" && !config.tie_word_embeddings) {
+    for (const char* key : {"hidden_size", "vocab_size"}) {
+      const json* top = ConfigReader::find_in(root, key);
+      if (top != nullptr && top->is_number() && top->get<double>() != config.values[key]) {
+        reader.fail(key, std::string("expected the text config's ") + key + " " + std::to_string(static_cast<int64_t>(config.values[key])) +
+                             " when tie_word_embeddings is false (Ovis2ForConditionalGeneration.lm_head reads the top-level key)",
+                    shown(*top));
+      }
+    }
+  }
   tower.out_hidden_size = config.hidden_size;
   // At least 1: a pooling kernel of 0 (a config whose forward cannot pool, see above) is costed
   // as one patch per token; the structure is what such a config is good for.
@@ -821,6 +861,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     // configuration_glm4v_moe.py), so GLM-4.5V config.json files it saved say so; Glm4vMoeConfig
     // builds its text_config with its own sub-config class whatever the name (5.17 too).
     if (config.model_type == "glm4v_moe" && decoder_type == "Glm4vMoe_text") decoder_type = "glm4v_moe_text";
+    // Exaone4_5_Config.__post_init__: "EXAONE 4.5 first released with the text model type as
+    // `exaone4_5_text`, now changed to `exaone4`" (its text config is built as exaone4).
+    if (config.model_type == "exaone4_5" && decoder_type == "exaone4_5_text") decoder_type = "exaone4";
+    // Kimi_K25Config.__post_init__: a remote config's text model_type "kimi_k2" is built as deepseek_v3.
+    if (config.model_type == "kimi_k25" && decoder_type == "kimi_k2") decoder_type = "deepseek_v3";
   }
   // The architecture table is the list of model types hookstream models; anything else is refused
   // rather than modelled as a dense Llama. A config without model_type (hand-written) is a Llama.

@@ -165,7 +165,13 @@ class TargetMatcher {
     // keeps the v4 names, which target_modules then match as they are.
     const bool fused = spec != nullptr && choose_expert_layout(*spec, plan.model, plan.transformers_version,
                                                                plan.trust_remote_code).layout == ExpertLayout::Fused;
-    const MoeConversion* conversion = fused ? moe_conversion(spec->peft_moe_conversion) : nullptr;
+    // PEFT keys the conversion on model.config.model_type (peft/utils/transformers_weight_conversion.py
+    // _convert_peft_config_moe: _MODEL_TO_CONVERSION_PATTERN.get(model_type)), the composite's for a
+    // vision-language model. Of the described vision-language types with an MoE decoder, transformers
+    // 5.17's table names glm4v_moe (qwen2_moe, its decoder's pattern too); kimi_k25 (a DeepSeek-V3
+    // decoder) and aria (llava: no MoE target mapping) none, so their targets are not converted.
+    const bool composite_unconverted = find_vision_language(plan.model.model_type) != nullptr && plan.model.model_type != "glm4v_moe";
+    const MoeConversion* conversion = fused && !composite_unconverted ? moe_conversion(spec->peft_moe_conversion) : nullptr;
     if (conversion != nullptr && (regex || !names.empty())) {
       // _resolve_string_target_modules: a string becomes the leaf names it reaches.
       if (regex) {
@@ -1087,7 +1093,15 @@ class StructureBuilder {
     const VisionLanguageSpec* model = &spec;
     const bool trainable = plan_.vision_tower_trainable();
     for (const ModuleSpec& m : model->projector) {
-      if (m.when.empty() || evaluate_flag(m.when, values_)) out_.vision_projector.push_back(vision_module(m, m.path, values_, trainable, true));
+      if (!m.when.empty() && !evaluate_flag(m.when, values_)) continue;
+      // nn.MultiheadAttention's out_proj (a projector module beside its in_proj_weight: Aria's
+      // cross_attn.multihead_attn) is a NonDynamicallyQuantizableLinear, which bitsandbytes leaves
+      // unquantized (replace_with_bnb_linear converts `type(module) is nn.Linear`), as SigLIP's head's.
+      const std::string parent = m.path.substr(0, m.path.rfind('.'));
+      const bool mha_out = m.path.size() > 9 && m.path.compare(m.path.size() - 9, 9, ".out_proj") == 0 &&
+                           std::any_of(model->projector.begin(), model->projector.end(),
+                                       [&](const ModuleSpec& o) { return o.path == parent + ".in_proj_weight"; });
+      out_.vision_projector.push_back(vision_module(m, m.path, values_, trainable, !mha_out));
     }
     // The projector's own stack of layers (Idefics2PerceiverResampler.layers), then what follows it;
     // forward runs them in this order too.

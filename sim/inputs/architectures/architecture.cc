@@ -1365,7 +1365,8 @@ std::vector<ArchitectureSpec> build_table() {
   {  // Qwen3Attention: attention_bias on all four, then q_norm/k_norm over head_dim.
     ArchitectureSpec a;
     a.model_type = "qwen3";
-    a.aliases = {"qwen3_vl", "qwen3_vl_text"};
+    // cosmos3_omni: Qwen3-VL under its own config class (model_config.cc vision_layout_of).
+    a.aliases = {"qwen3_vl", "qwen3_vl_text", "cosmos3_omni"};
     a.layer = concat({attention("attention_bias", "attention_bias"), kQkNorm, swiglu("mlp", "intermediate_size"), kLlamaNorms});
     a.defaults = {{"tie_word_embeddings", 0}};
     a.source = "transformers/models/qwen3/modeling_qwen3.py";
@@ -2181,6 +2182,19 @@ std::vector<ArchitectureSpec> build_table() {
     a.source = "transformers/models/jais2/modeling_jais2.py";
     add(a);
   }
+  {  // Cosmos3EdgeTextDecoderLayer (transformers/models/cosmos3_edge/modular_cosmos3_edge.py; branch
+     // arch13), the decoder of cosmos3_edge: LlamaDecoderLayer with Cosmos3EdgeTextMLP, a CLIPMLP
+     // (fc1, relu2, fc2) with bias=mlp_bias; LlamaAttention (attention_bias on all four); Llama's norms.
+    ArchitectureSpec a;
+    a.model_type = "cosmos3_edge_text";
+    a.layer = concat({attention("attention_bias", "attention_bias"),
+                      {linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "mlp_bias"),
+                       linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "mlp_bias")},
+                      kLlamaNorms});
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/cosmos3_edge/modular_cosmos3_edge.py";
+    add(a);
+  }
   {  // NanoChat: its RMSNorms have no weight (NanoChatRMSNorm), so only the projections, a 2-layer
      // MLP (fc1, fc2, no bias) and the untied head are parameters.
     ArchitectureSpec a;
@@ -2875,8 +2889,17 @@ std::vector<long long> evaluate_shape(const std::string& expressions, const std:
   std::vector<long long> dims;
   for (std::string_view dim : split_pieces(expressions, ',')) {
     long long sum = 0;
-    for (std::string_view term : split_pieces(dim, '+')) {
-      long long product = 1;
+    // "a+b*c" and, since branch arch13, "a-b" (Ovis2VisionModel.head_linear: vocab_size -
+    // num_visual_indicator_tokens): a term after '-' is subtracted.
+    std::string signed_dim;
+    for (char c : dim) {
+      if (c == '-') signed_dim += "+-";
+      else signed_dim += c;
+    }
+    for (std::string_view signed_term : split_pieces(signed_dim, '+')) {
+      const bool negative = !signed_term.empty() && signed_term[0] == '-';
+      const std::string_view term = negative ? signed_term.substr(1) : signed_term;
+      long long product = negative ? -1 : 1;
       for (std::string_view piece : split_pieces(term, '*')) {
         const std::string factor(piece);
         if (factor.empty()) bad_expression(expressions, source, "empty factor");
@@ -2895,6 +2918,7 @@ std::vector<long long> evaluate_shape(const std::string& expressions, const std:
       }
       sum += product;
     }
+    if (sum < 0) throw InputError(source, "shape " + expressions + ": expected dimensions of at least 0, got " + std::to_string(sum));
     dims.push_back(sum);
   }
   return dims;

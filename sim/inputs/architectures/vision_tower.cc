@@ -116,6 +116,16 @@ std::vector<VisionTowerSpec> build_towers() {
       b.num_patches_from_config = true;
       b.source = "transformers/models/siglip2/modeling_siglip2.py";
       t.push_back(b);
+      // Cosmos3EdgeVisionModel (transformers/models/cosmos3_edge/modular_cosmos3_edge.py; branch
+      // arch13), under model.visual: Siglip2VisionEmbeddings, the encoder of SigLIP2's layers
+      // (Cosmos3EdgeVisionEncoderLayer), post_layernorm on last_hidden_state, and no pooling head.
+      b.model_type = "cosmos3_edge_vision";
+      b.block_class = "Cosmos3EdgeVisionEncoderLayer";
+      b.post = {norm("post_layernorm", R::FinalNorm, "hidden_size", "1")};
+      b.not_quantized = {};
+      b.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"num_patches", 256}, {"spatial_merge_size", 2}};
+      b.source = "transformers/models/cosmos3_edge/modular_cosmos3_edge.py";
+      t.push_back(b);
     }
     // PaddleOCRVisionModel (transformers/models/paddleocr_vl/modeling_paddleocr_vl.py; branch arch8):
     // SigLIP's layout under vision_model (PaddleOCRVisionEmbeddings: patch_embedding with bias,
@@ -192,6 +202,20 @@ std::vector<VisionTowerSpec> build_towers() {
                   {"norm_type=layer_norm", 1}};
     a.source = "transformers/models/internvl/modeling_internvl.py";
     t.push_back(a);
+    // QianfanOCRVisionModel (transformers/models/qianfan_ocr/modular_qianfan_ocr.py; branch arch13):
+    // InternVLVisionModel with its encoder deleted and the same layers registered as `layers`
+    // (QianfanOCRVisionLayer: InternVLVisionLayer plus drop-path modules without parameters), so the
+    // final layernorm (an nn.Identity under use_mean_pooling, the default) is registered before them
+    // (listed with the embeddings, as Llama 4's layernorm_post; it still runs after the layers).
+    // QianfanOCRVisionConfig: attention_bias True (InternVLVisionConfig's is False).
+    a.model_type = "qianfan_ocr_vision";
+    a.embeddings.push_back(a.post.front());
+    a.post.clear();
+    a.blocks = "layers";
+    a.block_class = "QianfanOCRVisionLayer";
+    a.defaults["attention_bias"] = 1;
+    a.source = "transformers/models/qianfan_ocr/modular_qianfan_ocr.py";
+    t.push_back(a);
   }
   {
     // Glm4vVisionModel (transformers/models/glm4v/modeling_glm4v.py), under model.visual:
@@ -245,6 +269,128 @@ std::vector<VisionTowerSpec> build_towers() {
     // configuration_glm4v_moe.py): GLM-4.5V config.json files it saved name the tower so, and 5.17
     // builds Glm4vMoeVisionConfig from them all the same.
     a.model_type = "glm4v_moe";
+    t.push_back(a);
+  }
+  {
+    // Ovis2VisionModel (transformers/models/ovis2/modeling_ovis2.py; branch arch13), under
+    // model.vision_tower: transformer (Ovis2VisionTransformer: embeddings = patch_embedding Conv2d with
+    // bias, position_embedding nn.Embedding((image_size // patch_size)^2, hidden), rms_norm; encoder.layers
+    // = Ovis2VisionEncoderLayer: attention k/v/q/out_proj with bias=qkv_bias, ffn gate/up/down_proj with
+    // bias=mlp_bias, rms_norm1, rms_norm2 (weight-only RMSNorms); rms_norm on last_hidden_state), then
+    // the visual tokenizer's head: head_linear (hidden * hidden_stride^2 -> vocab_size -
+    // num_visual_indicator_tokens, no bias) and head_norm (LayerNorm), whose softmax (tokenize_function)
+    // is the pooler_output the model reads. Ovis2VisionConfig has no model_type of its own;
+    // "ovis2_vision" names it here.
+    VisionTowerSpec a;
+    a.model_type = "ovis2_vision";
+    a.layout = VisionLayout::Clip;
+    a.embeddings = {conv("transformer.embeddings.patch_embedding", "num_channels", "hidden_size,patch_size,patch_size_1", "1"),
+                    embedding("transformer.embeddings.position_embedding", "num_patches,hidden_size"),
+                    norm("transformer.embeddings.rms_norm", R::EmbedOther, "hidden_size", "")};
+    a.blocks = "transformer.encoder.layers";
+    a.block_class = "Ovis2VisionEncoderLayer";
+    a.block = {linear("attention.k_proj", R::K, "hidden_size", "hidden_size", "qkv_bias"),
+               linear("attention.v_proj", R::V, "hidden_size", "hidden_size", "qkv_bias"),
+               linear("attention.q_proj", R::Q, "hidden_size", "hidden_size", "qkv_bias"),
+               linear("attention.out_proj", R::O, "hidden_size", "hidden_size", "qkv_bias"),
+               linear("ffn.gate_proj", R::Gate, "hidden_size", "intermediate_size", "mlp_bias"),
+               linear("ffn.up_proj", R::Up, "hidden_size", "intermediate_size", "mlp_bias"),
+               linear("ffn.down_proj", R::Down, "intermediate_size", "hidden_size", "mlp_bias"),
+               norm("rms_norm1", R::InputNorm, "hidden_size", ""),
+               norm("rms_norm2", R::PostAttentionNorm, "hidden_size", "")};
+    const std::string visual_vocab = "vocab_size-num_visual_indicator_tokens";
+    a.post = {norm("transformer.rms_norm", R::FinalNorm, "hidden_size", ""),
+              linear("head_linear", R::MlpOther, "hidden_size*hidden_stride*hidden_stride", visual_vocab, ""),
+              norm("head_norm", R::MlpOther, visual_vocab, "1")};
+    a.defaults = {{"num_channels", 3}, {"patch_size", 14}, {"image_size", 224}, {"vocab_size", 16384}, {"hidden_stride", 1},
+                  {"num_visual_indicator_tokens", 5}};
+    a.source = "transformers/models/ovis2/modeling_ovis2.py";
+    t.push_back(a);
+  }
+  {
+    // MiniMaxM3VLVisionModel (transformers/models/minimax_m3_vl/modular_minimax_m3_vl.py; branch
+    // arch13), under model.vision_tower: embeddings.proj (MiniMaxM3VLVisionEmbeddings, Qwen2.5-VL's
+    // patch embedding: a Conv3d [hidden, num_channels, temporal_patch_size, patch, patch] without
+    // bias), pre_layrnorm (LayerNorm), layers (MiniMaxM3VLVisionEncoderLayer = CLIPEncoderLayer:
+    // self_attn k/v/q/out_proj, layer_norm1, mlp fc1/fc2, layer_norm2, all with biases; 2-D rotary
+    // positions without parameters). No final norm: last_hidden_state is the last layer's output.
+    VisionTowerSpec a;
+    a.model_type = "minimax_m3_vl_vision";
+    a.layout = VisionLayout::Clip;
+    a.embeddings = {conv("embeddings.proj", "num_channels", "hidden_size,temporal_patch_size,patch_size,patch_size_1", ""),
+                    norm("pre_layrnorm", R::EmbedOther, "hidden_size", "1")};
+    a.blocks = "layers";
+    a.block_class = "MiniMaxM3VLVisionEncoderLayer";
+    a.block = encoder_attention("self_attn", "out_proj", "1");
+    a.block.push_back(norm("layer_norm1", R::InputNorm, "hidden_size", "1"));
+    for (ModuleSpec& m : encoder_mlp("mlp")) a.block.push_back(m);
+    a.block.push_back(norm("layer_norm2", R::PostAttentionNorm, "hidden_size", "1"));
+    a.defaults = {{"num_channels", 3}, {"patch_size", 14}, {"temporal_patch_size", 2}, {"spatial_merge_size", 2},
+                  {"image_size", 2016}};
+    a.source = "transformers/models/minimax_m3_vl/modular_minimax_m3_vl.py";
+    t.push_back(a);
+  }
+  {
+    // Kimi_K25VisionModel (transformers/models/kimi_k25/modular_kimi_k25.py; branch arch13), under
+    // model.vision_tower: patch_embed (Kimi_K25VisionPatchEmbed: proj, an nn.Conv2d(3, hidden,
+    // patch) with bias; pos_emb.position_embeddings, an nn.Parameter [pos_emb_height, pos_emb_width,
+    // hidden] resampled per image), layers (Kimi_K25VisionEncoderLayer, a Qwen2VLVisionBlock: norm1,
+    // norm2 LayerNorms, attn whose Kimi_K25VisionAttention adds q/k/v_proj (biases) after Qwen2-VL's
+    // proj and deletes its qkv, so proj is listed first; mlp fc1/fc2 with biases), final_layernorm.
+    // The projector reads pooler_output: final_layernorm's output averaged over each
+    // merge_kernel_size window (no parameters).
+    VisionTowerSpec a;
+    a.model_type = "kimi_k25_vision";
+    a.layout = VisionLayout::Qwen2VL;
+    a.embeddings = {conv("patch_embed.proj", "3", "hidden_size,patch_size,patch_size_1", "1"),
+                    tensor("patch_embed.pos_emb.position_embeddings", R::EmbedOther, "pos_emb_height,pos_emb_width,hidden_size")};
+    a.blocks = "layers";
+    a.block_class = "Kimi_K25VisionEncoderLayer";
+    a.block = {norm("norm1", R::InputNorm, "hidden_size", "1"),
+               norm("norm2", R::PostAttentionNorm, "hidden_size", "1"),
+               linear("attn.proj", R::O, "hidden_size", "hidden_size", "1"),
+               linear("attn.q_proj", R::Q, "hidden_size", "hidden_size", "1"),
+               linear("attn.k_proj", R::K, "hidden_size", "hidden_size", "1"),
+               linear("attn.v_proj", R::V, "hidden_size", "hidden_size", "1"),
+               linear("mlp.fc1", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.fc2", R::Down, "intermediate_size", "hidden_size", "1")};
+    a.post = {norm("final_layernorm", R::FinalNorm, "hidden_size", "1")};
+    // Kimi_K25VisionConfig's defaults; the class has no num_channels (3 input channels) and no
+    // image_size (images of any size: nothing here reads num_patches).
+    a.defaults = {{"num_channels", 3}, {"patch_size", 14}, {"pos_emb_height", 64},
+                  {"pos_emb_width", 64}, {"merge_kernel_size", 2}, {"merge_kernel_size_1", 2}};
+    a.source = "transformers/models/kimi_k25/modular_kimi_k25.py";
+    t.push_back(a);
+  }
+  {
+    // Exaone4_5_VisionModel (transformers/models/exaone4_5/modular_exaone4_5.py; branch arch13),
+    // under model.visual: Qwen2_5_VisionTransformerPretrainedModel's modules (patch_embed.proj: a
+    // Conv3d without bias; blocks: norm1, norm2 RMSNorms, attn, mlp gate/up/down_proj with biases;
+    // merger: ln_q RMSNorm, mlp.0 over hidden * spatial_merge_size^2, mlp.2 to out_hidden_size, with
+    // biases), where Exaone4_5_VisionAttention deletes Qwen2.5-VL's qkv and registers its own after
+    // proj: nn.Linear(hidden, (num_heads + 2 * num_key_value_heads) * head_dim, bias=True), grouped
+    // key/value heads (Exaone4_5_VisionConfig.num_key_value_heads 8 of 16 heads). No position
+    // table (2-D rotary), so no image_size.
+    VisionTowerSpec a;
+    a.model_type = "exaone4_5_vision";
+    a.layout = VisionLayout::Qwen25VL;
+    a.attribute_map = {{"depth", "num_hidden_layers"}, {"num_heads", "num_attention_heads"}, {"in_channels", "num_channels"}};
+    a.embeddings = {conv("patch_embed.proj", "num_channels", "hidden_size,temporal_patch_size,patch_size,patch_size_1", "")};
+    a.blocks = "blocks";
+    a.block_class = "Exaone4_5_VisionBlock";
+    a.block = {norm("norm1", R::InputNorm, "hidden_size", ""),
+               norm("norm2", R::PostAttentionNorm, "hidden_size", ""),
+               linear("attn.proj", R::O, "hidden_size", "hidden_size", "1"),
+               linear("attn.qkv", R::QKV, "hidden_size", "hidden_size+2*num_key_value_heads*head_dim", "1"),
+               linear("mlp.gate_proj", R::Gate, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.up_proj", R::Up, "hidden_size", "intermediate_size", "1"),
+               linear("mlp.down_proj", R::Down, "intermediate_size", "hidden_size", "1")};
+    const std::string merged = "hidden_size*spatial_merge_size*spatial_merge_size";
+    a.post = {norm("merger.ln_q", R::MlpOther, "hidden_size", ""),
+              linear("merger.mlp.0", R::MlpOther, merged, merged, "1"),
+              linear("merger.mlp.2", R::MlpOther, merged, "out_hidden_size", "1")};
+    a.defaults = {{"num_channels", 3}, {"temporal_patch_size", 2}, {"spatial_merge_size", 2}, {"num_key_value_heads", 8}};
+    a.source = "transformers/models/exaone4_5/modular_exaone4_5.py";
     t.push_back(a);
   }
   {
@@ -395,6 +541,36 @@ std::vector<VisionTowerSpec> build_towers() {
     a.post = {norm("post_layernorm", R::FinalNorm, "hidden_size", "1")};
     a.defaults = {{"num_channels", 3}, {"patch_size", 32}, {"image_size", 224}};
     a.source = "transformers/models/idefics2/modeling_idefics2.py";
+    t.push_back(a);
+    // Idefics3VisionTransformer (transformers/models/idefics3/modeling_idefics3.py; branch arch13),
+    // Aria's tower (AriaConfig forces vision_config.model_type "idefics3_vision"): Idefics2's layout
+    // (Idefics3VisionEmbeddings, Idefics3EncoderLayer: self_attn k/v/q/out_proj, layer_norm1, mlp,
+    // layer_norm2; post_layernorm), Idefics3VisionConfig's defaults (patch 32, image 224).
+    a.model_type = "idefics3_vision";
+    a.block_class = "Idefics3EncoderLayer";
+    a.source = "transformers/models/idefics3/modeling_idefics3.py";
+    t.push_back(a);
+  }
+  {
+    // VideoLlama3VisionModel (transformers/models/video_llama_3/modular_video_llama_3.py; branch
+    // arch13), under model.vision_model: embeddings (VideoLlama3VisionEmbeddings: patch_embedding
+    // Conv2d with bias only; positions are 2-D rotary, no table), encoder.layers (SigLIP's
+    // SiglipEncoderLayer order: layer_norm1, self_attn k/v/q/out_proj, layer_norm2, mlp fc1/fc2, all
+    // with biases), post_layernorm on last_hidden_state; no pooling head.
+    VisionTowerSpec a;
+    a.model_type = "video_llama_3_vision";
+    a.layout = VisionLayout::Siglip;
+    a.embeddings = {conv("embeddings.patch_embedding", "num_channels", "hidden_size,patch_size,patch_size_1", "1")};
+    a.blocks = "encoder.layers";
+    a.block_class = "VideoLlama3VisionEncoderLayer";
+    a.block = {norm("layer_norm1", R::InputNorm, "hidden_size", "1")};
+    for (ModuleSpec& m : encoder_attention("self_attn", "out_proj", "1")) a.block.push_back(m);
+    a.block.push_back(norm("layer_norm2", R::PostAttentionNorm, "hidden_size", "1"));
+    for (ModuleSpec& m : encoder_mlp("mlp")) a.block.push_back(m);
+    a.post = {norm("post_layernorm", R::FinalNorm, "hidden_size", "1")};
+    // VideoLlama3VisionConfig is a SiglipVisionConfig (image_size 224 unused: no position table).
+    a.defaults = {{"num_channels", 3}, {"patch_size", 16}, {"image_size", 224}};
+    a.source = "transformers/models/video_llama_3/modular_video_llama_3.py";
     t.push_back(a);
   }
   return t;
@@ -575,10 +751,14 @@ std::vector<VisionLanguageSpec> build_models() {
     a.source = "transformers/models/lighton_ocr/modeling_lighton_ocr.py";
     t.push_back(a);
   }
-  for (const char* type : {"glm4v", "glm46v", "glm4v_moe"}) {
+  for (const char* type : {"glm4v", "glm46v", "glmga", "glm4v_moe"}) {
     // Glm4vModel / Glm46VModel / Glm4vMoeModel: visual (Glm4vVisionModel, whose merger is the
     // projector), language_model (Glm4vTextModel; Glm4vMoeTextModel, decoder glm4v_moe_text); the
-    // merged last_hidden_state.
+    // merged last_hidden_state. "glmga" (branch arch13) is GLM-4.6V under its own config class:
+    // MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES builds it with Glm46VForConditionalGeneration
+    // (models/auto/modeling_auto.py), and GlmgaConfig (modular_glmga.py) is Glm46VConfig's
+    // (glm4v_vision and glm4v_text sub-configs by default, tie_word_embeddings False, the text
+    // config's value not forwarded).
     VisionLanguageSpec a;
     a.model_type = type;
     a.towers = a.model_type == "glm4v_moe" ? std::vector<std::string>{"glm4v_moe_vision", "glm4v_moe"}
@@ -592,7 +772,8 @@ std::vector<VisionLanguageSpec> build_models() {
     // forwarded to it (Glm46VConfig does not forward it).
     a.defaults = {{"tie_word_embeddings", 0}};
     a.tie_from_text = a.model_type == "glm4v" || a.model_type == "glm4v_moe";
-    a.source = std::string("transformers/models/") + type + "/modeling_" + type + ".py";
+    a.source = a.model_type == "glmga" ? "transformers/models/glmga/modular_glmga.py, glm46v/modeling_glm46v.py"
+                                       : std::string("transformers/models/") + type + "/modeling_" + type + ".py";
     t.push_back(a);
   }
   {
@@ -670,6 +851,174 @@ std::vector<VisionLanguageSpec> build_models() {
     a.derived = {{"downsample_ratio_inverse", "downsample_ratio", 1, true, 1, ""}};
     a.defaults = {{"downsample_ratio", 0.5}, {"vision_feature_layer", -1}, {"tie_word_embeddings", 1}};
     a.source = "transformers/models/internvl/modeling_internvl.py";
+    t.push_back(a);
+  }
+  {
+    // Cosmos3EdgeModel (modular_cosmos3_edge.py; branch arch13): visual (Cosmos3EdgeVisionModel),
+    // projector (Cosmos3EdgePatchMerger: norm LayerNorm over the vision hidden size, linear_fc1 over
+    // vision hidden * spatial_merge_size^2 -> projector_hidden_size, GELU, linear_fc2 -> text hidden;
+    // biases), language_model (Cosmos3EdgeTextModel, decoder cosmos3_edge_text); the projector reads
+    // last_hidden_state. Cosmos3EdgeForConditionalGeneration._tied_weights_keys = {}: lm_head is
+    // never tied (Cosmos3EdgeConfig.tie_word_embeddings False).
+    VisionLanguageSpec a;
+    a.model_type = "cosmos3_edge";
+    a.towers = {"cosmos3_edge_vision"};
+    a.tower = "model.visual";
+    const std::string merged = "vision_hidden_size*vision_spatial_merge_size*vision_spatial_merge_size";
+    a.projector = {norm("model.projector.norm", R::MlpOther, "vision_hidden_size", "1"),
+                   linear("model.projector.linear_fc1", R::MlpOther, merged, "projector_hidden_size", "1"),
+                   linear("model.projector.linear_fc2", R::MlpOther, "projector_hidden_size", "hidden_size", "1")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_spatial_merge_size";
+    a.never_tied = true;
+    a.defaults = {{"tie_word_embeddings", 0}, {"projector_hidden_size", 11520}};
+    a.source = "transformers/models/cosmos3_edge/modular_cosmos3_edge.py";
+    t.push_back(a);
+  }
+  {
+    // MiniMaxM3VLModel (modular_minimax_m3_vl.py; branch arch13), a LlavaModel: vision_tower,
+    // multi_modal_projector (MiniMaxM3VLMultiModalProjector: linear_1 vision hidden ->
+    // projector_hidden_size, GELU, linear_2 -> text hidden, then the spatial_merge_size^2 patches
+    // grouped: merge_linear_1 over merged_hidden_size = text hidden * spatial_merge_size^2 (derived
+    // by MiniMaxM3VLConfig.__post_init__) -> projector_hidden_size, GELU, merge_linear_2 -> text
+    // hidden; biases), language_model (MiniMaxM3VLTextModel, decoder minimax_m3_vl_text); the
+    // projector reads last_hidden_state. MiniMaxM3VLConfig: tie_word_embeddings False, a text
+    // config's true copied into it.
+    VisionLanguageSpec a;
+    a.model_type = "minimax_m3_vl";
+    a.towers = {"minimax_m3_vl_vision"};
+    const std::string merged = "hidden_size*vision_spatial_merge_size*vision_spatial_merge_size";
+    a.projector = {linear("model.multi_modal_projector.linear_1", R::MlpOther, "vision_hidden_size", "projector_hidden_size", "1"),
+                   linear("model.multi_modal_projector.linear_2", R::MlpOther, "projector_hidden_size", "hidden_size", "1"),
+                   linear("model.multi_modal_projector.merge_linear_1", R::MlpOther, merged, "projector_hidden_size", "1"),
+                   linear("model.multi_modal_projector.merge_linear_2", R::MlpOther, "projector_hidden_size", "hidden_size", "1")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_spatial_merge_size";
+    a.defaults = {{"tie_word_embeddings", 0}, {"projector_hidden_size", 6144}};
+    a.tie_from_text = true;
+    a.source = "transformers/models/minimax_m3_vl/modular_minimax_m3_vl.py";
+    t.push_back(a);
+  }
+  {
+    // Kimi_K25Model (modular_kimi_k25.py; branch arch13): vision_tower (Kimi_K25VisionModel),
+    // language_model (AutoModel of text_config: DeepSeek-V3), then mm_projector
+    // (Kimi_K25MultimodalProjection: pre_norm LayerNorm over projection_hidden_size, in_proj over
+    // vision hidden * merge_kernel_size[0] * [1] (square), GELU, out_proj -> text hidden; biases),
+    // registered after the language model. Kimi_K25Config: tie_word_embeddings True (not forwarded
+    // from the text config), projection_hidden_size 1152.
+    VisionLanguageSpec a;
+    a.model_type = "kimi_k25";
+    a.towers = {"kimi_k25_vision"};
+    const std::string merged = "vision_hidden_size*vision_merge_kernel_size*vision_merge_kernel_size_1";
+    a.projector = {norm("model.mm_projector.pre_norm", R::MlpOther, "projection_hidden_size", "1"),
+                   linear("model.mm_projector.in_proj", R::MlpOther, merged, merged, "1"),
+                   linear("model.mm_projector.out_proj", R::MlpOther, merged, "hidden_size", "1")};
+    a.projector_after_text = true;
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_merge_kernel_size";
+    a.defaults = {{"tie_word_embeddings", 1}, {"projection_hidden_size", 1152}};
+    a.source = "transformers/models/kimi_k25/modular_kimi_k25.py";
+    t.push_back(a);
+  }
+  {
+    // AriaModel (transformers/models/aria/modeling_aria.py; branch arch13): vision_tower (Idefics3's),
+    // multi_modal_projector (AriaProjector: query, an nn.Parameter [max_value_projector_patch_to_query_dict,
+    // vision hidden] of which the first patch_to_query_dict[num_patches] rows are read; cross_attn
+    // (AriaCrossAttention: q/k/v_proj without bias, multihead_attn = nn.MultiheadAttention(vision
+    // hidden, heads): in_proj_weight [3H, H], in_proj_bias, out_proj; linear; layer_norm,
+    // layer_norm_kv); layer_norm; feed_forward (AriaProjectorMLP: linear_in vision hidden -> text
+    // hidden, linear_out text hidden -> text hidden, no biases)), language_model (AriaTextModel,
+    // decoder aria_text). get_image_features projects hidden_states[vision_feature_layer] (default
+    // -1: the last layer's output, before post_layernorm). AriaConfig: tie_word_embeddings False,
+    // max_value_projector_patch_to_query_dict = max(projector_patch_to_query_dict.values()), 256 for
+    // the default {1225: 128, 4900: 256} (model_config.cc derives it the same way).
+    // Approximate in the forward graph: the query's cross-attention over the image features is
+    // costed as a chain through the projector's modules in registration order.
+    VisionLanguageSpec a;
+    a.model_type = "aria";
+    a.towers = {"idefics3_vision"};
+    const std::string p = "model.multi_modal_projector.";
+    a.projector = {tensor(p + "query", R::MlpOther, "max_value_projector_patch_to_query_dict,vision_hidden_size"),
+                   linear(p + "cross_attn.q_proj", R::MlpOther, "vision_hidden_size", "vision_hidden_size", ""),
+                   linear(p + "cross_attn.k_proj", R::MlpOther, "vision_hidden_size", "vision_hidden_size", ""),
+                   linear(p + "cross_attn.v_proj", R::MlpOther, "vision_hidden_size", "vision_hidden_size", ""),
+                   tensor(p + "cross_attn.multihead_attn.in_proj_weight", R::MlpOther, "3*vision_hidden_size,vision_hidden_size"),
+                   tensor(p + "cross_attn.multihead_attn.in_proj_bias", R::MlpOther, "3*vision_hidden_size"),
+                   linear(p + "cross_attn.multihead_attn.out_proj", R::MlpOther, "vision_hidden_size", "vision_hidden_size", "1"),
+                   linear(p + "cross_attn.linear", R::MlpOther, "vision_hidden_size", "vision_hidden_size", "1"),
+                   norm(p + "cross_attn.layer_norm", R::MlpOther, "vision_hidden_size", "1"),
+                   norm(p + "cross_attn.layer_norm_kv", R::MlpOther, "vision_hidden_size", "1"),
+                   norm(p + "layer_norm", R::MlpOther, "vision_hidden_size", "1"),
+                   linear(p + "feed_forward.linear_in", R::MlpOther, "vision_hidden_size", "hidden_size", ""),
+                   linear(p + "feed_forward.linear_out", R::MlpOther, "hidden_size", "hidden_size", "")};
+    a.features = VisionFeatures::HiddenStates;
+    a.defaults = {{"tie_word_embeddings", 0}, {"vision_feature_layer", -1}, {"max_value_projector_patch_to_query_dict", 256}};
+    a.source = "transformers/models/aria/modeling_aria.py";
+    t.push_back(a);
+  }
+  {
+    // Ovis2Model (modeling_ovis2.py; branch arch13): vision_tower (Ovis2VisionModel, its head the
+    // visual tokenizer), language_model (AutoModel of text_config, Qwen2 by default), then
+    // visual_embeddings_table (Ovis2VisualEmbeddingTable, an nn.Embedding(vision vocab_size,
+    // Ovis2Config.hidden_size) applied as a matmul of the visual token probabilities), registered after
+    // the language model. Ovis2ForConditionalGeneration.lm_head is nn.Linear(Ovis2Config.hidden_size,
+    // Ovis2Config.vocab_size), tied to the text embeddings by tie_word_embeddings (default True, not
+    // forwarded); model_config.cc refuses an untied config whose top-level sizes are not the text's.
+    VisionLanguageSpec a;
+    a.model_type = "ovis2";
+    a.towers = {"ovis2_vision"};
+    a.projector = {embedding("model.visual_embeddings_table", "vision_vocab_size,model_hidden_size")};
+    a.projector_after_text = true;
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_hidden_stride";
+    a.defaults = {{"tie_word_embeddings", 1}, {"model_hidden_size", 1536}};
+    a.source = "transformers/models/ovis2/modeling_ovis2.py";
+    t.push_back(a);
+  }
+  {
+    // Exaone4_5_Model (modular_exaone4_5.py; branch arch13): visual (Exaone4_5_VisionModel, whose
+    // merger is the projector), language_model (AutoModel of text_config: EXAONE 4, exaone4); the
+    // merged last_hidden_state. Exaone4_5_Config: tie_word_embeddings False (not forwarded from the
+    // text config: PreTrainedConfig.__post_init__).
+    VisionLanguageSpec a;
+    a.model_type = "exaone4_5";
+    a.towers = {"exaone4_5_vision"};
+    a.tower = "model.visual";
+    a.features = VisionFeatures::LastHiddenState;
+    a.merge = "vision_spatial_merge_size";
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.source = "transformers/models/exaone4_5/modular_exaone4_5.py";
+    t.push_back(a);
+  }
+  {
+    // QianfanOCRModel (modular_qianfan_ocr.py; branch arch13): InternVLModel over QianfanOCR's
+    // InternViT (vision_tower) and a Qwen3 decoder by default; QianfanOCRMultiModalProjector is
+    // InternVL's. QianfanOCRConfig: tie_word_embeddings False (its __post_init__ calls
+    // PreTrainedConfig's, not InternVLConfig's), downsample_ratio 0.5, vision_feature_layer -1.
+    VisionLanguageSpec a = *std::find_if(t.begin(), t.end(), [](const VisionLanguageSpec& s) { return s.model_type == "internvl"; });
+    a.model_type = "qianfan_ocr";
+    a.towers = {"qianfan_ocr_vision"};
+    a.defaults["tie_word_embeddings"] = 0;
+    a.source = "transformers/models/qianfan_ocr/modular_qianfan_ocr.py";
+    t.push_back(a);
+  }
+  {
+    // VideoLlama3Model (modular_video_llama_3.py; branch arch13): vision_model (VideoLlama3's
+    // SigLIP-like tower), projector (VideoLlama3Projector.readout = Sequential(Linear(vision hidden,
+    // text hidden), GELU, Linear(text hidden, text hidden)), biases), language_model (Qwen2 by
+    // default); get_image_features projects last_hidden_state (after post_layernorm and a
+    // pixel_unshuffle that only reorders patches). VideoLlama3Config: tie_word_embeddings False, a
+    // text config's true copied into it (__post_init__).
+    VisionLanguageSpec a;
+    a.model_type = "video_llama_3";
+    a.towers = {"video_llama_3_vision"};
+    a.tower = "model.vision_model";
+    a.projector = {linear("model.projector.readout.0", R::MlpOther, "vision_hidden_size", "hidden_size", "1"),
+                   linear("model.projector.readout.2", R::MlpOther, "hidden_size", "hidden_size", "1")};
+    a.features = VisionFeatures::LastHiddenState;
+    a.defaults = {{"tie_word_embeddings", 0}};
+    a.tie_from_text = true;
+    a.source = "transformers/models/video_llama_3/modular_video_llama_3.py";
     t.push_back(a);
   }
   {
