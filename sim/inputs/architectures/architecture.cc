@@ -1103,11 +1103,17 @@ void add_dbrx(std::vector<ArchitectureSpec>& t) {
 // LongcatFlashMLA (modeling_longcat_flash.py) computes mla_scale_q_lora = (hidden_size / q_lora_rank)
 // ** 0.5 in __init__ and always runs q_a_proj in forward: q_lora_rank null (DeepseekV3Attention's
 // plain q_proj) is a TypeError there, so transformers cannot build it and hookstream refuses it.
+// The router's outputs and gate_up_proj's rows: n_routed_experts + (zero_expert_num or 0)
+// (LongcatFlashTopkRouter, LongcatFlashExperts.total_experts), as one key since a shape factor must
+// be positive and zero_expert_num may be 0.
 void longcat_flash_rules(std::map<std::string, double>& values, int, const std::string& source) {
   if (values.count("q_lora_rank") == 0 || values.at("q_lora_rank") <= 0) {
     throw InputError(source + ": key q_lora_rank", "expected a positive integer (LongcatFlashMLA divides hidden_size by it and "
                                                    "always runs q_a_proj), got null");
   }
+  const auto zero = values.find("zero_expert_num");
+  values["longcat_total_experts"] = values.count("n_routed_experts") ? values.at("n_routed_experts") : 0;
+  if (zero != values.end()) values["longcat_total_experts"] += zero->second;
 }
 
 // LongCat-Flash (LongcatFlashForCausalLM, transformers/models/longcat_flash/modular_longcat_flash.py):
@@ -1126,7 +1132,7 @@ void add_longcat_flash(std::vector<ArchitectureSpec>& t) {
   ArchitectureSpec a;
   a.model_type = "longcat_flash";
   a.layers_key = "num_layers";
-  const std::string total = "n_routed_experts+zero_expert_num";
+  const std::string total = "longcat_total_experts";  // longcat_flash_rules
   const std::string has_experts = "n_routed_experts!=0";
   ModuleSpec gate_up = tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, total + ",2*expert_ffn_hidden_size,hidden_size", has_experts);
   ModuleSpec down = tensor("mlp.experts.down_proj", R::ExpertsDown, "n_routed_experts,hidden_size,expert_ffn_hidden_size", has_experts);
