@@ -122,6 +122,20 @@ VLM_REASONS = {
 }
 
 
+# What keeps each remaining decoder-only type from the table, from its named_parameters() under
+# transformers 5.17 (examined on branch arch14; the counts table keeps them under "decoder-only").
+DECODER_REASONS = {
+    "hy_v4": "DeepSeek sparse attention with attention sinks and an output gate_proj, and DeepSeek-V4's hyper-connections (attn_hc / ffn_hc / hc_head)",
+    "axk2": "an indexer beside MLA with q_gate_proj, and input_layernorm as a norm with its own MLP (fc1 / fc2)",
+    "cpmant": "its own layout (cpmant.encoder.layers.N.self_att / ffn, a segment embedding, a relative position bias table, lm_head narrower than the input embedding)",
+    "zaya": "convolutional q/k with a delayed value projection, an MLP router, residual-scale modules and an input scale before the embedding",
+    "qwen4_exp_text": "per-sublayer hyper-connections (hc_norm, input_mix_weight_down/up, block_inject_weight) and a model-level hyper_connection_mixer over gated-DeltaNet + MoE layers",
+    "inkling_text": "r_proj and short convolutions on k, v and both residual branches, a relative-logits table, stacked shared experts and a router global_scale",
+    "modernbert-decoder": "ModernBERT's layout (embeddings.norm, no attn_norm in layer 0, fused Wi, a dense + norm prediction head and a biased `decoder`)",
+    "phi4_multimodal": "Phi-3's decoder with a SigLIP image tower and a Conformer audio encoder under embed_tokens_extend (audio inputs)",
+}
+
+
 NO_ORACLE = "transformers cannot build its default config, or leaves a key it needs at None (hookstream refuses it too)"
 
 
@@ -162,6 +176,10 @@ def reduce_layers(config, layers):
     if text is not config:
         targets.append(text)
     for c in targets:
+        # LongcatFlashModel builds num_layers decoder layers (each two attention sub-blocks) and sets
+        # num_hidden_layers to twice that itself: num_layers is its depth.
+        if c.model_type == "longcat_flash" and isinstance(getattr(c, "num_layers", None), int) and c.num_layers > layers:
+            c.num_layers = layers
         n = getattr(c, "num_hidden_layers", None)
         if not isinstance(n, int) or n <= layers:
             continue
@@ -472,6 +490,8 @@ def markdown(summary):
             why = "not described yet: " + MIXER_REASONS[c["case"]]
         if c["status"] == "refused" and VLM_REASONS.get(c["case"]):
             why = "vision-language, not described yet: " + VLM_REASONS[c["case"]]
+        if c["status"] == "refused" and c["case"] in DECODER_REASONS:
+            why = "decoder-only, not described yet: " + DECODER_REASONS[c["case"]]
         if c["status"] == "oracle_error":
             why = NO_ORACLE
         out.append(f"| {c['case']} | {c.get('class', '')} | {c['status']} | {why} | {detail} |")

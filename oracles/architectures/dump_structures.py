@@ -73,6 +73,11 @@ def make_config(case):
     return config
 
 
+# The config key that is a type's depth when it is not num_hidden_layers: LongcatFlashModel builds
+# num_layers decoder layers and then sets num_hidden_layers to 2 * num_layers (its attention sub-blocks).
+DEPTH_KEYS = {"longcat_flash": "num_layers"}
+
+
 def full_size(case):
     """Parameter count and bytes of the model at transformers' default depth (the case's other
     overrides kept): checks the per-layer rules (MoE layer selection) over a whole real-size model."""
@@ -81,7 +86,8 @@ def full_size(case):
         def default_depth(keys):
             # Per-layer keys (lists, GLM-MoE-DSA's index_topk_pattern) belong to the cut depth.
             keys = {k: v for k, v in keys.items()
-                    if k not in ("num_hidden_layers", "layer_types", "index_topk_pattern") and not isinstance(v, list)}
+                    if k not in ("num_hidden_layers", "layer_types", "index_topk_pattern", DEPTH_KEYS.get(case["model_type"]))
+                    and not isinstance(v, list)}
             if isinstance(keys.get("text_config"), dict):
                 keys["text_config"] = default_depth(keys["text_config"])
             return keys
@@ -89,9 +95,10 @@ def full_size(case):
         config = make_config({**case, "constructor": keys})
         model = build({**case, "lora": None}, config)
         params = list(model.parameters())
-        layers = config.get_text_config().num_hidden_layers
+        depth = DEPTH_KEYS.get(case["model_type"], "num_hidden_layers")
+        layers = getattr(config.get_text_config(), depth)
         written = {"model_type": case["model_type"], **keys}
-        (written["text_config"] if "text_config" in written else written)["num_hidden_layers"] = layers
+        (written["text_config"] if "text_config" in written else written)[depth] = layers
         return {
             "num_hidden_layers": layers,
             "numel": sum(p.numel() for p in params),

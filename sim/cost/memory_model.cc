@@ -274,6 +274,39 @@ LayerActivations layer_activations(const ModelConfig& model, const Plan& plan, c
     // intermediate-size tensor fewer here under-predicted the peak by 1.5 GiB (+5.0%); with two,
     // -0.9%.
   }
+  if (layer != nullptr && (!layer->sublayers.empty() || !layer->shortcut.empty())) {
+    // LongCat-Flash (LongcatFlashDecoderLayer): each later sub-block saves what the first does (its
+    // attention and MLP terms, taken as the same widths: MLA's by the head_dim formula), and the
+    // shortcut MoE about what a gated MLP of its width (moe_topk experts) saves, its input being the
+    // first sub-block's normed state (already counted). Approximate: the experts' gathered token
+    // copies and routing weights are not counted.
+    const size_t blocks = 1 + layer->sublayers.size();
+    const std::vector<int64_t> attention = a.saved_attention, mlp = a.saved_mlp;
+    for (size_t b = 1; b < blocks; ++b) {
+      a.saved_attention.insert(a.saved_attention.end(), attention.begin(), attention.end());
+      a.saved_mlp.insert(a.saved_mlp.end(), mlp.begin(), mlp.end());
+    }
+    a.saved_norm_inputs_fp32 *= static_cast<int64_t>(blocks);
+    a.saved_attention_fp32 *= static_cast<int64_t>(blocks);
+    a.saved_scores_fp32 *= static_cast<int64_t>(blocks);
+    a.saved_scores *= static_cast<int64_t>(blocks);
+    for (const DecoderLayerUse& moe : layer->shortcut) {
+      a.saved_mlp.insert(a.saved_mlp.end(), {moe.mlp_width, moe.mlp_width, moe.mlp_width, moe.mlp_width});
+    }
+    // The LoRA A outputs of the later sub-blocks' and the shortcut's adapted modules.
+    if (plan.adapter != Adapter::None) {
+      std::vector<const DecoderLayerUse*> more;
+      for (const DecoderLayerUse& sub : layer->sublayers) more.push_back(&sub);
+      for (const DecoderLayerUse& moe : layer->shortcut) more.push_back(&moe);
+      for (const DecoderLayerUse* u : more) {
+        std::vector<const LinearUse*> uses{&u->q, &u->k, &u->v, &u->o, &u->gate, &u->up, &u->down};
+        for (const LinearUse& use : u->attention_other) uses.push_back(&use);
+        for (const LinearUse* use : uses) {
+          if (use->lora_a >= 0) a.lora.push_back(plan.lora_r);
+        }
+      }
+    }
+  }
   return a;
 }
 

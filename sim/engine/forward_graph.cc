@@ -343,6 +343,7 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
       SimTensor m = mlp(layer, norm(layer.post_attention_norm, x, layer.path + ".norm", layer.post_attention_norm_bias));
       return call_post(ModuleKind::DecoderLayer, layer.path, layer.index, engine_.op(layer.path + " residual(mlp)", {x, m}));
     }
+    if (!layer.sublayers.empty() || !layer.shortcut.empty()) return sub_blocks(layer, x);
     SimTensor h = layer.parallel_attention              ? parallel_mixers(layer, x)
                   : layer.mixer == TokenMixer::Attention ? attention(layer, x)
                                                          : recurrent_mixer(layer, x);
@@ -352,6 +353,25 @@ class ForwardRecorder : public std::enable_shared_from_this<ForwardRecorder> {
     SimTensor m = mlp(layer, n);
     // Records no node when neither input requires grad (engine op), but keeps the data flow.
     return call_post(ModuleKind::DecoderLayer, layer.path, layer.index, engine_.op(layer.path + " residual(mlp)", {h, m}));
+  }
+
+  // LongcatFlashDecoderLayer.forward: attention block 0 (input_layernorm[0], self_attn[0], residual),
+  // post_attention_layernorm[0], then the shortcut MoE (mlp) and mlps[0] on that normed state,
+  // residual; then each later sub-block the same way; the shortcut's output is added with the last
+  // residual (residual + mlps[1](...) + shortcut_mlp_output).
+  SimTensor sub_blocks(const DecoderLayerUse& layer, SimTensor x) {
+    SimTensor h = attention(layer, x);
+    SimTensor n = norm(layer.post_attention_norm, h, layer.path + ".post_attention_layernorm", layer.post_attention_norm_bias);
+    SimTensor shortcut = layer.shortcut.empty() ? SimTensor{} : mlp(layer.shortcut.front(), n);
+    SimTensor m = mlp(layer, n);
+    for (const DecoderLayerUse& sub : layer.sublayers) {
+      h = attention(sub, engine_.op(layer.path + " residual(" + layer.mlp_module + ")", {h, m}));
+      n = norm(sub.post_attention_norm, h, layer.path + ".post_attention_layernorm (" + sub.mixer_module + ")",
+               sub.post_attention_norm_bias);
+      m = mlp(sub, n);
+    }
+    SimTensor out = engine_.op(layer.path + " residual(mlp) + shortcut", {h, m, shortcut});
+    return call_post(ModuleKind::DecoderLayer, layer.path, layer.index, out);
   }
 
   SimTensor checkpointed_layer(const DecoderLayerUse& layer, SimTensor x, int pass, int count) {

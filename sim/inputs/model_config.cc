@@ -913,6 +913,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   config.hidden_size = required_int("hidden_size");
   if (spec->layer_types.count_layers) {
     config.num_hidden_layers = hybrid_layer_count(reader, spec->layer_types);
+  } else if (!spec->layers_key.empty()) {
+    // LongcatFlashModel: range(config.num_layers) layers, whatever num_hidden_layers says (it sets
+    // that to 2 * num_layers itself).
+    config.num_hidden_layers = reader.positive_int(spec->layers_key);
   } else {
     config.num_hidden_layers = required_int("num_hidden_layers");
   }

@@ -538,6 +538,14 @@ class StructureBuilder {
     return false;
   }
 
+  // Puts a module's parameters in the slot its role gives it, in the sub-block it belongs to
+  // (ModuleSpec::sublayer; build() made the layer's sublayers and shortcut).
+  static void place_in(DecoderLayerUse& layer, const ModuleSpec& module, const LinearUse& use) {
+    if (module.sublayer < 0) return place(layer.shortcut.at(0), module.role, use);
+    if (module.sublayer > 0) return place(layer.sublayers.at(static_cast<size_t>(module.sublayer - 1)), module.role, use);
+    place(layer, module.role, use);
+  }
+
   // Puts a module's parameters in the slot its role gives it (see DecoderLayerUse).
   static void place(DecoderLayerUse& layer, ModuleRole role, const LinearUse& use) {
     auto fill = [&](LinearUse& slot) {
@@ -642,7 +650,7 @@ class StructureBuilder {
         out_.parameters[static_cast<size_t>(p)].dtype = DType::Float32;  // as lora.Linear (autocast_adapter_dtype)
       }
     }
-    for (size_t j = 0; j < specs.size(); ++j) place(layer, specs[j]->role, uses[j]);
+    for (size_t j = 0; j < specs.size(); ++j) place_in(layer, *specs[j], uses[j]);
   }
 
   // A Linear, Conv1D, Norm or Embedding module of the table at `full` (a Tensor is built by tensors()).
@@ -768,6 +776,29 @@ class StructureBuilder {
       layer.mlp_gated = spec->mlp_gated;
       layer.has_mlp = !spec->one_block_per_layer || layer.mixer == TokenMixer::None;
       layer.parallel_attention = spec->parallel_mixer && layer.mixer != TokenMixer::Attention;
+      // LongCat-Flash: the first sub-block is the layer's own slots; the others and the shortcut MoE
+      // block are DecoderLayerUses of the same layer (path, index) with their own attributes.
+      for (size_t s = 0; s < spec->sublayers.size(); ++s) {
+        DecoderLayerUse& sub = s == 0 ? layer : layer.sublayers.emplace_back();
+        if (s > 0) {
+          sub.index = i;
+          sub.path = layer.path;
+          sub.mlp_width = dim(spec->mlp_width.empty() ? "intermediate_size" : spec->mlp_width);
+        }
+        sub.mixer_module = spec->sublayers[s].attention;
+        sub.mlp_module = spec->sublayers[s].mlp;
+      }
+      if (!spec->shortcut_moe.empty()) {
+        // The MoE block is the shortcut's; the layer's own MLP (mlps.0) is dense.
+        layer.moe = false;
+        layer.mlp_width = dim(spec->mlp_width.empty() ? "intermediate_size" : spec->mlp_width);
+        DecoderLayerUse& moe = layer.shortcut.emplace_back();
+        moe.index = i;
+        moe.path = layer.path;
+        moe.mlp_module = spec->shortcut_moe;
+        moe.moe = true;
+        moe.mlp_width = dim(spec->top_k_key) * dim(spec->expert_width);
+      }
       std::vector<const ModuleSpec*> present;
       for (const ModuleSpec& module : spec->layer) {
         if (!module.when.empty() && !evaluate_flag(module.when, layer_values)) continue;
@@ -814,11 +845,11 @@ class StructureBuilder {
           const size_t at = full.find("{i}");
           for (int64_t r = 0; r < dim(module.repeat); ++r) {
             const std::string copy = full.substr(0, at) + std::to_string(r) + full.substr(at + 3);
-            place(layer, module.role, module_of(module, copy, i, "decoder"));
+            place_in(layer, module, module_of(module, copy, i, "decoder"));
           }
           continue;
         }
-        place(layer, module.role, module_of(module, full, i, "decoder"));
+        place_in(layer, module, module_of(module, full, i, "decoder"));
       }
       layer_values_ = nullptr;
       out_.layers.push_back(std::move(layer));

@@ -89,6 +89,12 @@ struct DecoderLayerUse {
   // The MLP width one token goes through: intermediate_size for a dense MLP; top_k routed experts
   // plus the shared experts in an MoE layer. The time and memory models cost the MLP with it.
   int64_t mlp_width = 0;
+  // LongCat-Flash (ArchitectureSpec::sublayers): the sub-blocks after the first (this one's q..down,
+  // norms and modules are the first sub-block's), same path and index, their own mixer_module and
+  // mlp_module; and the shortcut MoE block (empty or one), whose gate/up/down are its router and
+  // fused experts. What the forward graph runs and the cost models count.
+  std::vector<DecoderLayerUse> sublayers;
+  std::vector<DecoderLayerUse> shortcut;
 };
 
 struct VisionBlockUse {

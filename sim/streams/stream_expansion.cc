@@ -11,13 +11,14 @@
 
 namespace hookstream {
 
-std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const ModelStructure* structure, int layer) {
+namespace {
+
+// The projections of one attention + MLP block (a decoder layer, or one LongCat-Flash sub-block).
+std::vector<ProjectionShape> block_projections(const ModelConfig& model, const ModelStructure* structure, const DecoderLayerUse* use) {
   const double h = model.hidden_size;
   const double head_dim = model.head_dim > 0 ? model.head_dim : (model.num_attention_heads > 0 ? h / model.num_attention_heads : 0);
   const double q_width = model.num_attention_heads * head_dim;
   const double kv_width = model.num_key_value_heads * head_dim;
-  const DecoderLayerUse* use =
-      structure != nullptr && layer >= 0 && layer < static_cast<int>(structure->layers.size()) ? &structure->layers[layer] : nullptr;
   // An MoE layer costs the experts a token goes through (top_k routed + shared), not all E.
   const double inter = use != nullptr && use->mlp_width > 0 ? static_cast<double>(use->mlp_width) : model.intermediate_size;
   static const LinearUse kAbsent;
@@ -74,6 +75,32 @@ std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const M
       if (linear->lora_a >= 0) shape.lora_rank = static_cast<double>(structure->parameters[linear->lora_a].shape[0]);
       shapes.push_back(shape);
     }
+  }
+  return shapes;
+}
+
+}  // namespace
+
+std::vector<ProjectionShape> layer_projections(const ModelConfig& model, const ModelStructure* structure, int layer) {
+  const DecoderLayerUse* use =
+      structure != nullptr && layer >= 0 && layer < static_cast<int>(structure->layers.size()) ? &structure->layers[layer] : nullptr;
+  std::vector<ProjectionShape> shapes = block_projections(model, structure, use);
+  if (use == nullptr) return shapes;
+  // LongCat-Flash: the second sub-block's q/k/v/o and dense MLP, then the shortcut MoE block's
+  // router and the experts a token goes to (its mlp_width: moe_topk experts; a token routed to one
+  // of the zero_expert_num identity experts costs nothing, so this is an upper bound). The first
+  // seven stay the first sub-block's (callers index them: [5] up, [6] down). MLA's projections are
+  // costed with the head_dim formula, as for DeepSeek-V3 (approximate).
+  for (const DecoderLayerUse& sub : use->sublayers) {
+    const std::vector<ProjectionShape> more = block_projections(model, structure, &sub);
+    shapes.insert(shapes.end(), more.begin(), more.end());
+  }
+  for (const DecoderLayerUse& moe : use->shortcut) {
+    std::vector<ProjectionShape> more = block_projections(model, structure, &moe);
+    for (ProjectionShape& p : more) {
+      if (!p.mlp) p.in = p.out = 0;  // the shortcut block has no attention
+    }
+    shapes.insert(shapes.end(), more.begin(), more.end());
   }
   return shapes;
 }
@@ -162,7 +189,10 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
       structure != nullptr && layer >= 0 && layer < static_cast<int>(structure->layers.size()) ? &structure->layers[layer] : nullptr;
   const bool parallel = use != nullptr && use->parallel_attention;
   const bool recurrent = use != nullptr && use->mixer != TokenMixer::Attention && !parallel;
-  const double sdpa_flops = 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
+  // LongCat-Flash runs 1 + sublayers attention blocks per layer (an MLA block costed as h/heads heads).
+  const double blocks = use != nullptr ? 1.0 + static_cast<double>(use->sublayers.size()) : 1.0;
+  const double sdpa_flops =
+      blocks * 4.0 * sequence_len * static_cast<double>(sequence_len) * model.num_attention_heads * head_dim * micro_batch / 2;
   cost.attention_flops = recurrent ? recurrent_mixer_flops(use->mixer, use->mixer_shape, tokens)
                          : parallel ? sdpa_flops + recurrent_mixer_flops(use->mixer, use->mixer_shape, tokens)
                                     : sdpa_flops;
@@ -230,6 +260,13 @@ LayerCost layer_cost(const ModelConfig& model, int sequence_len, int micro_batch
     // and up, writes up's grad.
     cost.silu_mul_bytes = bytes(2 * inter);
     cost.silu_mul_backward_bytes = bytes(3 * inter);
+  }
+  if (blocks > 1) {
+    // LongCat-Flash: each sub-block has its two norms, RoPE, act(gate) * up and two residual adds.
+    for (int64_t* b : {&cost.rmsnorm_bytes, &cost.rmsnorm_backward_bytes, &cost.rope_bytes, &cost.rope_backward_bytes,
+                       &cost.silu_mul_bytes, &cost.silu_mul_backward_bytes, &cost.residual_bytes, &cost.residual_backward_bytes}) {
+      *b = static_cast<int64_t>(static_cast<double>(*b) * blocks);
+    }
   }
   if (eager_attention && (use == nullptr || use->mixer == TokenMixer::Attention)) {
     // transformers' eager_attention_forward on the full S x S matrix (the causal mask is added, not

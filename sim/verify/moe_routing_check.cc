@@ -76,7 +76,8 @@ std::optional<RoutingCheck> check_moe_routing(const Plan& plan, const ModelStruc
   check.decided_by = structure.expert_layout_decided_by;
   check.estimate = estimate_idle_experts(structure.num_experts, structure.experts_per_token,
                                          routed_tokens(plan, &check.tokens_from));
-  for (const DecoderLayerUse& layer : structure.layers) check.moe_layers += layer.moe ? 1 : 0;
+  // LongCat-Flash's MoE block is its layer's shortcut (DecoderLayerUse::shortcut), beside dense MLPs.
+  for (const DecoderLayerUse& layer : structure.layers) check.moe_layers += layer.moe || !layer.shortcut.empty() ? 1 : 0;
   check.steps = planned_steps(plan, check.steps_from);
   check.draws = int64_t(check.moe_layers) * plan.world_size * plan.gradient_accumulation_steps * check.steps;
   // Independent draws (each layer, rank and micro-step routes its own tokens):

@@ -1100,6 +1100,89 @@ void add_dbrx(std::vector<ArchitectureSpec>& t) {
   t.push_back(a);
 }
 
+// LongcatFlashMLA (modeling_longcat_flash.py) computes mla_scale_q_lora = (hidden_size / q_lora_rank)
+// ** 0.5 in __init__ and always runs q_a_proj in forward: q_lora_rank null (DeepseekV3Attention's
+// plain q_proj) is a TypeError there, so transformers cannot build it and hookstream refuses it.
+// The router's outputs and gate_up_proj's rows: n_routed_experts + (zero_expert_num or 0)
+// (LongcatFlashTopkRouter, LongcatFlashExperts.total_experts), as one key since a shape factor must
+// be positive and zero_expert_num may be 0.
+void longcat_flash_rules(std::map<std::string, double>& values, int, const std::string& source) {
+  if (values.count("q_lora_rank") == 0 || values.at("q_lora_rank") <= 0) {
+    throw InputError(source + ": key q_lora_rank", "expected a positive integer (LongcatFlashMLA divides hidden_size by it and "
+                                                   "always runs q_a_proj), got null");
+  }
+  const auto zero = values.find("zero_expert_num");
+  values["longcat_total_experts"] = values.count("n_routed_experts") ? values.at("n_routed_experts") : 0;
+  if (zero != values.end()) values["longcat_total_experts"] += zero->second;
+}
+
+// LongCat-Flash (LongcatFlashForCausalLM, transformers/models/longcat_flash/modular_longcat_flash.py):
+// config.num_layers layers (LongcatFlashModel; num_hidden_layers is set to twice that), each a
+// LongcatFlashDecoderLayer that registers, in order: mlp (LongcatFlashMoE: experts then router),
+// self_attn (a ModuleList of two LongcatFlashMLA, DeepSeek-V3's MLA), mlps (two LongcatFlashMLP,
+// DeepSeek-V3's gated MLP of ffn_hidden_size), input_layernorm and post_attention_layernorm (ModuleLists
+// of two RMSNorms). The experts (LongcatFlashExperts): gate_up_proj [n_routed_experts +
+// zero_expert_num, 2 * expert_ffn_hidden_size, H] (rows for the identity "zero experts" too, never
+// read: they get zero gradient, not none), down_proj [n_routed_experts, H, expert_ffn_hidden_size];
+// none with n_routed_experts 0. The router (LongcatFlashTopkRouter) is an nn.Linear `classifier` of
+// n_routed_experts + zero_expert_num outputs, bias by the undeclared key router_bias (getattr,
+// default false); its e_score_correction_bias is a buffer. _keep_in_fp32_modules (classifier.weight)
+// is not strict: bf16 under _from_config.
+void add_longcat_flash(std::vector<ArchitectureSpec>& t) {
+  ArchitectureSpec a;
+  a.model_type = "longcat_flash";
+  a.layers_key = "num_layers";
+  const std::string total = "longcat_total_experts";  // longcat_flash_rules
+  const std::string has_experts = "n_routed_experts!=0";
+  ModuleSpec gate_up = tensor("mlp.experts.gate_up_proj", R::ExpertsGateUp, total + ",2*expert_ffn_hidden_size,hidden_size", has_experts);
+  ModuleSpec down = tensor("mlp.experts.down_proj", R::ExpertsDown, "n_routed_experts,hidden_size,expert_ffn_hidden_size", has_experts);
+  ModuleSpec router = linear("mlp.router.classifier", R::Router, "hidden_size", total, "router_bias");
+  for (ModuleSpec* m : {&gate_up, &down, &router}) m->sublayer = -1;
+  a.layer = {gate_up, down, router};
+  for (int s : {0, 1}) {
+    const std::string n = std::to_string(s);
+    for (ModuleSpec m : mla_attention()) {
+      if (m.path == "self_attn.q_proj") continue;  // q_lora_rank is required (longcat_flash_rules)
+      m.path = "self_attn." + n + m.path.substr(std::string("self_attn").size());
+      m.when.clear();
+      m.sublayer = s;
+      a.layer.push_back(m);
+    }
+  }
+  for (int s : {0, 1}) {
+    for (ModuleSpec m : swiglu("mlps." + std::to_string(s), "intermediate_size")) {
+      m.sublayer = s;
+      a.layer.push_back(m);
+    }
+  }
+  for (const char* name : {"input_layernorm", "post_attention_layernorm"}) {
+    for (int s : {0, 1}) {
+      ModuleSpec m = norm(std::string(name) + "." + std::to_string(s),
+                          std::string(name) == "input_layernorm" ? R::InputNorm : R::PostAttentionNorm);
+      m.sublayer = s;
+      a.layer.push_back(m);
+    }
+  }
+  a.sublayers = {{"self_attn.0", "mlps.0"}, {"self_attn.1", "mlps.1"}};
+  a.shortcut_moe = "mlp";
+  // Every layer has the MoE block (as the shortcut; the layer's own MLP slots are mlps.0's, dense):
+  // what the expert layout, the PEFT v4 conversion and 4.x's refusal read.
+  a.moe = MoeLayers::All;
+  a.peft_moe_conversion = "qwen2_moe";  // _MODEL_TO_CONVERSION_PATTERN["longcat_flash"]
+  a.experts_key = "n_routed_experts";
+  a.top_k_key = "moe_topk";
+  a.expert_width = "expert_ffn_hidden_size";
+  // LongcatFlashConfig.attribute_map: intermediate_size is ffn_hidden_size, num_experts_per_tok moe_topk.
+  a.attribute_map = {{"ffn_hidden_size", "intermediate_size"}, {"num_experts_per_tok", "moe_topk"}};
+  a.config_rules = longcat_flash_rules;
+  // LongcatFlashConfig field defaults.
+  a.defaults = {{"tie_word_embeddings", 0}, {"intermediate_size", 12288}, {"q_lora_rank", 1536}, {"kv_lora_rank", 512}, {"qk_nope_head_dim", 128},
+                {"qk_rope_head_dim", 64}, {"v_head_dim", 128}, {"head_dim", 64}, {"moe_topk", 12}, {"n_routed_experts", 512},
+                {"zero_expert_num", 256}, {"expert_ffn_hidden_size", 2048}};
+  a.source = "transformers/models/longcat_flash/modular_longcat_flash.py";
+  t.push_back(a);
+}
+
 // Lfm2MLP.__init__ (modeling_lfm2.py): with block_auto_adjust_ff_dim, the feed-forward width is
 // int(2 * intermediate_size / 3), then int(block_ffn_dim_multiplier * that) rounded up to a multiple
 // of block_multiple_of (LLaMA's rule). Lfm2Config is a strict dataclass: null for any of the three
@@ -2815,6 +2898,7 @@ std::vector<ArchitectureSpec> build_table() {
   add_arch8_decoders(t);
   add_deepseek_v4(t);
   add_dbrx(t);
+  add_longcat_flash(t);
   return t;
 }
 

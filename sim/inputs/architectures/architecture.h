@@ -84,6 +84,9 @@ struct ModuleSpec {
   // A ModuleList of identical modules: `repeat` (an expression) copies, "{i}" in the path replaced by
   // 0, 1, ... (StableLM's per-head q_layernorm.norms.{i}). Not for Tensor modules.
   std::string repeat;
+  // The sub-block of a layer made of several (ArchitectureSpec::sublayers, LongCat-Flash): 0 the
+  // first attention + MLP sub-block (or a layer of one), 1 the second, -1 the shortcut MoE block.
+  int sublayer = 0;
 };
 
 // Which decoder layers have a sparse MoE block instead of the dense MLP.
@@ -118,6 +121,22 @@ struct ArchitectureSpec {
   // project_in and final_layer_norm), in registration order.
   std::vector<ModuleSpec> embed_extras;
   std::string layers = "model.layers";
+  // The config key with the number of decoder layers when it is not num_hidden_layers
+  // (LongcatFlashModel builds config.num_layers layers and then sets num_hidden_layers to twice
+  // that, the count of attention sub-blocks its cache indexes).
+  std::string layers_key;
+  // A layer made of attention + MLP sub-blocks run one after the other (LongcatFlashDecoderLayer:
+  // self_attn[0], mlps[0], self_attn[1], mlps[1], with input_layernorm[i] / post_attention_layernorm[i]),
+  // each named by its attention and MLP attributes; empty: one attention and one MLP. A module's
+  // ModuleSpec::sublayer says which sub-block it belongs to.
+  struct Sublayer {
+    std::string attention, mlp;
+  };
+  std::vector<Sublayer> sublayers;
+  // The layer's shortcut MoE block (LongcatFlashDecoderLayer.mlp, ModuleSpec::sublayer -1): it reads
+  // the first sub-block's post_attention_layernorm output and its output is added to the layer's
+  // output after the last sub-block ("shortcut connection"). "" none.
+  std::string shortcut_moe;
   // The decoder layer's class when it is not <Model>DecoderLayer (the model's _no_split_modules:
   // GPT2Block, GPTNeoXLayer, BloomBlock, CTRL's EncoderLayer): what fsdp_config's
   // transformer_layer_cls_to_wrap names (sim/sync/fsdp2/fsdp2_units.cc).

@@ -127,6 +127,10 @@ const char* undescribed_in_v4(const std::string& model_type) {
   if (model_type == "glm4v_moe_text") {
     return "GLM-4.5V ties lm_head by the composite config's own tie_word_embeddings, not the text config's as 5.17 does";
   }
+  if (model_type == "longcat_flash") {
+    return "LongcatFlashMoE's experts are an nn.ModuleList of per-expert MLPs and identity (zero) experts, not 5.17's "
+           "fused tensors";
+  }
   if (model_type == "jetmoe") {
     return "JetMoeBlock registers input_layernorm, self_attention (its attention experts), post_attention_layernorm, "
            "then mlp, another order than v5's";
