@@ -62,7 +62,7 @@ const std::vector<std::string>& schedule_keys() {
 const std::vector<std::string>& engine_keys() {
   static const std::vector<std::string> keys = {
       "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "context_parallel_size", "tensor_parallel_size",
-      "expert_parallel_size", "dp_shard_size", "dp_replicate_size", "sequence_parallel_degree"};
+      "expert_parallel_size", "expert_parallel_backend", "dp_shard_size", "dp_replicate_size", "sequence_parallel_degree"};
   return keys;
 }
 
