@@ -103,3 +103,40 @@ TEST_CASE("expert parallelism (pure EP under DDP): the simulator agrees with rea
   CHECK(wrong >= 1);  // the plans include gradient accumulation, where the hook misweights
   WARN(fmt::format("expert parallel differential: {}/{} plans agree ({} with wrong expert gradients)", agree, predicted.size(), wrong));
 }
+
+TEST_CASE("expert parallelism beside dp_shard under real fully_shard: right gradients, and not modelled by the simulator", "[differential][expert_parallel]") {
+  // axolotl's expert_parallel_qwen3_30ba3b_ep_fsdp_fft_4gpu.yaml shape on the tiny model: ep 2 x
+  // dp_shard 2. hookstream's FSDP2 model has one mesh for every unit, fully_shard_experts puts the
+  // experts on another: engine_not_modelled, with the reason. What the real engine does (measured
+  // here so a future model has its reference): the gradients equal the single-process mean with
+  // one micro-step and with accumulation (the scale hook runs once per reduce-scatter).
+  const std::string model = std::string(HOOKSTREAM_SOURCE_DIR) + "/tests/plans/models/tiny-qwen3-moe.json";
+  const Plan plan = parse_plan("base_model: " + model + "\nsequence_len: 6\nmicro_batch_size: 1\nexpert_parallel_size: 2\n"
+                               "dp_shard_size: 2\nfsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: Qwen3MoeDecoderLayer\n",
+                               "plan.yaml");
+  CHECK(plan.world_size == 4);
+  CHECK_FALSE(gradient_sync_modelled(plan.engine));
+  hookstream::test::TempDir dir(fmt::format("expert-parallel-fsdp2-{}", ::getpid()));
+  nlohmann::json cases = nlohmann::json::array();
+  for (int ga : {1, 2}) {
+    cases.push_back({{"name", fmt::format("fsdp2_ep2_dp2_ga{}", ga)}, {"engine", "fsdp2"}, {"ep", 2}, {"dp_shard", 2},
+                     {"grad_accum", ga}, {"steps", 1}, {"kernel", "grouped"}, {"idle_ranks", nlohmann::json::array()}});
+  }
+  std::ofstream(dir.path() / "cases.json") << cases.dump();
+  const std::string command = fmt::format("OMP_NUM_THREADS=1 {0}/oracles/run.sh {1} {0}/oracles/expert_parallel_worker.py {2}/cases.json "
+                                          "{2}/out.json > {2}/worker.log 2>&1",
+                                          HOOKSTREAM_SOURCE_DIR, HOOKSTREAM_ORACLE_PYTHON, dir.path().string());
+  const int status = std::system(command.c_str());
+  INFO(slurp(dir.path() / "worker.log").substr(0, 4000));
+  REQUIRE(status == 0);
+  const nlohmann::json out = nlohmann::json::parse(slurp(dir.path() / "out.json"));
+  for (const auto& [name, result] : out.items()) {
+    INFO(name << ": " << result.dump().substr(0, 2000));
+    CHECK(result["outcome"] == "ok");
+    CHECK(result["ranks"].size() == 4);
+    for (const auto& [rank, r] : result["ranks"].items()) {
+      CHECK(r["dense_error"].get<double>() < kTolerance);
+      CHECK(r["expert_error"].get<double>() < kTolerance);
+    }
+  }
+}
