@@ -146,7 +146,15 @@ SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& st
                                                                 : simulate_ddp(plan, structure, options);
       // Pure expert parallelism: the Reducer above never saw the expert shards
       // (model_structure.cc); what the plugin's own hook does to them is added here.
-      for (Finding& f : expert_parallel_findings(plan, structure)) simulation.findings.push_back(std::move(f));
+      // Only where the run gets that far: an error of the Reducer's at or before the finding's
+      // step ends the run first (silent findings do not).
+      for (Finding& f : expert_parallel_findings(plan, structure)) {
+        const bool stopped_before = std::any_of(simulation.findings.begin(), simulation.findings.end(), [&](const Finding& e) {
+          const bool fatal = e.kind != VerdictKind::SilentDivergence && e.kind != VerdictKind::WrongGradient && e.kind != VerdictKind::NoGradient;
+          return fatal && (e.iteration < f.iteration || (e.iteration == f.iteration && e.micro_step <= f.micro_step));
+        });
+        if (!stopped_before) simulation.findings.push_back(std::move(f));
+      }
       sort_findings(simulation.findings);
       return simulation;
     }
