@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "sim/cost/expert_parallel_cost.h"
 #include "sim/cost/profiled_costs.h"
 #include "sim/sync/ddp/ddp_simulation.h"
 #include "sim/streams/stream_expansion.h"
@@ -61,6 +62,10 @@ StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& str
   if (engine.sharded) {
     prediction.engine = engine_step_cost(plan, structure, engine, device, prediction.schedule.model);
     prediction.schedule.step_ns += prediction.engine.exposed_ns - prediction.engine.optimizer_saved_ns;
+  } else if (plan.engine.expert_parallel > 1) {
+    // Pure EP under DDP: the Reducer's buckets are in the expansion; the all-to-alls are added here.
+    prediction.engine = expert_parallel_step_cost(plan, structure, device);
+    prediction.schedule.step_ns += prediction.engine.exposed_ns;
   }
   prediction.tokens_per_step = static_cast<int64_t>(plan.sequence_len_for(0, 0)) * plan.micro_batch_size *
                                std::max(1, plan.gradient_accumulation_steps) * std::max(1, plan.world_size);

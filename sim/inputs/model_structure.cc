@@ -1273,6 +1273,46 @@ class StructureBuilder {
 
 }  // namespace
 
+namespace {
+
+// axolotl's ExpertParallelPlugin.post_model_build (integrations/expert_parallel/plugin.py, commit
+// 060b4aec63d4) runs shard.py shard_expert_weights: every module with 3-D gate_up_proj and
+// down_proj parameters (_detect_experts_modules: transformers' @use_experts_implementation
+// layout; a ModuleList of per-expert MLPs does not match) keeps experts [ep_rank * E/ep,
+// (ep_rank + 1) * E/ep) of both (and of their [E, ...] biases) as new Parameters, and names them
+// in _ddp_params_and_buffers_to_ignore. No such module with ep > 1 is the plugin's ValueError.
+void shard_experts_for_expert_parallelism(const Plan& plan, ModelStructure& structure) {
+  const int ep = plan.engine.expert_parallel;
+  if (ep <= 1) return;
+  const std::string where = plan.source + ": key expert_parallel_size";
+  for (const DecoderLayerUse& layer : structure.layers) {
+    if (!layer.moe || !layer.experts.empty() || layer.up.weight < 0 || layer.down.weight < 0) continue;
+    const Parameter& gate_up = structure.parameters[static_cast<size_t>(layer.up.weight)];
+    const Parameter& down = structure.parameters[static_cast<size_t>(layer.down.weight)];
+    if (gate_up.shape.size() != 3 || down.shape.size() != 3) continue;
+    const int64_t experts = gate_up.shape[0];
+    if (experts % ep != 0) {
+      throw InputError(where, "Expert module '" + gate_up.module + "': num_experts=" + std::to_string(experts) +
+                                  " not divisible by ep_size=" + std::to_string(ep) +
+                                  ". Adjust the model config or ep_size. (axolotl's expert_parallel shard.py)");
+    }
+    for (int index : {layer.up.weight, layer.down.weight, layer.up.bias, layer.down.bias}) {
+      if (index < 0) continue;
+      Parameter& p = structure.parameters[static_cast<size_t>(index)];
+      if (p.shape.empty() || p.shape[0] != experts) continue;
+      p.shape[0] = experts / ep;
+      structure.expert_parallel_shards.push_back(index);
+    }
+  }
+  if (structure.expert_parallel_shards.empty()) {
+    throw InputError(where, "expert_parallel_size > 1 but no Experts modules were detected for sharding (the model does not use "
+                            "transformers' canonical 3-D gate_up_proj/down_proj experts layout). Expert parallelism cannot run on "
+                            "this model; set expert_parallel_size: 1. (axolotl's ExpertParallelPlugin.post_model_build)");
+  }
+}
+
+}  // namespace
+
 ModelStructure build_model_structure(const Plan& plan) {
   // PEFT matches target_modules against every module of the base model before wrapping any, so
   // the modules are listed first (a build without adapters), then the structure is built for real.
@@ -1286,11 +1326,15 @@ ModelStructure build_model_structure(const Plan& plan) {
   }
   ModelStructure structure;
   StructureBuilder(plan, structure, matcher ? &*matcher : nullptr, nullptr, nullptr).build();
+  shard_experts_for_expert_parallelism(plan, structure);
   // DDP's parameter list (distributed.py _build_params_for_reducer): trainable parameters in
   // named_modules() order; shared tensors appear once because ModelStructure holds them once.
+  // DDP drops the names in the module's _ddp_params_and_buffers_to_ignore (distributed.py
+  // __init__: parameters_to_ignore): the expert-parallel shards.
+  const std::set<int> ignored(structure.expert_parallel_shards.begin(), structure.expert_parallel_shards.end());
   for (size_t i = 0; i < structure.parameters.size(); ++i) {
     Parameter& p = structure.parameters[i];
-    if (!p.trainable) continue;
+    if (!p.trainable || ignored.count(static_cast<int>(i))) continue;
     p.ddp_index = static_cast<int>(structure.ddp_parameters.size());
     structure.ddp_parameters.push_back(static_cast<int>(i));
   }

@@ -157,6 +157,10 @@ struct ModelStructure {
   std::string expert_layout_decided_by;
   // DDP's parameter list: ddp_parameters[i] is the index into `parameters` of DDP index i.
   std::vector<int> ddp_parameters;
+  // Expert parallelism (Engine::expert_parallel > 1): the fused 3-D expert tensors each rank holds
+  // 1/expert_parallel of (their shapes here are the rank's slice), outside DDP's parameter list
+  // (axolotl's shard.py puts them in _ddp_params_and_buffers_to_ignore). Indices into `parameters`.
+  std::vector<int> expert_parallel_shards;
 
   const Parameter& ddp_parameter(int ddp_index) const { return parameters[ddp_parameters[ddp_index]]; }
 };

@@ -62,7 +62,7 @@ const std::vector<std::string>& schedule_keys() {
 const std::vector<std::string>& engine_keys() {
   static const std::vector<std::string> keys = {
       "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "context_parallel_size", "tensor_parallel_size",
-      "expert_parallel_size", "dp_shard_size", "dp_replicate_size", "sequence_parallel_degree"};
+      "expert_parallel_size", "expert_parallel_backend", "dp_shard_size", "dp_replicate_size", "sequence_parallel_degree"};
   return keys;
 }
 
@@ -484,6 +484,8 @@ struct Draft {
   std::optional<bool> load_in_4bit;
   std::optional<bool> use_reentrant;
   bool checkpointing_forces_reentrant = false;
+  // axolotl's expert_parallel_backend (integrations/expert_parallel/args.py): auto, deep_ep, torch.
+  std::optional<std::string> expert_parallel_backend;
   std::string base_model_config;
   std::string revision_of_model;  // axolotl: the hub revision of base_model (branch, tag or commit)
   std::map<std::string, std::string> where;  // dotted key -> "FILE:LINE" or "--set"
@@ -615,6 +617,11 @@ class Converter {
     else if (key == "fsdp") draft_.fsdp_list = fsdp_list(value, key);
     else if (key == "fsdp_config") fsdp_config(value, key);
     else if (key == "fsdp_version") draft_.fsdp_version = read_int(origin_, value, key, 1, 2);
+    else if (key == "expert_parallel_backend") {
+      const std::string backend = read_string(origin_, value, key);
+      if (backend != "auto" && backend != "deep_ep" && backend != "torch") fail_type(origin_, value, key, "auto, deep_ep or torch");
+      draft_.expert_parallel_backend = backend;
+    }
     else if (key == "context_parallel_size" || key == "tensor_parallel_size" || key == "expert_parallel_size" ||
              key == "dp_shard_size" || key == "dp_replicate_size" || key == "sequence_parallel_degree") {
       draft_.parallel_sizes.emplace_back(key, read_int(origin_, value, key, 1, 65536));
@@ -1362,6 +1369,20 @@ void data_parallel_mesh(Draft& draft) {
                                    "orthogonal mesh axes to be valid (axolotl's expert_parallel plugin)",
                                    ep, std::max(shard, 1), std::max(tp, 1), std::max(cp, 1), product, plan.world_size, plan.world_size_from));
     }
+    // Pure EP (ExpertParallelPlugin._resolve_ep_group: expert_parallel_size = world size, the ep
+    // group is WORLD) under DDP: axolotl's patched ParallelismConfig accepts it without FSDP
+    // (monkeypatch/accelerate/parallelism_config.py _validate_accelerator: "Pure EP (no
+    // FSDP/TP/CP) is valid") and every rank reads its own batch (the ep axis is a data axis there).
+    // Modelled: docs/engines/expert-parallel.md. EP beside dp_shard (FSDP2's fully_shard_experts),
+    // tensor or context parallelism stay not modelled.
+    if (engine.kind == EngineKind::Ddp && shard <= 1 && replicate <= 1 && tp <= 1 && cp <= 1 && known_world &&
+        ep == plan.world_size) {
+      engine.expert_parallel = ep;
+      engine.settings.push_back(fmt::format("expert parallelism: expert_parallel_size {} ({}) = world size, pure EP under DDP "
+                                            "(axolotl's ExpertParallelPlugin, torch all-to-all dispatch)",
+                                            ep, where("expert_parallel_size")));
+      return;
+    }
     list_all();
     return;
   }
@@ -1600,6 +1621,21 @@ class Validator {
     // otherwise its trainer builder falls back to use_reentrant: false.
     plan_.use_reentrant = draft_.use_reentrant.value_or(plan_.unfrozen_parameters.empty());
     if (draft_.checkpointing_forces_reentrant) plan_.use_reentrant = true;
+    // ExpertParallelPlugin.post_model_load with the torch backend (plugin.py
+    // _install_required_checkpoint_policy, commit 060b4aec63d4): gradient checkpointing without
+    // selective_checkpointing goes through apply_selective_checkpointing(base, save=[]), whose
+    // gradient_checkpointing_enable sets use_reentrant=False and a SAC context_fn that saves the
+    // routing (aten::topk) and the ep all-to-alls (monkeypatch/selective_checkpointing.py): the
+    // recompute re-runs no all-to-all. "auto" is torch unless deep_ep imports (DeepEP is a separate
+    // GPU build): hookstream takes torch for it, and says so in the engine settings.
+    const std::string backend = draft_.expert_parallel_backend.value_or("auto");
+    if (plan_.engine.expert_parallel > 1 && plan_.gradient_checkpointing && backend != "deep_ep") {
+      plan_.use_reentrant = false;
+      plan_.engine.settings.push_back(
+          "checkpointing: non-reentrant with selective saves of the routing and the ep all-to-alls (the plugin's torch backend"
+          " forces use_reentrant: false" + std::string(backend == "auto" ? "; expert_parallel_backend auto taken as torch, as"
+          " without DeepEP installed" : "") + ")");
+    }
     if (plan_.activation_offloading && !plan_.gradient_checkpointing) {
       fail("activation_offloading", "requires gradient_checkpointing (axolotl refuses activation offloading without it)");
     }

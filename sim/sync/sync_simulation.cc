@@ -1,5 +1,7 @@
 #include "sim/sync/sync_simulation.h"
 
+#include "sim/sync/expert_parallel/expert_parallel.h"
+
 #include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -138,10 +140,24 @@ bool gradient_sync_modelled(const Engine& engine) {
 SyncSimulation simulate_gradient_sync(const Plan& plan, const ModelStructure& structure,
                                       const SyncSimulationOptions& options) {
   switch (plan.engine.kind) {
-    case EngineKind::Ddp:
+    case EngineKind::Ddp: {
       // torch.compile with the Python reducer or compiled autograd: other rules (docs/ddp-compile.md).
-      if (ddp_compile_rules_apply(plan)) return simulate_ddp_compiled(plan, structure, options);
-      return simulate_ddp(plan, structure, options);
+      SyncSimulation simulation = ddp_compile_rules_apply(plan) ? simulate_ddp_compiled(plan, structure, options)
+                                                                : simulate_ddp(plan, structure, options);
+      // Pure expert parallelism: the Reducer above never saw the expert shards
+      // (model_structure.cc); what the plugin's own hook does to them is added here.
+      // Only where the run gets that far: an error of the Reducer's at or before the finding's
+      // step ends the run first (silent findings do not).
+      for (Finding& f : expert_parallel_findings(plan, structure)) {
+        const bool stopped_before = std::any_of(simulation.findings.begin(), simulation.findings.end(), [&](const Finding& e) {
+          const bool fatal = e.kind != VerdictKind::SilentDivergence && e.kind != VerdictKind::WrongGradient && e.kind != VerdictKind::NoGradient;
+          return fatal && (e.iteration < f.iteration || (e.iteration == f.iteration && e.micro_step <= f.micro_step));
+        });
+        if (!stopped_before) simulation.findings.push_back(std::move(f));
+      }
+      sort_findings(simulation.findings);
+      return simulation;
+    }
     case EngineKind::DeepSpeed:
       if (zero_stage_modelled(plan.engine)) return simulate_zero(plan, structure, options);
       break;

@@ -289,7 +289,9 @@ std::string render_text(const VerifyResult& r, bool colour) {
                        plan.gradient_accumulation_steps > 1 ? fmt::format(" micro-step {}", f.micro_step) : "",
                        to_string(f.phase));
     if (!f.parameter.empty()) {
-      out += fmt::format("  parameter  #{} {}{}\n", f.ddp_index, f.parameter, f.layer >= 0 ? fmt::format(" (layer {})", f.layer) : "");
+      // No DDP index: a parameter outside DDP's list (expert-parallel shards) or of another engine.
+      out += fmt::format("  parameter  {}{}{}\n", f.ddp_index >= 0 ? fmt::format("#{} ", f.ddp_index) : "", f.parameter,
+                         f.layer >= 0 ? fmt::format(" (layer {})", f.layer) : "");
     }
     if (!f.graph_tasks.empty()) out += fmt::format("  hooks from {}\n", fmt::join(f.graph_tasks, "; "));
     if (!f.explanation.empty()) out += fmt::format("  why        {}\n", f.explanation);

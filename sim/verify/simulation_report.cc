@@ -494,8 +494,8 @@ nlohmann::json memory_section_json(const MemorySection& section, const EventMode
   return j;
 }
 
-// FSDP/ZeRO: the engine's transfers by collective and phase (null for DDP, whose all-reduces are
-// ops of the step).
+// FSDP/ZeRO: the engine's transfers by collective and phase; pure expert parallelism under DDP: its
+// all-to-alls (null for plain DDP, whose all-reduces are ops of the step).
 nlohmann::json communication_json(const EngineStepCost& engine) {
   if (engine.collectives.empty()) return nullptr;
   nlohmann::json collectives = nlohmann::json::array();
@@ -650,7 +650,8 @@ std::string render_simulation_text(const SimulationReport& report, const Simulat
                       100 * time.schedule.copy_hidden_fraction);
   if (!time.engine.collectives.empty()) {
     const EngineStepCost& engine = time.engine;
-    text += fmt::format("comm     {} over {}: {} on the link, {} not hidden by compute\n", memory.engine, engine.link,
+    text += fmt::format("comm     {} over {}: {} on the link, {} not hidden by compute\n",
+                        memory.engine.empty() ? std::string("expert parallelism") : memory.engine, engine.link,
                         duration_text(engine.comm_ns), duration_text(engine.exposed_ns));
     for (const CommTotal& c : engine.collectives) {
       text += fmt::format("         {} {} x{}: {} in {}\n", c.phase, c.collective, c.count, format_bytes(c.bytes), duration_text(c.ns));

@@ -40,7 +40,7 @@ MODELLED = {
     "sdp_attention", "eager_attention", "rl", "plugins", "liger_rms_norm", "liger_glu_activation", "liger_swiglu",
     # the engine: which gradient-sync strategy a config runs on
     "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "context_parallel_size",
-    "tensor_parallel_size", "expert_parallel_size", "dp_shard_size", "dp_replicate_size",
+    "tensor_parallel_size", "expert_parallel_size", "expert_parallel_backend", "dp_shard_size", "dp_replicate_size",
     "sequence_parallel_degree",
 }
 

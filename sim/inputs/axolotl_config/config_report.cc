@@ -37,12 +37,13 @@ std::string expert_parallel_reason(const Engine& engine) {
   if (!ep) return "";
   return "expert_parallel_size runs axolotl's ExpertParallelPlugin (integrations/expert_parallel): shard.py "
          "shard_expert_weights keeps 1/expert_parallel_size of every MoE layer's experts (the 3-D gate_up_proj/down_proj "
-         "of transformers' @use_experts_implementation) on each rank of the ep group, experts_fn dispatches and combines the "
-         "routed tokens with all-to-alls over that group (DeepEP's fused kernels, or torch all_to_all_single with "
-         "expert_parallel_backend: torch), and the expert shards' gradients are not data-parallel: under DDP they are in "
-         "_ddp_params_and_buffers_to_ignore and a gradient hook scales them (pure EP), under FSDP2 fully_shard_experts "
-         "shards them on dp_shard beside the ep axis; hookstream models none of these (the all-to-alls, whose sizes "
-         "depend on each rank's routing, the parameters DDP ignores, the expert gradient scaling, the 2-D expert sharding)";
+         "of transformers' @use_experts_implementation) on each rank of the ep group and experts_fn dispatches and combines "
+         "the routed tokens with all-to-alls over that group. hookstream models pure EP under DDP (expert_parallel_size = "
+         "world size: the shards in _ddp_params_and_buffers_to_ignore, the plugin's 1/ep gradient hook, the all-to-alls; "
+         "docs/engines/expert-parallel.md), not EP composed with dp_shard, tensor or context parallelism or DeepSpeed: "
+         "with FSDP2, plugin.py fully_shard_experts shards each experts module over mesh[\"dp_shard\"] while every other "
+         "unit shards over the flattened (ep, dp_shard) mesh (axolotl's patched ParallelismConfig, dp_shard_cp_dim_names), "
+         "FSDP2 units on two meshes that hookstream's FSDP2 model (one mesh for all units) does not represent";
 }
 
 std::string message(const Plan& plan) {

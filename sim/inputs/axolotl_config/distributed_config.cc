@@ -336,6 +336,7 @@ std::string engine_kind_name(EngineKind kind) {
 std::string Engine::name() const {
   std::string text = engine_kind_name(kind);
   if (kind == EngineKind::DeepSpeed && deepspeed) text += " ZeRO-" + std::to_string(deepspeed->zero_stage);
+  if (expert_parallel > 1) text += " with pure expert parallelism (expert_parallel_size: " + std::to_string(expert_parallel) + ")";
   for (size_t i = 0; i < other_parallelism.size(); ++i) text += (i == 0 ? " with " : ", ") + other_parallelism[i];
   return text;
 }

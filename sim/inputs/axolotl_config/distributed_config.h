@@ -145,6 +145,12 @@ struct Engine {
   int dp_replicate = 1;
   // Ranks one FSDP2 unit is sharded over: the dp_shard group, or the whole world.
   int shard_ranks(int world_size) const { return dp_shard > 0 ? dp_shard : world_size; }
+  // axolotl's ExpertParallelPlugin (expert_parallel_size > 1, integrations/expert_parallel/) where
+  // hookstream models it: pure EP under DDP (expert_parallel_size = world size). 1 = no expert
+  // parallelism. Each rank holds 1/expert_parallel of every MoE layer's fused experts, outside
+  // DDP's Reducer (shard.py: _ddp_params_and_buffers_to_ignore), scaled by a gradient hook, and
+  // the routed tokens move by all-to-all over the ep group (docs/engines/expert-parallel.md).
+  int expert_parallel = 1;
   // Parallelism beside data parallelism that the DDP model does not cover
   // ("tensor_parallel_size: 2", "context_parallel_size: 4", "expert_parallel_size: 4").
   std::vector<std::string> other_parallelism;

@@ -200,6 +200,9 @@ class DdpModel : public SyncModel {
     const Parameter& p = structure_.parameters[static_cast<size_t>(event.parameter)];
     std::vector<int>& tasks = ledger_.entries[static_cast<size_t>(event.parameter)].tasks;
     if (tasks.empty() || tasks.back() != event.task) tasks.push_back(event.task);
+    // A parameter outside DDP's list (expert-parallel shards: _ddp_params_and_buffers_to_ignore)
+    // has no Reducer hook: DDP never registered one on it.
+    if (p.ddp_index < 0) return;
     fired_tasks_[p.ddp_index].push_back(event.task);
     // DDP's hook is a post hook on the AccumulateGrad node: it runs after the accumulation, so
     // .grad is defined if any contribution of this iteration arrived (zero_grad(set_to_none)
