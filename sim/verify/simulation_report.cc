@@ -83,6 +83,9 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncS
     races.max_races = 1;
   }
   streams.races = check_races(streams.step, races);
+  // Fix verification reads the first failure only (check_failure: streams, then memory), and the
+  // cost only of a candidate that passes: a candidate that still races is rejected here.
+  if (!detail && !streams.ok()) return checks;
 
   // Memory and time: rank 0's step with the same protocol and buckets (every rank holds a full
   // replica and, with the same per-rank plan, runs the same ops). With a --protocol override the
@@ -102,7 +105,13 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncS
   std::optional<Calibration> calibration;
   if (plan.calibration) calibration = load_calibration(*plan.calibration);
   const Calibration* measured = calibration ? &*calibration : nullptr;
-  StepPrediction prediction = predict_expanded_step(modelled, structure, device, step, measured);
+  MemoryEstimate memory = estimate_step_memory(modelled, structure, device, step);
+  if (!detail && memory.oom) {
+    // Still out of memory: rejected with the memory model's message, no time model run.
+    checks.memory.estimate = std::move(memory);
+    return checks;
+  }
+  StepPrediction prediction = predict_step_time(modelled, structure, device, step, measured, std::move(memory));
   checks.memory.estimate = std::move(prediction.memory);
   checks.time.device = device.name;
   checks.time.schedule = std::move(prediction.schedule);
