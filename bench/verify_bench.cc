@@ -44,6 +44,7 @@ struct EnginePlan {
   const char* name;
   const char* keys;             // top-level plan keys
   const char* hookstream = "";  // keys of the hookstream: section (the GPU)
+  int sequence_len = 4096;
 };
 const std::vector<EnginePlan> kEnginePlans = {
     // The anchor the engine rows are read against (same model, ranks and run): DDP of a LoRA plan,
@@ -56,13 +57,20 @@ const std::vector<EnginePlan> kEnginePlans = {
     {"ZeRO-2 (H100, oom)", "deepspeed:\n  zero_optimization:\n    stage: 2\n    overlap_comm: true\n"},
     // ZeRO-3 partitions the 16-bit weights too: it fits an H100.
     {"ZeRO-3", "deepspeed:\n  zero_optimization:\n    stage: 3\n"},
+    // Failing FSDP2 and ZeRO-3 plans, so the target covers their fix searches too. FSDP2 without
+    // resharding after forward keeps every layer's all-gathered 16-bit weights until its backward
+    // (SHARD_GRAD_OP: 131 GiB for 70B), OOM on an H100.
+    {"FSDP2 (reshard_after_forward: false, H100, oom)",
+     "fsdp_version: 2\nfsdp_config:\n  transformer_layer_cls_to_wrap: LlamaDecoderLayer\n  reshard_after_forward: false\n"},
+    // ZeRO-3 at a 32k-token sequence: the checkpointed layer inputs and the logits outgrow an H100.
+    {"ZeRO-3 (sequence 32768, H100, oom)", "deepspeed:\n  zero_optimization:\n    stage: 3\n", "", 32768},
 };
 
 // A full fine-tune of the model at `model_dir` (a folder with config.json) on `ranks` ranks.
 std::string engine_plan_yaml(const std::string& model_dir, const EnginePlan& engine, int ranks, int iterations) {
-  return fmt::format("base_model: {}\nsequence_len: 4096\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
+  return fmt::format("base_model: {}\nsequence_len: {}\nmicro_batch_size: 1\ngradient_checkpointing: true\n"
                      "gradient_checkpointing_kwargs:\n  use_reentrant: false\n{}hookstream:\n{}  world_size: {}\n  iterations: {}\n",
-                     model_dir, engine.keys, engine.hookstream, ranks, iterations);
+                     model_dir, engine.sequence_len, engine.keys, engine.hookstream, ranks, iterations);
 }
 
 struct Timing {

@@ -157,4 +157,10 @@ DeviceSpec find_device_spec(const std::string& name_or_path) {
   throw InputError("gpu " + name_or_path, "unknown device; expected a file path or one of: " + known);
 }
 
+const DeviceSpec& DeviceSpecCache::find(const std::string& name_or_path) {
+  auto found = specs_.find(name_or_path);
+  if (found == specs_.end()) found = specs_.emplace(name_or_path, find_device_spec(name_or_path)).first;
+  return found->second;
+}
+
 }  // namespace hookstream

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,20 @@ DeviceSpec parse_device_spec(const std::string& yaml_text, const std::string& so
 // `name_or_path`: an existing file path, or a device name / alias (any case) found in device_dir().
 // Throws InputError listing the known devices when nothing matches.
 DeviceSpec find_device_spec(const std::string& name_or_path);
+// find_device_spec, each name read once per cache. A fix search verifies several candidate plans
+// on the plan's GPU, and a profiled device's file (profiles/H100-SXM.yaml: 34 KB of YAML, one
+// entry per measured kernel shape) costs more to parse than verifying the plan itself: re-reading
+// it per candidate was half of a failing ZeRO-2 plan's `verify` (bench/RESULTS.md, 2026-11-28).
+// Owned by one call (simulate_plan), not global: a device file edited between two runs is re-read.
+class DeviceSpecCache {
+ public:
+  // The same as find_device_spec(name_or_path), including its InputError (not cached).
+  const DeviceSpec& find(const std::string& name_or_path);
+
+ private:
+  std::map<std::string, DeviceSpec> specs_;
+};
+
 // <data dir>/devices (data dir: $HOOKSTREAM_DATA_DIR if set, else the compile-time HOOKSTREAM_DATA_DIR).
 std::string device_dir();
 // Canonical names of the bundled devices, sorted case-insensitively.

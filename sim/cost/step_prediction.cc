@@ -27,10 +27,20 @@ StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, c
 
 StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
                                      const EventModel& step, const Calibration* calibration) {
-  StepPrediction prediction;
+  return predict_step_time(plan, structure, device, step, calibration, estimate_step_memory(plan, structure, device, step));
+}
+
+MemoryEstimate estimate_step_memory(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                                    const EventModel& step) {
   MemoryModelOptions memory;
   memory.step = &step;
-  prediction.memory = estimate_memory(plan, structure, device, memory);
+  return estimate_memory(plan, structure, device, memory);
+}
+
+StepPrediction predict_step_time(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                                 const EventModel& step, const Calibration* calibration, MemoryEstimate memory) {
+  StepPrediction prediction;
+  prediction.memory = std::move(memory);
   TimeModelOptions options;
   options.collective_ranks = plan.world_size;
   // Kernel durations from the device's measured profile where there is one (sim/cost/profiled_costs.h;

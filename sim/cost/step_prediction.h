@@ -36,4 +36,12 @@ StepPrediction predict_step(const Plan& plan, const ModelStructure& structure, c
 StepPrediction predict_expanded_step(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
                                      const EventModel& step, const Calibration* calibration = nullptr);
 
+// predict_expanded_step in two halves, for a caller that needs the time only when the memory fits
+// (a fix search rejects a candidate that still runs out of memory without timing it):
+// the memory model over the expanded step, then the time model with that estimate carried along.
+MemoryEstimate estimate_step_memory(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                                    const EventModel& step);
+StepPrediction predict_step_time(const Plan& plan, const ModelStructure& structure, const DeviceSpec& device,
+                                 const EventModel& step, const Calibration* calibration, MemoryEstimate memory);
+
 }  // namespace hookstream

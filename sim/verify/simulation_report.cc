@@ -56,8 +56,10 @@ std::string parent_dir(const std::string& path) { return std::filesystem::path(p
 // simulation of this plan, whose buckets and rank classes the expansion follows (null: the
 // Reducer's initial buckets, rank 0). `detail`: fix suggestions for races, their costs and the
 // critical path (the full report); without it only pass/fail and the cost (fix verification).
+// `devices`: the GPUs already read by this simulate_plan call (every candidate of a fix search runs
+// on the plan's GPU).
 Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncSimulation* ddp, const std::string& protocol,
-                  const std::string& plan_dir, const SimulateOptions& options, bool detail) {
+                  const std::string& plan_dir, const SimulateOptions& options, bool detail, DeviceSpecCache& devices) {
   Checks checks;
   StreamSection& streams = checks.streams;
   streams.protocol_file = resolve_stream_protocol(protocol.empty() ? plan.offload_protocol_name() : protocol, plan_dir);
@@ -81,6 +83,9 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncS
     races.max_races = 1;
   }
   streams.races = check_races(streams.step, races);
+  // Fix verification reads the first failure only (check_failure: streams, then memory), and the
+  // cost only of a candidate that passes: a candidate that still races is rejected here.
+  if (!detail && !streams.ok()) return checks;
 
   // Memory and time: rank 0's step with the same protocol and buckets (every rank holds a full
   // replica and, with the same per-rank plan, runs the same ops). With a --protocol override the
@@ -96,11 +101,17 @@ Checks run_checks(const Plan& plan, const ModelStructure& structure, const SyncS
   const bool same = (expansion.ranks == std::vector<int>{0} || (expansion.ranks.empty() && !expansion.all_ranks)) &&
                     rank0.buckets == expansion.buckets;
   const EventModel step = same ? streams.step : expand_step(plan, structure, streams.protocol, rank0);
-  const DeviceSpec device = find_device_spec(plan.gpu);
+  const DeviceSpec& device = devices.find(plan.gpu);
   std::optional<Calibration> calibration;
   if (plan.calibration) calibration = load_calibration(*plan.calibration);
   const Calibration* measured = calibration ? &*calibration : nullptr;
-  StepPrediction prediction = predict_expanded_step(modelled, structure, device, step, measured);
+  MemoryEstimate memory = estimate_step_memory(modelled, structure, device, step);
+  if (!detail && memory.oom) {
+    // Still out of memory: rejected with the memory model's message, no time model run.
+    checks.memory.estimate = std::move(memory);
+    return checks;
+  }
+  StepPrediction prediction = predict_step_time(modelled, structure, device, step, measured, std::move(memory));
   checks.memory.estimate = std::move(prediction.memory);
   checks.time.device = device.name;
   checks.time.schedule = std::move(prediction.schedule);
@@ -234,7 +245,7 @@ std::vector<VerifiedFix> memory_candidates(const Plan& plan, const MemoryEstimat
 // Verifies stream/memory candidates by running every check on the changed plan: a fix is listed
 // only when the streams and memory pass and, if the plan's DDP schedule was clean, it stays clean.
 void search_check_fixes(SimulationReport& report, const PlanSource& source, const std::string& plan_dir,
-                        const SimulateOptions& options) {
+                        const SimulateOptions& options, DeviceSpecCache& devices) {
   auto attempt = [&](const std::vector<FixChange>& changes, std::string& failure) -> std::optional<PlanCost> {
     PlanSource changed = source;
     bool protocol_changed = false;
@@ -257,7 +268,7 @@ void search_check_fixes(SimulationReport& report, const PlanSource& source, cons
       return std::nullopt;
     }
     // A fix that names a protocol replaces a --protocol override; any other keeps it.
-    const Checks checks = run_checks(plan, structure, &ddp, protocol_changed ? "" : options.protocol, plan_dir, options, false);
+    const Checks checks = run_checks(plan, structure, &ddp, protocol_changed ? "" : options.protocol, plan_dir, options, false, devices);
     failure = check_failure(checks);
     if (!failure.empty()) return std::nullopt;
     return cost_of(checks);
@@ -306,18 +317,19 @@ PlanCost SimulationReport::cost() const {
 SimulationReport simulate_plan(const PlanSource& source, const std::string& plan_path, const SimulateOptions& options) {
   SimulationReport report;
   const std::string plan_dir = parent_dir(plan_path);
+  DeviceSpecCache devices;
   VerifyOptions verify;
   verify.search_fixes = options.search_fixes;
   // A DDP fix is listed only when the stream and memory checks pass with it too.
   verify.also_check = [&](const Plan& plan, const ModelStructure& structure) {
-    return check_failure(run_checks(plan, structure, nullptr, options.protocol, plan_dir, options, false));
+    return check_failure(run_checks(plan, structure, nullptr, options.protocol, plan_dir, options, false, devices));
   };
   report.ddp = verify_plan(source, verify);
-  Checks checks = run_checks(report.ddp.plan, report.ddp.structure, &report.ddp.simulation, options.protocol, plan_dir, options, true);
+  Checks checks = run_checks(report.ddp.plan, report.ddp.structure, &report.ddp.simulation, options.protocol, plan_dir, options, true, devices);
   report.streams = std::move(checks.streams);
   report.memory = std::move(checks.memory);
   report.time = std::move(checks.time);
-  if (options.search_fixes && (!report.streams.ok() || !report.memory.ok())) search_check_fixes(report, source, plan_dir, options);
+  if (options.search_fixes && (!report.streams.ok() || !report.memory.ok())) search_check_fixes(report, source, plan_dir, options, devices);
   return report;
 }
 

@@ -43,6 +43,7 @@ class Zero3Model : public SyncModel {
     reduced_.assign(n, false);
     leaf_of_.assign(n, -1);
     persistent_gathered_.assign(n, false);
+    index_subtrees();
     if (leaf_mlp_) {
       // set_z3_leaf_modules: the block's parameters carry ds_z3_leaf_module and get no hook of their
       // own (stage3.py create_reduce_and_remove_grad_hooks: `if not z3_leaf_parameter(param)`);
@@ -165,9 +166,9 @@ class Zero3Model : public SyncModel {
   // modules inside its own call; a leaf block's subtree is fetched by the block.
   void fetch(const std::string& module) {
     int64_t elements = 0;
-    for (size_t p = 0; p < structure_.parameters.size(); ++p) {
+    for (const int index : subtree_parameters(module)) {
+      const size_t p = static_cast<size_t>(index);
       const Parameter& param = structure_.parameters[p];
-      if (!under(param.module, module)) continue;
       if (param.numel() <= persistence_threshold_) {
         if (persistent_gathered_[p]) continue;
         persistent_gathered_[p] = true;
@@ -176,6 +177,26 @@ class Zero3Model : public SyncModel {
     }
     if (elements == 0) return;
     issue(Collective{fmt::format("all_gather ({} elements)", elements), elements * 2});
+  }
+
+  // The parameters under `module` (under(): the module itself or a dotted descendant), in the
+  // structure's order. Indexed once per model by every ancestor of each parameter's module: the
+  // same Linear is fetched again in every iteration, checkpoint recompute and tiled-MLP shard, and
+  // a scan of every parameter per fetch was most of a 70B ZeRO-3 fix search (bench/RESULTS.md, 2026-11-28).
+  const std::vector<int>& subtree_parameters(const std::string& module) const {
+    static const std::vector<int> kNone;
+    const auto found = subtree_.find(module);
+    return found == subtree_.end() ? kNone : found->second;
+  }
+
+  void index_subtrees() {
+    for (size_t p = 0; p < structure_.parameters.size(); ++p) {
+      const std::string& module = structure_.parameters[p].module;
+      for (size_t dot = module.find('.'); dot != std::string::npos; dot = module.find('.', dot + 1)) {
+        subtree_[module.substr(0, dot)].push_back(static_cast<int>(p));
+      }
+      subtree_[module].push_back(static_cast<int>(p));
+    }
   }
 
   // stage3.py reduce_leaf_module_grads: every parameter of the leaf block, its gradient zero-filled
@@ -266,6 +287,7 @@ class Zero3Model : public SyncModel {
   std::vector<bool> reduced_;   // reduce-scattered in this micro-step's backward
   std::vector<int> leaf_of_;    // the leaf block (decoder layer) a parameter belongs to, -1 none
   std::vector<bool> persistent_gathered_;  // a persistent parameter, once gathered, stays
+  std::map<std::string, std::vector<int>> subtree_;  // module path -> the parameters under it (index_subtrees)
   int leaf_on_output_ = -1;
   std::map<int, int> tiled_shard_;   // per tiled layer: the shard whose backward runs now
   std::map<int, int> tiled_shards_;  // and how many shards
