@@ -14,12 +14,12 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "runtime/ddp_structure_json.h"
 #include "sim/inputs/model_structure.h"
 #include "sim/sync/sync_simulation.h"
 #include "sim/verify/moe_routing_check.h"
+#include "tests/read_text.h"
 #include "tests/temp_dir.h"
 
 #undef CHECK
@@ -30,12 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using hookstream::test::read_text;
 
 // What real DDP raised, as the verdict kind it amounts to (reducer.cpp's texts).
 VerdictKind observed_kind(const nlohmann::json& error) {
@@ -73,16 +68,16 @@ std::vector<nlohmann::json> run_real_ddp(const Plan& plan, const ModelStructure&
   }
   command += "wait)";
   const int status = std::system(command.c_str());
-  INFO(slurp(dir / "rank-0.log").substr(0, 3000));
+  INFO(read_text(dir / "rank-0.log").substr(0, 3000));
   REQUIRE(status == 0);
   std::vector<nlohmann::json> reports;
   for (int rank = 0; rank < plan.world_size; ++rank) {
     const fs::path report = dir / fmt::format("rank-{}.json", rank);
     if (!fs::exists(report)) {
-      WARN("no report from rank " << rank << " (retried on another port):\n" << slurp(dir / fmt::format("rank-{}.log", rank)).substr(0, 1500));
+      WARN("no report from rank " << rank << " (retried on another port):\n" << read_text(dir / fmt::format("rank-{}.log", rank)).substr(0, 1500));
       return {};
     }
-    reports.push_back(nlohmann::json::parse(slurp(report)));
+    reports.push_back(nlohmann::json::parse(read_text(report)));
   }
   return reports;
 }
@@ -99,7 +94,7 @@ TEST_CASE("MoE per-expert routing: the simulator agrees with real DDP 2.11 on th
   hookstream::test::TempDir dir(fmt::format("ddp-moe-differential-{}", ::getpid()));
   int run = 0, agree = 0, compared = 0, failing = 0;
   for (const fs::path& file : files) {
-    const Plan plan = parse_plan(slurp(file), file.string());
+    const Plan plan = parse_plan(read_text(file), file.string());
     const ModelStructure structure = build_model_structure(plan);
     REQUIRE(structure.expert_layout == "per_expert");
     const auto routing = check_moe_routing(plan, structure);

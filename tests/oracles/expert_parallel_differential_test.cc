@@ -12,12 +12,12 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "sim/inputs/model_structure.h"
 #include "sim/sync/expert_parallel/expert_parallel.h"
 #include "sim/sync/sync_simulation.h"
 #include "sim/verify/moe_routing_check.h"
+#include "tests/read_text.h"
 #include "tests/temp_dir.h"
 
 #undef CHECK
@@ -28,11 +28,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+using hookstream::test::read_text;
+
+// Runs the oracle worker over the cases: its output, or a failed REQUIRE showing the worker's log.
+nlohmann::json run_worker(const fs::path& dir, const nlohmann::json& cases) {
+  std::ofstream(dir / "cases.json") << cases.dump();
+  const std::string command = fmt::format("OMP_NUM_THREADS=1 {0}/oracles/run.sh {1} {0}/oracles/expert_parallel_worker.py {2}/cases.json "
+                                          "{2}/out.json > {2}/worker.log 2>&1",
+                                          HOOKSTREAM_SOURCE_DIR, HOOKSTREAM_ORACLE_PYTHON, dir.string());
+  const int status = std::system(command.c_str());
+  INFO(read_text(dir / "worker.log").substr(0, 4000));
+  REQUIRE(status == 0);
+  return nlohmann::json::parse(read_text(dir / "out.json"));
 }
 
 // A gradient off the single-process reference by more than float32 noise.
@@ -52,7 +59,7 @@ TEST_CASE("expert parallelism (pure EP under DDP): the simulator agrees with rea
   std::map<std::string, SyncSimulation> predicted;
   std::map<std::string, int> expected_all_to_alls;
   for (const fs::path& file : files) {
-    const Plan plan = parse_plan(slurp(file), file.string());
+    const Plan plan = parse_plan(read_text(file), file.string());
     REQUIRE(plan.engine.expert_parallel == plan.world_size);
     REQUIRE(gradient_sync_modelled(plan.engine));
     const ModelStructure structure = build_model_structure(plan);
@@ -69,14 +76,7 @@ TEST_CASE("expert parallelism (pure EP under DDP): the simulator agrees with rea
                      {"experts", traffic.experts}, {"top_k", traffic.top_k}, {"moe_layers", traffic.moe_layers},
                      {"tokens", traffic.tokens}});
   }
-  std::ofstream(dir.path() / "cases.json") << cases.dump();
-  const std::string command = fmt::format("OMP_NUM_THREADS=1 {0}/oracles/run.sh {1} {0}/oracles/expert_parallel_worker.py {2}/cases.json "
-                                          "{2}/out.json > {2}/worker.log 2>&1",
-                                          HOOKSTREAM_SOURCE_DIR, HOOKSTREAM_ORACLE_PYTHON, dir.path().string());
-  const int status = std::system(command.c_str());
-  INFO(slurp(dir.path() / "worker.log").substr(0, 4000));
-  REQUIRE(status == 0);
-  const nlohmann::json out = nlohmann::json::parse(slurp(dir.path() / "out.json"));
+  const nlohmann::json out = run_worker(dir.path(), cases);
   int agree = 0, wrong = 0;
   for (const auto& [name, sim] : predicted) {
     const nlohmann::json& result = out.at(name);
@@ -122,14 +122,7 @@ TEST_CASE("expert parallelism beside dp_shard under real fully_shard: right grad
     cases.push_back({{"name", fmt::format("fsdp2_ep2_dp2_ga{}", ga)}, {"engine", "fsdp2"}, {"ep", 2}, {"dp_shard", 2},
                      {"grad_accum", ga}, {"steps", 1}, {"kernel", "grouped"}, {"idle_ranks", nlohmann::json::array()}});
   }
-  std::ofstream(dir.path() / "cases.json") << cases.dump();
-  const std::string command = fmt::format("OMP_NUM_THREADS=1 {0}/oracles/run.sh {1} {0}/oracles/expert_parallel_worker.py {2}/cases.json "
-                                          "{2}/out.json > {2}/worker.log 2>&1",
-                                          HOOKSTREAM_SOURCE_DIR, HOOKSTREAM_ORACLE_PYTHON, dir.path().string());
-  const int status = std::system(command.c_str());
-  INFO(slurp(dir.path() / "worker.log").substr(0, 4000));
-  REQUIRE(status == 0);
-  const nlohmann::json out = nlohmann::json::parse(slurp(dir.path() / "out.json"));
+  const nlohmann::json out = run_worker(dir.path(), cases);
   for (const auto& [name, result] : out.items()) {
     INFO(name << ": " << result.dump().substr(0, 2000));
     CHECK(result["outcome"] == "ok");
