@@ -35,7 +35,7 @@ VerifyResult verify(const std::string& text) {
   return verify_plan(PlanSource{text, "plan.yaml", load}, options);
 }
 
-TEST_CASE("pure EP under DDP is modelled; EP beside dp_shard, TP or DeepSpeed is not", "[plan][expert_parallel]") {
+TEST_CASE("pure EP under DDP is modelled but EP beside dp_shard, TP or DeepSpeed is not", "[plan][expert_parallel]") {
   const Plan ep = load(kEp);
   CHECK(ep.world_size == 2);
   CHECK(ep.engine.kind == EngineKind::Ddp);
@@ -72,7 +72,7 @@ TEST_CASE("pure EP: the expert shards hold E/ep experts and stay out of DDP's pa
   CHECK(plain.ddp_parameters.size() == s.ddp_parameters.size() + 4);
 }
 
-TEST_CASE("pure EP: no finding with one micro-step; the scale hook misweights accumulated micro-steps", "[verify][expert_parallel]") {
+TEST_CASE("pure EP: no finding with one micro-step, and the scale hook misweights accumulated micro-steps", "[verify][expert_parallel]") {
   const VerifyResult ok = verify(kEp);
   CHECK(ok.ok());
   const VerifyResult ga = verify(kEp + "gradient_accumulation_steps: 3\n");
